@@ -1,0 +1,187 @@
+#include "common/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace psrt {
+
+size_t DataTypeSize(DataType dtype) {
+  switch (dtype) {
+    case DT_FLOAT: return 4;
+    case DT_INT32: return 4;
+    case DT_INT64: return 8;
+    case DT_DOUBLE: return 8;
+    default: return 0;
+  }
+}
+
+std::string DataTypeName(DataType dtype) {
+  switch (dtype) {
+    case DT_FLOAT: return "float32";
+    case DT_INT32: return "int32";
+    case DT_INT64: return "int64";
+    case DT_DOUBLE: return "float64";
+    case DT_INVALID: return "invalid";
+    default: return absl::StrCat("dtype(", static_cast<int>(dtype), ")");
+  }
+}
+
+absl::StatusOr<TensorShape> TensorShape::FromProto(const TensorShapeProto& proto) {
+  std::vector<int64_t> dims(proto.dim().begin(), proto.dim().end());
+  int64_t n = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape dim ", i, " is negative (", dims[i], ")"));
+    }
+    if (dims[i] != 0 && n > std::numeric_limits<int64_t>::max() / dims[i]) {
+      return absl::InvalidArgumentError("shape's element count overflows int64");
+    }
+    n *= dims[i];
+  }
+  return TensorShape(std::move(dims));
+}
+
+void TensorShape::ToProto(TensorShapeProto* proto) const {
+  proto->clear_dim();
+  for (int64_t d : dims_) proto->add_dim(d);
+}
+
+int64_t TensorShape::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+int64_t TensorShape::row_elements() const {
+  int64_t n = 1;
+  for (size_t i = 1; i < dims_.size(); ++i) n *= dims_[i];
+  return n;
+}
+
+std::string TensorShape::ToString() const {
+  return absl::StrCat("[", absl::StrJoin(dims_, ","), "]");
+}
+
+std::shared_ptr<TensorBuffer> TensorBuffer::Allocate(size_t bytes) {
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  if (rounded == 0) rounded = kTensorAlignment;
+  void* p = std::aligned_alloc(kTensorAlignment, rounded);
+  CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
+  return std::make_shared<TensorBuffer>(p, bytes, [](void* q) { std::free(q); });
+}
+
+TensorBuffer::TensorBuffer(void* data, size_t size, std::function<void(void*)> release)
+    : data_(data), size_(size), release_(std::move(release)) {}
+
+TensorBuffer::~TensorBuffer() {
+  if (release_) release_(data_);
+}
+
+Tensor::Tensor(DataType dtype, TensorShape shape)
+    : dtype_(dtype), shape_(std::move(shape)) {
+  CHECK_GT(DataTypeSize(dtype), 0u) << "bad dtype " << dtype;
+  buffer_ = TensorBuffer::Allocate(TotalBytes());
+}
+
+Tensor::Tensor(DataType dtype, TensorShape shape, std::shared_ptr<TensorBuffer> buffer,
+               size_t offset)
+    : dtype_(dtype), shape_(std::move(shape)), buffer_(std::move(buffer)), offset_(offset) {
+  CHECK_GT(DataTypeSize(dtype), 0u) << "bad dtype " << dtype;
+  CHECK(buffer_ != nullptr);
+  CHECK_LE(offset_ + TotalBytes(), buffer_->size());
+}
+
+Tensor Tensor::Zeros(DataType dtype, TensorShape shape) {
+  Tensor t(dtype, std::move(shape));
+  std::memset(t.raw_data(), 0, t.TotalBytes());
+  return t;
+}
+
+const void* Tensor::raw_data() const {
+  return buffer_ ? static_cast<const char*>(buffer_->data()) + offset_ : nullptr;
+}
+
+void* Tensor::raw_data() {
+  return buffer_ ? static_cast<char*>(buffer_->data()) + offset_ : nullptr;
+}
+
+void Tensor::CheckType(DataType t) const {
+  CHECK_EQ(dtype_, t) << "tensor is " << DataTypeName(dtype_) << ", accessed as "
+                      << DataTypeName(t);
+}
+
+Tensor Tensor::Copy() const {
+  if (!IsValid()) return Tensor();
+  Tensor t(dtype_, shape_);
+  std::memcpy(t.raw_data(), raw_data(), TotalBytes());
+  return t;
+}
+
+Tensor Tensor::Slice(int64_t begin, int64_t end) const {
+  CHECK_GE(shape_.rank(), 1);
+  CHECK(0 <= begin && begin <= end && end <= shape_.dim(0))
+      << "slice [" << begin << "," << end << ") of " << shape_.ToString();
+  std::vector<int64_t> dims = shape_.dims();
+  dims[0] = end - begin;
+  size_t row_bytes = shape_.row_elements() * DataTypeSize(dtype_);
+  return Tensor(dtype_, TensorShape(std::move(dims)), buffer_, offset_ + begin * row_bytes);
+}
+
+absl::StatusOr<Tensor> Tensor::Reshape(TensorShape shape) const {
+  if (shape.num_elements() != NumElements()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", shape_.ToString(),
+                                                   " to ", shape.ToString()));
+  }
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+void Tensor::ToProto(TensorProto* proto) const {
+  proto->set_dtype(dtype_);
+  shape_.ToProto(proto->mutable_shape());
+  proto->set_content(static_cast<const char*>(raw_data()), TotalBytes());
+}
+
+absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
+  if (DataTypeSize(proto.dtype()) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor dtype ", DataTypeName(proto.dtype()), " is not supported"));
+  }
+  absl::StatusOr<TensorShape> shape = TensorShape::FromProto(proto.shape());
+  if (!shape.ok()) return shape.status();
+  Tensor t(proto.dtype(), *std::move(shape));
+  if (proto.content().size() != t.TotalBytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor content is ", proto.content().size(), " bytes but ",
+        DataTypeName(proto.dtype()), t.shape().ToString(), " needs ", t.TotalBytes()));
+  }
+  std::memcpy(t.raw_data(), proto.content().data(), t.TotalBytes());
+  return t;
+}
+
+std::string Tensor::DebugString(int max_values) const {
+  std::string s = absl::StrCat(DataTypeName(dtype_), shape_.ToString());
+  if (!IsValid()) return s;
+  int64_t n = std::min<int64_t>(NumElements(), max_values);
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype_) {
+      case DT_FLOAT: v.push_back(absl::StrCat(data<float>()[i])); break;
+      case DT_DOUBLE: v.push_back(absl::StrCat(data<double>()[i])); break;
+      case DT_INT32: v.push_back(absl::StrCat(data<int32_t>()[i])); break;
+      case DT_INT64: v.push_back(absl::StrCat(data<int64_t>()[i])); break;
+      default: break;
+    }
+  }
+  return absl::StrCat(s, " {", absl::StrJoin(v, ", "), NumElements() > n ? ", ..." : "", "}");
+}
+
+}  // namespace psrt

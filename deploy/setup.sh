@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs every Debian package the project needs to build, test and run.
+# Idempotent: a second run checks what is installed and returns in seconds.
+# Runs `apt-get update` only when a package is missing and unknown to apt.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  bazel-bootstrap bazel-rules-java g++ git python3 zlib1g-dev
+  # libraries wrapped in third_party/
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # data
+  dataset-fashion-mnist
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Update the package lists only when apt cannot find a missing package.
+  need_update=0
+  for p in "${missing[@]}"; do
+    if ! apt-cache show "$p" >/dev/null 2>&1; then need_update=1; break; fi
+  done
+  if [ "$need_update" -eq 1 ] || [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
+    $SUDO apt-get update -qq
+  fi
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all ${#PACKAGES[@]} Debian packages present"
+fi
+
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && \
+   [ -z "$(ls /usr/share/datasets/fashion-mnist/ 2>/dev/null)" ]; then
+  echo "setup: Fashion-MNIST missing under /usr/share/datasets/fashion-mnist/" >&2
+  exit 1
+fi
+echo "setup: done"
