@@ -1,0 +1,54 @@
+// gRPC channel settings for every daemon, and a cache of channels by address.
+//
+// Channels carry large messages (tensors of hundreds of MiB) and reconnect
+// quickly after a peer restarts (gRPC's default reconnect backoff grows to
+// two minutes, far longer than recovery may take here).
+//
+//   ChannelCache channels(RpcOptions{});
+//   auto stub = ParameterServer::NewStub(channels.Get("localhost:2222"));
+//
+// ChannelCache is thread-safe.
+#ifndef PSRT_COMMON_RPC_CHANNEL_CACHE_H_
+#define PSRT_COMMON_RPC_CHANNEL_CACHE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace psrt {
+
+struct RpcOptions {
+  int max_message_bytes = 1 << 30;  // 1 GiB each way
+  absl::Duration initial_reconnect_backoff = absl::Milliseconds(50);
+  absl::Duration max_reconnect_backoff = absl::Seconds(1);
+  absl::Duration keepalive_time = absl::Seconds(10);
+};
+
+grpc::ChannelArguments ClientChannelArguments(const RpcOptions& options);
+// Applies the message limits to a server being built.
+void ConfigureServerBuilder(const RpcOptions& options, grpc::ServerBuilder* builder);
+
+class ChannelCache {
+ public:
+  explicit ChannelCache(RpcOptions options = RpcOptions()) : options_(options) {}
+
+  // The channel to `address`, made on first use (insecure credentials).
+  std::shared_ptr<grpc::Channel> Get(const std::string& address);
+  // Forgets the channel, so the next Get makes a fresh connection.
+  void Drop(const std::string& address);
+
+ private:
+  const RpcOptions options_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_RPC_CHANNEL_CACHE_H_
