@@ -1,0 +1,40 @@
+// Process start-up shared by the daemons: flags, logging, task identity.
+//
+// Flags and TF_CONFIG are read here, in main, and passed down as options;
+// nothing deeper reads the environment.
+//
+//   int main(int argc, char** argv) {
+//     psrt::InitDaemon(argc, argv, "Parameter server. Usage: ...");
+//     absl::StatusOr<psrt::TaskConfig> config = psrt::TaskConfigFromFlags();
+//     if (!config.ok()) return psrt::ExitWithError(config.status());
+//     ...
+//   }
+#ifndef PSRT_COMMON_DAEMON_H_
+#define PSRT_COMMON_DAEMON_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/cluster_spec.h"
+
+ABSL_DECLARE_FLAG(std::string, cluster_spec);
+ABSL_DECLARE_FLAG(std::string, task);
+
+namespace psrt {
+
+// Parses flags (absl), sends glog output to stderr, installs the crash
+// handler. Returns the positional arguments (argv[0] first).
+std::vector<char*> InitDaemon(int argc, char** argv, const char* usage);
+
+// --cluster_spec / --task, falling back to the TF_CONFIG variable.
+absl::StatusOr<TaskConfig> TaskConfigFromFlags();
+
+// Logs `s` as the reason the process stops; returns the exit code 2.
+int ExitWithError(const absl::Status& s);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_DAEMON_H_
