@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   # build
-  bazel-bootstrap bazel-rules-java g++ git python3 zlib1g-dev
+  bazel-bootstrap bazel-rules-java g++ git python3 python3-venv zlib1g-dev
   # libraries wrapped in third_party/
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev
@@ -45,5 +45,17 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && \
    [ -z "$(ls /usr/share/datasets/fashion-mnist/ 2>/dev/null)" ]; then
   echo "setup: Fashion-MNIST missing under /usr/share/datasets/fashion-mnist/" >&2
   exit 1
+fi
+# Python tools for tests only (never in the product's data path): PyPI's
+# tensorboard (TFRecord framing, event files) and tfrecord (TensorFlow's
+# Example protos and a writer) check our readers and writers with code
+# we did not write.
+VENV=/opt/psrt/venv
+PY_PACKAGES=(tensorboard==2.15.1 tfrecord==1.14.6 numpy)
+if ! "$VENV/bin/python" -c "import tensorboard, tfrecord" 2>/dev/null; then
+  echo "setup: creating $VENV with ${PY_PACKAGES[*]}"
+  $SUDO mkdir -p "$(dirname "$VENV")"
+  $SUDO /usr/bin/python3 -m venv "$VENV"
+  $SUDO "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
 echo "setup: done"
