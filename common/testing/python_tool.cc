@@ -1,0 +1,43 @@
+#include "common/testing/python_tool.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+extern char** environ;
+
+namespace psrt {
+namespace testing {
+
+absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args) {
+  if (access(kVenvPython, X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kVenvPython, " is missing: run deploy/setup.sh"));
+  }
+  std::string path = script;
+  if (const char* dir = getenv("TEST_SRCDIR")) {
+    const char* ws = getenv("TEST_WORKSPACE");
+    path = absl::StrCat(dir, "/", ws ? ws : "psrt", "/", script);
+  }
+  std::vector<std::string> argv_s = {kVenvPython, path};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  int rc = posix_spawn(&pid, kVenvPython, nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) return absl::InternalError(absl::StrCat("cannot start ", kVenvPython));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("python tool failed (status ", status,
+                                            "): ", absl::StrJoin(argv_s, " ")));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace testing
+}  // namespace psrt
