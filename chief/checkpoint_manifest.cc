@@ -1,0 +1,147 @@
+#include "chief/checkpoint_manifest.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/io/crc32c.h"
+#include "glog/logging.h"
+
+namespace psrt {
+namespace {
+
+constexpr char kPrefix[] = "checkpoint-";
+constexpr char kSuffix[] = ".manifest";
+
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status MakeDirs(const std::string& dir) {
+  std::string partial;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
+      partial = dir.substr(0, i);
+      if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir", partial);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAllAndSync(const std::string& path, const std::string& bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Errno("cannot create", path);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return Errno("cannot write", path);
+    }
+    done += n;
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    return Errno("cannot fsync", path);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+absl::Status SyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return Errno("cannot open", dir);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : Errno("cannot fsync", dir);
+}
+
+}  // namespace
+
+std::string ManifestStore::PathFor(int64_t step) const {
+  return absl::StrCat(dir_, "/", kPrefix, step, kSuffix);
+}
+
+absl::Status ManifestStore::Commit(const CheckpointManifest& manifest) {
+  if (absl::Status s = MakeDirs(dir_); !s.ok()) return s;
+  std::string bytes = manifest.SerializeAsString();
+  uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()));
+  for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  std::string final_path = PathFor(manifest.step());
+  std::string tmp = final_path + ".tmp";
+  if (absl::Status s = WriteAllAndSync(tmp, bytes); !s.ok()) return s;
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return Errno("cannot rename to", final_path);
+  return SyncDir(dir_);
+}
+
+absl::StatusOr<CheckpointManifest> ManifestStore::Read(int64_t step) const {
+  std::string path = PathFor(step);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("no committed checkpoint at step ", step, " (", path, ")"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  if (bytes.size() < 4) return absl::DataLossError(absl::StrCat(path, ": truncated manifest"));
+  uint32_t stored = 0;
+  for (int i = 3; i >= 0; --i) stored = (stored << 8) | static_cast<uint8_t>(bytes[bytes.size() - 4 + i]);
+  bytes.resize(bytes.size() - 4);
+  if (crc32c::Unmask(stored) != crc32c::Value(bytes.data(), bytes.size())) {
+    return absl::DataLossError(absl::StrCat(path, ": manifest checksum mismatch (corrupt)"));
+  }
+  CheckpointManifest m;
+  if (!m.ParseFromString(bytes)) return absl::DataLossError(absl::StrCat(path, ": unparsable manifest"));
+  if (m.step() != step) {
+    return absl::DataLossError(absl::StrCat(path, ": names step ", m.step(), ", not ", step));
+  }
+  return m;
+}
+
+std::vector<int64_t> ManifestStore::Steps() const {
+  std::vector<int64_t> steps;
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return steps;
+  while (dirent* e = ::readdir(d)) {
+    absl::string_view name = e->d_name;
+    if (!absl::StartsWith(name, kPrefix) || !absl::EndsWith(name, kSuffix)) continue;
+    name.remove_prefix(strlen(kPrefix));
+    name.remove_suffix(strlen(kSuffix));
+    int64_t step;
+    if (absl::SimpleAtoi(name, &step)) steps.push_back(step);
+  }
+  ::closedir(d);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::StatusOr<CheckpointManifest> ManifestStore::LatestValid(std::vector<std::string>* skipped) const {
+  std::vector<int64_t> steps = Steps();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    absl::StatusOr<CheckpointManifest> m = Read(*it);
+    if (m.ok()) return m;
+    LOG(WARNING) << "skipping checkpoint: " << m.status();
+    if (skipped != nullptr) skipped->push_back(std::string(m.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", dir_));
+}
+
+std::vector<int64_t> ManifestStore::Prune(int keep) {
+  std::vector<int64_t> steps = Steps();
+  std::vector<int64_t> removed;
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    if (::unlink(PathFor(steps[i]).c_str()) == 0) removed.push_back(steps[i]);
+  }
+  return removed;
+}
+
+}  // namespace psrt

@@ -1,0 +1,54 @@
+// The commit point of the two-phase checkpoint protocol.
+//
+// Phase one: every PS snapshots step S into its own store and reports it
+// durable. Phase two: the chief writes DIR/checkpoint-S.manifest here. A
+// manifest is a serialized CheckpointManifest followed by its CRC32C; it is
+// written to a temporary name, fsynced, renamed into place and the directory
+// fsynced, so a crash leaves either no manifest or a whole one. A snapshot
+// without a manifest is never restored, whatever the PS has on disk.
+//
+// ManifestStore is thread-compatible: one chief writes a directory.
+#ifndef PSRT_CHIEF_CHECKPOINT_MANIFEST_H_
+#define PSRT_CHIEF_CHECKPOINT_MANIFEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/chief_service.pb.h"
+
+namespace psrt {
+
+class ManifestStore {
+ public:
+  explicit ManifestStore(std::string dir) : dir_(std::move(dir)) {}
+
+  const std::string& dir() const { return dir_; }
+  std::string PathFor(int64_t step) const;
+
+  // Writes the manifest atomically; creates the directory if needed.
+  absl::Status Commit(const CheckpointManifest& manifest);
+
+  // Reads and verifies one manifest: NOT_FOUND if there is none for that
+  // step, DATA_LOSS (naming the file) if it is truncated or corrupt.
+  absl::StatusOr<CheckpointManifest> Read(int64_t step) const;
+
+  // Steps that have a manifest file, ascending (not verified).
+  std::vector<int64_t> Steps() const;
+
+  // The newest manifest that verifies; corrupt ones are skipped with a
+  // warning naming them (into *skipped if given). NOT_FOUND if none.
+  absl::StatusOr<CheckpointManifest> LatestValid(std::vector<std::string>* skipped = nullptr) const;
+
+  // Deletes all but the newest `keep` manifests; returns the steps removed.
+  std::vector<int64_t> Prune(int keep);
+
+ private:
+  const std::string dir_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_CHIEF_CHECKPOINT_MANIFEST_H_

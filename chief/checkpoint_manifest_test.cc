@@ -1,0 +1,76 @@
+#include "chief/checkpoint_manifest.h"
+
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+CheckpointManifest Manifest(int64_t step) {
+  CheckpointManifest m;
+  m.set_step(step);
+  auto* s = m.add_shard();
+  s->set_ps_task(0);
+  s->set_path("ps-0");
+  s->set_bytes(1234);
+  return m;
+}
+
+class ManifestTest : public ::testing::Test {
+ protected:
+  std::string dir_ = ::testing::TempDir() + "/ckpt_" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/nested";
+};
+
+TEST_F(ManifestTest, CommitReadListAndPrune) {
+  ManifestStore store(dir_);
+  EXPECT_EQ(store.LatestValid().status().code(), absl::StatusCode::kNotFound);
+  for (int64_t step : {100, 200, 300}) ASSERT_TRUE(store.Commit(Manifest(step)).ok());
+  EXPECT_EQ(store.Steps(), (std::vector<int64_t>{100, 200, 300}));
+  auto m = store.Read(200);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->shard(0).bytes(), 1234);
+  EXPECT_EQ(store.LatestValid()->step(), 300);
+  EXPECT_EQ(store.Prune(2), (std::vector<int64_t>{100}));
+  EXPECT_EQ(store.Steps(), (std::vector<int64_t>{200, 300}));
+  EXPECT_EQ(store.Read(100).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ManifestTest, CorruptOrTruncatedManifestIsRefusedAndTheOlderOneUsed) {
+  ManifestStore store(dir_);
+  ASSERT_TRUE(store.Commit(Manifest(10)).ok());
+  ASSERT_TRUE(store.Commit(Manifest(20)).ok());
+  {
+    std::fstream f(store.PathFor(20), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('\x7f');
+  }
+  auto bad = store.Read(20);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("checkpoint-20.manifest: manifest checksum mismatch"));
+  std::vector<std::string> skipped;
+  auto latest = store.LatestValid(&skipped);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->step(), 10);
+  ASSERT_EQ(skipped.size(), 1u);
+
+  std::ofstream(store.PathFor(30), std::ios::binary) << "ab";
+  EXPECT_THAT(std::string(store.Read(30).status().message()), HasSubstr("truncated"));
+  EXPECT_EQ(store.LatestValid()->step(), 10);
+}
+
+TEST_F(ManifestTest, ALeftoverTemporaryFileIsNeverACheckpoint) {
+  ManifestStore store(dir_);
+  ASSERT_TRUE(store.Commit(Manifest(5)).ok());
+  // A crash between write and rename leaves only the .tmp file.
+  std::ofstream(store.PathFor(6) + ".tmp", std::ios::binary) << "partial";
+  EXPECT_EQ(store.Steps(), (std::vector<int64_t>{5}));
+  EXPECT_EQ(store.LatestValid()->step(), 5);
+}
+
+}  // namespace
+}  // namespace psrt
