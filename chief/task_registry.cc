@@ -1,0 +1,140 @@
+#include "chief/task_registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace psrt {
+
+TaskRegistry::TaskRegistry(const ClusterSpec& cluster, absl::Duration heartbeat_timeout, Env* env)
+    : timeout_(heartbeat_timeout), env_(env) {
+  absl::MutexLock lock(&mu_);
+  for (const TaskId& t : cluster.AllTasks()) {
+    TaskState s;
+    *s.info.mutable_task() = t;
+    s.info.set_address(*cluster.AddressOf(t));
+    tasks_[Key(t)] = s;
+  }
+}
+
+absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo& task) {
+  if (task.incarnation() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(TaskName(task.task()), ": incarnation 0"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(Key(task.task()));
+  if (it == tasks_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task ", TaskName(task.task()), " is not in the cluster spec"));
+  }
+  TaskState& s = it->second;
+  Registration r = Registration::kAgain;
+  if (s.info.incarnation() == 0) {
+    r = s.restarts == 0 && s.last_seen == absl::InfinitePast() ? Registration::kFirst
+                                                               : Registration::kRestarted;
+  } else if (s.info.incarnation() != task.incarnation()) {
+    r = Registration::kRestarted;
+  }
+  if (r == Registration::kRestarted) ++s.restarts;
+  s.info.set_incarnation(task.incarnation());
+  s.last_seen = env_->Now();
+  ++version_;
+  return r;
+}
+
+absl::Status TaskRegistry::Heartbeat(const HeartbeatRequest& beat) {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(Key(beat.task()));
+  if (it == tasks_.end() || it->second.info.incarnation() != beat.incarnation()) {
+    return absl::AbortedError(absl::StrCat(TaskName(beat.task()), " incarnation ",
+                                           beat.incarnation(), " is not registered"));
+  }
+  TaskState& s = it->second;
+  s.last_seen = env_->Now();
+  s.step = beat.step();
+  s.loss = beat.loss();
+  s.examples_per_sec = beat.examples_per_sec();
+  s.epoch = beat.epoch();
+  ++version_;
+  return absl::OkStatus();
+}
+
+std::vector<TaskId> TaskRegistry::Missing() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TaskId> out;
+  for (const auto& [k, s] : tasks_) {
+    if (s.info.incarnation() == 0) out.push_back(s.info.task());
+  }
+  return out;
+}
+
+absl::Status TaskRegistry::WaitForAll(absl::Duration timeout) {
+  absl::Time deadline = env_->Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [k, s] : tasks_) {
+      if (s.info.incarnation() == 0) return false;
+    }
+    return true;
+  };
+  while (!all()) {
+    if (env_->Now() >= deadline) {
+      std::vector<std::string> missing;
+      for (const auto& [k, s] : tasks_) {
+        if (s.info.incarnation() == 0) missing.push_back(absl::StrCat(k, " (", s.info.address(), ")"));
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat("tasks did not register within ", absl::FormatDuration(timeout), ": ",
+                       absl::StrJoin(missing, ", ")));
+    }
+    uint64_t v = version_;
+    auto changed = [this, v]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ != v; };
+    mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(200));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<TaskId> TaskRegistry::Expired(absl::string_view job) const {
+  absl::Time now = env_->Now();
+  absl::MutexLock lock(&mu_);
+  std::vector<TaskId> out;
+  for (const auto& [k, s] : tasks_) {
+    if (s.info.task().job() == job && s.info.incarnation() != 0 && now - s.last_seen > timeout_) {
+      out.push_back(s.info.task());
+    }
+  }
+  return out;
+}
+
+void TaskRegistry::MarkDead(const TaskId& task) {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(Key(task));
+  if (it == tasks_.end()) return;
+  it->second.info.set_incarnation(0);
+  ++version_;
+}
+
+TaskState TaskRegistry::Get(const TaskId& task) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(Key(task));
+  return it == tasks_.end() ? TaskState() : it->second;
+}
+
+std::vector<TaskState> TaskRegistry::All() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TaskState> out;
+  for (const auto& [k, s] : tasks_) out.push_back(s);
+  return out;
+}
+
+uint64_t TaskRegistry::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+void TaskRegistry::WaitForChange(uint64_t seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ != seen; };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+}
+
+}  // namespace psrt

@@ -1,0 +1,107 @@
+#include "chief/task_registry.h"
+
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeClock : public Env {
+ public:
+  absl::Time Now() override {
+    absl::MutexLock l(&mu_);
+    return now_;
+  }
+  void SleepFor(absl::Duration d) override { Advance(d); }
+  double RandomFraction() override { return 0.5; }
+  void Advance(absl::Duration d) {
+    absl::MutexLock l(&mu_);
+    now_ += d;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time now_ = absl::UnixEpoch();
+};
+
+ClusterSpec Spec() {
+  return *ClusterSpec::FromJson(
+      R"({"chief": ["h:1"], "ps": ["h:2"], "worker": ["h:3", "h:4"]})", "test");
+}
+
+TaskInfo Info(const std::string& task, uint64_t incarnation) {
+  TaskInfo t;
+  *t.mutable_task() = *ParseTaskId(task);
+  t.set_incarnation(incarnation);
+  return t;
+}
+
+TEST(TaskRegistryTest, RegistrationTellsFirstAgainAndRestart) {
+  TaskRegistry r(Spec(), absl::Seconds(10));
+  EXPECT_EQ(*r.Register(Info("ps:0", 11)), TaskRegistry::Registration::kFirst);
+  EXPECT_EQ(*r.Register(Info("ps:0", 11)), TaskRegistry::Registration::kAgain);
+  EXPECT_EQ(*r.Register(Info("ps:0", 12)), TaskRegistry::Registration::kRestarted);
+  EXPECT_EQ(r.Get(*ParseTaskId("ps:0")).restarts, 1);
+  r.MarkDead(*ParseTaskId("ps:0"));
+  EXPECT_EQ(*r.Register(Info("ps:0", 13)), TaskRegistry::Registration::kRestarted);
+
+  EXPECT_THAT(std::string(r.Register(Info("worker:5", 1)).status().message()),
+              HasSubstr("worker:5 is not in the cluster spec"));
+  EXPECT_EQ(r.Register(Info("ps:0", 0)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TaskRegistryTest, HeartbeatsFromUnknownIncarnationsAreAborted) {
+  TaskRegistry r(Spec(), absl::Seconds(10));
+  ASSERT_TRUE(r.Register(Info("worker:0", 5)).ok());
+  HeartbeatRequest beat;
+  *beat.mutable_task() = *ParseTaskId("worker:0");
+  beat.set_incarnation(5);
+  beat.set_step(42);
+  beat.set_loss(0.5f);
+  EXPECT_TRUE(r.Heartbeat(beat).ok());
+  EXPECT_EQ(r.Get(beat.task()).step, 42);
+  beat.set_incarnation(6);
+  EXPECT_EQ(r.Heartbeat(beat).code(), absl::StatusCode::kAborted);
+}
+
+TEST(TaskRegistryTest, ExpiryFollowsTheClock) {
+  FakeClock clock;
+  TaskRegistry r(Spec(), absl::Seconds(3), &clock);
+  ASSERT_TRUE(r.Register(Info("worker:0", 1)).ok());
+  ASSERT_TRUE(r.Register(Info("worker:1", 2)).ok());
+  clock.Advance(absl::Seconds(2));
+  HeartbeatRequest beat;
+  *beat.mutable_task() = *ParseTaskId("worker:1");
+  beat.set_incarnation(2);
+  ASSERT_TRUE(r.Heartbeat(beat).ok());
+  clock.Advance(absl::Seconds(2));
+  std::vector<TaskId> expired = r.Expired("worker");
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(TaskName(expired[0]), "worker:0");
+  EXPECT_TRUE(r.Expired("ps").empty());  // never registered is missing, not expired
+}
+
+TEST(TaskRegistryTest, WaitForAllListsTheMissingOrReturnsWhenTheyCome) {
+  TaskRegistry r(Spec(), absl::Seconds(10));
+  ASSERT_TRUE(r.Register(Info("chief:0", 1)).ok());
+  ASSERT_TRUE(r.Register(Info("worker:0", 2)).ok());
+  absl::Status s = r.WaitForAll(absl::Milliseconds(50));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("ps:0 (h:2), worker:1 (h:4)"));
+
+  std::thread late([&] {
+    r.WaitForChange(r.version(), absl::Milliseconds(1));
+    ASSERT_TRUE(r.Register(Info("ps:0", 3)).ok());
+    ASSERT_TRUE(r.Register(Info("worker:1", 4)).ok());
+  });
+  EXPECT_TRUE(r.WaitForAll(absl::Seconds(30)).ok());
+  late.join();
+  EXPECT_TRUE(r.Missing().empty());
+}
+
+}  // namespace
+}  // namespace psrt
