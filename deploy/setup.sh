@@ -51,11 +51,14 @@ fi
 # Example protos and a writer) check our readers and writers with code
 # we did not write.
 VENV=/opt/psrt/venv
-PY_PACKAGES=(tensorboard==2.15.1 tfrecord==1.14.6 numpy)
-if ! "$VENV/bin/python" -c "import tensorboard, tfrecord" 2>/dev/null; then
-  echo "setup: creating $VENV with ${PY_PACKAGES[*]}"
+# tensorboard 2.15 predates NumPy 2.
+PY_PACKAGES=(tensorboard==2.15.1 tfrecord==1.14.6 "numpy<2")
+STAMP="$VENV/.psrt-packages"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "${PY_PACKAGES[*]}" ]; then
+  echo "setup: making $VENV with ${PY_PACKAGES[*]}"
   $SUDO mkdir -p "$(dirname "$VENV")"
-  $SUDO /usr/bin/python3 -m venv "$VENV"
+  [ -x "$VENV/bin/python" ] || $SUDO /usr/bin/python3 -m venv "$VENV"
   $SUDO "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+  echo "${PY_PACKAGES[*]}" | $SUDO tee "$STAMP" >/dev/null
 fi
 echo "setup: done"

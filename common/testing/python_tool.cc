@@ -1,5 +1,6 @@
 #include "common/testing/python_tool.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +13,8 @@ extern char** environ;
 namespace psrt {
 namespace testing {
 
-absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args) {
+absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args,
+                           const std::string& stdout_path) {
   if (access(kVenvPython, X_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(kVenvPython, " is missing: run deploy/setup.sh"));
@@ -28,7 +30,14 @@ absl::Status RunPythonTool(const std::string& script, const std::vector<std::str
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid;
-  int rc = posix_spawn(&pid, kVenvPython, nullptr, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!stdout_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+  }
+  int rc = posix_spawn(&pid, kVenvPython, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return absl::InternalError(absl::StrCat("cannot start ", kVenvPython));
   int status = 0;
   waitpid(pid, &status, 0);

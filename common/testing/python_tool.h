@@ -15,8 +15,10 @@ namespace testing {
 inline constexpr char kVenvPython[] = "/opt/psrt/venv/bin/python";
 
 // Runs `script` (a runfiles-relative path such as "tests/tools/x.py") with
-// `args`; fails with the script's exit code. Output goes to the test log.
-absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args);
+// `args`; fails with the script's exit code. Its stdout goes to
+// `stdout_path` if given, else to the test log.
+absl::Status RunPythonTool(const std::string& script, const std::vector<std::string>& args,
+                           const std::string& stdout_path = "");
 
 }  // namespace testing
 }  // namespace psrt
