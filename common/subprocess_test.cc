@@ -1,0 +1,74 @@
+#include "common/subprocess.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+TEST(SubprocessTest, CapturesLinesAndExitStatus) {
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  SubprocessOptions o;
+  o.argv = {"/bin/sh", "-c", "echo one; echo two >&2; printf three; exit 3"};
+  o.on_line = [&](absl::string_view l) {
+    absl::MutexLock lock(&mu);
+    lines.emplace_back(l);
+  };
+  {
+    auto p = Subprocess::Start(o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto status = (*p)->Wait(absl::Seconds(30));
+    ASSERT_TRUE(status.ok());
+    EXPECT_EQ(DescribeWaitStatus(*status), "exit 3");
+  }  // joins the reader
+  EXPECT_EQ(lines, (std::vector<std::string>{"one", "two", "three"}));
+}
+
+TEST(SubprocessTest, KillAndTimeout) {
+  SubprocessOptions o;
+  o.argv = {"/bin/sleep", "100"};
+  auto p = Subprocess::Start(o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->Wait(absl::Milliseconds(20)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE((*p)->Running());
+  EXPECT_TRUE((*p)->Signal(SIGKILL));
+  auto status = (*p)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(DescribeWaitStatus(*status), "killed by SIGKILL");
+  EXPECT_FALSE((*p)->Signal(SIGTERM));  // already reaped
+}
+
+TEST(SubprocessTest, DestructorReapsARunningChild) {
+  pid_t pid;
+  {
+    SubprocessOptions o;
+    o.argv = {"/bin/sleep", "100"};
+    auto p = Subprocess::Start(o);
+    ASSERT_TRUE(p.ok());
+    pid = (*p)->pid();
+  }
+  EXPECT_NE(::kill(pid, 0), 0);  // gone, and reaped (no zombie to signal)
+}
+
+TEST(SubprocessTest, ExecFailureIsExit127) {
+  SubprocessOptions o;
+  o.argv = {"/nonexistent/binary"};
+  auto p = Subprocess::Start(o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(DescribeWaitStatus(*(*p)->Wait(absl::Seconds(30))), "exit 127");
+}
+
+TEST(SubprocessTest, FreePortsAreUsable) {
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  EXPECT_GT(*port, 0);
+}
+
+}  // namespace
+}  // namespace psrt
