@@ -1,0 +1,46 @@
+// The Chief gRPC service: the edge between the network and the chief's
+// TaskRegistry and coordinator. Status is converted to gRPC here only.
+//
+// Handlers run on gRPC's threads; the callbacks they call must be
+// thread-safe. Set callbacks before the server starts.
+#ifndef PSRT_CHIEF_CHIEF_SERVICE_H_
+#define PSRT_CHIEF_CHIEF_SERVICE_H_
+
+#include <functional>
+
+#include "chief/task_registry.h"
+#include "proto/chief_service.grpc.pb.h"
+
+namespace psrt {
+
+class ChiefServiceImpl final : public Chief::Service {
+ public:
+  // `registry` is not owned and must outlive the service.
+  ChiefServiceImpl(TaskRegistry* registry, uint64_t chief_incarnation)
+      : registry_(registry), incarnation_(chief_incarnation) {}
+
+  // What to tell a task in answer to its heartbeat (default CONTINUE).
+  std::function<HeartbeatResponse::Command(const TaskId&)> command_for;
+  // A task's report that another failed.
+  std::function<void(const ReportFailureRequest&)> on_failure;
+  // Called after each registration, with its kind.
+  std::function<void(const TaskInfo&, TaskRegistry::Registration)> on_register;
+  std::function<JobStatusResponse()> job_status;
+
+  grpc::Status Register(grpc::ServerContext*, const RegisterRequest* req,
+                        RegisterResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* req,
+                         HeartbeatResponse* resp) override;
+  grpc::Status ReportFailure(grpc::ServerContext*, const ReportFailureRequest* req,
+                             ReportFailureResponse* resp) override;
+  grpc::Status JobStatus(grpc::ServerContext*, const JobStatusRequest* req,
+                         JobStatusResponse* resp) override;
+
+ private:
+  TaskRegistry* const registry_;
+  const uint64_t incarnation_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_CHIEF_CHIEF_SERVICE_H_

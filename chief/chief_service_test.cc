@@ -1,0 +1,88 @@
+// A real Chief service on a loopback socket and real ChiefLinks: they
+// register, heartbeat their progress, and register again on their own when
+// the chief restarts.
+#include "chief/chief_service.h"
+
+#include "chief/chief_client.h"
+#include "common/rpc/channel_cache.h"
+#include "common/subprocess.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+struct ChiefUnderTest {
+  ChiefUnderTest(const ClusterSpec& spec, const std::string& address, uint64_t incarnation)
+      : registry(spec, absl::Seconds(10)), service(&registry, incarnation) {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&service);
+    server = b.BuildAndStart();
+  }
+  ~ChiefUnderTest() { server->Shutdown(); }
+  TaskRegistry registry;
+  ChiefServiceImpl service;
+  std::unique_ptr<grpc::Server> server;
+};
+
+TaskInfo Self(const std::string& task, uint64_t incarnation) {
+  TaskInfo t;
+  *t.mutable_task() = *ParseTaskId(task);
+  t.set_incarnation(incarnation);
+  return t;
+}
+
+template <typename F>
+bool WaitUntil(F f, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (!f()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));  // polling a condition, with a deadline
+  }
+  return true;
+}
+
+TEST(ChiefServiceTest, LinksRegisterHeartbeatAndComeBackAfterAChiefRestart) {
+  std::string address = "127.0.0.1:" + std::to_string(*PickFreePort());
+  ClusterSpec spec = *ClusterSpec::FromJson(
+      absl::StrCat(R"({"chief": [")", address, R"("], "ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]})"),
+      "test");
+  auto chief = std::make_unique<ChiefUnderTest>(spec, address, 77);
+  std::atomic<int> pauses{0};
+  chief->service.command_for = [](const TaskId& t) {
+    return t.job() == "worker" ? HeartbeatResponse::PAUSE : HeartbeatResponse::CONTINUE;
+  };
+
+  ChannelCache channels;
+  ChiefLinkOptions o;
+  o.heartbeat_interval = absl::Milliseconds(20);
+  ChiefLink worker(channels.Get(address), address, Self("worker:0", 5), o);
+  worker.set_progress([] { return Progress{123, 0.25f, 900.0, 2}; });
+  worker.set_on_command([&](HeartbeatResponse::Command c) {
+    if (c == HeartbeatResponse::PAUSE) ++pauses;
+  });
+  worker.Start();
+  ASSERT_TRUE(worker.WaitRegistered(absl::Seconds(20)));
+  ASSERT_TRUE(WaitUntil([&] { return chief->registry.Get(*ParseTaskId("worker:0")).step == 123; },
+                        absl::Seconds(20)));
+  EXPECT_EQ(chief->registry.Get(*ParseTaskId("worker:0")).epoch, 2);
+  ASSERT_TRUE(WaitUntil([&] { return pauses.load() > 0; }, absl::Seconds(20)));
+
+  auto status = worker.client()->JobStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->task_size(), 3);
+
+  // The chief restarts with an empty registry; the link notices on its next
+  // heartbeat and registers again.
+  chief.reset();
+  chief = std::make_unique<ChiefUnderTest>(spec, address, 78);
+  ASSERT_TRUE(WaitUntil([&] { return chief->registry.Get(*ParseTaskId("worker:0")).info.incarnation() == 5; },
+                        absl::Seconds(20)));
+  EXPECT_TRUE(chief->registry.Missing().size() == 2);
+  worker.Stop();
+}
+
+}  // namespace
+}  // namespace psrt
