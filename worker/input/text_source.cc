@@ -6,6 +6,9 @@ namespace psrt {
 
 absl::Status LineReader::Reset() {
   if (files_.empty()) return absl::InvalidArgumentError("no input files");
+  for (const std::string& f : files_) {
+    if (!std::ifstream(f)) return absl::NotFoundError(absl::StrCat("cannot open ", f));
+  }
   in_.close();
   in_.clear();
   file_index_ = 0;

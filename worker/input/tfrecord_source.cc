@@ -20,6 +20,7 @@ class TfRecordSource : public ExampleSource {
 
   absl::Status Reset() override {
     if (files_.empty()) return absl::InvalidArgumentError("no input files");
+    for (const std::string& f : files_) RETURN_IF_ERROR(RecordReader::Open(f).status());
     file_index_ = 0;
     reader_.reset();
     return absl::OkStatus();

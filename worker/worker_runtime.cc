@@ -1,0 +1,260 @@
+#include "worker/worker_runtime.h"
+
+#include <signal.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace psrt {
+namespace {
+
+// Errors that mean "the parameters are not there right now": a PS down,
+// restarted without its state, or restored under us. The chief recovers;
+// the worker waits for its word.
+bool IsPsFailure(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kFailedPrecondition:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> DefaultDataset(const WorkerAssignment& a) {
+  DatasetOptions o;
+  o.input = a.input();
+  o.split = a.input().train();
+  o.shard_index = a.shard_index();
+  o.num_shards = std::max(1, a.num_shards());
+  o.seed = a.seed();
+  return Dataset::Create(o);
+}
+
+}  // namespace
+
+WorkerRuntime::WorkerRuntime(WorkerOptions options, WorkerDeps deps)
+    : options_(options), deps_(std::move(deps)) {}
+
+WorkerRuntime::~WorkerRuntime() { Shutdown(); }
+
+void WorkerRuntime::JoinLoop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
+  {
+    absl::MutexLock lock(&mu_);
+    bool active = state_ == WorkerStatusResponse::RUNNING || state_ == WorkerStatusResponse::PAUSED;
+    if (active && assignment.generation() <= generation_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker already running generation ", generation_));
+    }
+  }
+  JoinLoop();
+  if (assignment.end_step() < assignment.start_step()) {
+    return absl::InvalidArgumentError(absl::StrCat("assignment ends at step ", assignment.end_step(),
+                                                   " before its start ", assignment.start_step()));
+  }
+  auto fail = [this](const absl::Status& s) {
+    absl::MutexLock lock(&mu_);
+    state_ = WorkerStatusResponse::FAILED;
+    error_ = std::string(s.message());
+    return s;
+  };
+  auto make_dataset = deps_.make_dataset ? deps_.make_dataset : DefaultDataset;
+  absl::StatusOr<std::unique_ptr<Dataset>> dataset = make_dataset(assignment);
+  if (!dataset.ok()) return fail(dataset.status());
+  absl::StatusOr<std::unique_ptr<StepRunner>> runner = deps_.make_runner(assignment);
+  if (!runner.ok()) return fail(runner.status());
+  absl::StatusOr<std::unique_ptr<ParameterClient>> client = deps_.make_client(assignment);
+  if (!client.ok()) return fail(client.status());
+  dataset_ = *std::move(dataset);
+  runner_ = *std::move(runner);
+  client_ = *std::move(client);
+
+  absl::MutexLock lock(&mu_);
+  assignment_ = assignment;
+  generation_ = assignment.generation();
+  next_step_ = assignment.start_step();
+  state_ = WorkerStatusResponse::RUNNING;
+  pause_requested_ = false;
+  stop_ = false;
+  error_.clear();
+  device_ = runner_->device();
+  ++interruptions_;
+  LOG(INFO) << "worker " << options_.index << " starts steps [" << assignment.start_step() << ", "
+            << assignment.end_step() << ") on " << device_ << ", generation " << generation_;
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (generation < generation_) {
+    return absl::AbortedError(absl::StrCat("pause for generation ", generation,
+                                           " but the worker is at ", generation_));
+  }
+  pause_requested_ = true;
+  ++interruptions_;
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !pushing_; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
+    return absl::DeadlineExceededError("a push is still in flight");
+  }
+  if (state_ == WorkerStatusResponse::RUNNING) state_ = WorkerStatusResponse::PAUSED;
+  return next_step_;
+}
+
+absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
+  absl::MutexLock lock(&mu_);
+  if (state_ != WorkerStatusResponse::PAUSED && state_ != WorkerStatusResponse::RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot resume a worker in state ", WorkerStatusResponse::State_Name(state_)));
+  }
+  if (generation < generation_) {
+    return absl::AbortedError(absl::StrCat("resume for generation ", generation,
+                                           " but the worker is at ", generation_));
+  }
+  generation_ = generation;
+  next_step_ = start_step;
+  pause_requested_ = false;
+  ++interruptions_;
+  error_.clear();
+  state_ = WorkerStatusResponse::RUNNING;
+  return absl::OkStatus();
+}
+
+void WorkerRuntime::Loop() {
+  while (true) {
+    int64_t step, generation;
+    {
+      absl::MutexLock lock(&mu_);
+      auto runnable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || (state_ == WorkerStatusResponse::RUNNING && !pause_requested_);
+      };
+      mu_.Await(absl::Condition(&runnable));
+      if (stop_) return;
+      if (next_step_ >= assignment_.end_step()) {
+        state_ = WorkerStatusResponse::DONE;
+        LOG(INFO) << "worker " << options_.index << " finished at step " << next_step_;
+        return;
+      }
+      step = next_step_;
+      generation = generation_;
+    }
+    RunStep(step, generation);
+  }
+}
+
+void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
+  if (options_.kill_at_step > 0 && step == options_.kill_at_step) {
+    LOG(WARNING) << "fault injection: killing worker " << options_.index << " at step " << step;
+    ::raise(SIGKILL);
+  }
+  int64_t seen;
+  {
+    absl::MutexLock lock(&mu_);
+    seen = interruptions_;
+  }
+  const absl::Time start = absl::Now();
+  Batch batch;
+  absl::Status status = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(bool more, dataset_->Next(&batch));
+    if (!more) return absl::OutOfRangeError("the input ran out");
+    return absl::OkStatus();
+  }();
+  StepResult result;
+  if (status.ok()) {
+    status = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(TensorMap dense, client_->Pull(runner_->DenseVariables(), step));
+      ASSIGN_OR_RETURN(RowRequest rows, runner_->SparseRows(batch));
+      TensorMap pulled_rows;
+      if (!rows.empty()) {
+        ASSIGN_OR_RETURN(pulled_rows, client_->PullRows(rows, step));
+      }
+      ASSIGN_OR_RETURN(result, runner_->Run(dense, pulled_rows, batch));
+      return absl::OkStatus();
+    }();
+  }
+  if (status.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (interruptions_ != seen || stop_) return;  // paused or resumed under us: drop it
+      pushing_ = true;
+    }
+    RequestId id;
+    id.set_worker(options_.index);
+    id.set_worker_incarnation(options_.incarnation);
+    id.set_step(step);
+    status = client_->Push(id, result.dense_gradients, result.sparse_gradients);
+    absl::MutexLock lock(&mu_);
+    pushing_ = false;
+    if (status.ok()) {
+      if (next_step_ == step) next_step_ = step + 1;
+      double dt = absl::ToDoubleSeconds(absl::Now() - start);
+      double eps = dt > 0 ? batch.size / dt : 0;
+      examples_per_sec_ = examples_per_sec_ == 0 ? eps : 0.9 * examples_per_sec_ + 0.1 * eps;
+      loss_ = result.loss;
+      epoch_ = batch.epoch;
+      return;
+    }
+  }
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+    LOG(WARNING) << "step " << step << " timed out, retrying: " << status;
+    return;
+  }
+  if (IsPsFailure(status)) {
+    LOG(WARNING) << "step " << step << ": parameter server failure, waiting for the chief: "
+                 << status;
+    if (deps_.report_failure) deps_.report_failure(status, step);
+    absl::MutexLock lock(&mu_);
+    if (interruptions_ == seen && state_ == WorkerStatusResponse::RUNNING) {
+      state_ = WorkerStatusResponse::PAUSED;
+      error_ = std::string(status.message());
+    }
+    return;
+  }
+  LOG(ERROR) << "step " << step << " failed: " << status;
+  absl::MutexLock lock(&mu_);
+  state_ = WorkerStatusResponse::FAILED;
+  error_ = absl::StrCat("step ", step, ": ", status.message());
+  stop_ = true;
+}
+
+WorkerStatusResponse WorkerRuntime::Status() const {
+  absl::MutexLock lock(&mu_);
+  WorkerStatusResponse r;
+  r.set_state(state_);
+  r.set_step(next_step_);
+  r.set_loss(loss_);
+  r.set_examples_per_sec(examples_per_sec_);
+  r.set_incarnation(options_.incarnation);
+  r.set_device(device_);
+  r.set_error(error_);
+  return r;
+}
+
+Progress WorkerRuntime::progress() const {
+  absl::MutexLock lock(&mu_);
+  return Progress{next_step_, loss_, examples_per_sec_, epoch_};
+}
+
+WorkerStatusResponse::State WorkerRuntime::WaitFinished(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ == WorkerStatusResponse::DONE || state_ == WorkerStatusResponse::FAILED;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&finished), timeout);
+  return state_;
+}
+
+void WorkerRuntime::Shutdown() { JoinLoop(); }
+
+}  // namespace psrt

@@ -1,0 +1,109 @@
+// WorkerRuntime: the pull / compute / push loop of one worker task, and the state
+// machine the chief drives through the Worker service.
+//
+//   IDLE --Start--> RUNNING --Pause--> PAUSED --Resume--> RUNNING --end--> DONE
+//                      |  a PS call fails (UNAVAILABLE, lost state)  ^
+//                      +------> PAUSED, failure reported to chief ----+ Resume
+//                      +------> FAILED (a bug or bad job: no retry)
+//
+// The invariant that matters: a gradient is pushed only if no Pause or
+// Resume came between the pull it was computed from and its push. Pause
+// waits for a push already on the wire (so a checkpoint taken after Pause
+// returns sees it or not, never half), and a step interrupted anywhere else
+// is dropped and recomputed. After a restore the chief resumes with a new
+// generation and the step of the checkpoint, so nothing computed against the
+// parameters before the restore is ever pushed to the ones after it.
+//
+// Thread-safe: gRPC handlers call Start/Pause/Resume/Status while the loop
+// runs on its own thread.
+#ifndef PSRT_WORKER_WORKER_RUNTIME_H_
+#define PSRT_WORKER_WORKER_RUNTIME_H_
+
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chief/chief_client.h"
+#include "proto/worker_service.pb.h"
+#include "worker/input/dataset.h"
+#include "worker/interfaces.h"
+
+namespace psrt {
+
+struct WorkerDeps {
+  std::function<absl::StatusOr<std::unique_ptr<ParameterClient>>(const WorkerAssignment&)>
+      make_client;
+  std::function<absl::StatusOr<std::unique_ptr<StepRunner>>(const WorkerAssignment&)> make_runner;
+  // Default: the assignment's input, train split, this worker's shard.
+  std::function<absl::StatusOr<std::unique_ptr<Dataset>>(const WorkerAssignment&)> make_dataset;
+  // Tells the chief a PS call failed (may be null).
+  std::function<void(const absl::Status&, int64_t step)> report_failure;
+};
+
+struct WorkerOptions {
+  int index = 0;  // worker:index
+  uint64_t incarnation = 0;
+  // Fault injection: SIGKILL ourselves when about to run this step (0 =
+  // never), so fault tests and demos kill a worker at a chosen step.
+  int64_t kill_at_step = 0;
+};
+
+class WorkerRuntime {
+ public:
+  WorkerRuntime(WorkerOptions options, WorkerDeps deps);
+  ~WorkerRuntime();  // Shutdown()
+
+  // Takes an assignment and starts the loop. A new Start replaces a
+  // finished, failed or idle run, or any run of an older generation (a
+  // restarted chief); a second Start of the same generation while running is
+  // FAILED_PRECONDITION.
+  absl::Status Start(const WorkerAssignment& assignment);
+  // Stops before the next push. Returns the first step not pushed.
+  absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout);
+  // Continues from `start_step` under `generation`.
+  absl::Status Resume(int64_t start_step, int64_t generation);
+  WorkerStatusResponse Status() const;
+  Progress progress() const;
+  // Stops the loop and joins it.
+  void Shutdown();
+  // Blocks until DONE or FAILED, or `timeout`; returns the state.
+  WorkerStatusResponse::State WaitFinished(absl::Duration timeout) const;
+
+ private:
+  void Loop();
+  void RunStep(int64_t step, int64_t generation);
+  void JoinLoop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const WorkerOptions options_;
+  const WorkerDeps deps_;
+
+  mutable absl::Mutex mu_;
+  WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
+  WorkerStatusResponse::State state_ ABSL_GUARDED_BY(mu_) = WorkerStatusResponse::IDLE;
+  bool pause_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool pushing_ ABSL_GUARDED_BY(mu_) = false;
+  // Bumped by every Pause and Resume: a step that saw another value between
+  // its pull and its push is dropped.
+  int64_t interruptions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string error_ ABSL_GUARDED_BY(mu_);
+  std::string device_ ABSL_GUARDED_BY(mu_);
+  float loss_ ABSL_GUARDED_BY(mu_) = 0;
+  double examples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
+  int epoch_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Owned by the loop thread while it runs.
+  std::unique_ptr<ParameterClient> client_;
+  std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<Dataset> dataset_;
+  std::thread thread_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_WORKER_RUNTIME_H_

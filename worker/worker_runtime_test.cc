@@ -1,0 +1,207 @@
+// The worker's loop against an in-memory parameter store and a quadratic
+// "model", with failures injected where a real PS would fail.
+#include "worker/worker_runtime.h"
+
+#include <fstream>
+#include <set>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// w -= 0.1 * grad on every push; records the step of each push.
+class FakePs : public ParameterClient {
+ public:
+  absl::StatusOr<TensorMap> Pull(const std::vector<std::string>&, int64_t step) override {
+    absl::Notification* gate = nullptr;
+    {
+      absl::MutexLock l(&mu);
+      if (fail_pull_at == step) {
+        fail_pull_at = -1;
+        return absl::UnavailableError("ps:0 is gone");
+      }
+      if (block_pull_at == step) {
+        block_pull_at = -1;
+        gate = &release;
+        pulled_blocked.Notify();
+      }
+    }
+    if (gate) gate->WaitForNotification();
+    absl::MutexLock l(&mu);
+    return TensorMap{{"w", Tensor::FromVector<float>({w}, TensorShape({1}))}};
+  }
+  absl::StatusOr<TensorMap> PullRows(const RowRequest&, int64_t) override { return TensorMap{}; }
+  absl::Status Push(const RequestId& id, const TensorMap& dense,
+                    const std::map<std::string, std::pair<Tensor, Tensor>>&) override {
+    absl::MutexLock l(&mu);
+    w -= 0.1f * dense.at("w").data<float>()[0];
+    pushed.push_back(id.step());
+    return absl::OkStatus();
+  }
+
+  absl::Mutex mu;
+  float w = 0;
+  std::vector<int64_t> pushed;
+  int64_t fail_pull_at = -1;
+  int64_t block_pull_at = -1;
+  absl::Notification pulled_blocked, release;
+};
+
+// loss = (w - 3)^2 per batch.
+class QuadraticRunner : public StepRunner {
+ public:
+  std::vector<std::string> DenseVariables() const override { return {"w"}; }
+  absl::StatusOr<RowRequest> SparseRows(const Batch&) const override { return RowRequest{}; }
+  absl::StatusOr<StepResult> Run(const TensorMap& dense, const TensorMap&, const Batch&) override {
+    float w = dense.at("w").data<float>()[0];
+    StepResult r;
+    r.loss = (w - 3) * (w - 3);
+    r.dense_gradients["w"] = Tensor::FromVector<float>({2 * (w - 3)}, TensorShape({1}));
+    return r;
+  }
+  std::string device() const override { return "cpu"; }
+};
+
+WorkerAssignment Assignment(int64_t steps, int64_t generation = 1) {
+  static const std::string path = [] {
+    std::string p = ::testing::TempDir() + "/worker_test.csv";
+    std::ofstream(p) << "1,0\n2,1\n3,0\n4,1\n";
+    return p;
+  }();
+  WorkerAssignment a;
+  a.mutable_input()->set_format(InputDef::CSV);
+  a.mutable_input()->set_batch_size(2);
+  auto* f = a.mutable_input()->add_feature();
+  f->set_name("x");
+  f->add_shape(1);
+  a.mutable_input()->mutable_train()->add_files(path);
+  a.set_num_shards(1);
+  a.set_start_step(0);
+  a.set_end_step(steps);
+  a.set_generation(generation);
+  return a;
+}
+
+struct Harness {
+  Harness() {
+    WorkerDeps deps;
+    deps.make_client = [this](const WorkerAssignment&) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
+      return std::unique_ptr<ParameterClient>(new Forward(&ps));
+    };
+    deps.make_runner = [](const WorkerAssignment&) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+      return std::unique_ptr<StepRunner>(new QuadraticRunner());
+    };
+    deps.report_failure = [this](const absl::Status& s, int64_t step) {
+      absl::MutexLock l(&mu);
+      failures.push_back(absl::StrCat(step, ": ", s.message()));
+    };
+    worker = std::make_unique<WorkerRuntime>(WorkerOptions{0, 99}, deps);
+  }
+  // The worker owns its client; this one forwards to the shared fake.
+  struct Forward : ParameterClient {
+    explicit Forward(FakePs* p) : ps(p) {}
+    absl::StatusOr<TensorMap> Pull(const std::vector<std::string>& v, int64_t s) override { return ps->Pull(v, s); }
+    absl::StatusOr<TensorMap> PullRows(const RowRequest& r, int64_t s) override { return ps->PullRows(r, s); }
+    absl::Status Push(const RequestId& id, const TensorMap& d,
+                      const std::map<std::string, std::pair<Tensor, Tensor>>& sp) override {
+      return ps->Push(id, d, sp);
+    }
+    FakePs* ps;
+  };
+  std::vector<int64_t> Pushed() {
+    absl::MutexLock l(&ps.mu);
+    return ps.pushed;
+  }
+
+  FakePs ps;
+  absl::Mutex mu;
+  std::vector<std::string> failures;
+  std::unique_ptr<WorkerRuntime> worker;
+};
+
+std::vector<int64_t> Range(int64_t a, int64_t b) {
+  std::vector<int64_t> v;
+  for (int64_t i = a; i < b; ++i) v.push_back(i);
+  return v;
+}
+
+TEST(WorkerTest, RunsEveryStepOnceAndLearns) {
+  Harness h;
+  ASSERT_TRUE(h.worker->Start(Assignment(60)).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 60));
+  EXPECT_NEAR(h.ps.w, 3.0f, 1e-3);
+  WorkerStatusResponse s = h.worker->Status();
+  EXPECT_EQ(s.step(), 60);
+  EXPECT_LT(s.loss(), 1e-4);
+  EXPECT_EQ(s.incarnation(), 99u);
+}
+
+TEST(WorkerTest, PsFailureReportsAndWaitsThenResumesFromTheChiefsStep) {
+  Harness h;
+  h.ps.fail_pull_at = 5;
+  ASSERT_TRUE(h.worker->Start(Assignment(10)).ok());
+  // Wait for the worker to park itself after the failure.
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (h.worker->Status().state() != WorkerStatusResponse::PAUSED && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  WorkerStatusResponse s = h.worker->Status();
+  ASSERT_EQ(s.state(), WorkerStatusResponse::PAUSED);
+  EXPECT_THAT(s.error(), HasSubstr("ps:0 is gone"));
+  EXPECT_EQ(h.Pushed(), Range(0, 5));
+  {
+    absl::MutexLock l(&h.mu);
+    ASSERT_EQ(h.failures.size(), 1u);
+    EXPECT_EQ(h.failures[0], "5: ps:0 is gone");
+  }
+  // The chief restored a checkpoint of step 3 and resumes from there.
+  EXPECT_EQ(h.worker->Resume(3, 0).code(), absl::StatusCode::kAborted);  // stale generation
+  ASSERT_TRUE(h.worker->Resume(3, 2).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  std::vector<int64_t> want = Range(0, 5);
+  for (int64_t i = 3; i < 10; ++i) want.push_back(i);
+  EXPECT_EQ(h.Pushed(), want);
+}
+
+TEST(WorkerTest, AStepInterruptedByPauseIsDroppedAndRecomputed) {
+  Harness h;
+  h.ps.block_pull_at = 4;
+  ASSERT_TRUE(h.worker->Start(Assignment(8)).ok());
+  h.ps.pulled_blocked.WaitForNotification();
+  auto paused_at = h.worker->Pause(1, absl::Seconds(10));
+  ASSERT_TRUE(paused_at.ok()) << paused_at.status();
+  EXPECT_EQ(*paused_at, 4);
+  EXPECT_EQ(h.worker->Status().state(), WorkerStatusResponse::PAUSED);
+  h.ps.release.Notify();  // the pull returns, but the step must not be pushed
+  ASSERT_TRUE(h.worker->Resume(4, 1).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 8));
+}
+
+TEST(WorkerTest, StartRulesAndBadAssignments) {
+  Harness h;
+  h.ps.block_pull_at = 1;
+  ASSERT_TRUE(h.worker->Start(Assignment(5)).ok());
+  EXPECT_EQ(h.worker->Start(Assignment(5)).code(), absl::StatusCode::kFailedPrecondition);
+  h.ps.pulled_blocked.WaitForNotification();
+  h.ps.release.Notify();
+  // A newer generation (a restarted chief) replaces the run.
+  ASSERT_TRUE(h.worker->Start(Assignment(3, 2)).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+
+  WorkerAssignment bad = Assignment(5, 3);
+  bad.mutable_input()->mutable_train()->set_files(0, "/nonexistent.csv");
+  absl::Status s = h.worker->Start(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(h.worker->Status().state(), WorkerStatusResponse::FAILED);
+  EXPECT_THAT(h.worker->Status().error(), HasSubstr("/nonexistent.csv"));
+}
+
+}  // namespace
+}  // namespace psrt
