@@ -1,7 +1,7 @@
 #include "chief/chief_client.h"
 
 #include "common/rpc/retry.h"
-#include "common/rpc/status_util.h"
+#include "common/rpc/unary_call.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -11,40 +11,24 @@ ChiefClient::ChiefClient(std::shared_ptr<grpc::Channel> channel, std::string add
     : address_(std::move(address)), timeout_(call_timeout), stub_(Chief::NewStub(channel)) {}
 
 absl::StatusOr<RegisterResponse> ChiefClient::Register(const TaskInfo& self) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
   RegisterRequest req;
   *req.mutable_task() = self;
-  RegisterResponse resp;
-  absl::Status s = FromGrpcStatus(stub_->Register(&ctx, req, &resp), address_, "Register");
-  if (!s.ok()) return s;
-  return resp;
+  return CallUnary(stub_.get(), &Chief::Stub::Register, req, timeout_, address_, "Register");
 }
 
 absl::StatusOr<HeartbeatResponse> ChiefClient::Heartbeat(const HeartbeatRequest& beat) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  HeartbeatResponse resp;
-  absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, beat, &resp), address_, "Heartbeat");
-  if (!s.ok()) return s;
-  return resp;
+  return CallUnary(stub_.get(), &Chief::Stub::Heartbeat, beat, timeout_, address_, "Heartbeat");
 }
 
 absl::Status ChiefClient::ReportFailure(const ReportFailureRequest& report) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  ReportFailureResponse resp;
-  return FromGrpcStatus(stub_->ReportFailure(&ctx, report, &resp), address_, "ReportFailure");
+  return CallUnary(stub_.get(), &Chief::Stub::ReportFailure, report, timeout_, address_,
+                   "ReportFailure")
+      .status();
 }
 
 absl::StatusOr<JobStatusResponse> ChiefClient::JobStatus() {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  JobStatusRequest req;
-  JobStatusResponse resp;
-  absl::Status s = FromGrpcStatus(stub_->JobStatus(&ctx, req, &resp), address_, "JobStatus");
-  if (!s.ok()) return s;
-  return resp;
+  return CallUnary(stub_.get(), &Chief::Stub::JobStatus, JobStatusRequest(), timeout_, address_,
+                   "JobStatus");
 }
 
 ChiefLink::ChiefLink(std::shared_ptr<grpc::Channel> channel, std::string chief_address,

@@ -1,0 +1,97 @@
+#include "chief/cluster_clients.h"
+
+#include "common/rpc/unary_call.h"
+#include "common/status_macros.h"
+
+namespace psrt {
+namespace {
+
+constexpr absl::Duration kControlTimeout = absl::Seconds(30);
+// A restore or a durable snapshot writes every byte the PS holds.
+constexpr absl::Duration kStorageTimeout = absl::Minutes(10);
+
+}  // namespace
+
+PsAdmin::PsAdmin(std::shared_ptr<grpc::Channel> channel, std::string name)
+    : name_(std::move(name)), stub_(ParameterServer::NewStub(channel)) {}
+
+absl::StatusOr<CreateVariablesResponse> PsAdmin::CreateVariables(const CreateVariablesRequest& req) {
+  return CallUnary(stub_.get(), &ParameterServer::Stub::CreateVariables, req, kControlTimeout,
+                   name_, "CreateVariables");
+}
+
+absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::string& dir,
+                                                   bool wait_durable, int keep) {
+  SnapshotRequest req;
+  req.set_step(step);
+  req.set_checkpoint_dir(dir);
+  req.set_wait_durable(wait_durable);
+  req.set_keep(keep);
+  return CallUnary(stub_.get(), &ParameterServer::Stub::Snapshot, req, kStorageTimeout, name_,
+                   "Snapshot");
+}
+
+absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string& dir) {
+  RestoreRequest req;
+  req.set_step(step);
+  req.set_checkpoint_dir(dir);
+  return CallUnary(stub_.get(), &ParameterServer::Stub::Restore, req, kStorageTimeout, name_,
+                   "Restore");
+}
+
+absl::StatusOr<PsStatusResponse> PsAdmin::Status(absl::Duration timeout) {
+  return CallUnary(stub_.get(), &ParameterServer::Stub::Status, PsStatusRequest(), timeout, name_,
+                   "Status");
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> PsAdmin::Pull(
+    const std::vector<std::string>& names) {
+  PullRequest req;
+  for (const auto& n : names) req.add_variable(n);
+  req.set_worker(-1);  // the chief: never waits on a sync step
+  ASSIGN_OR_RETURN(PullResponse resp, CallUnary(stub_.get(), &ParameterServer::Stub::Pull, req,
+                                                kControlTimeout, name_, "Pull"));
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const NamedTensor& nt : resp.tensor()) {
+    ASSIGN_OR_RETURN(Tensor t, Tensor::FromProto(nt.tensor()));
+    out.emplace_back(nt.name(), std::move(t));
+  }
+  return out;
+}
+
+WorkerControl::WorkerControl(std::shared_ptr<grpc::Channel> channel, std::string name)
+    : name_(std::move(name)), stub_(Worker::NewStub(channel)) {}
+
+absl::Status WorkerControl::Start(const WorkerAssignment& assignment) {
+  StartRequest req;
+  *req.mutable_assignment() = assignment;
+  return CallUnary(stub_.get(), &Worker::Stub::Start, req, kControlTimeout, name_, "Start").status();
+}
+
+absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation) {
+  PauseRequest req;
+  req.set_generation(generation);
+  ASSIGN_OR_RETURN(PauseResponse resp,
+                   CallUnary(stub_.get(), &Worker::Stub::Pause, req, kControlTimeout, name_, "Pause"));
+  return resp.step();
+}
+
+absl::Status WorkerControl::Resume(int64_t start_step, int64_t generation) {
+  ResumeRequest req;
+  req.set_start_step(start_step);
+  req.set_generation(generation);
+  return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kControlTimeout, name_, "Resume").status();
+}
+
+absl::StatusOr<WorkerStatusResponse> WorkerControl::Status(absl::Duration timeout) {
+  return CallUnary(stub_.get(), &Worker::Stub::Status, WorkerStatusRequest(), timeout, name_,
+                   "Status");
+}
+
+absl::Status WorkerControl::Shutdown() {
+  return CallUnary(stub_.get(), &Worker::Stub::Shutdown, ShutdownRequest(), kControlTimeout, name_,
+                   "Shutdown")
+      .status();
+}
+
+}  // namespace psrt

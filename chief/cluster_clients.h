@@ -1,0 +1,60 @@
+// The chief's handles on the other tasks: control-plane calls to each PS
+// (create, snapshot, restore, status, and whole-variable pulls for
+// evaluation) and to each worker (start, pause, resume, status, shutdown).
+// Each call has a deadline and an error that names the task and method.
+//
+// Thread-compatible; the coordinator's thread uses them.
+#ifndef PSRT_CHIEF_CLUSTER_CLIENTS_H_
+#define PSRT_CHIEF_CLUSTER_CLIENTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/rpc/channel_cache.h"
+#include "common/tensor.h"
+#include "proto/ps_service.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
+
+namespace psrt {
+
+class PsAdmin {
+ public:
+  PsAdmin(std::shared_ptr<grpc::Channel> channel, std::string name);
+
+  absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req);
+  absl::StatusOr<SnapshotResponse> Snapshot(int64_t step, const std::string& dir, bool wait_durable,
+                                            int keep);
+  absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir);
+  absl::StatusOr<PsStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
+  // Whole tensors (or slices this PS holds) by name, over the protobuf path.
+  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Pull(
+      const std::vector<std::string>& names);
+  const std::string& name() const { return name_; }
+
+ private:
+  const std::string name_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
+class WorkerControl {
+ public:
+  WorkerControl(std::shared_ptr<grpc::Channel> channel, std::string name);
+
+  absl::Status Start(const WorkerAssignment& assignment);
+  absl::StatusOr<int64_t> Pause(int64_t generation);
+  absl::Status Resume(int64_t start_step, int64_t generation);
+  absl::StatusOr<WorkerStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
+  absl::Status Shutdown();
+  const std::string& name() const { return name_; }
+
+ private:
+  const std::string name_;
+  std::unique_ptr<Worker::Stub> stub_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_CHIEF_CLUSTER_CLIENTS_H_
