@@ -1,0 +1,54 @@
+// Optimizer update rules, shared by the parameter server (server-side
+// apply) and the in-process trainer, so both run the same arithmetic.
+//
+// Each rule updates n contiguous floats of a variable in place from a
+// gradient, with its slots (per-element state such as Adam's moments) beside
+// it. A dense variable is one call over all its elements; a sparse update is
+// one call per touched row (lazy: untouched rows and their slots stay as
+// they are). `t` is the 1-based count of updates of this variable, for
+// Adam's bias correction.
+//
+// Equations follow TensorFlow/Keras (tf.keras.optimizers): SGD; Momentum
+// (accum = m*accum + g; var -= lr*accum, or Nesterov var -= lr*(g + m*accum));
+// Adagrad (accum += g^2; var -= lr*g/(sqrt(accum)+eps)); Adam (m, v moments,
+// lr_t = lr*sqrt(1-b2^t)/(1-b1^t), var -= lr_t*m/(sqrt(v)+eps)); FTRL-proximal
+// (TF's ApplyFtrl with l1, l2 and learning_rate_power).
+//
+// Thread-compatible and stateless between calls: callers own the slots and
+// the locking.
+#ifndef PSRT_COMMON_OPTIMIZER_H_
+#define PSRT_COMMON_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace psrt {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // Refuses a missing optimizer, a non-positive learning rate and
+  // out-of-range hyper-parameters, naming them.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerDef& def);
+
+  virtual std::string name() const = 0;
+  // Slot names ("momentum", "m", "v", "accumulator", "linear"), in order.
+  virtual std::vector<std::string> slot_names() const = 0;
+  int num_slots() const { return static_cast<int>(slot_names().size()); }
+  // The value every element of slot i starts at.
+  virtual float slot_initial_value(int i) const { return 0.0f; }
+
+  // var[0..n) -= update(grad[0..n), slots[k][0..n)).
+  virtual void Apply(float* var, const float* grad, int64_t n, float* const* slots,
+                     int64_t t) const = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_OPTIMIZER_H_

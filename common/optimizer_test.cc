@@ -1,0 +1,103 @@
+// Each rule against values worked out by hand from the published update
+// equations, two steps from var = 1 with gradient 0.5.
+#include "common/optimizer.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Optimizer> Make(const std::string& text) {
+  OptimizerDef def;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &def)) << text;
+  auto o = Optimizer::Create(def);
+  EXPECT_TRUE(o.ok()) << o.status();
+  return *std::move(o);
+}
+
+// Two steps on 3 elements (all start at 1, gradient 0.5); returns the
+// variable after each step (all elements must agree).
+std::vector<float> TwoSteps(const Optimizer& opt) {
+  std::vector<float> var(3, 1.0f), grad(3, 0.5f);
+  std::vector<std::vector<float>> slots;
+  for (int i = 0; i < opt.num_slots(); ++i) slots.emplace_back(3, opt.slot_initial_value(i));
+  std::vector<float*> ptrs;
+  for (auto& s : slots) ptrs.push_back(s.data());
+  std::vector<float> out;
+  for (int t = 1; t <= 2; ++t) {
+    opt.Apply(var.data(), grad.data(), 3, ptrs.data(), t);
+    EXPECT_EQ(var[0], var[2]);
+    out.push_back(var[0]);
+  }
+  return out;
+}
+
+TEST(OptimizerTest, Sgd) {
+  auto o = Make("sgd { learning_rate: 0.1 }");
+  EXPECT_THAT(TwoSteps(*o), testing::ElementsAre(testing::FloatNear(0.95f, 1e-6), testing::FloatNear(0.9f, 1e-6)));
+}
+
+TEST(OptimizerTest, MomentumAndNesterov) {
+  // accum = 0.5 -> var 0.95; accum = 0.9*0.5+0.5 = 0.95 -> var 0.855.
+  EXPECT_THAT(TwoSteps(*Make("momentum { learning_rate: 0.1 momentum: 0.9 }")),
+              testing::ElementsAre(testing::FloatNear(0.95f, 1e-6), testing::FloatNear(0.855f, 1e-6)));
+  // Nesterov: var -= 0.1*(0.5 + 0.9*0.5) = 0.095 -> 0.905; then 0.1*(0.5+0.855) -> 0.7695.
+  EXPECT_THAT(TwoSteps(*Make("momentum { learning_rate: 0.1 momentum: 0.9 nesterov: true }")),
+              testing::ElementsAre(testing::FloatNear(0.905f, 1e-6), testing::FloatNear(0.7695f, 1e-6)));
+}
+
+TEST(OptimizerTest, Adagrad) {
+  // accum = 0.1 + 0.25 = 0.35; var = 1 - 0.1*0.5/sqrt(0.35).
+  auto v = TwoSteps(*Make("adagrad { learning_rate: 0.1 }"));
+  EXPECT_NEAR(v[0], 0.9154846f, 1e-6);
+  EXPECT_NEAR(v[1], 0.9154846f - 0.05f / std::sqrt(0.6f), 1e-6);
+}
+
+TEST(OptimizerTest, AdamWithBiasCorrection) {
+  // With a constant gradient the corrected step is lr: 0.9, then 0.8.
+  auto v = TwoSteps(*Make("adam { learning_rate: 0.1 }"));
+  EXPECT_NEAR(v[0], 0.90000063f, 1e-6);
+  EXPECT_NEAR(v[1], 0.80000108f, 1e-6);
+}
+
+TEST(OptimizerTest, FtrlProximal) {
+  auto v = TwoSteps(*Make("ftrl { learning_rate: 0.1 l1: 0.01 l2: 0.02 }"));
+  EXPECT_NEAR(v[0], 0.37672466f, 1e-6);
+  EXPECT_NEAR(v[1], 0.31250656f, 1e-6);
+}
+
+TEST(OptimizerTest, FtrlL1DrivesSmallWeightsToExactZero) {
+  auto o = Make("ftrl { learning_rate: 0.1 l1: 10 }");
+  std::vector<float> var = {1.0f}, grad = {0.5f}, acc = {0.1f}, lin = {0.0f};
+  float* slots[] = {acc.data(), lin.data()};
+  o->Apply(var.data(), grad.data(), 1, slots, 1);
+  EXPECT_EQ(var[0], 0.0f);
+}
+
+TEST(OptimizerTest, SlotsAndNames) {
+  EXPECT_EQ(Make("adam { learning_rate: 0.1 }")->slot_names(), (std::vector<std::string>{"m", "v"}));
+  EXPECT_EQ(Make("sgd { learning_rate: 0.1 }")->num_slots(), 0);
+  EXPECT_EQ(Make("adagrad { learning_rate: 0.1 initial_accumulator: 0.5 }")->slot_initial_value(0), 0.5f);
+}
+
+TEST(OptimizerTest, RefusesBadDefinitions) {
+  auto err = [](const std::string& text) {
+    OptimizerDef def;
+    google::protobuf::TextFormat::ParseFromString(text, &def);
+    return std::string(Optimizer::Create(def).status().message());
+  };
+  EXPECT_THAT(err(""), HasSubstr("none given"));
+  EXPECT_THAT(err("sgd { learning_rate: 0 }"), HasSubstr("optimizer.sgd.learning_rate must be positive"));
+  EXPECT_THAT(err("adam { learning_rate: 0.1 beta1: 1.5 }"), HasSubstr("optimizer.adam.beta1"));
+  EXPECT_THAT(err("momentum { learning_rate: 0.1 momentum: -1 }"), HasSubstr("momentum.momentum"));
+  EXPECT_THAT(err("ftrl { learning_rate: 0.1 l1: -1 }"), HasSubstr("l1 and l2"));
+}
+
+}  // namespace
+}  // namespace psrt
