@@ -1,0 +1,266 @@
+#include "ps/variable.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/initializer.h"
+#include "common/status_macros.h"
+
+namespace psrt {
+namespace {
+
+constexpr int64_t kInitialHashRows = 1024;
+
+absl::Status Bad(const VariableDef& def, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("variable ", def.name(), ": ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def,
+                                                           const Optimizer* optimizer) {
+  if (def.name().empty()) return absl::InvalidArgumentError("variable with no name");
+  if (def.dtype() != DT_FLOAT) {
+    return Bad(def, absl::StrCat("dtype ", DataTypeName(def.dtype()), " (only float32 is trained)"));
+  }
+  ASSIGN_OR_RETURN(TensorShape full, TensorShape::FromProto(def.shape()));
+  if (def.kind() != VariableDef::DENSE && full.rank() != 2) {
+    return Bad(def, absl::StrCat("an embedding table is [rows, dim], not ", full.ToString()));
+  }
+  std::vector<int64_t> dims = full.dims();
+  if (def.kind() == VariableDef::HASH_TABLE) {
+    dims[0] = 0;
+  } else if (def.row_begin() != 0 || def.row_end() != 0) {
+    if (full.rank() == 0 || def.row_begin() < 0 || def.row_end() <= def.row_begin() ||
+        def.row_end() > full.dim(0)) {
+      return Bad(def, absl::StrCat("row slice [", def.row_begin(), ", ", def.row_end(),
+                                   ") does not fit shape ", full.ToString()));
+    }
+    dims[0] = def.row_end() - def.row_begin();
+  }
+  auto v = std::unique_ptr<Variable>(new Variable(def, TensorShape(dims), optimizer));
+  absl::MutexLock lock(&v->mu_);
+  if (def.kind() == VariableDef::HASH_TABLE) {
+    v->GrowLocked(kInitialHashRows);
+    return v;
+  }
+  v->value_ = Tensor(DT_FLOAT, v->shape_);
+  int64_t begin = def.row_end() > 0 ? def.row_begin() : 0;
+  int64_t rows = full.rank() == 0 ? 1 : v->shape_.dim(0);
+  RETURN_IF_ERROR(InitializeRows(def.initializer(), full, def.seed(), def.name(), begin,
+                                 begin + rows, v->value_.data<float>()));
+  for (int i = 0; i < optimizer->num_slots(); ++i) {
+    Tensor s(DT_FLOAT, v->shape_);
+    s.flat<float>().setConstant(optimizer->slot_initial_value(i));
+    v->slots_.push_back(std::move(s));
+  }
+  return v;
+}
+
+Variable::Variable(const VariableDef& def, TensorShape shape, const Optimizer* optimizer)
+    : def_(def),
+      shape_(std::move(shape)),
+      row_elements_(shape_.rank() == 0 ? 1 : shape_.row_elements()),
+      optimizer_(optimizer) {}
+
+absl::Status Variable::SameAs(const VariableDef& other) const {
+  if (other.kind() != def_.kind() || other.dtype() != def_.dtype() ||
+      other.shape().SerializeAsString() != def_.shape().SerializeAsString() ||
+      other.row_begin() != def_.row_begin() || other.row_end() != def_.row_end()) {
+    ASSIGN_OR_RETURN(TensorShape theirs, TensorShape::FromProto(other.shape()));
+    ASSIGN_OR_RETURN(TensorShape ours, TensorShape::FromProto(def_.shape()));
+    return Bad(def_, absl::StrCat("exists as ", VariableDef::Kind_Name(def_.kind()), " ",
+                                  ours.ToString(), " rows [", def_.row_begin(), ",", def_.row_end(),
+                                  "), asked for ", VariableDef::Kind_Name(other.kind()), " ",
+                                  theirs.ToString(), " rows [", other.row_begin(), ",",
+                                  other.row_end(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Variable::Read() const {
+  if (def_.kind() == VariableDef::HASH_TABLE) {
+    return Bad(def_, "a hash table is read by rows (PullRows), not whole");
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  return value_.Copy();
+}
+
+absl::Status Variable::ApplyDense(const Tensor& grad) {
+  if (def_.kind() == VariableDef::HASH_TABLE) return Bad(def_, "a hash table takes row gradients");
+  if (grad.dtype() != DT_FLOAT || grad.shape() != shape_) {
+    return Bad(def_, absl::StrCat("gradient is ", DataTypeName(grad.dtype()), grad.shape().ToString(),
+                                  ", the variable is float32", shape_.ToString()));
+  }
+  absl::MutexLock lock(&mu_);
+  ++updates_;
+  std::vector<float*> slots;
+  for (Tensor& s : slots_) slots.push_back(s.data<float>());
+  optimizer_->Apply(value_.data<float>(), grad.data<float>(), value_.NumElements(), slots.data(),
+                    updates_);
+  return absl::OkStatus();
+}
+
+absl::Status Variable::CheckIds(const Tensor& ids) const {
+  if (def_.kind() == VariableDef::DENSE) return Bad(def_, "a dense variable has no rows to pull");
+  if (ids.dtype() != DT_INT64 || ids.shape().rank() != 1) {
+    return Bad(def_, absl::StrCat("ids must be int64 [n], got ", DataTypeName(ids.dtype()),
+                                  ids.shape().ToString()));
+  }
+  if (def_.kind() == VariableDef::FIXED_TABLE) {
+    int64_t begin = def_.row_end() > 0 ? def_.row_begin() : 0;
+    int64_t end = begin + shape_.dim(0);
+    for (int64_t id : ids.span<int64_t>()) {
+      if (id < begin || id >= end) {
+        return absl::InvalidArgumentError(absl::StrCat("variable ", def_.name(), ": id ", id,
+                                                       " is out of range [", begin, ", ", end, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Variable::GrowLocked(int64_t rows) {
+  int64_t dim = def_.shape().dim(1);
+  int64_t used = static_cast<int64_t>(ids_.size());
+  auto grow = [&](Tensor* t, float fill) {
+    Tensor bigger(DT_FLOAT, TensorShape({rows, dim}));
+    if (t->IsValid()) std::memcpy(bigger.raw_data(), t->raw_data(), used * dim * sizeof(float));
+    std::fill(bigger.data<float>() + used * dim, bigger.data<float>() + rows * dim, fill);
+    *t = std::move(bigger);
+  };
+  grow(&value_, 0.0f);
+  slots_.resize(optimizer_->num_slots());
+  for (int i = 0; i < optimizer_->num_slots(); ++i) grow(&slots_[i], optimizer_->slot_initial_value(i));
+}
+
+int64_t Variable::RowOfLocked(int64_t id) {
+  if (def_.kind() == VariableDef::FIXED_TABLE) return id - (def_.row_end() > 0 ? def_.row_begin() : 0);
+  auto it = index_.find(id);
+  if (it != index_.end()) return it->second;
+  int64_t row = static_cast<int64_t>(ids_.size());
+  if (row == value_.shape().dim(0)) GrowLocked(2 * row);
+  ids_.push_back(id);
+  index_.emplace(id, row);
+  int64_t dim = def_.shape().dim(1);
+  // The initializer was checked when the variable was made.
+  (void)InitializeRow(def_.initializer(), TensorShape({0, dim}), def_.seed(), def_.name(), id,
+                      value_.data<float>() + row * dim);
+  return row;
+}
+
+absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids) {
+  RETURN_IF_ERROR(CheckIds(ids));
+  const int64_t n = ids.NumElements();
+  const int64_t dim = def_.shape().dim(1);
+  Tensor out(DT_FLOAT, TensorShape({n, dim}));
+  absl::MutexLock lock(&mu_);  // a hash table may grow
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t row = RowOfLocked(ids.data<int64_t>()[i]);
+    std::memcpy(out.data<float>() + i * dim, value_.data<float>() + row * dim, dim * sizeof(float));
+  }
+  return out;
+}
+
+absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
+  RETURN_IF_ERROR(CheckIds(ids));
+  const int64_t n = ids.NumElements();
+  const int64_t dim = def_.shape().dim(1);
+  if (grads.dtype() != DT_FLOAT || grads.shape() != TensorShape({n, dim})) {
+    return Bad(def_, absl::StrCat("row gradients must be float32[", n, ",", dim, "], got ",
+                                  DataTypeName(grads.dtype()), grads.shape().ToString()));
+  }
+  // Sum the gradients of repeated ids, so each row gets one update.
+  absl::flat_hash_map<int64_t, int64_t> first;
+  std::vector<int64_t> unique;
+  std::vector<float> summed;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t id = ids.data<int64_t>()[i];
+    auto [it, inserted] = first.emplace(id, static_cast<int64_t>(unique.size()));
+    if (inserted) {
+      unique.push_back(id);
+      summed.insert(summed.end(), grads.data<float>() + i * dim, grads.data<float>() + (i + 1) * dim);
+    } else {
+      float* acc = summed.data() + it->second * dim;
+      for (int64_t k = 0; k < dim; ++k) acc[k] += grads.data<float>()[i * dim + k];
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ++updates_;
+  std::vector<float*> slot_rows(slots_.size());
+  for (size_t u = 0; u < unique.size(); ++u) {
+    int64_t row = RowOfLocked(unique[u]);
+    for (size_t s = 0; s < slots_.size(); ++s) slot_rows[s] = slots_[s].data<float>() + row * dim;
+    optimizer_->Apply(value_.data<float>() + row * dim, summed.data() + u * dim, dim,
+                      slot_rows.data(), updates_);
+  }
+  return absl::OkStatus();
+}
+
+int64_t Variable::bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  int64_t rows = def_.kind() == VariableDef::HASH_TABLE ? static_cast<int64_t>(ids_.size()) : -1;
+  int64_t per = static_cast<int64_t>(sizeof(float)) * (1 + static_cast<int64_t>(slots_.size()));
+  if (rows >= 0) return rows * row_elements_ * per;
+  return value_.NumElements() * per;
+}
+
+int64_t Variable::rows() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return static_cast<int64_t>(ids_.size());
+}
+
+VariableState Variable::CopyState() const {
+  absl::ReaderMutexLock lock(&mu_);
+  VariableState s;
+  s.def = def_;
+  s.updates = updates_;
+  if (def_.kind() != VariableDef::HASH_TABLE) {
+    s.value = value_.Copy();
+    for (const Tensor& t : slots_) s.slots.push_back(t.Copy());
+    return s;
+  }
+  int64_t n = static_cast<int64_t>(ids_.size());
+  s.value = value_.Slice(0, n).Copy();
+  for (const Tensor& t : slots_) s.slots.push_back(t.Slice(0, n).Copy());
+  s.ids = Tensor::FromVector<int64_t>(ids_, TensorShape({n}));
+  return s;
+}
+
+absl::Status Variable::LoadState(const VariableState& state) {
+  RETURN_IF_ERROR(SameAs(state.def));
+  if (state.slots.size() != static_cast<size_t>(optimizer_->num_slots())) {
+    return Bad(def_, absl::StrCat("snapshot has ", state.slots.size(), " optimizer slots, ",
+                                  optimizer_->name(), " needs ", optimizer_->num_slots()));
+  }
+  if (def_.kind() != VariableDef::HASH_TABLE && state.value.shape() != shape_) {
+    return Bad(def_, absl::StrCat("snapshot value is ", state.value.shape().ToString()));
+  }
+  absl::MutexLock lock(&mu_);
+  updates_ = state.updates;
+  if (def_.kind() != VariableDef::HASH_TABLE) {
+    value_ = state.value.Copy();
+    slots_.clear();
+    for (const Tensor& t : state.slots) slots_.push_back(t.Copy());
+    return absl::OkStatus();
+  }
+  const int64_t n = state.ids.NumElements();
+  const int64_t dim = def_.shape().dim(1);
+  if (state.ids.dtype() != DT_INT64 || state.value.shape() != TensorShape({n, dim})) {
+    return Bad(def_, "snapshot of a hash table has mismatched ids and rows");
+  }
+  ids_.clear();
+  value_ = Tensor();
+  slots_.clear();
+  GrowLocked(std::max(kInitialHashRows, 2 * n));
+  std::memcpy(value_.raw_data(), state.value.raw_data(), state.value.TotalBytes());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    std::memcpy(slots_[i].raw_data(), state.slots[i].raw_data(), state.slots[i].TotalBytes());
+  }
+  ids_.assign(state.ids.data<int64_t>(), state.ids.data<int64_t>() + n);
+  index_.clear();
+  for (int64_t i = 0; i < n; ++i) index_.emplace(ids_[i], i);
+  return absl::OkStatus();
+}
+
+}  // namespace psrt

@@ -1,0 +1,91 @@
+// Variable: one variable (or row slice of one) held by a parameter server,
+// with its optimizer slots.
+//
+// Three kinds (VariableDef.kind): DENSE, a tensor (rows [row_begin,
+// row_end) of a partitioned one); FIXED_TABLE, an embedding table with ids
+// in [row_begin, row_end); HASH_TABLE, an embedding table over any int64
+// id whose rows are made on first touch with the variable's initializer.
+//
+// Readers never see a half-applied update: reads copy under a reader lock,
+// updates run under the writer lock. Bad input (wrong shape or dtype, an id
+// out of range) is refused before anything changes. Thread-safe.
+#ifndef PSRT_PS_VARIABLE_H_
+#define PSRT_PS_VARIABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/optimizer.h"
+#include "common/tensor.h"
+#include "proto/ps_service.pb.h"
+
+namespace psrt {
+
+// Everything a snapshot needs of one variable: a deep copy.
+struct VariableState {
+  VariableDef def;
+  Tensor value;               // DENSE, FIXED_TABLE: [rows, ...]; HASH_TABLE: [n, dim]
+  std::vector<Tensor> slots;  // same shape as value
+  Tensor ids;                 // HASH_TABLE: int64 [n], the id of each row
+  int64_t updates = 0;        // for Adam's bias correction
+};
+
+class Variable {
+ public:
+  // `optimizer` is not owned and outlives the variable; `seed` seeds the
+  // initializer. Refuses bad definitions, naming the variable.
+  static absl::StatusOr<std::unique_ptr<Variable>> Create(const VariableDef& def,
+                                                          const Optimizer* optimizer);
+
+  const VariableDef& def() const { return def_; }
+  const TensorShape& shape() const { return shape_; }  // of what this PS holds
+  // Checks that `other` describes the same variable (for idempotent creates).
+  absl::Status SameAs(const VariableDef& other) const;
+
+  // A consistent copy of the value (dense and fixed tables).
+  absl::StatusOr<Tensor> Read() const;
+  // Applies a gradient of exactly shape(); refuses others.
+  absl::Status ApplyDense(const Tensor& grad);
+
+  // Rows of the ids, [n, dim] in their order. Fixed tables refuse ids out of
+  // range; hash tables make missing rows.
+  absl::StatusOr<Tensor> ReadRows(const Tensor& ids);
+  // Row-wise lazy update; `ids` may repeat (their gradients are summed).
+  absl::Status ApplyRows(const Tensor& ids, const Tensor& grads);
+
+  int64_t bytes() const;  // value and slots
+  int64_t rows() const;   // hash tables: rows made so far
+
+  VariableState CopyState() const;
+  // Replaces the state (a restore); `state` must be of this variable.
+  absl::Status LoadState(const VariableState& state);
+
+ private:
+  Variable(const VariableDef& def, TensorShape shape, const Optimizer* optimizer);
+  absl::Status CheckIds(const Tensor& ids) const;
+  // Row index of `id`, making the row if it is new (hash tables).
+  int64_t RowOfLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void GrowLocked(int64_t rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const VariableDef def_;
+  const TensorShape shape_;
+  const int64_t row_elements_;
+  const Optimizer* const optimizer_;
+
+  mutable absl::Mutex mu_;
+  Tensor value_ ABSL_GUARDED_BY(mu_);
+  std::vector<Tensor> slots_ ABSL_GUARDED_BY(mu_);
+  int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
+  // Hash tables: id -> row of value_; value_ has capacity rows, size used.
+  absl::flat_hash_map<int64_t, int64_t> index_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> ids_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_VARIABLE_H_

@@ -1,0 +1,119 @@
+#include "ps/variable.h"
+
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+VariableDef Def(const std::string& text) {
+  VariableDef d;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &d)) << text;
+  return d;
+}
+
+std::unique_ptr<Optimizer> Sgd(float lr = 1.0f) {
+  OptimizerDef d;
+  d.mutable_sgd()->set_learning_rate(lr);
+  return *Optimizer::Create(d);
+}
+
+TEST(VariableTest, DenseApplyAndBadGradientsChangeNothing) {
+  auto opt = Sgd(0.5f);
+  auto v = Variable::Create(Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 2 dim: 2 }
+                                   initializer { kind: CONSTANT value: 1 })"), opt.get());
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_TRUE((*v)->ApplyDense(Tensor::FromVector<float>({1, 2, 3, 4}, TensorShape({2, 2}))).ok());
+  Tensor now = *(*v)->Read();
+  EXPECT_EQ(std::vector<float>(now.data<float>(), now.data<float>() + 4),
+            (std::vector<float>{0.5f, 0.0f, -0.5f, -1.0f}));
+  absl::Status s = (*v)->ApplyDense(Tensor::Zeros(DT_FLOAT, TensorShape({4})));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("variable w: gradient is float32[4], the variable is float32[2,2]"));
+  s = (*v)->ApplyDense(Tensor::Zeros(DT_INT64, TensorShape({2, 2})));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  Tensor after = *(*v)->Read();
+  EXPECT_EQ(after.data<float>()[3], -1.0f);
+}
+
+TEST(VariableTest, RowSliceOfAPartitionedVariableMatchesTheWhole) {
+  auto opt = Sgd();
+  auto whole = Variable::Create(Def(R"(name: "big" dtype: DT_FLOAT shape { dim: 10 dim: 3 } seed: 4)"), opt.get());
+  auto slice = Variable::Create(Def(R"(name: "big" dtype: DT_FLOAT shape { dim: 10 dim: 3 } seed: 4
+                                       row_begin: 6 row_end: 10)"), opt.get());
+  ASSERT_TRUE(whole.ok() && slice.ok());
+  Tensor w = *(*whole)->Read(), s = *(*slice)->Read();
+  EXPECT_EQ(s.shape(), TensorShape({4, 3}));
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(s.data<float>()[i], w.data<float>()[18 + i]);
+  EXPECT_THAT(std::string(Variable::Create(Def(R"(name: "big" dtype: DT_FLOAT shape { dim: 10 dim: 3 }
+                                       row_begin: 6 row_end: 11)"), opt.get()).status().message()),
+              HasSubstr("row slice [6, 11) does not fit shape [10,3]"));
+}
+
+TEST(VariableTest, FixedTableRowsAndRangeChecks) {
+  auto opt = Sgd();
+  auto v = Variable::Create(Def(R"(name: "emb" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 100 dim: 2 }
+                                   row_begin: 50 row_end: 100 initializer { kind: ZEROS })"), opt.get());
+  ASSERT_TRUE(v.ok()) << v.status();
+  Tensor ids = Tensor::FromVector<int64_t>({60, 60, 99}, TensorShape({3}));
+  Tensor g = Tensor::FromVector<float>({1, 1, 2, 2, 3, 3}, TensorShape({3, 2}));
+  ASSERT_TRUE((*v)->ApplyRows(ids, g).ok());
+  Tensor rows = *(*v)->ReadRows(Tensor::FromVector<int64_t>({99, 60, 50}, TensorShape({3})));
+  EXPECT_EQ(std::vector<float>(rows.data<float>(), rows.data<float>() + 6),
+            (std::vector<float>{-3, -3, -3, -3, 0, 0}));  // id 60 got 1+2 in one update
+  auto bad = (*v)->ReadRows(Tensor::FromVector<int64_t>({49}, TensorShape({1})));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("id 49 is out of range [50, 100)"));
+  EXPECT_EQ((*v)->ApplyRows(ids, Tensor::Zeros(DT_FLOAT, TensorShape({3, 3}))).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(VariableTest, HashTableMakesRowsOnFirstTouchDeterministically) {
+  auto opt = Sgd();
+  std::string def = R"(name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 4 } seed: 3
+                       initializer { kind: UNIFORM minval: -1 maxval: 1 })";
+  auto a = Variable::Create(Def(def), opt.get());
+  auto b = Variable::Create(Def(def), opt.get());
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<int64_t> many;
+  for (int64_t i = 0; i < 3000; ++i) many.push_back(i * 1000003);  // forces growth
+  Tensor ra = *(*a)->ReadRows(Tensor::FromVector<int64_t>(many, TensorShape({3000})));
+  Tensor rb = *(*b)->ReadRows(Tensor::FromVector<int64_t>({many[2999]}, TensorShape({1})));
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(ra.data<float>()[2999 * 4 + k], rb.data<float>()[k]);
+  EXPECT_EQ((*a)->rows(), 3000);
+  EXPECT_EQ((*a)->Read().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(VariableTest, StateRoundTripsWithSlots) {
+  OptimizerDef d;
+  d.mutable_adam()->set_learning_rate(0.1f);
+  auto opt = *Optimizer::Create(d);
+  auto v = *Variable::Create(Def(R"(name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 })"), opt.get());
+  Tensor ids = Tensor::FromVector<int64_t>({5, 7}, TensorShape({2}));
+  ASSERT_TRUE(v->ApplyRows(ids, Tensor::FromVector<float>({1, 1, 1, 1}, TensorShape({2, 2}))).ok());
+  VariableState st = v->CopyState();
+  EXPECT_EQ(st.ids.NumElements(), 2);
+  EXPECT_EQ(st.slots.size(), 2u);
+  Tensor before = *v->ReadRows(ids);
+  ASSERT_TRUE(v->ApplyRows(ids, Tensor::FromVector<float>({1, 1, 1, 1}, TensorShape({2, 2}))).ok());
+  ASSERT_TRUE(v->LoadState(st).ok());
+  Tensor after = *v->ReadRows(ids);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(after.data<float>()[i], before.data<float>()[i]);
+  EXPECT_EQ(v->CopyState().updates, 1);
+}
+
+TEST(VariableTest, RefusesBadDefinitions) {
+  auto opt = Sgd();
+  EXPECT_THAT(std::string(Variable::Create(Def(R"(name: "x" dtype: DT_INT64 shape { dim: 2 })"), opt.get()).status().message()),
+              HasSubstr("only float32"));
+  EXPECT_THAT(std::string(Variable::Create(Def(R"(name: "t" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 2 })"), opt.get()).status().message()),
+              HasSubstr("[rows, dim]"));
+  auto v = *Variable::Create(Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 2 })"), opt.get());
+  EXPECT_THAT(std::string(v->SameAs(Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 3 })")).message()),
+              HasSubstr("exists as DENSE [2]"));
+}
+
+}  // namespace
+}  // namespace psrt
