@@ -1,0 +1,585 @@
+#include "ps/server_core.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace psrt {
+namespace {
+
+constexpr size_t kRecentPushes = 512;
+
+std::string PsName(int task) { return absl::StrCat("ps:", task); }
+
+}  // namespace
+
+ParameterServerCore::ParameterServerCore(ServerCoreOptions options) : options_(std::move(options)) {
+  {
+    absl::MutexLock lock(&stats_mu_);
+    last_stats_ = absl::Now();
+  }
+  sweeper_ = std::thread([this] { SweepLoop(); });
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+ParameterServerCore::~ParameterServerCore() {
+  std::deque<Waiter> left;
+  {
+    absl::MutexLock lock(&sync_mu_);
+    stop_ = true;
+    left.swap(waiters_);
+  }
+  for (Waiter& w : left) w.run(absl::UnavailableError(absl::StrCat(PsName(options_.task_index), " is shutting down")));
+  {
+    absl::MutexLock lock(&snap_mu_);
+    stop_writer_ = true;
+  }
+  sweeper_.join();
+  writer_.join();
+}
+
+absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
+    const CreateVariablesRequest& req) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(req.optimizer()));
+  if (req.num_workers() < 1) return absl::InvalidArgumentError("num_workers must be at least 1");
+  if (req.consistency().mode() == ConsistencyDef::BOUNDED_STALENESS && req.consistency().staleness() < 0) {
+    return absl::InvalidArgumentError("consistency.staleness must be >= 0");
+  }
+  CreateVariablesResponse resp;
+  resp.set_incarnation(options_.incarnation);
+  {
+  absl::MutexLock lock(&mu_);
+  if (optimizer_ != nullptr && optimizer_def_.SerializeAsString() != req.optimizer().SerializeAsString()) {
+    return absl::InvalidArgumentError(absl::StrCat(PsName(options_.task_index), " already holds variables of another optimizer (",
+                                                   optimizer_->name(), ")"));
+  }
+  const Optimizer* use = optimizer_ != nullptr ? optimizer_.get() : opt.get();
+  // Check every definition before creating any: all or nothing.
+  std::map<std::string, std::unique_ptr<Variable>> fresh;
+  for (const VariableDef& def : req.variable()) {
+    auto it = variables_.find(def.name());
+    if (it != variables_.end()) {
+      RETURN_IF_ERROR(it->second->SameAs(def));
+      continue;
+    }
+    if (fresh.count(def.name())) {
+      return absl::InvalidArgumentError(absl::StrCat("variable ", def.name(), " listed twice"));
+    }
+    ASSIGN_OR_RETURN(fresh[def.name()], Variable::Create(def, use));
+  }
+  if (optimizer_ == nullptr) {
+    optimizer_ = std::move(opt);
+    optimizer_def_ = req.optimizer();
+  }
+  for (auto& [name, v] : fresh) variables_[name] = std::move(v);
+  {
+    absl::MutexLock s(&sync_mu_);
+    consistency_ = req.consistency();
+    num_workers_ = req.num_workers();
+    if (static_cast<int>(worker_next_step_.size()) < num_workers_) worker_next_step_.resize(num_workers_, 0);
+  }
+  if (!fresh.empty()) {
+    LOG(INFO) << "created " << fresh.size() << " variables (" << variables_.size() << " in all), "
+              << optimizer_->name() << ", " << ConsistencyDef::Mode_Name(req.consistency().mode())
+              << ", " << req.num_workers() << " workers";
+  }
+  }
+  WakeWaiters();  // fewer workers can complete a SYNC step
+  return resp;
+}
+
+absl::StatusOr<Variable*> ParameterServerCore::Find(const std::string& name) const {
+  auto it = variables_.find(name);
+  if (it == variables_.end()) {
+    if (variables_.empty()) {
+      return absl::NotFoundError(absl::StrCat(PsName(options_.task_index),
+                                              " holds no variables (restarted and not restored yet?)"));
+    }
+    return absl::NotFoundError(absl::StrCat("variable ", name, " is not on ", PsName(options_.task_index)));
+  }
+  return it->second.get();
+}
+
+bool ParameterServerCore::ReadyLocked(int worker, int64_t step) const {
+  if (worker < 0 || stop_) return true;
+  switch (consistency_.mode()) {
+    case ConsistencyDef::SYNC:
+      return sync_step_ >= step;
+    case ConsistencyDef::BOUNDED_STALENESS: {
+      int64_t slowest = step;
+      for (int w = 0; w < num_workers_ && w < static_cast<int>(worker_next_step_.size()); ++w) {
+        slowest = std::min(slowest, worker_next_step_[w]);
+      }
+      return step - slowest <= consistency_.staleness();
+    }
+    default:
+      return true;
+  }
+}
+
+void ParameterServerCore::WaitOrRun(int worker, int64_t step, absl::Time deadline,
+                                    std::function<void(absl::Status)> run) {
+  {
+    absl::MutexLock lock(&sync_mu_);
+    if (!ReadyLocked(worker, step)) {
+      waiters_.push_back(Waiter{worker, step, deadline, std::move(run)});
+      return;
+    }
+  }
+  run(absl::OkStatus());
+}
+
+void ParameterServerCore::WakeWaiters() {
+  std::vector<Waiter> ready;
+  {
+    absl::MutexLock lock(&sync_mu_);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (ReadyLocked(it->worker, it->step)) {
+        ready.push_back(std::move(*it));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Waiter& w : ready) w.run(absl::OkStatus());
+}
+
+void ParameterServerCore::SweepLoop() {
+  while (true) {
+    std::vector<Waiter> expired;
+    {
+      absl::MutexLock lock(&sync_mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) { return stop_; };
+      sync_mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(20));
+      if (stop_) return;
+      absl::Time now = absl::Now();
+      for (auto it = waiters_.begin(); it != waiters_.end();) {
+        if (it->deadline <= now) {
+          expired.push_back(std::move(*it));
+          it = waiters_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (Waiter& w : expired) {
+      w.run(absl::DeadlineExceededError(absl::StrCat(
+          "pull for step ", w.step, " waited too long: other workers have not pushed")));
+    }
+  }
+}
+
+void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64_t step,
+                               absl::Time deadline, PullDone done) {
+  {
+    absl::MutexLock lock(&stats_mu_);
+    ++pulls_;
+  }
+  WaitOrRun(worker, step, deadline, [this, names = std::move(names), done = std::move(done)](absl::Status s) {
+    if (!s.ok()) return done(s, {}, 0);
+    NamedTensors out;
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      for (const std::string& name : names) {
+        absl::StatusOr<Variable*> v = Find(name);
+        if (!v.ok()) return done(v.status(), {}, 0);
+        absl::StatusOr<Tensor> t = (*v)->Read();
+        if (!t.ok()) return done(t.status(), {}, 0);
+        out.emplace_back(name, *std::move(t));
+      }
+    }
+    int64_t gs;
+    {
+      absl::MutexLock lock(&sync_mu_);
+      gs = global_step_;
+    }
+    done(absl::OkStatus(), std::move(out), gs);
+  });
+}
+
+void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> ids, int worker,
+                                   int64_t step, absl::Time deadline, PullDone done) {
+  int64_t rows = 0;
+  for (const auto& [name, t] : ids) rows += t.NumElements();
+  if (rows > options_.max_rows_per_request) {
+    return done(absl::ResourceExhaustedError(absl::StrCat("PullRows asks for ", rows,
+                                                          " rows, the limit is ",
+                                                          options_.max_rows_per_request)),
+                {}, 0);
+  }
+  {
+    absl::MutexLock lock(&stats_mu_);
+    ++pulls_;
+  }
+  WaitOrRun(worker, step, deadline, [this, ids = std::move(ids), done = std::move(done)](absl::Status s) {
+    if (!s.ok()) return done(s, {}, 0);
+    NamedTensors out;
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      for (const auto& [name, t] : ids) {
+        absl::StatusOr<Variable*> v = Find(name);
+        if (!v.ok()) return done(v.status(), {}, 0);
+        absl::StatusOr<Tensor> r = (*v)->ReadRows(t);
+        if (!r.ok()) return done(r.status(), {}, 0);
+        out.emplace_back(name, *std::move(r));
+      }
+    }
+    int64_t gs;
+    {
+      absl::MutexLock lock(&sync_mu_);
+      gs = global_step_;
+    }
+    done(absl::OkStatus(), std::move(out), gs);
+  });
+}
+
+bool ParameterServerCore::SeenLocked(const RequestId& id) {
+  auto it = pushes_seen_.find(id.worker());
+  return it != pushes_seen_.end() && it->second.incarnation == id.worker_incarnation() &&
+         it->second.steps.count(id.step()) > 0;
+}
+
+void ParameterServerCore::RecordLocked(const RequestId& id) {
+  WorkerPushes& w = pushes_seen_[id.worker()];
+  if (w.incarnation != id.worker_incarnation()) {
+    w.incarnation = id.worker_incarnation();
+    w.steps.clear();
+  }
+  w.steps.insert(id.step());
+  while (w.steps.size() > kRecentPushes) w.steps.erase(w.steps.begin());
+  if (id.worker() >= 0) {
+    if (static_cast<int>(worker_next_step_.size()) <= id.worker()) worker_next_step_.resize(id.worker() + 1, 0);
+    worker_next_step_[id.worker()] = std::max(worker_next_step_[id.worker()], id.step() + 1);
+  }
+}
+
+absl::Status ParameterServerCore::ApplySyncStepLocked() {
+  const float scale = 1.0f / static_cast<float>(num_workers_);
+  for (auto& [name, sum] : sync_dense_) {
+    sum.flat<float>() *= scale;
+    ASSIGN_OR_RETURN(Variable * v, Find(name));
+    RETURN_IF_ERROR(v->ApplyDense(sum));
+  }
+  for (auto& [name, parts] : sync_rows_) {
+    ASSIGN_OR_RETURN(Variable * v, Find(name));
+    int64_t n = 0, dim = 0;
+    for (const auto& [ids, vals] : parts) {
+      n += ids.NumElements();
+      dim = vals.shape().dim(1);
+    }
+    Tensor ids(DT_INT64, TensorShape({n}));
+    Tensor vals(DT_FLOAT, TensorShape({n, dim}));
+    int64_t at = 0;
+    for (const auto& [i, g] : parts) {
+      std::copy(i.data<int64_t>(), i.data<int64_t>() + i.NumElements(), ids.data<int64_t>() + at);
+      for (int64_t k = 0; k < g.NumElements(); ++k) vals.data<float>()[at * dim + k] = g.data<float>()[k] * scale;
+      at += i.NumElements();
+    }
+    RETURN_IF_ERROR(v->ApplyRows(ids, vals));
+  }
+  sync_dense_.clear();
+  sync_rows_.clear();
+  sync_pushed_.clear();
+  ++sync_step_;
+  ++global_step_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
+                                                       const NamedTensors& gradients) {
+  PushResponse resp;
+  bool wake = false;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    // Validate everything first: a refused push changes nothing.
+    std::vector<Variable*> vars;
+    for (const auto& [name, grad] : gradients) {
+      ASSIGN_OR_RETURN(Variable * v, Find(name));
+      if (v->def().kind() == VariableDef::HASH_TABLE || grad.dtype() != DT_FLOAT ||
+          grad.shape() != v->shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "variable ", name, ": gradient is ", DataTypeName(grad.dtype()),
+            grad.shape().ToString(), ", the variable is float32", v->shape().ToString()));
+      }
+      vars.push_back(v);
+    }
+    {
+      absl::MutexLock stats(&stats_mu_);
+      ++pushes_;
+    }
+    bool apply_now = false;
+    {
+      absl::MutexLock s(&sync_mu_);
+      resp.set_global_step(global_step_);
+      if (SeenLocked(id)) {
+        resp.set_duplicate(true);
+        return resp;
+      }
+      if (consistency_.mode() == ConsistencyDef::SYNC) {
+        if (id.step() > sync_step_) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "worker ", id.worker(), " pushed step ", id.step(), " but ",
+              PsName(options_.task_index), " is at sync step ", sync_step_));
+        }
+        if (id.step() < sync_step_ || sync_pushed_.count(id.worker())) {
+          resp.set_duplicate(true);
+          return resp;
+        }
+        for (const auto& [name, grad] : gradients) {
+          auto it = sync_dense_.find(name);
+          if (it == sync_dense_.end()) {
+            sync_dense_[name] = grad.Copy();
+          } else {
+            it->second.flat<float>() += grad.flat<float>();
+          }
+        }
+        sync_pushed_.insert(id.worker());
+        RecordLocked(id);
+        if (static_cast<int>(sync_pushed_.size()) >= num_workers_) {
+          RETURN_IF_ERROR(ApplySyncStepLocked());
+          wake = true;
+        }
+        resp.set_global_step(global_step_);
+      } else {
+        // Recorded before applying, so a concurrent retry of the same id is
+        // answered as a duplicate rather than applied twice.
+        RecordLocked(id);
+        resp.set_global_step(++global_step_);
+        wake = consistency_.mode() == ConsistencyDef::BOUNDED_STALENESS;
+        apply_now = true;
+      }
+    }
+    if (apply_now) {
+      for (size_t i = 0; i < vars.size(); ++i) RETURN_IF_ERROR(vars[i]->ApplyDense(gradients[i].second));
+    }
+  }
+  if (wake) WakeWaiters();
+  return resp;
+}
+
+absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
+                                                           const std::vector<SparseUpdate>& rows) {
+  int64_t total = 0;
+  for (const SparseUpdate& u : rows) total += u.ids.NumElements();
+  if (total > options_.max_rows_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat("PushRows carries ", total,
+                                                     " rows, the limit is ", options_.max_rows_per_request));
+  }
+  PushResponse resp;
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<Variable*> vars;
+  for (const SparseUpdate& u : rows) {
+    ASSIGN_OR_RETURN(Variable * v, Find(u.variable));
+    if (v->def().kind() == VariableDef::DENSE) {
+      return absl::InvalidArgumentError(absl::StrCat("variable ", u.variable, " is dense, not a table"));
+    }
+    const int64_t dim = v->def().shape().dim(1);
+    if (u.ids.dtype() != DT_INT64 || u.ids.shape().rank() != 1 || u.values.dtype() != DT_FLOAT ||
+        u.values.shape() != TensorShape({u.ids.NumElements(), dim})) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "variable ", u.variable, ": rows must be int64 ids [n] and float32 values [n,", dim,
+          "], got ", DataTypeName(u.ids.dtype()), u.ids.shape().ToString(), " and ",
+          DataTypeName(u.values.dtype()), u.values.shape().ToString()));
+    }
+    vars.push_back(v);
+  }
+  absl::MutexLock s(&sync_mu_);
+  resp.set_global_step(global_step_);
+  if (consistency_.mode() == ConsistencyDef::SYNC) {
+    // Rows of step t wait with the dense part; the worker's Push (sent after
+    // its PushRows) completes its share of the step.
+    if (id.step() != sync_step_ || sync_pushed_.count(id.worker())) {
+      resp.set_duplicate(true);
+      return resp;
+    }
+    for (const SparseUpdate& u : rows) sync_rows_[u.variable].emplace_back(u.ids, u.values);
+    return resp;
+  }
+  // Row ids of a hash table are checked by the table itself, so apply
+  // under the table's lock; fixed-table ranges were checked above by
+  // ApplyRows' own validation before any change.
+  for (size_t i = 0; i < rows.size(); ++i) RETURN_IF_ERROR(vars[i]->ApplyRows(rows[i].ids, rows[i].values));
+  return resp;
+}
+
+absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("snapshot: no checkpoint_dir");
+  std::string path = absl::StrCat(dir, "/ps-", options_.task_index);
+  absl::MutexLock lock(&snap_mu_);
+  auto it = stores_.find(path);
+  if (it != stores_.end()) return it->second.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> store, SnapshotStore::Open(path, options_.snapshot));
+  // Steps already durable from an earlier life of this task.
+  for (int64_t step : store->Steps()) durable_.insert(step);
+  SnapshotStore* raw = store.get();
+  stores_[path] = std::move(store);
+  return raw;
+}
+
+absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotRequest& req) {
+  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint_dir()));
+  WriteJob job;
+  job.store = store;
+  job.keep = req.keep() > 0 ? req.keep() : 3;
+  job.snapshot.step = req.step();
+  int64_t bytes = 0;
+  {
+    // The pause: no push applies while every variable is copied.
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, v] : variables_) {
+      job.snapshot.variables.push_back(v->CopyState());
+      bytes += v->bytes();
+    }
+    absl::MutexLock s(&sync_mu_);
+    job.snapshot.global_step = global_step_;
+    job.snapshot.sync_step = sync_step_;
+    job.snapshot.worker_next_step = worker_next_step_;
+  }
+  {
+    absl::MutexLock lock(&snap_mu_);
+    durable_.erase(req.step());
+    snapshot_error_.clear();
+    jobs_.push_back(std::move(job));
+  }
+  SnapshotResponse resp;
+  resp.set_step(req.step());
+  resp.set_bytes(bytes);
+  resp.set_path(absl::StrCat("ps-", options_.task_index));
+  if (req.wait_durable()) {
+    absl::MutexLock lock(&snap_mu_);
+    int64_t step = req.step();
+    auto done = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) {
+      return durable_.count(step) > 0 || !snapshot_error_.empty();
+    };
+    snap_mu_.Await(absl::Condition(&done));
+    if (!snapshot_error_.empty()) return absl::DataLossError(snapshot_error_);
+    resp.set_durable(true);
+  }
+  return resp;
+}
+
+void ParameterServerCore::WriterLoop() {
+  while (true) {
+    WriteJob job;
+    {
+      absl::MutexLock lock(&snap_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return stop_writer_ || !jobs_.empty(); };
+      snap_mu_.Await(absl::Condition(&ready));
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+      writing_ = true;
+    }
+    const absl::Time start = absl::Now();
+    absl::StatusOr<int64_t> bytes = job.store->Write(job.snapshot);
+    absl::Status pruned = bytes.ok() ? job.store->Prune(job.keep) : absl::OkStatus();
+    absl::MutexLock lock(&snap_mu_);
+    writing_ = false;
+    if (!bytes.ok()) {
+      snapshot_error_ = std::string(bytes.status().message());
+      LOG(ERROR) << "snapshot of step " << job.snapshot.step << " failed: " << bytes.status();
+      continue;
+    }
+    if (!pruned.ok()) LOG(WARNING) << "pruning old snapshots: " << pruned;
+    durable_.clear();
+    for (int64_t step : job.store->Steps()) durable_.insert(step);
+    double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    LOG(INFO) << "snapshot of step " << job.snapshot.step << " durable: " << *bytes << " bytes in "
+              << secs << " s (" << (secs > 0 ? *bytes / secs / 1e6 : 0) << " MB/s)";
+  }
+}
+
+absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreRequest& req) {
+  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint_dir()));
+  {
+    // Let a write of this very step finish first.
+    absl::MutexLock lock(&snap_mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return jobs_.empty() && !writing_; };
+    snap_mu_.Await(absl::Condition(&idle));
+  }
+  ASSIGN_OR_RETURN(PsSnapshot snap, store->Read(req.step()));
+  RestoreResponse resp;
+  {
+    absl::MutexLock lock(&mu_);
+    // Check that the snapshot and the variables here match one to one
+    // before touching any.
+    std::set<std::string> in_snapshot;
+    for (const VariableState& st : snap.variables) {
+      ASSIGN_OR_RETURN(Variable * v, Find(st.def.name()));
+      RETURN_IF_ERROR(v->SameAs(st.def));
+      if (st.slots.size() != static_cast<size_t>(optimizer_->num_slots())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "snapshot of step ", req.step(), " has ", st.slots.size(), " slots for ", st.def.name(),
+            "; the job's optimizer has ", optimizer_->num_slots()));
+      }
+      in_snapshot.insert(st.def.name());
+    }
+    for (const auto& [name, v] : variables_) {
+      if (!in_snapshot.count(name)) {
+        return absl::DataLossError(absl::StrCat("snapshot of step ", req.step(), " in ", store->dir(),
+                                                " lacks variable ", name));
+      }
+    }
+    for (const VariableState& st : snap.variables) RETURN_IF_ERROR(variables_[st.def.name()]->LoadState(st));
+    absl::MutexLock s(&sync_mu_);
+    global_step_ = snap.global_step;
+    sync_step_ = snap.sync_step;
+    worker_next_step_ = snap.worker_next_step;
+    if (static_cast<int>(worker_next_step_.size()) < num_workers_) worker_next_step_.resize(num_workers_, snap.step);
+    sync_pushed_.clear();
+    sync_dense_.clear();
+    sync_rows_.clear();
+    pushes_seen_.clear();  // the same steps will be pushed again
+    resp.set_step(req.step());
+    resp.set_variables(static_cast<int64_t>(snap.variables.size()));
+  }
+  LOG(INFO) << "restored " << resp.variables() << " variables from the snapshot of step " << req.step();
+  WakeWaiters();
+  return resp;
+}
+
+PsStatusResponse ParameterServerCore::Status() {
+  PsStatusResponse r;
+  r.set_incarnation(options_.incarnation);
+  r.set_state(STATE_SERVING);
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    r.set_variables(static_cast<int64_t>(variables_.size()));
+    int64_t bytes = 0, rows = 0;
+    for (const auto& [name, v] : variables_) {
+      bytes += v->bytes();
+      rows += v->rows();
+    }
+    r.set_bytes(bytes);
+    r.set_rows(rows);
+  }
+  {
+    absl::MutexLock lock(&sync_mu_);
+    r.set_global_step(global_step_);
+  }
+  {
+    absl::MutexLock lock(&stats_mu_);
+    absl::Time now = absl::Now();
+    double dt = absl::ToDoubleSeconds(now - last_stats_);
+    if (dt > 0) {
+      r.set_pushes_per_sec((pushes_ - last_pushes_) / dt);
+      r.set_pulls_per_sec((pulls_ - last_pulls_) / dt);
+    }
+    if (dt > 1.0) {
+      last_stats_ = now;
+      last_pushes_ = pushes_;
+      last_pulls_ = pulls_;
+    }
+  }
+  {
+    absl::MutexLock lock(&snap_mu_);
+    for (int64_t s : durable_) r.add_durable_snapshots(s);
+    r.set_error(snapshot_error_);
+  }
+  return r;
+}
+
+}  // namespace psrt

@@ -1,0 +1,163 @@
+// ParameterServerCore: everything a parameter server does, without gRPC.
+// The gRPC service (ps_service.h) is a thin edge over it, and unit tests
+// drive it directly.
+//
+// Consistency (set per job by CreateVariables):
+//   ASYNC              a push is applied at once; pulls never wait.
+//   SYNC               step t's gradients are summed until every worker has
+//                      pushed one, then their mean is applied once; a pull
+//                      for step t+1 waits until then.
+//   BOUNDED_STALENESS  pushes apply at once; a pull for step t waits while t
+//                      is more than `staleness` steps ahead of the slowest
+//                      worker's next step.
+// Waiting pulls never hold a thread: their callbacks run when the state they
+// wait for exists, or with DEADLINE_EXCEEDED at their deadline.
+//
+// A push carries (worker, incarnation, step); one already applied is
+// acknowledged again and changes nothing. Bad input (an unknown variable, a
+// wrong shape, an id out of range) is refused before anything changes.
+//
+// Snapshot copies every variable, slot and counter in memory while pushes
+// are held off (the only pause training sees), then a background thread
+// writes the copy to the task's RocksDB and marks the step durable. Restore
+// reads and checks a whole snapshot before it replaces anything.
+//
+// Thread-safe.
+#ifndef PSRT_PS_SERVER_CORE_H_
+#define PSRT_PS_SERVER_CORE_H_
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/optimizer.h"
+#include "ps/snapshot_store.h"
+#include "ps/variable.h"
+#include "proto/ps_service.pb.h"
+
+namespace psrt {
+
+struct ServerCoreOptions {
+  int task_index = 0;
+  uint64_t incarnation = 0;
+  int64_t max_request_bytes = int64_t{1} << 30;
+  int64_t max_rows_per_request = 1 << 22;
+  SnapshotStoreOptions snapshot;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+struct SparseUpdate {
+  std::string variable;
+  Tensor ids;     // int64 [n]
+  Tensor values;  // [n, dim]
+};
+
+class ParameterServerCore {
+ public:
+  using PullDone = std::function<void(absl::Status, NamedTensors, int64_t global_step)>;
+
+  explicit ParameterServerCore(ServerCoreOptions options);
+  ~ParameterServerCore();
+
+  absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req);
+
+  // `done` runs once, maybe on another thread, maybe before Pull returns.
+  // worker < 0 (the chief) never waits.
+  void Pull(std::vector<std::string> names, int worker, int64_t step, absl::Time deadline,
+            PullDone done);
+  void PullRows(std::vector<std::pair<std::string, Tensor>> ids, int worker, int64_t step,
+                absl::Time deadline, PullDone done);
+  absl::StatusOr<PushResponse> Push(const RequestId& id, const NamedTensors& gradients);
+  absl::StatusOr<PushResponse> PushRows(const RequestId& id, const std::vector<SparseUpdate>& rows);
+
+  absl::StatusOr<SnapshotResponse> Snapshot(const SnapshotRequest& req);
+  absl::StatusOr<RestoreResponse> Restore(const RestoreRequest& req);
+  PsStatusResponse Status();
+
+  int64_t max_request_bytes() const { return options_.max_request_bytes; }
+  uint64_t incarnation() const { return options_.incarnation; }
+
+ private:
+  struct Waiter {
+    int worker;
+    int64_t step;
+    absl::Time deadline;
+    std::function<void(absl::Status)> run;  // reads and answers, or fails
+  };
+  struct WorkerPushes {
+    uint64_t incarnation = 0;
+    std::set<int64_t> steps;  // recent applied steps
+  };
+  struct WriteJob {
+    PsSnapshot snapshot;
+    SnapshotStore* store;
+    int keep;
+  };
+
+  absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool ReadyLocked(int worker, int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  void WaitOrRun(int worker, int64_t step, absl::Time deadline, std::function<void(absl::Status)> run);
+  void WakeWaiters();
+  bool SeenLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<SnapshotStore*> StoreFor(const std::string& dir);
+  void SweepLoop();
+  void WriterLoop();
+
+  const ServerCoreOptions options_;
+
+  // The variables. Readers: pulls and pushes (each variable locks itself);
+  // writers: create, snapshot copy, restore.
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  OptimizerDef optimizer_def_ ABSL_GUARDED_BY(mu_);
+
+  // Consistency state.
+  mutable absl::Mutex sync_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  ConsistencyDef consistency_ ABSL_GUARDED_BY(sync_mu_);
+  int num_workers_ ABSL_GUARDED_BY(sync_mu_) = 1;
+  int64_t global_step_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  int64_t sync_step_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  std::set<int> sync_pushed_ ABSL_GUARDED_BY(sync_mu_);
+  std::map<std::string, Tensor> sync_dense_ ABSL_GUARDED_BY(sync_mu_);
+  std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_ ABSL_GUARDED_BY(sync_mu_);
+  std::vector<int64_t> worker_next_step_ ABSL_GUARDED_BY(sync_mu_);
+  std::map<int, WorkerPushes> pushes_seen_ ABSL_GUARDED_BY(sync_mu_);
+  std::deque<Waiter> waiters_ ABSL_GUARDED_BY(sync_mu_);
+  bool stop_ ABSL_GUARDED_BY(sync_mu_) = false;
+
+  // Counters for Status.
+  absl::Mutex stats_mu_;
+  int64_t pushes_ ABSL_GUARDED_BY(stats_mu_) = 0;
+  int64_t pulls_ ABSL_GUARDED_BY(stats_mu_) = 0;
+  int64_t last_pushes_ ABSL_GUARDED_BY(stats_mu_) = 0;
+  int64_t last_pulls_ ABSL_GUARDED_BY(stats_mu_) = 0;
+  absl::Time last_stats_ ABSL_GUARDED_BY(stats_mu_);
+
+  // Snapshots: stores by directory, a queue for the writer thread.
+  absl::Mutex snap_mu_;
+  std::map<std::string, std::unique_ptr<SnapshotStore>> stores_ ABSL_GUARDED_BY(snap_mu_);
+  std::deque<WriteJob> jobs_ ABSL_GUARDED_BY(snap_mu_);
+  std::set<int64_t> durable_ ABSL_GUARDED_BY(snap_mu_);
+  std::string snapshot_error_ ABSL_GUARDED_BY(snap_mu_);
+  bool writing_ ABSL_GUARDED_BY(snap_mu_) = false;
+  bool stop_writer_ ABSL_GUARDED_BY(snap_mu_) = false;
+
+  std::thread sweeper_;
+  std::thread writer_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_CORE_H_

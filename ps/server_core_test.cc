@@ -1,0 +1,174 @@
+#include "ps/server_core.h"
+
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+CreateVariablesRequest Create(const std::string& mode, int workers, int staleness = 0) {
+  CreateVariablesRequest req;
+  google::protobuf::TextFormat::ParseFromString(R"(
+    variable { name: "w" dtype: DT_FLOAT shape { dim: 2 } initializer { kind: ZEROS } }
+    variable { name: "emb" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 } initializer { kind: ZEROS } }
+    optimizer { sgd { learning_rate: 1 } })", &req);
+  ConsistencyDef::Mode m = ConsistencyDef::ASYNC;
+  ConsistencyDef::Mode_Parse(mode, &m);
+  req.mutable_consistency()->set_mode(m);
+  req.mutable_consistency()->set_staleness(staleness);
+  req.set_num_workers(workers);
+  return req;
+}
+
+RequestId Id(int worker, int64_t step, uint64_t inc = 1) {
+  RequestId id;
+  id.set_worker(worker);
+  id.set_worker_incarnation(inc);
+  id.set_step(step);
+  return id;
+}
+
+NamedTensors Grad(float a, float b) {
+  return {{"w", Tensor::FromVector<float>({a, b}, TensorShape({2}))}};
+}
+
+// Pull "w" synchronously (the callback may run on another thread).
+absl::StatusOr<std::vector<float>> PullW(ParameterServerCore* ps, int worker, int64_t step,
+                                         absl::Duration wait = absl::Seconds(10)) {
+  absl::Notification done;
+  absl::Status status;
+  std::vector<float> w;
+  ps->Pull({"w"}, worker, step, absl::Now() + wait, [&](absl::Status s, NamedTensors t, int64_t) {
+    status = s;
+    if (s.ok()) w.assign(t[0].second.data<float>(), t[0].second.data<float>() + 2);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  if (!status.ok()) return status;
+  return w;
+}
+
+ServerCoreOptions Options() {
+  ServerCoreOptions o;
+  o.incarnation = 42;
+  return o;
+}
+
+TEST(ServerCoreTest, AsyncAppliesAtOnceAndRetriesOnce) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 2)).ok());
+  ASSERT_TRUE(ps.Push(Id(0, 0), Grad(1, 2)).ok());
+  auto again = ps.Push(Id(0, 0), Grad(1, 2));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate());
+  // A restarted worker (new incarnation) pushing the same step is new.
+  ASSERT_FALSE(ps.Push(Id(0, 0, 2), Grad(1, 1))->duplicate());
+  EXPECT_EQ(*PullW(&ps, 0, 5), (std::vector<float>{-2, -3}));
+  EXPECT_EQ(ps.Status().global_step(), 2);
+}
+
+TEST(ServerCoreTest, BadPushesChangeNothing) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  NamedTensors mixed = Grad(1, 1);
+  mixed.emplace_back("nope", Tensor::Zeros(DT_FLOAT, TensorShape({2})));
+  EXPECT_EQ(ps.Push(Id(0, 0), mixed).status().code(), absl::StatusCode::kNotFound);
+  auto bad = ps.Push(Id(0, 1), {{"w", Tensor::Zeros(DT_FLOAT, TensorShape({3}))}});
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("variable w: gradient is float32[3]"));
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{0, 0}));
+  auto rows = ps.PushRows(Id(0, 2), {{"w", Tensor::FromVector<int64_t>({1}, TensorShape({1})),
+                                      Tensor::Zeros(DT_FLOAT, TensorShape({1, 2}))}});
+  EXPECT_THAT(std::string(rows.status().message()), HasSubstr("is dense"));
+  // Recreating with another shape is refused; the same definition is fine.
+  CreateVariablesRequest other = Create("ASYNC", 1);
+  other.mutable_variable(0)->mutable_shape()->set_dim(0, 3);
+  EXPECT_EQ(ps.CreateVariables(other).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+}
+
+TEST(ServerCoreTest, SyncAppliesTheMeanOnceEveryWorkerPushedAndHoldsPulls) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("SYNC", 2)).ok());
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{0, 0}));
+  ASSERT_TRUE(ps.Push(Id(0, 0), Grad(2, 4)).ok());
+  // Worker 0's pull for step 1 waits for worker 1's gradient of step 0.
+  absl::StatusOr<std::vector<float>> got;
+  std::thread puller([&] { got = PullW(&ps, 0, 1); });
+  EXPECT_EQ(ps.Push(Id(0, 1), Grad(1, 1)).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ps.Push(Id(1, 0), Grad(4, 8)).ok());
+  puller.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, (std::vector<float>{-3, -6}));  // mean of the two, lr 1
+  EXPECT_TRUE(ps.Push(Id(1, 0), Grad(4, 8))->duplicate());
+  EXPECT_EQ(*PullW(&ps, 1, 1), (std::vector<float>{-3, -6}));
+}
+
+TEST(ServerCoreTest, BoundedStalenessBlocksTheFastWorkerWithADeadline) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("BOUNDED_STALENESS", 2, 1)).ok());
+  ASSERT_TRUE(ps.Push(Id(0, 0), Grad(0, 0)).ok());
+  ASSERT_TRUE(PullW(&ps, 0, 1).ok());  // 1 ahead of worker 1 (at 0): allowed
+  auto late = PullW(&ps, 0, 2, absl::Milliseconds(50));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  absl::StatusOr<std::vector<float>> got;
+  std::thread puller([&] { got = PullW(&ps, 0, 2); });
+  ASSERT_TRUE(ps.Push(Id(1, 0), Grad(0, 0)).ok());  // worker 1 reaches step 1
+  puller.join();
+  EXPECT_TRUE(got.ok()) << got.status();
+}
+
+TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
+  std::string dir = ::testing::TempDir() + "/core_snap";
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  ASSERT_TRUE(ps.Push(Id(0, 0), Grad(1, 1)).ok());
+  Tensor ids = Tensor::FromVector<int64_t>({7}, TensorShape({1}));
+  ASSERT_TRUE(ps.PushRows(Id(0, 0), {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}}).ok());
+  SnapshotRequest snap;
+  snap.set_step(1);
+  snap.set_checkpoint_dir(dir);
+  snap.set_wait_durable(true);
+  auto r = ps.Snapshot(snap);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->durable());
+  EXPECT_THAT(ps.Status().durable_snapshots(), testing::ElementsAre(1));
+
+  ASSERT_TRUE(ps.Push(Id(0, 1), Grad(5, 5)).ok());
+  RestoreRequest missing;
+  missing.set_step(99);
+  missing.set_checkpoint_dir(dir);
+  EXPECT_EQ(ps.Restore(missing).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-6, -6}));  // untouched
+
+  RestoreRequest back;
+  back.set_step(1);
+  back.set_checkpoint_dir(dir);
+  ASSERT_TRUE(ps.Restore(back).ok());
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
+  EXPECT_EQ(ps.Status().global_step(), 1);
+  absl::Notification done;
+  ps.PullRows({{"emb", ids}}, 0, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors t, int64_t) {
+    EXPECT_TRUE(s.ok());
+    EXPECT_EQ(t[0].second.data<float>()[1], -2.0f);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  // The same step is pushed again after a restore, and applies.
+  EXPECT_FALSE(ps.Push(Id(0, 1), Grad(1, 1))->duplicate());
+}
+
+TEST(ServerCoreTest, ARestartedServerSaysItLostItsVariables) {
+  ParameterServerCore ps(Options());
+  auto r = PullW(&ps, 0, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("holds no variables"));
+}
+
+}  // namespace
+}  // namespace psrt
