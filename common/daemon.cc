@@ -1,5 +1,8 @@
 #include "common/daemon.h"
 
+#include <arpa/inet.h>
+#include <signal.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -35,6 +38,39 @@ int ExitWithError(const absl::Status& s) {
   LOG(ERROR) << s;
   std::cerr << "error: " << s.message() << std::endl;
   return 2;
+}
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+std::string ListenAddressFor(const std::string& address) {
+  size_t colon = address.rfind(':');
+  std::string host = address.substr(0, colon);
+  std::string port = address.substr(colon + 1);
+  if (host == "localhost" || (host.size() > 2 && host.front() == '[')) return address;
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return address;
+  return "0.0.0.0:" + port;
+}
+
+bool IsLoopback(const std::string& address) {
+  return address.rfind("localhost:", 0) == 0 || address.rfind("127.", 0) == 0 ||
+         address.rfind("[::1]:", 0) == 0;
 }
 
 }  // namespace psrt

@@ -35,6 +35,20 @@ absl::StatusOr<TaskConfig> TaskConfigFromFlags();
 // Logs `s` as the reason the process stops; returns the exit code 2.
 int ExitWithError(const absl::Status& s);
 
+// Blocks SIGINT and SIGTERM in this thread and every thread started after
+// it; WaitForTerminationSignal then takes them synchronously. Call first in
+// main.
+void BlockTerminationSignals();
+// Blocks until SIGINT or SIGTERM arrives; returns the signal.
+int WaitForTerminationSignal();
+
+// Where to listen for a spec address: as is for localhost and IP literals,
+// else every interface on its port (a hostname such as a Kubernetes
+// service name may not be bindable inside the pod).
+std::string ListenAddressFor(const std::string& address);
+// Whether a listen address is on loopback only.
+bool IsLoopback(const std::string& address);
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_DAEMON_H_

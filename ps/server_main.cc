@@ -1,0 +1,102 @@
+// The parameter-server daemon.
+//
+//   bazel run //ps:server -- --cluster_spec=FILE --task=ps:0
+//   (or TF_CONFIG='{"cluster": {...}, "task": {"type": "ps", "index": 0}}')
+//
+// Serves the ParameterServer service at its address from the spec and
+// registers with the chief in the background; it serves workers whether or
+// not the chief is up. SIGTERM or SIGINT drains and stops it.
+#include <iostream>
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "chief/chief_client.h"
+#include "common/daemon.h"
+#include "common/env.h"
+#include "common/rpc/channel_cache.h"
+#include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "ps/ps_service.h"
+#include "ps/server_core.h"
+
+ABSL_FLAG(std::string, listen, "",
+          "Address to listen on (default: this task's address in the spec; a host name there "
+          "means every interface on its port).");
+ABSL_FLAG(int64_t, max_request_mb, 1024, "Largest request accepted, in MiB (RESOURCE_EXHAUSTED above).");
+ABSL_FLAG(int64_t, max_rows_per_request, 1 << 22, "Most rows in one PullRows or PushRows request.");
+ABSL_FLAG(int64_t, fault_pause_snapshot_after_chunks, 0,
+          "Fault injection for tests: stall the background snapshot writer after this many "
+          "chunks (logs a line, then waits to be killed).");
+
+namespace psrt {
+namespace {
+
+int Main(int argc, char** argv) {
+  BlockTerminationSignals();
+  InitDaemon(argc, argv,
+             "Parameter server: holds variables, applies the optimizer, snapshots to RocksDB.\n"
+             "Usage: server --cluster_spec=FILE --task=ps:N   (or set TF_CONFIG)");
+  absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
+  if (!config.ok()) return ExitWithError(config.status());
+  if (config->task.job() != kPsJob) {
+    return ExitWithError(absl::InvalidArgumentError(
+        absl::StrCat("--task=", TaskName(config->task), ": this is the ps daemon")));
+  }
+  const uint64_t incarnation = NewIncarnationId();
+  ServerCoreOptions o;
+  o.task_index = config->task.index();
+  o.incarnation = incarnation;
+  o.max_request_bytes = absl::GetFlag(FLAGS_max_request_mb) << 20;
+  o.max_rows_per_request = absl::GetFlag(FLAGS_max_rows_per_request);
+  o.snapshot.fault_pause_after_chunks = absl::GetFlag(FLAGS_fault_pause_snapshot_after_chunks);
+  o.snapshot.on_fault_pause = [] {
+    LOG(WARNING) << "fault injection: snapshot writer stalled";
+    std::cerr << "FAULT: snapshot writer stalled" << std::endl;
+    while (true) absl::SleepFor(absl::Hours(1));  // until SIGKILL
+  };
+  ParameterServerCore core(o);
+  PsServiceImpl service(&core);
+
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  if (listen.empty()) listen = ListenAddressFor(config->address);
+  if (!IsLoopback(listen)) {
+    LOG(WARNING) << "listening on " << listen
+                 << " without TLS or a token: anyone who reaches this port can read and change "
+                    "the model";
+  }
+  RpcOptions rpc;
+  rpc.max_message_bytes = static_cast<int>(std::min<int64_t>(o.max_request_bytes + (1 << 20), INT32_MAX));
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(rpc, &builder);
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return ExitWithError(absl::UnavailableError(absl::StrCat("cannot listen on ", listen)));
+  }
+  LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex
+            << incarnation << std::dec << ")";
+
+  ChannelCache channels(rpc);
+  TaskInfo self;
+  *self.mutable_task() = config->task;
+  self.set_address(config->address);
+  self.set_incarnation(incarnation);
+  std::string chief = *config->cluster.AddressOf(MakeTaskId(kChiefJob, 0));
+  ChiefLink link(channels.Get(chief), chief, self, ChiefLinkOptions());
+  link.Start();
+
+  int sig = WaitForTerminationSignal();
+  LOG(INFO) << "signal " << sig << ": draining";
+  link.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  LOG(INFO) << "stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace psrt
+
+int main(int argc, char** argv) { return psrt::Main(argc, argv); }

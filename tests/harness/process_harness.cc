@@ -1,0 +1,93 @@
+#include "tests/harness/process_harness.h"
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace psrt {
+namespace testing {
+
+std::string RunfilePath(const std::string& relative) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return relative;
+  return absl::StrCat(srcdir, "/", ws ? ws : "psrt", "/", relative);
+}
+
+absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name) {
+  TestCluster c;
+  auto addr = [&]() -> absl::StatusOr<std::string> {
+    absl::StatusOr<int> port = PickFreePort();
+    if (!port.ok()) return port.status();
+    return absl::StrCat("127.0.0.1:", *port);
+  };
+  absl::StatusOr<std::string> chief = addr();
+  if (!chief.ok()) return chief.status();
+  c.chief = *chief;
+  for (int i = 0; i < ps; ++i) {
+    auto a = addr();
+    if (!a.ok()) return a.status();
+    c.ps.push_back(*a);
+  }
+  for (int i = 0; i < workers; ++i) {
+    auto a = addr();
+    if (!a.ok()) return a.status();
+    c.workers.push_back(*a);
+  }
+  auto quote = [](const std::vector<std::string>& v) {
+    std::vector<std::string> q;
+    for (const auto& s : v) q.push_back(absl::StrCat("\"", s, "\""));
+    return absl::StrJoin(q, ", ");
+  };
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  c.spec_path = absl::StrCat(tmp ? tmp : "/tmp", "/", name, ".json");
+  std::ofstream(c.spec_path) << "{\"chief\": [\"" << c.chief << "\"], \"ps\": [" << quote(c.ps)
+                             << "], \"worker\": [" << quote(c.workers) << "]}\n";
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const std::string& name,
+                                                      std::vector<std::string> argv) {
+  auto d = std::unique_ptr<Daemon>(new Daemon());
+  d->name_ = name;
+  SubprocessOptions o;
+  o.argv = std::move(argv);
+  Daemon* raw = d.get();
+  o.on_line = [raw](absl::string_view line) {
+    std::cerr << "[" << raw->name_ << "] " << line << "\n";
+    absl::MutexLock lock(&raw->mu_);
+    raw->lines_.emplace_back(line);
+  };
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(o);
+  if (!p.ok()) return p.status();
+  d->process_ = *std::move(p);
+  return d;
+}
+
+Daemon::~Daemon() {
+  if (process_ && process_->Running()) {
+    process_->Signal(SIGKILL);
+    (void)process_->Wait(absl::Seconds(10));
+  }
+  process_.reset();  // joins the reader before lines_ goes
+}
+
+bool Daemon::WaitForLine(const std::string& text, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  size_t checked = 0;
+  auto found = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (; checked < lines_.size(); ++checked) {
+      if (lines_[checked].find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&found), timeout);
+}
+
+}  // namespace testing
+}  // namespace psrt

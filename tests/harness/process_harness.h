@@ -1,0 +1,57 @@
+// Helpers for tests that start real daemons: the path of a binary in the
+// test's runfiles, a cluster spec on free loopback ports, and a process
+// whose output lines are kept so a test can wait for one (with a deadline).
+#ifndef PSRT_TESTS_HARNESS_PROCESS_HARNESS_H_
+#define PSRT_TESTS_HARNESS_PROCESS_HARNESS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+
+namespace psrt {
+namespace testing {
+
+// "ps/server" -> $TEST_SRCDIR/$TEST_WORKSPACE/ps/server.
+std::string RunfilePath(const std::string& relative);
+
+// A spec with one chief, `ps` PS and `workers` workers on free 127.0.0.1
+// ports, written to a temporary file; returns its path and the addresses.
+struct TestCluster {
+  std::string spec_path;
+  std::string chief;
+  std::vector<std::string> ps;
+  std::vector<std::string> workers;
+};
+absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name);
+
+// A daemon under test. Its lines go to the test log with a prefix and are
+// kept for WaitForLine. Killed (SIGKILL) when destroyed.
+class Daemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const std::string& name,
+                                                       std::vector<std::string> argv);
+  ~Daemon();
+
+  // True once a line containing `text` has been printed; false after `timeout`.
+  bool WaitForLine(const std::string& text, absl::Duration timeout);
+  bool Kill(int sig) { return process_->Signal(sig); }
+  absl::StatusOr<int> Wait(absl::Duration timeout) { return process_->Wait(timeout); }
+  Subprocess* process() { return process_.get(); }
+
+ private:
+  Daemon() = default;
+  std::string name_;
+  std::unique_ptr<Subprocess> process_;
+  absl::Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace testing
+}  // namespace psrt
+
+#endif  // PSRT_TESTS_HARNESS_PROCESS_HARNESS_H_
