@@ -1,0 +1,161 @@
+// Convolution, pooling, embeddings, losses and metrics: shapes and gradients.
+#include "common/graph/op_registry.h"
+#include "common/graph/shape_util.h"
+#include "common/status_macros.h"
+
+namespace psrt {
+namespace {
+
+using Grads = absl::StatusOr<std::vector<std::string>>;
+
+OpDef Like(const std::string& name, int num_inputs, int like) {
+  OpDef d;
+  d.name = name;
+  d.num_inputs = num_inputs;
+  d.shape = [like](const NodeDef&, const std::vector<Shape>& in, std::vector<Shape>* out) {
+    *out = {in[like]};
+    return absl::OkStatus();
+  };
+  return d;
+}
+
+absl::Status Window(const NodeDef& n, const Shape& x, int64_t k, int64_t c_out, Shape* out) {
+  RETURN_IF_ERROR(RequireRank(n, x, 4, "input (NHWC)"));
+  int64_t s = GetAttrI(n, "stride", 1);
+  std::string pad = GetAttrS(n, "padding", "VALID");
+  if (s < 1) return ShapeError(n, "stride must be >= 1");
+  if (pad != "SAME" && pad != "VALID") return ShapeError(n, "padding must be SAME or VALID");
+  bool same = pad == "SAME";
+  int64_t h = WindowOut(x[1], k, s, same), w = WindowOut(x[2], k, s, same);
+  if ((x[1] >= 0 && h <= 0) || (x[2] >= 0 && w <= 0)) {
+    return ShapeError(n, absl::StrCat("window ", k, " does not fit input ", ShapeString(x)));
+  }
+  *out = {x[0], h, w, c_out};
+  return absl::OkStatus();
+}
+
+// A scalar loss of (logits, labels).
+OpDef Loss(const std::string& name, const std::string& grad_op) {
+  OpDef d;
+  d.name = name;
+  d.num_inputs = 2;
+  d.shape = [name](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+    if (in[0].empty() || in[1].empty() || !DimsAgree(in[0][0], in[1][0])) {
+      return ShapeError(n, absl::StrCat("predictions ", ShapeString(in[0]), " and labels ",
+                                        ShapeString(in[1]), " differ in batch size"));
+    }
+    if (name == "SoftmaxCrossEntropy" && (in[0].size() != 2 || in[1].size() != 1)) {
+      return ShapeError(n, absl::StrCat("needs logits [batch, classes] and labels [batch], got ",
+                                        ShapeString(in[0]), " and ", ShapeString(in[1])));
+    }
+    *out = {{}};
+    return absl::OkStatus();
+  };
+  if (!grad_op.empty()) {
+    d.grad = [grad_op](const GradContext& c) -> Grads {
+      return std::vector<std::string>{c.Add(grad_op, "dlogits", {c.dy[0], c.in(0), c.in(1)}), ""};
+    };
+  }
+  return d;
+}
+
+}  // namespace
+
+void RegisterNnOps(OpRegistry* r) {
+  {
+    OpDef d;
+    d.name = "Conv2D";  // x [N,H,W,C], kernel [k,k,C,F]
+    d.num_inputs = 2;
+    d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      RETURN_IF_ERROR(RequireRank(n, in[1], 4, "kernel [k,k,in,out]"));
+      if (!DimsAgree(in[0].size() == 4 ? in[0][3] : -1, in[1][2])) {
+        return ShapeError(n, absl::StrCat("input channels of ", ShapeString(in[0]),
+                                          " do not match kernel ", ShapeString(in[1])));
+      }
+      if (in[1][0] != in[1][1]) return ShapeError(n, "kernels are square");
+      Shape o;
+      RETURN_IF_ERROR(Window(n, in[0], in[1][0], in[1][3], &o));
+      *out = {o};
+      return absl::OkStatus();
+    };
+    d.grad = [](const GradContext& c) -> Grads {
+      Attrs a = {{"stride", AttrI(GetAttrI(*c.node, "stride", 1))},
+                 {"padding", AttrS(GetAttrS(*c.node, "padding", "VALID"))}};
+      return std::vector<std::string>{
+          c.Add("Conv2DBackpropInput", "dx", {c.in(0), c.in(1), c.dy[0]}, a),
+          c.Add("Conv2DBackpropFilter", "dk", {c.in(0), c.in(1), c.dy[0]}, a)};
+    };
+    r->Register(d);
+    r->Register(Like("Conv2DBackpropInput", 3, 0));
+    r->Register(Like("Conv2DBackpropFilter", 3, 1));
+  }
+  {
+    OpDef d;
+    d.name = "MaxPool";
+    d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      Shape o;
+      int64_t k = GetAttrI(n, "ksize", 2);
+      if (k < 1) return ShapeError(n, "ksize must be >= 1");
+      RETURN_IF_ERROR(Window(n, in[0], k, in[0].size() == 4 ? in[0][3] : -1, &o));
+      *out = {o};
+      return absl::OkStatus();
+    };
+    d.grad = [](const GradContext& c) -> Grads {
+      Attrs a = {{"ksize", AttrI(GetAttrI(*c.node, "ksize", 2))},
+                 {"stride", AttrI(GetAttrI(*c.node, "stride", 1))},
+                 {"padding", AttrS(GetAttrS(*c.node, "padding", "VALID"))}};
+      return std::vector<std::string>{c.Add("MaxPoolGrad", "dx", {c.in(0), c.out(0), c.dy[0]}, a)};
+    };
+    r->Register(d);
+    r->Register(Like("MaxPoolGrad", 3, 0));
+  }
+  {
+    // rows [U, D] (the pulled rows of the unique ids), index [B] into them.
+    OpDef d;
+    d.name = "EmbeddingLookup";
+    d.num_inputs = 2;
+    d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      RETURN_IF_ERROR(RequireRank(n, in[0], 2, "rows"));
+      RETURN_IF_ERROR(RequireRank(n, in[1], 1, "index"));
+      *out = {{in[1][0], in[0][1]}};
+      return absl::OkStatus();
+    };
+    d.grad = [](const GradContext& c) -> Grads {
+      return std::vector<std::string>{c.Add("EmbeddingLookupGrad", "drows", {c.dy[0], c.in(1), c.in(0)}), ""};
+    };
+    r->Register(d);
+    r->Register(Like("EmbeddingLookupGrad", 3, 2));
+  }
+  {
+    // rows [U, D], index [nnz] into rows, row_splits [B+1]: sum or mean per example.
+    OpDef d;
+    d.name = "EmbeddingBag";
+    d.num_inputs = 3;
+    d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      RETURN_IF_ERROR(RequireRank(n, in[0], 2, "rows"));
+      RETURN_IF_ERROR(RequireRank(n, in[1], 1, "index"));
+      RETURN_IF_ERROR(RequireRank(n, in[2], 1, "row_splits"));
+      std::string comb = GetAttrS(n, "combiner", "sum");
+      if (comb != "sum" && comb != "mean") return ShapeError(n, "combiner must be sum or mean");
+      *out = {{in[2][0] < 0 ? -1 : in[2][0] - 1, in[0][1]}};
+      return absl::OkStatus();
+    };
+    d.grad = [](const GradContext& c) -> Grads {
+      return std::vector<std::string>{
+          c.Add("EmbeddingBagGrad", "drows", {c.dy[0], c.in(1), c.in(2), c.in(0)},
+                {{"combiner", AttrS(GetAttrS(*c.node, "combiner", "sum"))}}),
+          "", ""};
+    };
+    r->Register(d);
+    r->Register(Like("EmbeddingBagGrad", 4, 3));
+  }
+  r->Register(Loss("SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad"));
+  r->Register(Loss("SigmoidCrossEntropy", "SigmoidCrossEntropyGrad"));
+  r->Register(Loss("MeanSquaredError", "MeanSquaredErrorGrad"));
+  r->Register(Loss("Accuracy", ""));
+  for (const char* g : {"SoftmaxCrossEntropyGrad", "SigmoidCrossEntropyGrad", "MeanSquaredErrorGrad"}) {
+    r->Register(Like(g, 3, 1));
+  }
+}
+
+}  // namespace psrt

@@ -1,0 +1,41 @@
+// Small helpers for shape functions.
+#ifndef PSRT_COMMON_GRAPH_SHAPE_UTIL_H_
+#define PSRT_COMMON_GRAPH_SHAPE_UTIL_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/graph/op_registry.h"
+
+namespace psrt {
+
+// Two dims agree if equal or either is unknown.
+inline bool DimsAgree(int64_t a, int64_t b) { return a < 0 || b < 0 || a == b; }
+
+inline bool ShapesAgree(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!DimsAgree(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+inline absl::Status ShapeError(const NodeDef& n, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("node ", n.name(), " (", n.op(), "): ", what));
+}
+
+inline absl::Status RequireRank(const NodeDef& n, const Shape& s, size_t rank, absl::string_view which) {
+  if (s.size() != rank) {
+    return ShapeError(n, absl::StrCat(which, " must have rank ", rank, ", got ", ShapeString(s)));
+  }
+  return absl::OkStatus();
+}
+
+// Output size of a convolution or pooling window along one dim.
+inline int64_t WindowOut(int64_t in, int64_t k, int64_t stride, bool same) {
+  if (in < 0) return -1;
+  return same ? (in + stride - 1) / stride : (in - k + stride) / stride;
+}
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_GRAPH_SHAPE_UTIL_H_

@@ -1,0 +1,69 @@
+// Executor: runs a graph on the CPU kernels, in topological order, freeing
+// each tensor after its last use.
+//
+//   ASSIGN_OR_RETURN(auto exec, Executor::Create(graph, ExecutorOptions()));
+//   ASSIGN_OR_RETURN(auto out, exec->Run({{"image", x}, {"dense/kernel", w}},
+//                                        {"loss", "gradients/.../db"}, step, true));
+//
+// Feeds are by node name (Placeholder and Variable nodes); fetches are
+// tensor names. Only the nodes the fetches need run. Run may be called from
+// one thread at a time; the kernels use the executor's thread pool.
+#ifndef PSRT_WORKER_EXECUTOR_H_
+#define PSRT_WORKER_EXECUTOR_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/graph/op_registry.h"
+#include "common/tensor.h"
+#include "proto/graph.pb.h"
+#include "worker/kernels/kernel.h"
+
+namespace psrt {
+
+struct ExecutorOptions {
+  int threads = 0;  // 0 = one per core
+};
+
+class Executor {
+ public:
+  // Validates the graph (ops, inputs, cycles, shapes) and that every op has
+  // a CPU kernel.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const GraphDef& graph,
+                                                          ExecutorOptions options = {});
+  ~Executor();
+
+  absl::StatusOr<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& feeds,
+                                          const std::vector<std::string>& fetches, uint64_t seed,
+                                          bool training);
+
+  const GraphDef& graph() const { return graph_; }
+  // Inferred shapes (-1 = known at run time only).
+  const std::map<std::string, std::vector<Shape>>& shapes() const { return shapes_; }
+  const Eigen::ThreadPoolDevice* device() const { return device_.get(); }
+
+ private:
+  struct Plan {
+    std::vector<int> order;        // nodes to run
+    std::vector<int> uses;         // remaining consumers per node
+  };
+  Executor() = default;
+  absl::StatusOr<const Plan*> PlanFor(const std::vector<std::string>& fetches);
+
+  GraphDef graph_;
+  std::map<std::string, int> index_;
+  std::vector<std::vector<std::pair<int, int>>> inputs_;  // (node, output) per input
+  std::vector<const Kernel*> kernels_;
+  std::vector<int> topo_;
+  std::map<std::string, std::vector<Shape>> shapes_;
+  std::map<std::string, Plan> plans_;
+  std::unique_ptr<Eigen::ThreadPool> pool_;
+  std::unique_ptr<Eigen::ThreadPoolDevice> device_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_EXECUTOR_H_

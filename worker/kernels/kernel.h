@@ -1,0 +1,63 @@
+// Kernels: the code that runs one op on one device.
+//
+// A kernel reads ctx.inputs and fills ctx.outputs (one per op output). It
+// checks what shape inference could not (runtime dims) and returns an error
+// naming the node. Kernels for a device are looked up by op name; the CPU
+// ones run on Eigen with the executor's thread pool.
+#ifndef PSRT_WORKER_KERNELS_KERNEL_H_
+#define PSRT_WORKER_KERNELS_KERNEL_H_
+
+#define EIGEN_USE_THREADS
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/tensor.h"
+#include "proto/graph.pb.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace psrt {
+
+struct KernelContext {
+  const NodeDef* node = nullptr;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  const Eigen::ThreadPoolDevice* device = nullptr;
+  bool training = true;
+  uint64_t seed = 0;  // differs per step (dropout masks)
+
+  absl::Status Error(absl::string_view what) const;
+};
+
+using Kernel = std::function<absl::Status(KernelContext&)>;
+
+class KernelRegistry {
+ public:
+  static const KernelRegistry& Cpu();
+  const Kernel* Find(const std::string& op) const;
+  void Register(const std::string& op, Kernel k) { kernels_[op] = std::move(k); }
+
+ private:
+  std::map<std::string, Kernel> kernels_;
+};
+
+void RegisterCpuBasicKernels(KernelRegistry* r);
+void RegisterCpuNnKernels(KernelRegistry* r);
+
+// Row-major Eigen tensor views of our tensors.
+template <int Rank>
+using TMap = Eigen::TensorMap<Eigen::Tensor<float, Rank, Eigen::RowMajor>, Eigen::Aligned>;
+template <int Rank>
+using UMap = Eigen::TensorMap<Eigen::Tensor<float, Rank, Eigen::RowMajor>>;
+
+inline UMap<2> AsMatrix(Tensor& t, int64_t rows, int64_t cols) {
+  return UMap<2>(t.data<float>(), rows, cols);
+}
+inline UMap<1> AsVector(Tensor& t) { return UMap<1>(t.data<float>(), t.NumElements()); }
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_KERNELS_KERNEL_H_
