@@ -30,6 +30,8 @@ ABSL_FLAG(std::string, restore, "auto",
 ABSL_FLAG(std::string, summary, "", "Write the JSON summary here (default: the job's summary_path).");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: the chief's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Threads for evaluation kernels (0 = one per core).");
+ABSL_FLAG(int, fault_kill_before_commit, 0,
+          "Fault injection for tests: SIGKILL the chief just before it commits its Nth checkpoint.");
 
 namespace psrt {
 namespace {
@@ -72,6 +74,7 @@ int Main(int argc, char** argv) {
   o.checkpoint_dir = Resolve(absl::GetFlag(FLAGS_checkpoint_dir));
   o.restore = absl::GetFlag(FLAGS_restore);
   o.incarnation = incarnation;
+  o.fault_kill_before_commit = absl::GetFlag(FLAGS_fault_kill_before_commit);
   o.report = [](const std::string& line) {
     std::cout << line << std::endl;
     LOG(INFO) << line;
