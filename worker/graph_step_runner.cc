@@ -115,13 +115,13 @@ absl::StatusOr<std::map<std::string, Tensor>> GraphStepRunner::Feeds(
 }
 
 absl::StatusOr<StepResult> GraphStepRunner::Run(const TensorMap& dense, const TensorMap& rows,
-                                                const Batch& batch) {
+                                                const Batch& batch, int64_t step) {
   std::map<std::string, Tensor> unique;
   ASSIGN_OR_RETURN(auto feeds, Feeds(dense, rows, batch, false, &unique));
   std::vector<std::string> fetches = {loss_};
   for (const auto& [v, g] : grads_) fetches.push_back(g);
   for (const auto& [m, t] : metrics_) fetches.push_back(t);
-  ASSIGN_OR_RETURN(std::vector<Tensor> out, exec_->Run(feeds, fetches, seed_ + 1000003 * ++steps_, true));
+  ASSIGN_OR_RETURN(std::vector<Tensor> out, exec_->Run(feeds, fetches, seed_ + 1000003 * static_cast<uint64_t>(step + 1), true));
   StepResult r;
   r.loss = out[0].data<float>()[0];
   for (size_t i = 0; i < grads_.size(); ++i) {

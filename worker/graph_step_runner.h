@@ -38,7 +38,7 @@ class GraphStepRunner : public StepRunner {
   std::vector<std::string> DenseVariables() const override { return dense_; }
   absl::StatusOr<RowRequest> SparseRows(const Batch& batch) const override;
   absl::StatusOr<StepResult> Run(const TensorMap& dense, const TensorMap& rows,
-                                 const Batch& batch) override;
+                                 const Batch& batch, int64_t step) override;
   std::string device() const override { return device_; }
 
   // Loss and metrics of a batch without gradients (training off: dropout
@@ -62,7 +62,6 @@ class GraphStepRunner : public StepRunner {
   std::vector<std::pair<std::string, std::string>> metrics_;  // name, tensor
   std::string device_ = "cpu";
   uint64_t seed_ = 0;
-  int64_t steps_ = 0;
 };
 
 }  // namespace psrt

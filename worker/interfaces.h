@@ -55,9 +55,10 @@ class StepRunner {
   // The rows of sparse variables this batch reads (unique ids per variable).
   virtual absl::StatusOr<RowRequest> SparseRows(const Batch& batch) const = 0;
   // Forward and backward. `dense` holds every DenseVariables() tensor;
-  // `rows` the pulled rows of SparseRows(batch).
+  // `rows` the pulled rows of SparseRows(batch). `step` seeds the step's
+  // randomness (dropout), so a step recomputed after a restore is the same.
   virtual absl::StatusOr<StepResult> Run(const TensorMap& dense, const TensorMap& rows,
-                                         const Batch& batch) = 0;
+                                         const Batch& batch, int64_t step) = 0;
   virtual std::string device() const = 0;  // "cpu" or "gpu:0 (NVIDIA H100 ...)"
 };
 

@@ -107,7 +107,7 @@ absl::Status Train() {
     if (!rows.empty()) {
       ASSIGN_OR_RETURN(pulled, client.PullRows(rows, step));
     }
-    ASSIGN_OR_RETURN(StepResult r, runner->Run(dense, pulled, batch));
+    ASSIGN_OR_RETURN(StepResult r, runner->Run(dense, pulled, batch, step));
     RequestId id;
     id.set_step(step);
     id.set_worker_incarnation(1);

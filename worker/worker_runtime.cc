@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> DefaultDataset(const WorkerAssignment& 
   o.shard_index = a.shard_index();
   o.num_shards = std::max(1, a.num_shards());
   o.seed = a.seed();
+  o.skip_batches = a.start_step();  // the batches of the steps before it
   return Dataset::Create(o);
 }
 
@@ -86,6 +87,7 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   next_step_ = assignment.start_step();
   state_ = WorkerStatusResponse::RUNNING;
   pause_requested_ = false;
+  rewind_ = false;
   stop_ = false;
   error_.clear();
   device_ = runner_->device();
@@ -122,6 +124,7 @@ absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
     return absl::AbortedError(absl::StrCat("resume for generation ", generation,
                                            " but the worker is at ", generation_));
   }
+  if (generation != generation_ || start_step != next_step_) rewind_ = true;
   generation_ = generation;
   next_step_ = start_step;
   pause_requested_ = false;
@@ -134,6 +137,7 @@ absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
 void WorkerRuntime::Loop() {
   while (true) {
     int64_t step, generation;
+    bool rewind;
     {
       absl::MutexLock lock(&mu_);
       auto runnable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -148,6 +152,26 @@ void WorkerRuntime::Loop() {
       }
       step = next_step_;
       generation = generation_;
+      rewind = rewind_;
+      rewind_ = false;
+    }
+    if (rewind) {
+      // After a restore, read the data from the checkpoint's step again.
+      WorkerAssignment a;
+      {
+        absl::MutexLock lock(&mu_);
+        a = assignment_;
+      }
+      a.set_start_step(step);
+      auto make_dataset = deps_.make_dataset ? deps_.make_dataset : DefaultDataset;
+      absl::StatusOr<std::unique_ptr<Dataset>> d = make_dataset(a);
+      if (!d.ok()) {
+        absl::MutexLock lock(&mu_);
+        state_ = WorkerStatusResponse::FAILED;
+        error_ = std::string(d.status().message());
+        return;
+      }
+      dataset_ = *std::move(d);
     }
     RunStep(step, generation);
   }
@@ -179,7 +203,7 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
       if (!rows.empty()) {
         ASSIGN_OR_RETURN(pulled_rows, client_->PullRows(rows, step));
       }
-      ASSIGN_OR_RETURN(result, runner_->Run(dense, pulled_rows, batch));
+      ASSIGN_OR_RETURN(result, runner_->Run(dense, pulled_rows, batch, step));
       return absl::OkStatus();
     }();
   }

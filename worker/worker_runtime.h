@@ -91,6 +91,9 @@ class WorkerRuntime {
   int64_t interruptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set by a Resume that moves the step or generation (a restore): the loop
+  // rebuilds its dataset at the new step before running it.
+  bool rewind_ ABSL_GUARDED_BY(mu_) = false;
   std::string error_ ABSL_GUARDED_BY(mu_);
   std::string device_ ABSL_GUARDED_BY(mu_);
   float loss_ ABSL_GUARDED_BY(mu_) = 0;

@@ -57,7 +57,7 @@ class QuadraticRunner : public StepRunner {
  public:
   std::vector<std::string> DenseVariables() const override { return {"w"}; }
   absl::StatusOr<RowRequest> SparseRows(const Batch&) const override { return RowRequest{}; }
-  absl::StatusOr<StepResult> Run(const TensorMap& dense, const TensorMap&, const Batch&) override {
+  absl::StatusOr<StepResult> Run(const TensorMap& dense, const TensorMap&, const Batch&, int64_t) override {
     float w = dense.at("w").data<float>()[0];
     StepResult r;
     r.loss = (w - 3) * (w - 3);

@@ -31,6 +31,14 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Create(DatasetOptions options)
   ASSIGN_OR_RETURN(auto source, OpenSource(options.input, options.split));
   auto d = std::unique_ptr<Dataset>(new Dataset(std::move(options), std::move(source)));
   RETURN_IF_ERROR(d->StartEpoch());
+  for (int64_t b = 0; b < d->options_.skip_batches; ++b) {
+    for (int i = 0; i < d->options_.input.batch_size(); ++i) {
+      Example ex;
+      int epoch;
+      ASSIGN_OR_RETURN(bool more, d->NextExample(&ex, &epoch));
+      if (!more) break;
+    }
+  }
   if (d->options_.prefetch_batches > 0) d->thread_ = std::thread([p = d.get()] { p->PrefetchLoop(); });
   return d;
 }

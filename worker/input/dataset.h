@@ -44,6 +44,9 @@ struct DatasetOptions {
   bool shuffle = true;
   uint64_t seed = 0;  // mixed with input.shuffle_seed
   int prefetch_batches = 2;  // 0 = produce on the caller's thread
+  // Start after this many batches, as if they had been read: a worker
+  // resuming at step S sees the batches it would have seen from step S.
+  int64_t skip_batches = 0;
 };
 
 class Dataset {

@@ -1,0 +1,210 @@
+// Whole clusters of real processes on loopback: a chief, parameter servers
+// and workers training the Fashion-MNIST MLP, with processes killed by
+// SIGKILL mid-run.
+#include <signal.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "chief/job_planner.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "tests/harness/process_harness.h"
+
+namespace psrt {
+namespace {
+
+using testing::Daemon;
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void Setup(int ps, int workers, ConsistencyDef::Mode mode, int64_t steps) {
+    name_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name_);
+    auto c = testing::MakeTestCluster(ps, workers, name_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = *c;
+    auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *job;
+    job_.set_steps(steps);
+    job_.set_epochs(0);
+    job_.mutable_consistency()->set_mode(mode);
+    job_.mutable_checkpoint()->set_dir(dir_ + "/ckpt");
+    job_.mutable_checkpoint()->set_every_steps(200);
+    job_.mutable_eval()->set_every_steps(0);
+    job_.mutable_eval()->set_max_examples(2000);
+    job_.mutable_failure()->set_heartbeat_timeout_ms(2000);
+    job_.mutable_failure()->set_sync_wait_for_worker_ms(60000);
+    job_.mutable_failure()->set_register_deadline_ms(30000);
+    job_.set_summary_path(dir_ + "/summary.json");
+    WriteJob();
+  }
+  void WriteJob() {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(job_, &text);
+    job_path_ = dir_ + ".pbtxt";
+    std::ofstream(job_path_) << text;
+  }
+  std::vector<std::string> Common(const std::string& task) {
+    std::vector<std::string> flags = {"--cluster_spec=" + cluster_.spec_path, "--task=" + task};
+    if (task.rfind("ps:", 0) != 0) flags.push_back("--threads=1");
+    return flags;
+  }
+  std::unique_ptr<Daemon> Start(const std::string& binary, const std::string& task,
+                                std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {testing::RunfilePath(binary)};
+    for (auto& a : Common(task)) argv.push_back(a);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto d = Daemon::Start(task, argv);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? *std::move(d) : nullptr;
+  }
+  std::unique_ptr<Daemon> StartPs(int i) { return Start("ps/server", absl::StrCat("ps:", i)); }
+  std::unique_ptr<Daemon> StartWorker(int i, std::vector<std::string> extra = {}) {
+    return Start("worker/main", absl::StrCat("worker:", i), extra);
+  }
+  std::unique_ptr<Daemon> StartChief(std::vector<std::string> extra = {}) {
+    extra.push_back("--job=" + job_path_);
+    return Start("chief/main", "chief:0", extra);
+  }
+  std::string Summary() {
+    std::ifstream in(dir_ + "/summary.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  double Field(const std::string& summary, const std::string& key) {
+    std::smatch m;
+    std::regex re("\"" + key + "\": (-?[0-9.e+-]+)");
+    if (!std::regex_search(summary, m, re)) return NAN;
+    return std::stod(m[1]);
+  }
+  int ExitCode(Daemon* d, absl::Duration timeout = absl::Minutes(5)) {
+    auto s = d->Wait(timeout);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() && WIFEXITED(*s) ? WEXITSTATUS(*s) : -1;
+  }
+
+  std::string name_, dir_, job_path_;
+  testing::TestCluster cluster_;
+  TrainingJob job_;
+};
+
+TEST_F(ClusterTest, TrainsAcrossProcessesAndTheLossFalls) {
+  Setup(1, 1, ConsistencyDef::ASYNC, 400);
+  auto ps = StartPs(0);
+  auto worker = StartWorker(0);
+  auto chief = StartChief();
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  std::string s = Summary();
+  EXPECT_GT(Field(s, "accuracy"), 0.75) << s;   // from 0.1 at chance
+  EXPECT_LT(Field(s, "loss"), 0.8) << s;        // from ln(10) = 2.3
+  EXPECT_EQ(Field(s, "steps"), 400) << s;
+  EXPECT_EQ(Field(s, "failures_survived"), 0) << s;
+  EXPECT_EQ(ExitCode(worker.get()), 0);  // the chief shut it down
+}
+
+TEST_F(ClusterTest, PsKilledAndRestartedResumesFromTheLastCheckpoint) {
+  Setup(2, 1, ConsistencyDef::ASYNC, 1200);
+  double baseline;
+  {
+    auto ps0 = StartPs(0), ps1 = StartPs(1);
+    auto worker = StartWorker(0);
+    auto chief = StartChief();
+    ASSERT_EQ(ExitCode(chief.get()), 0);
+    baseline = Field(Summary(), "accuracy");
+  }
+  job_.mutable_checkpoint()->set_dir(dir_ + "/ckpt2");
+  WriteJob();
+  auto ps0 = StartPs(0), ps1 = StartPs(1);
+  auto worker = StartWorker(0);
+  auto chief = StartChief();
+  ASSERT_TRUE(chief->WaitForLine("checkpoint of step 4", absl::Minutes(3)));
+  ps1->Kill(SIGKILL);
+  ASSERT_TRUE(ps1->Wait(absl::Seconds(30)).ok());
+  absl::Time killed = absl::Now();
+  ps1 = StartPs(1);  // as a supervisor would
+  ASSERT_TRUE(chief->WaitForLine("recovered to the checkpoint of step", absl::Minutes(2)));
+  std::cerr << "PS kill to recovered: " << absl::FormatDuration(absl::Now() - killed) << "\n";
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  std::string s = Summary();
+  EXPECT_EQ(Field(s, "failures_survived"), 1) << s;
+  EXPECT_NEAR(Field(s, "accuracy"), baseline, 0.01) << s;
+}
+
+TEST_F(ClusterTest, WorkerKilledInAsyncTheRestFinish) {
+  Setup(1, 2, ConsistencyDef::ASYNC, 400);
+  auto ps = StartPs(0);
+  auto w0 = StartWorker(0);
+  auto w1 = StartWorker(1, {"--kill_at_step=100"});
+  auto chief = StartChief();
+  ASSERT_TRUE(chief->WaitForLine("ASYNC training goes on without it", absl::Minutes(2)));
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  EXPECT_GT(Field(Summary(), "accuracy"), 0.7);
+}
+
+TEST_F(ClusterTest, WorkerKilledInSyncRejoinsAndTheJobCompletes) {
+  Setup(1, 2, ConsistencyDef::SYNC, 300);
+  auto ps = StartPs(0);
+  auto w0 = StartWorker(0);
+  auto w1 = StartWorker(1, {"--kill_at_step=100"});
+  auto chief = StartChief();
+  ASSERT_TRUE(w1->Wait(absl::Minutes(2)).ok());  // it killed itself at step 100
+  w1 = StartWorker(1);
+  ASSERT_TRUE(chief->WaitForLine("worker:1 (re)started", absl::Minutes(2)));
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  std::string s = Summary();
+  EXPECT_EQ(Field(s, "steps"), 300) << s;
+  EXPECT_GT(Field(s, "accuracy"), 0.7) << s;
+}
+
+TEST_F(ClusterTest, ChiefKilledAndRestartedResumesFromTheCommittedStep) {
+  Setup(1, 1, ConsistencyDef::ASYNC, 800);
+  auto ps = StartPs(0);
+  auto worker = StartWorker(0);
+  // Commits step 0 and about 200, then dies after every PS made the third
+  // snapshot durable but before its manifest: that one must never be used.
+  auto chief = StartChief({"--fault_kill_before_commit=3"});
+  ASSERT_TRUE(chief->WaitForLine("fault injection: killing the chief before committing step", absl::Minutes(3)));
+  chief->Wait(absl::Seconds(30)).IgnoreError();
+  std::ifstream manifests;
+  auto restarted = StartChief();
+  ASSERT_TRUE(restarted->WaitForLine("restored checkpoint of step 2", absl::Minutes(2)));
+  ASSERT_EQ(ExitCode(restarted.get()), 0);
+  std::string s = Summary();
+  double from = Field(s, "restored_from_step");
+  EXPECT_GE(from, 200) << s;
+  EXPECT_LT(from, 400) << s;
+  EXPECT_EQ(Field(s, "steps"), 800) << s;
+}
+
+TEST_F(ClusterTest, CorruptCheckpointIsRefusedAndThePreviousOneUsed) {
+  Setup(1, 1, ConsistencyDef::ASYNC, 600);
+  auto ps = StartPs(0);
+  {
+    auto worker = StartWorker(0);
+    auto chief = StartChief();
+    ASSERT_EQ(ExitCode(chief.get()), 0);
+  }
+  // Flip a byte of the newest manifest (the final checkpoint, step 600).
+  std::string newest = dir_ + "/ckpt/checkpoint-600.manifest";
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << newest;
+    f.seekp(5);
+    f.put('\x5a');
+  }
+  auto worker = StartWorker(0);
+  auto chief = StartChief();
+  ASSERT_TRUE(chief->WaitForLine("checkpoint-600.manifest: manifest checksum mismatch", absl::Minutes(2)));
+  ASSERT_TRUE(chief->WaitForLine("restored checkpoint of step 4", absl::Minutes(2)));
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  EXPECT_EQ(Field(Summary(), "steps"), 600);
+}
+
+}  // namespace
+}  // namespace psrt
