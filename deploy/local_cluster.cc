@@ -1,0 +1,293 @@
+// The local launcher: a whole cluster on this machine, as separate processes.
+//
+//   bazel run //deploy:local_cluster -- [--job=FILE] [--cluster_spec=FILE]
+//       [--ps=2] [--workers=2] [--kill=ps:1@800] [--run_dir=DIR]
+//
+// Starts the parameter servers, the workers and the chief, supervises them
+// as Kubernetes would (a daemon that dies is restarted with backoff, up to
+// --max_restarts), shows the chief's progress, writes every daemon's log to
+// RUN_DIR/cluster.log, and at the end prints the test accuracy and where the
+// checkpoints and summary are. Ctrl-C stops everything; no child outlives
+// the launcher (they die with it).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "chief/chief_client.h"
+#include "common/cluster_spec.h"
+#include "common/rpc/channel_cache.h"
+#include "common/subprocess.h"
+
+ABSL_FLAG(std::string, job, "", "Training job (default: examples/fashion_mnist_mlp.pbtxt).");
+ABSL_FLAG(std::string, cluster_spec, "", "Cluster spec (default: a chief, --ps PS and --workers workers on free loopback ports).");
+ABSL_FLAG(int, ps, 2, "Parameter servers, without --cluster_spec.");
+ABSL_FLAG(int, workers, 2, "Workers, without --cluster_spec.");
+ABSL_FLAG(std::vector<std::string>, kill, {},
+          "TASK@STEP[,...]: SIGKILL that daemon once the job reaches the step (e.g. ps:1@800), to watch recovery.");
+ABSL_FLAG(std::string, run_dir, "", "Where logs, checkpoints and the summary go (default: /tmp/psrt-run-TIME).");
+ABSL_FLAG(int, max_restarts, 5, "Give up after restarting one daemon this many times.");
+ABSL_FLAG(bool, verbose, false, "Show every daemon's log lines, not only warnings and the chief's progress.");
+
+namespace psrt {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+std::string Here(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
+  return wd ? absl::StrCat(wd, "/", path) : path;
+}
+
+// Where the daemons' binaries are: the runfiles of `bazel run`, or beside
+// bazel-bin when run directly.
+std::string Binary(const std::string& argv0, const std::string& rel) {
+  for (const std::string& base : {std::string("."), argv0 + ".runfiles/psrt",
+                                  std::string(std::getenv("RUNFILES_DIR") ? std::getenv("RUNFILES_DIR") : "") + "/psrt"}) {
+    std::string p = base + "/" + rel;
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return rel;
+}
+
+struct Child {
+  TaskId task;
+  std::vector<std::string> argv;
+  std::unique_ptr<Subprocess> process;
+  int restarts = 0;
+  absl::Time restart_at = absl::InfinitePast();
+  bool finished = false;  // exited 0 at the end of the job
+};
+
+class Launcher {
+ public:
+  Launcher(std::string run_dir, bool verbose) : run_dir_(std::move(run_dir)), verbose_(verbose) {
+    log_.open(run_dir_ + "/cluster.log");
+  }
+
+  void Line(const std::string& who, absl::string_view line, bool chief) {
+    absl::MutexLock lock(&mu_);
+    log_ << "[" << who << "] " << line << "\n";
+    log_.flush();
+    bool glog = line.size() > 1 && std::string("IWEF").find(line[0]) != std::string::npos && isdigit(line[1]);
+    bool loud = glog && (line[0] == 'W' || line[0] == 'E' || line[0] == 'F');
+    if (chief && !glog) {
+      std::cout << line << std::endl;
+    } else if (verbose_ || loud || (!glog && !chief)) {
+      std::cout << "[" << who << "] " << line << std::endl;
+    }
+  }
+  void Say(const std::string& what) { Line("launcher", what, false); }
+
+  absl::Status Start(Child* c) {
+    SubprocessOptions o;
+    o.argv = c->argv;
+    std::string who = TaskName(c->task);
+    bool chief = c->task.job() == kChiefJob;
+    o.on_line = [this, who, chief](absl::string_view l) { Line(who, l, chief); };
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(o);
+    if (!p.ok()) return p.status();
+    c->process = *std::move(p);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string run_dir_;
+  const bool verbose_;
+  absl::Mutex mu_;
+  std::ofstream log_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::string> DefaultSpec(const std::string& run_dir, int ps, int workers) {
+  auto addr = []() -> absl::StatusOr<std::string> {
+    absl::StatusOr<int> p = PickFreePort();
+    if (!p.ok()) return p.status();
+    return absl::StrCat("\"127.0.0.1:", *p, "\"");
+  };
+  std::vector<std::string> p, w;
+  auto chief = addr();
+  if (!chief.ok()) return chief.status();
+  for (int i = 0; i < ps; ++i) p.push_back(*addr());
+  for (int i = 0; i < workers; ++i) w.push_back(*addr());
+  std::string path = run_dir + "/cluster.json";
+  std::ofstream(path) << "{\"chief\": [" << *chief << "], \"ps\": [" << absl::StrJoin(p, ", ")
+                      << "], \"worker\": [" << absl::StrJoin(w, ", ") << "]}\n";
+  return path;
+}
+
+int Run(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Starts a whole cluster (chief, parameter servers, workers) on this machine and trains a job.\n"
+      "Usage: local_cluster [--job=FILE] [--cluster_spec=FILE] [--kill=ps:1@800]");
+  absl::ParseCommandLine(argc, argv);
+  std::string run_dir = Here(absl::GetFlag(FLAGS_run_dir));
+  if (run_dir.empty()) run_dir = absl::StrCat("/tmp/psrt-run-", absl::ToUnixSeconds(absl::Now()));
+  std::system(absl::StrCat("mkdir -p '", run_dir, "'").c_str());
+  Launcher launcher(run_dir, absl::GetFlag(FLAGS_verbose));
+
+  std::string spec_path = Here(absl::GetFlag(FLAGS_cluster_spec));
+  if (spec_path.empty()) {
+    absl::StatusOr<std::string> p = DefaultSpec(run_dir, absl::GetFlag(FLAGS_ps), absl::GetFlag(FLAGS_workers));
+    if (!p.ok()) {
+      std::cerr << "error: " << p.status().message() << "\n";
+      return 2;
+    }
+    spec_path = *p;
+  }
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromJsonFile(spec_path);
+  if (!spec.ok()) {
+    std::cerr << "error: " << spec.status().message() << "\n";
+    return 2;
+  }
+  std::string job = Here(absl::GetFlag(FLAGS_job));
+  if (job.empty()) job = Binary(argv[0], "examples/fashion_mnist_mlp.pbtxt");
+  if (access(job.c_str(), R_OK) != 0) {
+    std::cerr << "error: cannot read job file " << job << "\n";
+    return 2;
+  }
+  // --kill=TASK@STEP
+  std::map<std::string, int64_t> kills;
+  for (const std::string& k : absl::GetFlag(FLAGS_kill)) {
+    std::vector<std::string> parts = absl::StrSplit(k, '@');
+    int64_t step;
+    absl::StatusOr<TaskId> t = parts.size() == 2 ? ParseTaskId(parts[0]) : absl::InvalidArgumentError("");
+    if (!t.ok() || !absl::SimpleAtoi(parts[1], &step) || !spec->AddressOf(*t).ok()) {
+      std::cerr << "error: --kill=" << k << ": expected TASK@STEP with a task of the spec, e.g. ps:1@800\n";
+      return 2;
+    }
+    kills[TaskName(*t)] = step;
+  }
+
+  std::vector<Child> children;
+  for (const TaskId& t : spec->AllTasks()) {
+    if (t.job() == kEvaluatorJob) continue;
+    Child c;
+    c.task = t;
+    std::string base = "--cluster_spec=" + spec_path;
+    std::string task = "--task=" + TaskName(t);
+    if (t.job() == kPsJob) c.argv = {Binary(argv[0], "ps/server"), base, task};
+    if (t.job() == kWorkerJob) c.argv = {Binary(argv[0], "worker/main"), base, task};
+    if (t.job() == kChiefJob) {
+      c.argv = {Binary(argv[0], "chief/main"), base, task, "--job=" + job,
+                "--checkpoint_dir=" + run_dir + "/checkpoints", "--summary=" + run_dir + "/summary.json"};
+    }
+    children.push_back(std::move(c));
+  }
+  launcher.Say(absl::StrCat("cluster ", spec_path, " (", spec->ToJson(), "), job ", job, ", logs ",
+                            run_dir, "/cluster.log"));
+  // PS and workers first, the chief last: it waits for them anyway.
+  std::stable_sort(children.begin(), children.end(),
+                   [](const Child& a, const Child& b) { return a.task.job() != kChiefJob && b.task.job() == kChiefJob; });
+  for (Child& c : children) {
+    if (absl::Status s = launcher.Start(&c); !s.ok()) {
+      std::cerr << "error: starting " << TaskName(c.task) << ": " << s.message() << "\n";
+      return 2;
+    }
+  }
+  signal(SIGINT, [](int) { g_interrupted = true; });
+  signal(SIGTERM, [](int) { g_interrupted = true; });
+
+  ChannelCache channels;
+  std::string chief_address = *spec->AddressOf(MakeTaskId(kChiefJob, 0));
+  ChiefClient chief(channels.Get(chief_address), chief_address, absl::Seconds(1));
+  absl::Time next_poll = absl::InfinitePast();
+  int exit_code = -1;
+  while (exit_code < 0) {
+    if (g_interrupted) {
+      launcher.Say("interrupted: stopping the cluster (checkpoints stay; run again to resume)");
+      exit_code = 130;
+      break;
+    }
+    if (!kills.empty() && absl::Now() >= next_poll) {
+      next_poll = absl::Now() + absl::Milliseconds(100);
+      absl::StatusOr<JobStatusResponse> st = chief.JobStatus();
+      for (auto it = kills.begin(); st.ok() && it != kills.end();) {
+        if (st->step() < it->second) {
+          ++it;
+          continue;
+        }
+        for (Child& c : children) {
+          if (TaskName(c.task) == it->first && c.process && c.process->Running()) {
+            c.process->Signal(SIGKILL);
+            launcher.Say(absl::StrCat("killed ", it->first, " with SIGKILL at step ", st->step()));
+          }
+        }
+        it = kills.erase(it);
+      }
+    }
+    for (Child& c : children) {
+      if (c.finished) continue;
+      if (!c.process) {
+        if (absl::Now() >= c.restart_at) {
+          launcher.Say(absl::StrCat("restarting ", TaskName(c.task), " (restart ", c.restarts, ")"));
+          if (!launcher.Start(&c).ok()) c.restart_at = absl::Now() + absl::Seconds(1);
+        }
+        continue;
+      }
+      std::optional<int> status = c.process->Poll();
+      if (!status.has_value()) continue;
+      bool clean = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+      if (c.task.job() == kChiefJob) {
+        if (clean) {
+          exit_code = 0;
+          break;
+        }
+      } else if (clean) {
+        c.finished = true;  // a worker the chief shut down at the end
+        continue;
+      }
+      launcher.Say(absl::StrCat(TaskName(c.task), " died: ", DescribeWaitStatus(*status)));
+      if (++c.restarts > absl::GetFlag(FLAGS_max_restarts)) {
+        launcher.Say(absl::StrCat("giving up: ", TaskName(c.task), " died ", c.restarts, " times"));
+        exit_code = 1;
+        break;
+      }
+      c.process.reset();
+      c.restart_at = absl::Now() + std::min(absl::Seconds(5), absl::Milliseconds(100) * (1 << std::min(c.restarts, 6)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));  // the supervision tick
+  }
+  // Stop everything: SIGTERM, then SIGKILL whatever is left.
+  for (Child& c : children) {
+    if (c.process && c.process->Running()) c.process->Signal(SIGTERM);
+  }
+  for (Child& c : children) {
+    if (c.process && !c.process->Wait(absl::Seconds(5)).ok()) c.process->Signal(SIGKILL);
+  }
+  children.clear();
+  if (exit_code == 0) {
+    std::ifstream in(run_dir + "/summary.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::smatch m;
+    std::string summary = ss.str();
+    std::string accuracy = std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)")) ? m[1].str() : "?";
+    std::string failures = std::regex_search(summary, m, std::regex("\"failures_survived\": ([0-9]+)")) ? m[1].str() : "0";
+    std::cout << "\nfinal test accuracy " << accuracy << " (failures survived: " << failures << ")\n"
+              << "summary:     " << run_dir << "/summary.json\n"
+              << "checkpoints: " << run_dir << "/checkpoints\n"
+              << "logs:        " << run_dir << "/cluster.log\n";
+  }
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace psrt
+
+int main(int argc, char** argv) { return psrt::Run(argc, argv); }
