@@ -186,7 +186,7 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
       for (const std::string& name : names) {
         absl::StatusOr<Variable*> v = Find(name);
         if (!v.ok()) return done(v.status(), {}, 0);
-        absl::StatusOr<Tensor> t = (*v)->Read();
+        absl::StatusOr<Tensor> t = (*v)->Read(pool_.get());
         if (!t.ok()) return done(t.status(), {}, 0);
         out.emplace_back(name, *std::move(t));
       }
@@ -222,7 +222,7 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
       for (const auto& [name, t] : ids) {
         absl::StatusOr<Variable*> v = Find(name);
         if (!v.ok()) return done(v.status(), {}, 0);
-        absl::StatusOr<Tensor> r = (*v)->ReadRows(t);
+        absl::StatusOr<Tensor> r = (*v)->ReadRows(t, pool_.get());
         if (!r.ok()) return done(r.status(), {}, 0);
         out.emplace_back(name, *std::move(r));
       }

@@ -78,12 +78,12 @@ absl::Status Variable::SameAs(const VariableDef& other) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> Variable::Read() const {
+absl::StatusOr<Tensor> Variable::Read(BufferPool* pool) const {
   if (def_.kind() == VariableDef::HASH_TABLE) {
     return Bad(def_, "a hash table is read by rows (PullRows), not whole");
   }
   absl::ReaderMutexLock lock(&mu_);
-  return value_.Copy();
+  return pool != nullptr ? pool->Copy(value_) : value_.Copy();
 }
 
 absl::Status Variable::ApplyDense(const Tensor& grad) {
@@ -149,11 +149,14 @@ int64_t Variable::RowOfLocked(int64_t id) {
   return row;
 }
 
-absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids) {
+absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids, BufferPool* pool) {
   RETURN_IF_ERROR(CheckIds(ids));
   const int64_t n = ids.NumElements();
   const int64_t dim = def_.shape().dim(1);
-  Tensor out(DT_FLOAT, TensorShape({n, dim}));
+  TensorShape shape({n, dim});
+  Tensor out = pool != nullptr
+                   ? Tensor(DT_FLOAT, shape, pool->Allocate(n * dim * sizeof(float)))
+                   : Tensor(DT_FLOAT, shape);
   absl::MutexLock lock(&mu_);  // a hash table may grow
   for (int64_t i = 0; i < n; ++i) {
     int64_t row = RowOfLocked(ids.data<int64_t>()[i]);

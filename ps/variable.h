@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/buffer_pool.h"
 #include "common/optimizer.h"
 #include "common/tensor.h"
 #include "proto/ps_service.pb.h"
@@ -47,14 +48,15 @@ class Variable {
   // Checks that `other` describes the same variable (for idempotent creates).
   absl::Status SameAs(const VariableDef& other) const;
 
-  // A consistent copy of the value (dense and fixed tables).
-  absl::StatusOr<Tensor> Read() const;
+  // A consistent copy of the value (dense and fixed tables), in storage from
+  // `pool` when given (not owned; may be null).
+  absl::StatusOr<Tensor> Read(BufferPool* pool = nullptr) const;
   // Applies a gradient of exactly shape(); refuses others.
   absl::Status ApplyDense(const Tensor& grad);
 
   // Rows of the ids, [n, dim] in their order. Fixed tables refuse ids out of
   // range; hash tables make missing rows.
-  absl::StatusOr<Tensor> ReadRows(const Tensor& ids);
+  absl::StatusOr<Tensor> ReadRows(const Tensor& ids, BufferPool* pool = nullptr);
   // Row-wise lazy update; `ids` may repeat (their gradients are summed).
   absl::Status ApplyRows(const Tensor& ids, const Tensor& grads);
 
