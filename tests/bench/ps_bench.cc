@@ -47,7 +47,8 @@ ABSL_FLAG(double, seconds, 0.25, "Seconds per measurement.");
 ABSL_FLAG(int, repeats, 3,
           "Each figure is the best of this many measurements, ours and the baselines "
           "interleaved, so that load from other processes on a shared machine hurts less.");
-ABSL_FLAG(std::string, sizes, "4096,1048576,16777216", "Dense tensor sizes in bytes.");
+ABSL_FLAG(std::string, sizes, "4096,1048576,16777216",
+          "Dense tensor sizes in bytes (empty: sparse figures only).");
 
 namespace psrt {
 namespace {
@@ -200,6 +201,22 @@ class RawGrpc final : public ParameterServer::CallbackService {
   }
 };
 
+// One baseline call through the generated async stub; `req` outlives it.
+template <typename Request, typename Response>
+void StartRaw(void (ParameterServer::Stub::async_interface::*method)(
+                  grpc::ClientContext*, const Request*, Response*, std::function<void(grpc::Status)>),
+              ParameterServer::Stub* stub, const Request* req, std::function<void()> done) {
+  struct Call {
+    grpc::ClientContext ctx;
+    Response resp;
+  };
+  auto call = std::make_shared<Call>();
+  (stub->async()->*method)(&call->ctx, req, &call->resp, [call, done](grpc::Status s) {
+    CHECK(s.ok()) << s.error_message();
+    done();
+  });
+}
+
 // ---------------------------------------------------------------- raw TCP
 
 bool WriteAll(int fd, const char* p, size_t n) {
@@ -323,7 +340,7 @@ int Main() {
   // Pulled tensors land in pooled storage, as in PsClient.
   std::shared_ptr<BufferPool> client_pool = BufferPool::Create();
   std::vector<int64_t> sizes;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
     int64_t v;
     CHECK(absl::SimpleAtoi(s, &v));
     sizes.push_back(v);
@@ -371,16 +388,7 @@ int Main() {
                        std::move(done));
         }); };
         auto raw_push_f = [&] { return Drive(clients, window, seconds, bytes, [&](int c, std::function<void()> done) {
-          struct Call {
-            grpc::ClientContext ctx;
-            PushResponse resp;
-          };
-          auto call = std::make_shared<Call>();
-          raw_stubs[c]->async()->Push(&call->ctx, &raw_push, &call->resp,
-                                      [call, done](grpc::Status s) {
-                                        CHECK(s.ok()) << s.error_message();
-                                        done();
-                                      });
+          StartRaw(&ParameterServer::Stub::async_interface::Push, raw_stubs[c].get(), &raw_push, done);
         }); };
         auto tcp_push = [&] { return RawTcp(clients, window, seconds, bytes, 8, bytes); };
         Print(label("push"), Best(repeats, {push, raw_push_f, tcp_push}));
@@ -397,16 +405,7 @@ int Main() {
                        std::move(done));
         }); };
         auto raw_pull_f = [&] { return Drive(clients, window, seconds, bytes, [&](int c, std::function<void()> done) {
-          struct Call {
-            grpc::ClientContext ctx;
-            PullResponse resp;
-          };
-          auto call = std::make_shared<Call>();
-          raw_stubs[c]->async()->Pull(&call->ctx, &raw_pull, &call->resp,
-                                      [call, done](grpc::Status s) {
-                                        CHECK(s.ok()) << s.error_message();
-                                        done();
-                                      });
+          StartRaw(&ParameterServer::Stub::async_interface::Pull, raw_stubs[c].get(), &raw_pull, done);
         }); };
         auto tcp_pull = [&] { return RawTcp(clients, window, seconds, 8, bytes, bytes); };
         Print(label("pull"), Best(repeats, {pull, raw_pull_f, tcp_pull}));
@@ -440,14 +439,8 @@ int Main() {
                    std::move(done));
     }); };
     auto raw_push_f = [&] { return Drive(1, window, seconds, row_bytes, [&](int c, std::function<void()> done) {
-      struct Call {
-        grpc::ClientContext ctx;
-        PushResponse resp;
-      };
-      auto call = std::make_shared<Call>();
-      raw_stubs[c]->async()->Push(&call->ctx, &raw_rows_push, &call->resp,
-                                  [call, done](grpc::Status s) { done(); });
-    }); };
+          StartRaw(&ParameterServer::Stub::async_interface::Push, raw_stubs[c].get(), &raw_rows_push, done);
+        }); };
     auto tcp_push = [&] { return RawTcp(1, window, seconds, row_bytes + n * 8, 8, row_bytes); };
     Print("push rows 1000x64" + suffix, Best(repeats, {push, raw_push_f, tcp_push}));
     auto pull = [&] { return Drive(1, window, seconds, row_bytes, [&](int c, std::function<void()> done) {
@@ -462,14 +455,8 @@ int Main() {
                    std::move(done));
     }); };
     auto raw_pull_f = [&] { return Drive(1, window, seconds, row_bytes, [&](int c, std::function<void()> done) {
-      struct Call {
-        grpc::ClientContext ctx;
-        PullResponse resp;
-      };
-      auto call = std::make_shared<Call>();
-      raw_stubs[c]->async()->Pull(&call->ctx, &raw_rows_pull, &call->resp,
-                                  [call, done](grpc::Status s) { done(); });
-    }); };
+          StartRaw(&ParameterServer::Stub::async_interface::Pull, raw_stubs[c].get(), &raw_rows_pull, done);
+        }); };
     auto tcp_pull = [&] { return RawTcp(1, window, seconds, n * 8, row_bytes, row_bytes); };
     Print("pull rows 1000x64" + suffix, Best(repeats, {pull, raw_pull_f, tcp_pull}));
   }
