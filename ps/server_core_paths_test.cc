@@ -212,6 +212,20 @@ TEST(ServerCorePathsTest, RowRangeAndRowLimitChangeNothing) {
   EXPECT_EQ(ps.Status().global_step(), 0);
 }
 
+TEST(ServerCorePathsTest, RepeatedIdsInOnePushAreOneUpdateOfTheirSum) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Req(R"(
+      variable { name: "e" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 } initializer { kind: ZEROS } }
+      optimizer { momentum { learning_rate: 1 momentum: 0.5 } })")).ok());
+  Tensor grads = Tensor::FromVector<float>({1, 2, 10, 20, 3, 4, 100, 200}, TensorShape({4, 2}));
+  ASSERT_TRUE(ps.PushRows(Id(0, 0), {{"e", Ids({7, 8, 7, 7}), grads}}).ok());
+  // One momentum step per row: row 7 moves by 1+3+100, 2+4+200; row 8 by 10, 20.
+  EXPECT_THAT(Values(*PullRows(&ps, "e", Ids({7, 8}))), ElementsAre(-104, -206, -10, -20));
+  ASSERT_TRUE(ps.PushRows(Id(0, 1), {{"e", Ids({8}), Fill({1, 2}, 0)}}).ok());
+  // Row 8's second update is momentum alone (0.5 * its accumulator).
+  EXPECT_THAT(Values(*PullRows(&ps, "e", Ids({8}))), ElementsAre(-15, -30));
+}
+
 TEST(ServerCorePathsTest, PulledTensorsReusePooledStorage) {
   ParameterServerCore ps(Options());
   ASSERT_TRUE(ps.CreateVariables(Req(R"(

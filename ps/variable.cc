@@ -173,20 +173,35 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
     return Bad(def_, absl::StrCat("row gradients must be float32[", n, ",", dim, "], got ",
                                   DataTypeName(grads.dtype()), grads.shape().ToString()));
   }
-  // Sum the gradients of repeated ids, so each row gets one update.
+  // Sum the gradients of repeated ids, so each row gets one update. The
+  // usual case (ids already unique, as workers send them) reads the
+  // gradients in place; only repeats are summed into a copy.
+  const int64_t* id_data = ids.data<int64_t>();
+  const float* grad_data = grads.data<float>();
   absl::flat_hash_map<int64_t, int64_t> first;
+  first.reserve(n);
   std::vector<int64_t> unique;
-  std::vector<float> summed;
+  unique.reserve(n);
+  std::vector<const float*> source;  // the gradient row of each unique id
+  source.reserve(n);
+  std::vector<std::vector<float>> sums;  // for ids seen more than once
+  absl::flat_hash_map<int64_t, size_t> sum_of;  // unique index -> sums index
   for (int64_t i = 0; i < n; ++i) {
-    int64_t id = ids.data<int64_t>()[i];
-    auto [it, inserted] = first.emplace(id, static_cast<int64_t>(unique.size()));
+    auto [it, inserted] = first.emplace(id_data[i], static_cast<int64_t>(unique.size()));
     if (inserted) {
-      unique.push_back(id);
-      summed.insert(summed.end(), grads.data<float>() + i * dim, grads.data<float>() + (i + 1) * dim);
-    } else {
-      float* acc = summed.data() + it->second * dim;
-      for (int64_t k = 0; k < dim; ++k) acc[k] += grads.data<float>()[i * dim + k];
+      unique.push_back(id_data[i]);
+      source.push_back(grad_data + i * dim);
+      continue;
     }
+    const int64_t u = it->second;
+    auto [sit, fresh] = sum_of.emplace(u, sums.size());
+    if (fresh) {
+      sums.emplace_back(source[u], source[u] + dim);
+      source[u] = sums.back().data();
+    }
+    // (A vector keeps its buffer when `sums` grows and moves it.)
+    float* acc = sums[sit->second].data();
+    for (int64_t k = 0; k < dim; ++k) acc[k] += grad_data[i * dim + k];
   }
   absl::MutexLock lock(&mu_);
   ++updates_;
@@ -194,8 +209,7 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
   for (size_t u = 0; u < unique.size(); ++u) {
     int64_t row = RowOfLocked(unique[u]);
     for (size_t s = 0; s < slots_.size(); ++s) slot_rows[s] = slots_[s].data<float>() + row * dim;
-    optimizer_->Apply(value_.data<float>() + row * dim, summed.data() + u * dim, dim,
-                      slot_rows.data(), updates_);
+    optimizer_->Apply(value_.data<float>() + row * dim, source[u], dim, slot_rows.data(), updates_);
   }
   return absl::OkStatus();
 }
