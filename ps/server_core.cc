@@ -186,7 +186,7 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
       for (const std::string& name : names) {
         absl::StatusOr<Variable*> v = Find(name);
         if (!v.ok()) return done(v.status(), {}, 0);
-        absl::StatusOr<Tensor> t = (*v)->Read(pool_.get());
+        absl::StatusOr<Tensor> t = (*v)->Read();
         if (!t.ok()) return done(t.status(), {}, 0);
         out.emplace_back(name, *std::move(t));
       }

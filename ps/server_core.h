@@ -85,8 +85,9 @@ class ParameterServerCore {
   PsStatusResponse Status();
 
   int64_t max_request_bytes() const { return options_.max_request_bytes; }
-  // Storage for pulled tensors and received gradients; reused once gRPC and
-  // the optimizer are done with them.
+  // Storage for pulled rows and received gradients; reused once gRPC and
+  // the optimizer are done with them. (Dense pulls copy nothing: they share
+  // the variable's storage, copy-on-write.)
   BufferPool* pool() const { return pool_.get(); }
   uint64_t incarnation() const { return options_.incarnation; }
 

@@ -226,21 +226,40 @@ TEST(ServerCorePathsTest, RepeatedIdsInOnePushAreOneUpdateOfTheirSum) {
   EXPECT_THAT(Values(*PullRows(&ps, "e", Ids({8}))), ElementsAre(-15, -30));
 }
 
-TEST(ServerCorePathsTest, PulledTensorsReusePooledStorage) {
+TEST(ServerCorePathsTest, DensePullsShareStorageCopyOnWrite) {
   ParameterServerCore ps(Options());
   ASSERT_TRUE(ps.CreateVariables(Req(R"(
       variable { name: "m" dtype: DT_FLOAT shape { dim: 262144 } initializer { kind: ONES } }
       optimizer { sgd { learning_rate: 1 } })")).ok());
+  auto a = Pull(&ps, {"m"});
+  auto b = Pull(&ps, {"m"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE((*a)[0].second.SharesBufferWith((*b)[0].second));  // no copy per pull
+  // An update while pulls hold the value leaves what they got unchanged.
+  ASSERT_TRUE(ps.Push(Id(0, 0), {{"m", Fill({262144}, 1)}}).ok());
+  EXPECT_EQ((*a)[0].second.data<float>()[12345], 1.0f);
+  EXPECT_EQ(PullOne(&ps, "m")[12345], 0.0f);
+  b = Pull(&ps, {"m"});
+  EXPECT_FALSE((*a)[0].second.SharesBufferWith((*b)[0].second));
+}
+
+TEST(ServerCorePathsTest, PulledRowsReusePooledStorage) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Req(R"(
+      variable { name: "e" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 2000 dim: 64 } initializer { kind: ONES } }
+      optimizer { sgd { learning_rate: 1 } })")).ok());
+  std::vector<int64_t> ids(1000);
+  for (int i = 0; i < 1000; ++i) ids[i] = 2 * i;
   const void* first;
   {
-    auto r = Pull(&ps, {"m"});
-    ASSERT_TRUE(r.ok());
-    first = (*r)[0].second.raw_data();
+    auto r = PullRows(&ps, "e", Ids(ids));
+    ASSERT_TRUE(r.ok()) << r.status();
+    first = r->raw_data();
   }
-  auto again = Pull(&ps, {"m"});
+  auto again = PullRows(&ps, "e", Ids(ids));
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ((*again)[0].second.raw_data(), first);  // the released buffer came back
-  EXPECT_EQ((*again)[0].second.data<float>()[12345], 1.0f);
+  EXPECT_EQ(again->raw_data(), first);  // the released buffer came back
+  EXPECT_EQ(again->data<float>()[12345], 1.0f);
   EXPECT_GE(ps.pool()->stats().hits, 1);
 }
 

@@ -78,12 +78,19 @@ absl::Status Variable::SameAs(const VariableDef& other) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> Variable::Read(BufferPool* pool) const {
+absl::StatusOr<Tensor> Variable::Read() const {
   if (def_.kind() == VariableDef::HASH_TABLE) {
     return Bad(def_, "a hash table is read by rows (PullRows), not whole");
   }
   absl::ReaderMutexLock lock(&mu_);
-  return pool != nullptr ? pool->Copy(value_) : value_.Copy();
+  return value_;  // shared; see UnshareLocked
+}
+
+void Variable::UnshareLocked() {
+  // Reads take their reference under the reader lock, so while we hold the
+  // writer lock the count can only fall: at worst we copy when the last
+  // reader is just letting go.
+  if (value_.buffer().use_count() > 1) value_ = value_.Copy();
 }
 
 absl::Status Variable::ApplyDense(const Tensor& grad) {
@@ -93,6 +100,7 @@ absl::Status Variable::ApplyDense(const Tensor& grad) {
                                   ", the variable is float32", shape_.ToString()));
   }
   absl::MutexLock lock(&mu_);
+  UnshareLocked();
   ++updates_;
   std::vector<float*> slots;
   for (Tensor& s : slots_) slots.push_back(s.data<float>());
@@ -204,6 +212,7 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
     for (int64_t k = 0; k < dim; ++k) acc[k] += grad_data[i * dim + k];
   }
   absl::MutexLock lock(&mu_);
+  UnshareLocked();
   ++updates_;
   std::vector<float*> slot_rows(slots_.size());
   for (size_t u = 0; u < unique.size(); ++u) {

@@ -48,9 +48,12 @@ class Variable {
   // Checks that `other` describes the same variable (for idempotent creates).
   absl::Status SameAs(const VariableDef& other) const;
 
-  // A consistent copy of the value (dense and fixed tables), in storage from
-  // `pool` when given (not owned; may be null).
-  absl::StatusOr<Tensor> Read(BufferPool* pool = nullptr) const;
+  // The value (dense and fixed tables), as of the last whole update. No
+  // bytes are copied: the result shares storage with the variable, and the
+  // next update copies the storage first if a reader still holds it
+  // (copy-on-write), so the result never changes. Callers must not write
+  // to it.
+  absl::StatusOr<Tensor> Read() const;
   // Applies a gradient of exactly shape(); refuses others.
   absl::Status ApplyDense(const Tensor& grad);
 
@@ -73,6 +76,9 @@ class Variable {
   // Row index of `id`, making the row if it is new (hash tables).
   int64_t RowOfLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GrowLocked(int64_t rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before an in-place update: gives value_ storage of its own if a Read()
+  // result still shares it.
+  void UnshareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const VariableDef def_;
   const TensorShape shape_;

@@ -44,6 +44,8 @@
 #include "ps/server_core.h"
 
 ABSL_FLAG(double, seconds, 0.25, "Seconds per measurement.");
+ABSL_FLAG(int, max_frame_kb, 0,
+          "Experiment: advertise this HTTP/2 max frame size (KiB) on both ends (0 = gRPC's 16).");
 ABSL_FLAG(int, repeats, 3,
           "Each figure is the best of this many measurements, ours and the baselines "
           "interleaved, so that load from other processes on a shared machine hurts less.");
@@ -98,13 +100,19 @@ Figure Drive(int clients, int window, double seconds, size_t bytes_per_op,
 }
 
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   ClientChannelArguments(RpcOptions()));
+  grpc::ChannelArguments args = ClientChannelArguments(RpcOptions());
+  if (int kb = absl::GetFlag(FLAGS_max_frame_kb); kb > 0) {
+    args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kb << 10);
+  }
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
 std::unique_ptr<grpc::Server> StartServer(grpc::Service* service, int* port) {
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(RpcOptions(), &builder);
+  if (int kb = absl::GetFlag(FLAGS_max_frame_kb); kb > 0) {
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kb << 10);
+  }
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
   builder.RegisterService(service);
   return builder.BuildAndStart();
