@@ -253,15 +253,36 @@ VariableState Variable::CopyState() const {
   return s;
 }
 
-absl::Status Variable::LoadState(const VariableState& state) {
+absl::Status Variable::CheckState(const VariableState& state) const {
   RETURN_IF_ERROR(SameAs(state.def));
   if (state.slots.size() != static_cast<size_t>(optimizer_->num_slots())) {
     return Bad(def_, absl::StrCat("snapshot has ", state.slots.size(), " optimizer slots, ",
                                   optimizer_->name(), " needs ", optimizer_->num_slots()));
   }
-  if (def_.kind() != VariableDef::HASH_TABLE && state.value.shape() != shape_) {
-    return Bad(def_, absl::StrCat("snapshot value is ", state.value.shape().ToString()));
+  // The value's shape: ours, or [n, dim] for a hash table of n ids.
+  TensorShape expected = shape_;
+  if (def_.kind() == VariableDef::HASH_TABLE) {
+    if (state.ids.dtype() != DT_INT64 || state.ids.shape().rank() != 1) {
+      return Bad(def_, "snapshot of a hash table has no int64 [n] ids");
+    }
+    expected = TensorShape({state.ids.NumElements(), def_.shape().dim(1)});
   }
+  if (state.value.dtype() != DT_FLOAT || state.value.shape() != expected) {
+    return Bad(def_, absl::StrCat("snapshot value is ", DataTypeName(state.value.dtype()),
+                                  state.value.shape().ToString(), ", expected float32",
+                                  expected.ToString()));
+  }
+  for (const Tensor& t : state.slots) {
+    if (t.dtype() != DT_FLOAT || t.shape() != expected) {
+      return Bad(def_, absl::StrCat("snapshot slot is ", DataTypeName(t.dtype()),
+                                    t.shape().ToString(), ", expected float32", expected.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Variable::LoadState(const VariableState& state) {
+  RETURN_IF_ERROR(CheckState(state));
   absl::MutexLock lock(&mu_);
   updates_ = state.updates;
   if (def_.kind() != VariableDef::HASH_TABLE) {
@@ -271,10 +292,6 @@ absl::Status Variable::LoadState(const VariableState& state) {
     return absl::OkStatus();
   }
   const int64_t n = state.ids.NumElements();
-  const int64_t dim = def_.shape().dim(1);
-  if (state.ids.dtype() != DT_INT64 || state.value.shape() != TensorShape({n, dim})) {
-    return Bad(def_, "snapshot of a hash table has mismatched ids and rows");
-  }
   ids_.clear();
   value_ = Tensor();
   slots_.clear();

@@ -67,6 +67,9 @@ class Variable {
   int64_t rows() const;   // hash tables: rows made so far
 
   VariableState CopyState() const;
+  // Whether LoadState(state) would succeed; changes nothing. Lets a restore
+  // of many variables check them all before it replaces any.
+  absl::Status CheckState(const VariableState& state) const;
   // Replaces the state (a restore); `state` must be of this variable.
   absl::Status LoadState(const VariableState& state);
 

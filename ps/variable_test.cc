@@ -104,6 +104,30 @@ TEST(VariableTest, StateRoundTripsWithSlots) {
   EXPECT_EQ(v->CopyState().updates, 1);
 }
 
+TEST(VariableTest, InconsistentStateIsRefusedBeforeAnythingChanges) {
+  OptimizerDef d;
+  d.mutable_adam()->set_learning_rate(0.1f);
+  auto opt = *Optimizer::Create(d);
+  auto v = *Variable::Create(Def(R"(name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 })"), opt.get());
+  Tensor ids = Tensor::FromVector<int64_t>({5, 7}, TensorShape({2}));
+  ASSERT_TRUE(v->ApplyRows(ids, Tensor::FromVector<float>({1, 1, 1, 1}, TensorShape({2, 2}))).ok());
+  VariableState st = v->CopyState();
+  Tensor before = *v->ReadRows(ids);
+  // A slot longer than its rows (would overrun the table on load).
+  VariableState bad_slot = st;
+  bad_slot.slots[1] = Tensor::Zeros(DT_FLOAT, TensorShape({4000, 2}));
+  absl::Status s = v->CheckState(bad_slot);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("snapshot slot is float32[4000,2], expected float32[2,2]"));
+  EXPECT_EQ(v->LoadState(bad_slot).code(), absl::StatusCode::kInvalidArgument);
+  VariableState bad_ids = st;
+  bad_ids.ids = Tensor::FromVector<int64_t>({5}, TensorShape({1}));
+  EXPECT_EQ(v->LoadState(bad_ids).code(), absl::StatusCode::kInvalidArgument);
+  Tensor after = *v->ReadRows(ids);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(after.data<float>()[i], before.data<float>()[i]);
+  EXPECT_TRUE(v->CheckState(st).ok());
+}
+
 TEST(VariableTest, RefusesBadDefinitions) {
   auto opt = Sgd();
   EXPECT_THAT(std::string(Variable::Create(Def(R"(name: "x" dtype: DT_INT64 shape { dim: 2 })"), opt.get()).status().message()),
