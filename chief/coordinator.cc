@@ -82,8 +82,21 @@ void Coordinator::OnFailureReport(const ReportFailureRequest& report) {
 
 int64_t Coordinator::MinStep() const {
   int64_t m = end_step_;
-  for (const WorkerView& w : workers_) m = std::min(m, w.step);
+  for (const WorkerView& w : workers_) {
+    if (!w.removed) m = std::min(m, w.step);
+  }
   return m;
+}
+
+int Coordinator::ActiveWorkers() const {
+  int n = 0;
+  for (const WorkerView& w : workers_) n += w.removed ? 0 : 1;
+  return std::max(n, 1);
+}
+
+absl::Status Coordinator::ResizeSyncGroup() {
+  for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
+  return absl::OkStatus();
 }
 
 WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
@@ -123,7 +136,7 @@ absl::Status Coordinator::CreateVariablesOn(int ps) {
   }
   *req.mutable_optimizer() = options_.job.optimizer();
   *req.mutable_consistency() = options_.job.consistency();
-  req.set_num_workers(NumWorkers());
+  req.set_num_workers(ActiveWorkers());
   req.set_chief_incarnation(options_.incarnation);
   ASSIGN_OR_RETURN(CreateVariablesResponse resp, ps_[ps].admin->CreateVariables(req));
   ps_[ps].incarnation = resp.incarnation();
@@ -158,13 +171,15 @@ absl::Status Coordinator::Setup() {
   }
   summary_.total_steps = end_step_;
 
-  // Pick the checkpoint to restore before touching any PS.
+  generation_ = absl::ToUnixMillis(absl::Now());
   std::optional<CheckpointManifest> restore;
   if (options_.restore == "auto") {
-    std::vector<std::string> skipped;
-    absl::StatusOr<CheckpointManifest> m = manifests_.LatestValid(&skipped);
-    for (const auto& s : skipped) report_(absl::StrCat("refused checkpoint: ", s));
-    if (m.ok()) restore = *m;
+    absl::StatusOr<CheckpointManifest> m = RestoreNewest();
+    if (m.ok()) {
+      restore = *m;
+    } else if (m.status().code() != absl::StatusCode::kNotFound) {
+      return m.status();
+    }
   } else if (options_.restore != "never") {
     int64_t step;
     if (!absl::SimpleAtoi(options_.restore, &step)) {
@@ -172,23 +187,23 @@ absl::Status Coordinator::Setup() {
           absl::StrCat("--restore must be auto, never or a step, not \"", options_.restore, "\""));
     }
     ASSIGN_OR_RETURN(restore, manifests_.Read(step));
-  }
-
-  for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
-  generation_ = absl::ToUnixMillis(absl::Now());
-  if (restore.has_value()) {
+    for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
     for (int p = 0; p < NumPs(); ++p) {
       RETURN_IF_ERROR(ps_[p].admin->Restore(restore->step(), manifests_.dir()).status());
     }
+  }
+  if (restore.has_value()) {
     for (int i = 0; i < NumWorkers(); ++i) {
       workers_[i].step = i < restore->worker_step_size() ? restore->worker_step(i) : restore->step();
     }
     last_checkpoint_step_ = restore->step();
     summary_.restored_from_step = restore->step();
     summary_.failures_survived = restore->failures_survived();
+    summary_.checkpoints.push_back(restore->step());
     report_(absl::StrCat("restored checkpoint of step ", restore->step(), " from ",
-                                 manifests_.PathFor(restore->step())));
+                         manifests_.PathFor(restore->step())));
   } else {
+    for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
     for (WorkerView& w : workers_) w.step = 0;
     RETURN_IF_ERROR(Checkpoint());  // the base every recovery can go back to
   }
@@ -249,25 +264,49 @@ absl::Status Coordinator::Watch(bool* done) {
   // them are resumed below.
 
   // Workers.
+  const absl::Duration heartbeat_timeout = absl::Milliseconds(
+      options_.job.failure().heartbeat_timeout_ms() > 0 ? options_.job.failure().heartbeat_timeout_ms() : 10000);
+  const absl::Duration sync_wait = absl::Milliseconds(
+      options_.job.failure().sync_wait_for_worker_ms() > 0 ? options_.job.failure().sync_wait_for_worker_ms() : 30000);
   bool all_done = true;
   double eps = 0;
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
     absl::StatusOr<WorkerStatusResponse> st = w.control->Status(absl::Seconds(2));
     if (!st.ok()) {
-      if (w.reachable || w.down_since == absl::InfiniteFuture()) {
+      if (w.down_since == absl::InfiniteFuture()) {
         report_(absl::StrCat(w.control->name(), " is down: ", st.status().message()));
         w.down_since = absl::Now();
       }
       w.reachable = false;
-      all_done = false;
+      if (!w.removed && absl::Now() - w.down_since > (Sync() ? sync_wait : heartbeat_timeout)) {
+        w.removed = true;
+        if (Sync()) {
+          report_(absl::StrCat(w.control->name(), " did not come back within ",
+                               absl::FormatDuration(sync_wait), "; the SYNC group shrinks to ",
+                               ActiveWorkers(), " workers"));
+          RETURN_IF_ERROR(ResizeSyncGroup());
+        } else {
+          report_(absl::StrCat(w.control->name(), " is gone; ASYNC training goes on without it"));
+        }
+      }
+      if (!w.removed) all_done = false;
       continue;
     }
     w.reachable = true;
     w.down_since = absl::InfiniteFuture();
     if (st->incarnation() != w.incarnation || st->state() == WorkerStatusResponse::IDLE) {
-      report_(absl::StrCat(w.control->name(), " restarted; starting it at step ", w.step));
-      RETURN_IF_ERROR(StartWorker(i, w.step));
+      int64_t step = w.step;
+      if (w.removed) {
+        w.removed = false;
+        if (Sync()) {
+          step = MinStep();  // rejoin at the group's step
+          RETURN_IF_ERROR(ResizeSyncGroup());
+        }
+      }
+      if (Sync()) step = std::min(step, MinStep());
+      report_(absl::StrCat(w.control->name(), " (re)started; starting it at step ", step));
+      RETURN_IF_ERROR(StartWorker(i, step));
       all_done = false;
       continue;
     }
@@ -286,24 +325,12 @@ absl::Status Coordinator::Watch(bool* done) {
     }
     if (w.state != WorkerStatusResponse::DONE) all_done = false;
   }
-  if (Sync()) {
-    absl::Duration wait = absl::Milliseconds(options_.job.failure().sync_wait_for_worker_ms() > 0
-                                                 ? options_.job.failure().sync_wait_for_worker_ms()
-                                                 : 30000);
-    for (const WorkerView& w : workers_) {
-      if (!w.reachable && absl::Now() - w.down_since > wait) {
-        return absl::UnavailableError(absl::StrCat(
-            w.control->name(), " has been down for ", absl::FormatDuration(wait),
-            " and SYNC training cannot go on without it"));
-      }
-    }
-  }
   {
     absl::MutexLock lock(&mu_);
     status_.set_step(MinStep());
     status_.set_examples_per_sec(eps);
     float loss = 0;
-    for (const WorkerView& w : workers_) loss += w.loss / NumWorkers();
+    for (const WorkerView& w : workers_) loss += w.removed ? 0 : w.loss / ActiveWorkers();
     status_.set_loss(loss);
     status_.set_last_checkpoint_step(last_checkpoint_step_);
     status_.set_failures_survived(summary_.failures_survived);

@@ -54,6 +54,9 @@ struct CoordinatorOptions {
   // Gets each progress line (default: LOG(INFO)).
   std::function<void(const std::string&)> report;
   absl::Duration poll_interval = absl::Milliseconds(100);
+  // Fault injection for tests: SIGKILL the chief just before it commits its
+  // Nth checkpoint (after every PS made that snapshot durable). 0 = never.
+  int fault_kill_before_commit = 0;
   absl::Duration report_interval = absl::Seconds(2);
 };
 
@@ -94,6 +97,9 @@ class Coordinator {
     float loss = 0;
     double examples_per_sec = 0;
     absl::Time down_since = absl::InfiniteFuture();
+    // Gone long enough that training went on without it (ASYNC) or the
+    // SYNC group shrank; it rejoins when it answers again.
+    bool removed = false;
   };
   struct PsView {
     std::unique_ptr<PsAdmin> admin;
@@ -109,12 +115,19 @@ class Coordinator {
   absl::Status Checkpoint();
   absl::Status WaitDurable(int64_t step);
   absl::Status Recover(const std::string& why);
+  // Creates the variables on every PS and restores the newest committed
+  // checkpoint that every PS can restore whole, refusing (and reporting)
+  // corrupt or missing ones and falling back to older ones.
+  absl::StatusOr<CheckpointManifest> RestoreNewest();
   absl::Status WaitForAllPs(absl::Duration timeout);
   absl::Status Evaluate(int64_t step);
   void Report(bool force);
   int64_t MinStep() const;
   int NumPs() const { return static_cast<int>(ps_.size()); }
   int NumWorkers() const { return static_cast<int>(workers_.size()); }
+  int ActiveWorkers() const;
+  // Tells every PS how many workers a SYNC step waits for.
+  absl::Status ResizeSyncGroup();
   bool Sync() const { return options_.job.consistency().mode() == ConsistencyDef::SYNC; }
 
   const CoordinatorOptions options_;

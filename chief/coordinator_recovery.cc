@@ -1,4 +1,6 @@
 // The coordinator's checkpoint, recovery and evaluation steps.
+#include <signal.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -16,16 +18,21 @@ absl::Status Coordinator::Checkpoint() {
   std::vector<int64_t> steps(NumWorkers());
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
-    if (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED) {
+    if (!w.removed && w.reachable &&
+        (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED)) {
       absl::StatusOr<int64_t> s = w.control->Pause(generation_);
       if (s.ok()) w.step = *s;
     }
     steps[i] = w.step;
   }
-  int64_t step = *std::min_element(steps.begin(), steps.end());
+  int64_t step = MinStep();
   // SYNC applies step t once every worker pushed it, so the PS state is that
   // of the slowest worker's step: all resume there.
-  if (Sync()) std::fill(steps.begin(), steps.end(), step);
+  if (Sync()) {
+    for (int i = 0; i < NumWorkers(); ++i) {
+      if (!workers_[i].removed) steps[i] = step;
+    }
+  }
   int keep = options_.job.checkpoint().keep() > 0 ? options_.job.checkpoint().keep() : 3;
   std::vector<SnapshotResponse> shards(NumPs());
   absl::Status copy_status;
@@ -40,7 +47,8 @@ absl::Status Coordinator::Checkpoint() {
   const absl::Duration pause = absl::Now() - start;
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
-    if (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED) {
+    if (!w.removed && w.reachable &&
+        (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED)) {
       w.step = steps[i];
       absl::Status s = w.control->Resume(w.step, generation_);
       if (!s.ok()) LOG(WARNING) << "resume after checkpoint: " << s;
@@ -50,6 +58,11 @@ absl::Status Coordinator::Checkpoint() {
 
   // Phase two: every copy durable, then the commit.
   RETURN_IF_ERROR(WaitDurable(step));
+  if (options_.fault_kill_before_commit > 0 &&
+      static_cast<int>(summary_.checkpoints.size()) + 1 == options_.fault_kill_before_commit) {
+    report_(absl::StrCat("fault injection: killing the chief before committing step ", step));
+    ::raise(SIGKILL);
+  }
   CheckpointManifest m;
   m.set_step(step);
   m.set_commit_time_unix_ms(absl::ToUnixMillis(absl::Now()));
@@ -131,11 +144,7 @@ absl::Status Coordinator::Recover(const std::string& why) {
     }
   }
   RETURN_IF_ERROR(WaitForAllPs(absl::Minutes(2)));
-  ASSIGN_OR_RETURN(CheckpointManifest m, manifests_.LatestValid());
-  for (int p = 0; p < NumPs(); ++p) {
-    RETURN_IF_ERROR(CreateVariablesOn(p));
-    RETURN_IF_ERROR(ps_[p].admin->Restore(m.step(), manifests_.dir()).status());
-  }
+  ASSIGN_OR_RETURN(CheckpointManifest m, RestoreNewest());
   ++generation_;
   ++summary_.failures_survived;
   for (int i = 0; i < NumWorkers(); ++i) {
@@ -158,6 +167,29 @@ absl::Status Coordinator::Recover(const std::string& why) {
                        absl::FormatDuration(absl::Now() - start), "; failures survived: ",
                        summary_.failures_survived));
   return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
+  for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
+  std::vector<int64_t> steps = manifests_.Steps();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    absl::StatusOr<CheckpointManifest> m = manifests_.Read(*it);
+    if (!m.ok()) {
+      report_(absl::StrCat("refused checkpoint: ", m.status().message()));
+      continue;
+    }
+    absl::Status restored;
+    for (int p = 0; p < NumPs() && restored.ok(); ++p) {
+      restored = ps_[p].admin->Restore(m->step(), manifests_.dir()).status();
+    }
+    if (restored.ok()) return m;
+    if (restored.code() != absl::StatusCode::kDataLoss && restored.code() != absl::StatusCode::kNotFound) {
+      return restored;
+    }
+    report_(absl::StrCat("refused checkpoint of step ", m->step(), ": ", restored.message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", manifests_.dir(),
+                                          " can be restored"));
 }
 
 absl::Status Coordinator::Evaluate(int64_t step) {

@@ -1,0 +1,136 @@
+// The chief daemon.
+//
+//   bazel run //chief:main -- --cluster_spec=FILE --job=JOB.pbtxt
+//       [--checkpoint_dir=DIR] [--restore=auto|never|STEP]
+//
+// Waits for every task to register, plans the job, creates (or restores)
+// the variables, starts the workers and coordinates: progress, checkpoints,
+// evaluation, recovery. Restarted, it resumes from the newest committed
+// checkpoint (--restore=auto). Ends with a JSON summary and exit 0, or an
+// error and exit 1.
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "chief/chief_service.h"
+#include "chief/coordinator.h"
+#include "chief/job_planner.h"
+#include "common/daemon.h"
+#include "common/env.h"
+#include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+
+ABSL_FLAG(std::string, job, "", "Training job (.pbtxt). Required.");
+ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint directory (default: the job's checkpoint.dir).");
+ABSL_FLAG(std::string, restore, "auto",
+          "auto: restore the newest committed checkpoint if there is one; never; or a step.");
+ABSL_FLAG(std::string, summary, "", "Write the JSON summary here (default: the job's summary_path).");
+ABSL_FLAG(std::string, listen, "", "Address to listen on (default: the chief's address in the spec).");
+ABSL_FLAG(int, threads, 0, "Threads for evaluation kernels (0 = one per core).");
+ABSL_FLAG(int, fault_kill_before_commit, 0,
+          "Fault injection for tests: SIGKILL the chief just before it commits its Nth checkpoint.");
+
+namespace psrt {
+namespace {
+
+std::string Resolve(const std::string& path) {
+  if (path.empty() || path[0] == '/' || !std::getenv("BUILD_WORKING_DIRECTORY")) return path;
+  return absl::StrCat(std::getenv("BUILD_WORKING_DIRECTORY"), "/", path);
+}
+
+int Main(int argc, char** argv) {
+  BlockTerminationSignals();
+  InitDaemon(argc, argv,
+             "Chief: plans the job, places variables, coordinates workers, checkpoints, recovers.\n"
+             "Usage: main --cluster_spec=FILE --job=JOB.pbtxt [--checkpoint_dir=DIR] [--restore=auto|never|STEP]");
+  if (absl::GetFlag(FLAGS_task).empty() && std::getenv("TF_CONFIG") == nullptr) absl::SetFlag(&FLAGS_task, "chief:0");
+  absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
+  if (!config.ok()) return ExitWithError(config.status());
+  if (config->task.job() != kChiefJob) {
+    return ExitWithError(absl::InvalidArgumentError(absl::StrCat("--task=", TaskName(config->task), ": this is the chief")));
+  }
+  if (absl::GetFlag(FLAGS_job).empty()) return ExitWithError(absl::InvalidArgumentError("--job=FILE is required"));
+  absl::StatusOr<TrainingJob> job = LoadJob(Resolve(absl::GetFlag(FLAGS_job)));
+  if (!job.ok()) return ExitWithError(job.status());
+
+  const uint64_t incarnation = NewIncarnationId();
+  absl::Duration timeout = absl::Milliseconds(job->failure().heartbeat_timeout_ms() > 0 ? job->failure().heartbeat_timeout_ms() : 10000);
+  TaskRegistry registry(config->cluster, timeout);
+  {
+    TaskInfo self;
+    *self.mutable_task() = config->task;
+    self.set_address(config->address);
+    self.set_incarnation(incarnation);
+    (void)registry.Register(self);  // the chief counts among the tasks of the spec
+  }
+  RpcOptions rpc;
+  ChannelCache channels(rpc);
+  CoordinatorOptions o;
+  o.job = *job;
+  o.cluster = config->cluster;
+  o.checkpoint_dir = Resolve(absl::GetFlag(FLAGS_checkpoint_dir));
+  o.restore = absl::GetFlag(FLAGS_restore);
+  o.incarnation = incarnation;
+  o.fault_kill_before_commit = absl::GetFlag(FLAGS_fault_kill_before_commit);
+  o.report = [](const std::string& line) {
+    std::cout << line << std::endl;
+    LOG(INFO) << line;
+  };
+  const int threads = absl::GetFlag(FLAGS_threads);
+  Planner planner = PlanJob;
+  Evaluator evaluator;
+  if (job->input().test().files_size() > 0) {
+    evaluator = [job = *job, threads](const std::map<std::string, Tensor>& vars) -> absl::StatusOr<std::map<std::string, float>> {
+      absl::StatusOr<JobPlan> plan = PlanJob(job, 1);
+      if (!plan.ok()) return plan.status();
+      return MakeEvaluator(job, *plan, threads)(vars);
+    };
+  }
+  Coordinator coordinator(o, &registry, &channels, planner, evaluator);
+  ChiefServiceImpl service(&registry, incarnation);
+  service.on_failure = [&](const ReportFailureRequest& r) { coordinator.OnFailureReport(r); };
+  service.job_status = [&] { return coordinator.Status(); };
+
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  if (listen.empty()) listen = ListenAddressFor(config->address);
+  if (!IsLoopback(listen)) LOG(WARNING) << "listening on " << listen << " without TLS or a token";
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(rpc, &builder);
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return ExitWithError(absl::UnavailableError(absl::StrCat("cannot listen on ", listen)));
+  LOG(INFO) << "chief serving at " << listen << " (incarnation " << std::hex << incarnation << std::dec << ")";
+
+  std::thread signals([] {
+    int sig = WaitForTerminationSignal();
+    LOG(WARNING) << "signal " << sig << ": stopping the chief (the job can resume from its last checkpoint)";
+    std::_Exit(130);
+  });
+  signals.detach();
+
+  absl::StatusOr<JobSummary> summary = coordinator.Run();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (!summary.ok()) return ExitWithError(summary.status());
+  std::string path = Resolve(absl::GetFlag(FLAGS_summary));
+  if (path.empty()) path = job->summary_path();
+  if (!path.empty()) {
+    std::ofstream(path) << summary->ToJson();
+    std::cout << "summary: " << path << std::endl;
+  }
+  auto acc = summary->metrics.find("accuracy");
+  std::cout << "done: " << summary->steps << " steps in " << summary->wall_seconds << " s"
+            << (acc != summary->metrics.end() ? absl::StrCat(", test accuracy ", acc->second) : "")
+            << ", failures survived " << summary->failures_survived << ", checkpoints in "
+            << summary->checkpoint_dir << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace psrt
+
+int main(int argc, char** argv) { return psrt::Main(argc, argv); }

@@ -1,0 +1,252 @@
+#include "common/graph/model_compiler.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/graph/graph_analysis.h"
+#include "common/graph/graph_builder.h"
+#include "common/status_macros.h"
+
+namespace psrt {
+namespace {
+
+// What a layer's output is: a tensor name and its shape.
+struct Value {
+  std::string tensor;
+  Shape shape;
+};
+
+class Compiler {
+ public:
+  explicit Compiler(const TrainingJob& job) : job_(job), b_(&model_.graph) {}
+
+  absl::StatusOr<CompiledModel> Run();
+
+ private:
+  absl::Status Fail(int i, const LayerDef& l, absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.sequential.layer[", i, "] (", Name(i, l), "): ", what));
+  }
+  std::string Name(int i, const LayerDef& l) const {
+    if (!l.name().empty()) return l.name();
+    std::string kind = LayerDef::descriptor()->FindFieldByNumber(l.kind_case())
+                           ? LayerDef::descriptor()->FindFieldByNumber(l.kind_case())->name()
+                           : "layer";
+    return absl::StrCat(kind, "_", i);
+  }
+  std::string Variable(const std::string& name, const std::vector<int64_t>& shape,
+                       const InitializerDef& init, VariableDef::Kind kind = VariableDef::DENSE) {
+    VariableDef v;
+    v.set_name(name);
+    v.set_kind(kind);
+    v.set_dtype(DT_FLOAT);
+    for (int64_t d : shape) v.mutable_shape()->add_dim(d);
+    *v.mutable_initializer() = init;
+    v.set_seed(job_.seed());
+    model_.variables.push_back(v);
+    std::vector<int64_t> node_shape = shape;
+    if (kind != VariableDef::DENSE) node_shape[0] = -1;  // the batch's rows only
+    return b_.Add("Variable", name, {}, {{"shape", AttrShape(node_shape)}, {"dtype", AttrType(DT_FLOAT)}});
+  }
+  Value Activate(const std::string& prefix, Value v, Activation a, bool keep_logits) {
+    if (keep_logits) return v;
+    switch (a) {
+      case RELU: return {b_.Add("Relu", prefix + "/relu", {v.tensor}), v.shape};
+      case SIGMOID: return {b_.Add("Sigmoid", prefix + "/sigmoid", {v.tensor}), v.shape};
+      case TANH: return {b_.Add("Tanh", prefix + "/tanh", {v.tensor}), v.shape};
+      case SOFTMAX: return {b_.Add("Softmax", prefix + "/softmax", {v.tensor}), v.shape};
+      default: return v;
+    }
+  }
+  absl::StatusOr<Value> Layer(int i, const LayerDef& l, const std::vector<Value>& in, bool last);
+
+  const TrainingJob& job_;
+  CompiledModel model_;
+  GraphBuilder b_;
+  std::map<std::string, Value> values_;  // by layer or feature name
+};
+
+absl::StatusOr<Value> Compiler::Layer(int i, const LayerDef& l, const std::vector<Value>& in, bool last) {
+  const std::string name = Name(i, l);
+  const Value& x = in[0];
+  // With a softmax (or sigmoid) loss, the last activation is folded into it.
+  const bool fold = last && ((job_.model().loss().kind() == LossDef::SOFTMAX_CROSS_ENTROPY) ||
+                             (job_.model().loss().kind() == LossDef::SIGMOID_CROSS_ENTROPY));
+  switch (l.kind_case()) {
+    case LayerDef::kDense: {
+      const DenseLayer& d = l.dense();
+      if (d.units() <= 0) return Fail(i, l, "units must be positive");
+      if (x.shape.size() != 2) {
+        return Fail(i, l, absl::StrCat("input is ", ShapeString(x.shape), "; add a flatten layer before it"));
+      }
+      std::string w = Variable(name + "/kernel", {x.shape[1], d.units()}, d.kernel_initializer());
+      Value y{b_.Add("MatMul", name + "/matmul", {x.tensor, w}), {x.shape[0], d.units()}};
+      if (!d.no_bias()) {
+        std::string bias = Variable(name + "/bias", {d.units()}, d.bias_initializer());
+        y.tensor = b_.Add("BiasAdd", name + "/bias_add", {y.tensor, bias});
+      }
+      bool keep = fold && (d.activation() == SOFTMAX || d.activation() == SIGMOID);
+      return Activate(name, y, d.activation(), keep);
+    }
+    case LayerDef::kConv2D: {
+      const Conv2DLayer& c = l.conv2d();
+      if (x.shape.size() != 4) return Fail(i, l, absl::StrCat("input must be [batch, h, w, channels], got ", ShapeString(x.shape)));
+      if (c.filters() <= 0 || c.kernel_size() <= 0) return Fail(i, l, "filters and kernel_size must be positive");
+      int64_t stride = c.stride() > 0 ? c.stride() : 1;
+      bool same = c.padding() == SAME;
+      std::string k = Variable(name + "/kernel", {c.kernel_size(), c.kernel_size(), x.shape[3], c.filters()},
+                               c.kernel_initializer());
+      std::string bias = Variable(name + "/bias", {c.filters()}, c.bias_initializer());
+      auto out = [&](int64_t v) { return same ? (v + stride - 1) / stride : (v - c.kernel_size() + stride) / stride; };
+      if (out(x.shape[1]) <= 0 || out(x.shape[2]) <= 0) return Fail(i, l, "kernel larger than its input");
+      std::string conv = b_.Add("Conv2D", name + "/conv", {x.tensor, k},
+                                {{"stride", AttrI(stride)}, {"padding", AttrS(same ? "SAME" : "VALID")}});
+      Value y{b_.Add("BiasAdd", name + "/bias_add", {conv, bias}),
+              {x.shape[0], out(x.shape[1]), out(x.shape[2]), c.filters()}};
+      return Activate(name, y, c.activation(), false);
+    }
+    case LayerDef::kMaxPool2D: {
+      const MaxPool2DLayer& p = l.max_pool2d();
+      if (x.shape.size() != 4) return Fail(i, l, absl::StrCat("input must be [batch, h, w, channels], got ", ShapeString(x.shape)));
+      int64_t k = p.pool_size() > 0 ? p.pool_size() : 2, s = p.stride() > 0 ? p.stride() : k;
+      bool same = p.padding() == SAME;
+      auto out = [&](int64_t v) { return same ? (v + s - 1) / s : (v - k + s) / s; };
+      if (out(x.shape[1]) <= 0) return Fail(i, l, "pool larger than its input");
+      return Value{b_.Add("MaxPool", name, {x.tensor},
+                          {{"ksize", AttrI(k)}, {"stride", AttrI(s)}, {"padding", AttrS(same ? "SAME" : "VALID")}}),
+                   {x.shape[0], out(x.shape[1]), out(x.shape[2]), x.shape[3]}};
+    }
+    case LayerDef::kFlatten: {
+      int64_t n = 1;
+      for (size_t k = 1; k < x.shape.size(); ++k) n *= x.shape[k];
+      return Value{b_.Add("Reshape", name, {x.tensor}, {{"shape", AttrInts({-1, n})}}), {x.shape[0], n}};
+    }
+    case LayerDef::kDropout:
+      if (l.dropout().rate() < 0 || l.dropout().rate() >= 1) return Fail(i, l, "rate must be in [0, 1)");
+      return Value{b_.Add("Dropout", name, {x.tensor}, {{"rate", AttrF(l.dropout().rate())}}), x.shape};
+    case LayerDef::kActivation:
+      return Activate(name, x, l.activation().activation(), false);
+    case LayerDef::kEmbedding:
+    case LayerDef::kEmbeddingBag: {
+      bool bag = l.kind_case() == LayerDef::kEmbeddingBag;
+      int64_t rows = bag ? l.embedding_bag().input_dim() : l.embedding().input_dim();
+      int64_t dim = bag ? l.embedding_bag().output_dim() : l.embedding().output_dim();
+      InitializerDef init = bag ? l.embedding_bag().initializer() : l.embedding().initializer();
+      if (dim <= 0) return Fail(i, l, "output_dim must be positive");
+      if (init.kind() == InitializerDef::DEFAULT) {
+        init.set_kind(InitializerDef::UNIFORM);
+        init.set_minval(-0.05f);
+        init.set_maxval(0.05f);
+      }
+      std::string feature = l.inputs_size() > 0 ? l.inputs(0) : "";
+      bool found = false;
+      for (const FeatureDef& f : job_.input().feature()) {
+        if (f.kind() == FeatureDef::SPARSE && (feature.empty() || f.name() == feature)) {
+          feature = f.name();
+          found = true;
+          break;
+        }
+      }
+      if (!found) return Fail(i, l, "reads ids from a SPARSE input feature; the input has none by that name");
+      std::string table = Variable(name + "/table", {rows, dim}, init,
+                                   rows > 0 ? VariableDef::FIXED_TABLE : VariableDef::HASH_TABLE);
+      TableInput t;
+      t.feature = feature;
+      t.index = b_.Add("Placeholder", name + "/index", {}, {{"shape", AttrShape({-1})}, {"dtype", AttrType(DT_INT64)}});
+      t.row_splits = b_.Add("Placeholder", name + "/row_splits", {}, {{"shape", AttrShape({-1})}, {"dtype", AttrType(DT_INT64)}});
+      model_.tables[name + "/table"] = t;
+      for (NodeDef& n : *model_.graph.mutable_node()) {
+        if (n.name() == table) (*n.mutable_attr())["feature"] = AttrS(feature);
+      }
+      std::string combiner = bag && l.embedding_bag().combiner() == EmbeddingBagLayer::MEAN ? "mean" : "sum";
+      return Value{b_.Add("EmbeddingBag", name, {table, t.index, t.row_splits}, {{"combiner", AttrS(combiner)}}),
+                   {-1, dim}};
+    }
+    case LayerDef::kConcat: {
+      std::vector<std::string> tensors;
+      Shape s = in[0].shape;
+      for (size_t k = 0; k < in.size(); ++k) {
+        if (in[k].shape.size() != 2) return Fail(i, l, "concatenates [batch, n] inputs");
+        tensors.push_back(in[k].tensor);
+        if (k > 0) s[1] += in[k].shape[1];
+      }
+      return Value{b_.Add("ConcatV2", name, tensors, {{"axis", AttrI(-1)}}), s};
+    }
+    default:
+      return Fail(i, l, "no layer kind set");
+  }
+}
+
+absl::StatusOr<CompiledModel> Compiler::Run() {
+  const ModelDef& m = job_.model();
+  if (m.kind_case() == ModelDef::kGraph) {
+    return absl::UnimplementedError("model.graph: raw graphs are not supported yet; use model.sequential");
+  }
+  if (m.sequential().layer_size() == 0) return absl::InvalidArgumentError("model.sequential has no layers");
+  if (job_.input().feature_size() == 0) return absl::InvalidArgumentError("input lists no features");
+  std::string first;
+  for (const FeatureDef& f : job_.input().feature()) {
+    if (f.kind() == FeatureDef::SPARSE) {
+      values_[f.name()] = {"", {-1}};
+      continue;
+    }
+    Shape s = {-1};
+    s.insert(s.end(), f.shape().begin(), f.shape().end());
+    values_[f.name()] = {b_.Add("Placeholder", f.name(), {}, {{"shape", AttrShape(s)}, {"dtype", AttrType(DT_FLOAT)}}), s};
+    if (first.empty()) first = f.name();
+  }
+  bool classes = job_.input().num_classes() > 0;
+  std::string label = b_.Add("Placeholder", "label", {},
+                             {{"shape", AttrShape({-1})}, {"dtype", AttrType(classes ? DT_INT64 : DT_FLOAT)}});
+  std::string previous = first.empty() ? job_.input().feature(0).name() : first;
+  Value out;
+  for (int i = 0; i < m.sequential().layer_size(); ++i) {
+    const LayerDef& l = m.sequential().layer(i);
+    std::vector<Value> in;
+    std::vector<std::string> names(l.inputs().begin(), l.inputs().end());
+    bool embedding = l.kind_case() == LayerDef::kEmbedding || l.kind_case() == LayerDef::kEmbeddingBag;
+    if (names.empty() && !embedding) names = {previous};
+    for (const std::string& n : names) {
+      auto it = values_.find(n);
+      if (it == values_.end()) return Fail(i, l, absl::StrCat("input \"", n, "\" is no earlier layer or feature"));
+      in.push_back(it->second);
+    }
+    if (in.empty()) in.push_back(Value{"", {-1}});
+    ASSIGN_OR_RETURN(out, Layer(i, l, in, i + 1 == m.sequential().layer_size()));
+    previous = Name(i, l);
+    values_[previous] = out;
+  }
+  model_.logits = out.tensor;
+  switch (m.loss().kind()) {
+    case LossDef::SOFTMAX_CROSS_ENTROPY:
+      if (!classes) return absl::InvalidArgumentError("softmax cross-entropy needs input.num_classes");
+      if (out.shape.size() != 2 || out.shape[1] != job_.input().num_classes()) {
+        return absl::InvalidArgumentError(absl::StrCat("the last layer gives ", ShapeString(out.shape),
+                                                       " but input.num_classes is ", job_.input().num_classes()));
+      }
+      model_.loss = b_.Add("SoftmaxCrossEntropy", "loss", {out.tensor, label});
+      break;
+    case LossDef::SIGMOID_CROSS_ENTROPY:
+      model_.loss = b_.Add("SigmoidCrossEntropy", "loss", {out.tensor, label});
+      break;
+    default:
+      model_.loss = b_.Add("MeanSquaredError", "loss", {out.tensor, label});
+  }
+  std::vector<std::string> fetches = {model_.loss, model_.logits};
+  for (const std::string& metric : m.metric()) {
+    if (metric != "accuracy") return absl::InvalidArgumentError(absl::StrCat("unknown metric \"", metric, "\""));
+    model_.metrics[metric] = b_.Add("Accuracy", "accuracy", {out.tensor, label});
+    fetches.push_back(model_.metrics[metric]);
+  }
+  std::vector<std::string> vars;
+  for (const VariableDef& v : model_.variables) vars.push_back(v.name());
+  ASSIGN_OR_RETURN(model_.gradients, AddGradients(&model_.graph, model_.loss, vars));
+  for (const auto& [v, g] : model_.gradients) fetches.push_back(g);
+  ASSIGN_OR_RETURN(model_.graph, Prune(model_.graph, fetches));
+  RETURN_IF_ERROR(ValidateGraph(model_.graph).status());
+  return model_;
+}
+
+}  // namespace
+
+absl::StatusOr<CompiledModel> CompileModel(const TrainingJob& job) { return Compiler(job).Run(); }
+
+}  // namespace psrt

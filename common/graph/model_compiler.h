@@ -1,0 +1,48 @@
+// The layer-list front end: a job's SequentialModel (or raw GraphDef) to a
+// training graph with loss, metrics and the gradient of every variable.
+//
+// Inputs are Placeholder nodes named after the job's input features (a
+// DENSE feature "image" is [?, 28, 28, 1]) plus "label" (int64 [?] when
+// input.num_classes > 0, else float [?]). Dense variables are Variable
+// nodes fed with pulled values. An embedding table is a Variable node fed
+// with the pulled rows of the batch's unique ids, [?, dim], with two more
+// placeholders per table: "<layer>/index" (each id's row among the unique
+// ones) and "<layer>/row_splits" (the feature's ragged row splits).
+#ifndef PSRT_COMMON_GRAPH_MODEL_COMPILER_H_
+#define PSRT_COMMON_GRAPH_MODEL_COMPILER_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/graph.pb.h"
+#include "proto/job.pb.h"
+#include "proto/ps_service.pb.h"
+
+namespace psrt {
+
+struct TableInput {
+  std::string feature;     // the SPARSE input feature whose ids it reads
+  std::string index;       // placeholder node: int64 [nnz]
+  std::string row_splits;  // placeholder node: int64 [batch + 1]
+};
+
+struct CompiledModel {
+  GraphDef graph;  // pruned to loss, gradients, metrics and logits
+  std::vector<VariableDef> variables;
+  std::string logits;
+  std::string loss;
+  std::map<std::string, std::string> gradients;  // variable -> tensor
+  std::map<std::string, std::string> metrics;    // "accuracy" -> tensor
+  std::map<std::string, TableInput> tables;      // table variable -> its input
+};
+
+// job.input.feature must be filled (worker/input/source.h FillDefaultFeatures
+// gives each format's default). Errors name the layer (index and name) at
+// fault.
+absl::StatusOr<CompiledModel> CompileModel(const TrainingJob& job);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_GRAPH_MODEL_COMPILER_H_

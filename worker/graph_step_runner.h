@@ -1,0 +1,70 @@
+// GraphStepRunner: the StepRunner of a compiled graph on the CPU kernels.
+// Used by the worker daemon, the chief's evaluation and the in-process
+// trainer alike, so all three compute the same way.
+//
+// Feeds: each input feature's placeholder, "label", every dense variable,
+// and per embedding table its pulled rows with "<layer>/index" (each id's
+// position among the batch's unique ids) and "<layer>/row_splits".
+// Fetches: the loss, the metrics and every variable's gradient; a table's
+// gradient is returned as (unique ids, rows).
+#ifndef PSRT_WORKER_GRAPH_STEP_RUNNER_H_
+#define PSRT_WORKER_GRAPH_STEP_RUNNER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/worker_service.pb.h"
+#include "worker/executor.h"
+#include "worker/interfaces.h"
+
+namespace psrt {
+
+struct TableFeed {
+  std::string variable;    // the table's Variable node
+  std::string feature;     // the batch's sparse feature
+  std::string index;       // placeholder nodes
+  std::string row_splits;
+};
+
+class GraphStepRunner : public StepRunner {
+ public:
+  // From a worker assignment: its graph, loss, gradients, metrics.
+  static absl::StatusOr<std::unique_ptr<GraphStepRunner>> Create(const WorkerAssignment& a,
+                                                                 int threads = 0);
+
+  std::vector<std::string> DenseVariables() const override { return dense_; }
+  absl::StatusOr<RowRequest> SparseRows(const Batch& batch) const override;
+  absl::StatusOr<StepResult> Run(const TensorMap& dense, const TensorMap& rows,
+                                 const Batch& batch) override;
+  std::string device() const override { return device_; }
+
+  // Loss and metrics of a batch without gradients (training off: dropout
+  // passes through). For a table, `rows` holds the whole table and ids are
+  // used as rows.
+  absl::StatusOr<std::map<std::string, float>> Evaluate(const TensorMap& variables,
+                                                        const Batch& batch);
+
+ private:
+  GraphStepRunner() = default;
+  absl::StatusOr<std::map<std::string, Tensor>> Feeds(const TensorMap& dense, const TensorMap& rows,
+                                                      const Batch& batch, bool whole_tables,
+                                                      std::map<std::string, Tensor>* unique_ids) const;
+
+  std::unique_ptr<Executor> exec_;
+  std::vector<std::string> dense_;
+  std::vector<TableFeed> tables_;
+  std::vector<std::string> inputs_;  // placeholder nodes fed from the batch
+  std::string loss_;
+  std::vector<std::pair<std::string, std::string>> grads_;    // variable, tensor
+  std::vector<std::pair<std::string, std::string>> metrics_;  // name, tensor
+  std::string device_ = "cpu";
+  uint64_t seed_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_GRAPH_STEP_RUNNER_H_
