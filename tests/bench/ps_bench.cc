@@ -44,8 +44,9 @@
 #include "ps/server_core.h"
 
 ABSL_FLAG(double, seconds, 0.25, "Seconds per measurement.");
-ABSL_FLAG(int, max_frame_kb, 0,
-          "Experiment: advertise this HTTP/2 max frame size (KiB) on both ends (0 = gRPC's 16).");
+ABSL_FLAG(std::string, channel_args, "",
+          "Experiment: integer gRPC channel arguments NAME=VALUE,... set on the server and "
+          "every client (e.g. grpc.http2.max_frame_size=1048576).");
 ABSL_FLAG(int, repeats, 3,
           "Each figure is the best of this many measurements, ours and the baselines "
           "interleaved, so that load from other processes on a shared machine hurts less.");
@@ -99,20 +100,28 @@ Figure Drive(int clients, int window, double seconds, size_t bytes_per_op,
   return f;
 }
 
+// --channel_args, parsed.
+std::vector<std::pair<std::string, int>> ExtraArgs() {
+  std::vector<std::pair<std::string, int>> out;
+  for (absl::string_view kv : absl::StrSplit(absl::GetFlag(FLAGS_channel_args), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    int v = 0;
+    CHECK(absl::SimpleAtoi(p.second, &v)) << "bad --channel_args entry " << kv;
+    out.emplace_back(p.first, v);
+  }
+  return out;
+}
+
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
   grpc::ChannelArguments args = ClientChannelArguments(RpcOptions());
-  if (int kb = absl::GetFlag(FLAGS_max_frame_kb); kb > 0) {
-    args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kb << 10);
-  }
+  for (const auto& [name, v] : ExtraArgs()) args.SetInt(name, v);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
 std::unique_ptr<grpc::Server> StartServer(grpc::Service* service, int* port) {
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(RpcOptions(), &builder);
-  if (int kb = absl::GetFlag(FLAGS_max_frame_kb); kb > 0) {
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kb << 10);
-  }
+  for (const auto& [name, v] : ExtraArgs()) builder.AddChannelArgument(name, v);
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
   builder.RegisterService(service);
   return builder.BuildAndStart();
