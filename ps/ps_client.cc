@@ -97,7 +97,7 @@ absl::StatusOr<TensorMap> PsClient::Pull(const std::vector<std::string>& variabl
   std::map<std::pair<std::string, int>, Tensor> parts;  // (variable, ps) -> slice
   for (size_t i = 0; i < calls.size(); ++i) {
     if (!responses[i].ok()) return responses[i].status();
-    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i]));
+    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i], pool_->Allocator()));
     for (auto& [name, t] : r.tensors) parts[{name, calls[i].first}] = std::move(t);
   }
   TensorMap out;
@@ -177,7 +177,7 @@ absl::StatusOr<TensorMap> PsClient::PullRows(const RowRequest& rows, int64_t ste
   std::map<std::pair<std::string, int>, Tensor> parts;
   for (size_t i = 0; i < calls.size(); ++i) {
     if (!responses[i].ok()) return responses[i].status();
-    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i]));
+    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i], pool_->Allocator()));
     for (auto& [name, t] : r.tensors) parts[{name, calls[i].first}] = std::move(t);
   }
   TensorMap out;

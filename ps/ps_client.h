@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/buffer_pool.h"
 #include "common/rpc/channel_cache.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/worker_service.pb.h"
@@ -64,6 +65,8 @@ class PsClient : public ParameterClient {
   std::map<std::string, VariablePlacement> placement_;
   std::map<std::string, std::vector<Shard>> shards_;
   std::vector<int> used_ps_;  // every PS holding a variable
+  // Storage for pulled tensors: reused once the caller drops them.
+  const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
 };
 
 }  // namespace psrt

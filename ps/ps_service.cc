@@ -65,7 +65,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Push"); !s.ok()) return Done(ctx, s);
-  absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(*req);
+  absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(*req, core_->pool()->Allocator());
   if (!args.ok()) return Done(ctx, args.status());
   absl::StatusOr<PushResponse> r = core_->Push(args->id, args->gradients);
   if (r.ok()) *resp = pswire::EncodePushResult(*r);

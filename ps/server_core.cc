@@ -222,7 +222,7 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
       for (const auto& [name, t] : ids) {
         absl::StatusOr<Variable*> v = Find(name);
         if (!v.ok()) return done(v.status(), {}, 0);
-        absl::StatusOr<Tensor> r = (*v)->ReadRows(t);
+        absl::StatusOr<Tensor> r = (*v)->ReadRows(t, pool_.get());
         if (!r.ok()) return done(r.status(), {}, 0);
         out.emplace_back(name, *std::move(r));
       }
@@ -509,7 +509,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     std::set<std::string> in_snapshot;
     for (const VariableState& st : snap.variables) {
       ASSIGN_OR_RETURN(Variable * v, Find(st.def.name()));
-      RETURN_IF_ERROR(v->SameAs(st.def));
+      RETURN_IF_ERROR(v->CheckState(st));
       if (st.slots.size() != static_cast<size_t>(optimizer_->num_slots())) {
         return absl::FailedPreconditionError(absl::StrCat(
             "snapshot of step ", req.step(), " has ", st.slots.size(), " slots for ", st.def.name(),

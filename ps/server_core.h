@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/buffer_pool.h"
 #include "common/optimizer.h"
 #include "ps/snapshot_store.h"
 #include "ps/variable.h"
@@ -84,6 +85,10 @@ class ParameterServerCore {
   PsStatusResponse Status();
 
   int64_t max_request_bytes() const { return options_.max_request_bytes; }
+  // Storage for pulled rows and received gradients; reused once gRPC and
+  // the optimizer are done with them. (Dense pulls copy nothing: they share
+  // the variable's storage, copy-on-write.)
+  BufferPool* pool() const { return pool_.get(); }
   uint64_t incarnation() const { return options_.incarnation; }
 
  private:
@@ -115,6 +120,7 @@ class ParameterServerCore {
   void WriterLoop();
 
   const ServerCoreOptions options_;
+  const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
 
   // The variables. Readers: pulls and pushes (each variable locks itself);
   // writers: create, snapshot copy, restore.

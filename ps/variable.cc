@@ -83,7 +83,14 @@ absl::StatusOr<Tensor> Variable::Read() const {
     return Bad(def_, "a hash table is read by rows (PullRows), not whole");
   }
   absl::ReaderMutexLock lock(&mu_);
-  return value_.Copy();
+  return value_;  // shared; see UnshareLocked
+}
+
+void Variable::UnshareLocked() {
+  // Reads take their reference under the reader lock, so while we hold the
+  // writer lock the count can only fall: at worst we copy when the last
+  // reader is just letting go.
+  if (value_.buffer().use_count() > 1) value_ = value_.Copy();
 }
 
 absl::Status Variable::ApplyDense(const Tensor& grad) {
@@ -93,6 +100,7 @@ absl::Status Variable::ApplyDense(const Tensor& grad) {
                                   ", the variable is float32", shape_.ToString()));
   }
   absl::MutexLock lock(&mu_);
+  UnshareLocked();
   ++updates_;
   std::vector<float*> slots;
   for (Tensor& s : slots_) slots.push_back(s.data<float>());
@@ -149,11 +157,14 @@ int64_t Variable::RowOfLocked(int64_t id) {
   return row;
 }
 
-absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids) {
+absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids, BufferPool* pool) {
   RETURN_IF_ERROR(CheckIds(ids));
   const int64_t n = ids.NumElements();
   const int64_t dim = def_.shape().dim(1);
-  Tensor out(DT_FLOAT, TensorShape({n, dim}));
+  TensorShape shape({n, dim});
+  Tensor out = pool != nullptr
+                   ? Tensor(DT_FLOAT, shape, pool->Allocate(n * dim * sizeof(float)))
+                   : Tensor(DT_FLOAT, shape);
   absl::MutexLock lock(&mu_);  // a hash table may grow
   for (int64_t i = 0; i < n; ++i) {
     int64_t row = RowOfLocked(ids.data<int64_t>()[i]);
@@ -170,29 +181,44 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
     return Bad(def_, absl::StrCat("row gradients must be float32[", n, ",", dim, "], got ",
                                   DataTypeName(grads.dtype()), grads.shape().ToString()));
   }
-  // Sum the gradients of repeated ids, so each row gets one update.
+  // Sum the gradients of repeated ids, so each row gets one update. The
+  // usual case (ids already unique, as workers send them) reads the
+  // gradients in place; only repeats are summed into a copy.
+  const int64_t* id_data = ids.data<int64_t>();
+  const float* grad_data = grads.data<float>();
   absl::flat_hash_map<int64_t, int64_t> first;
+  first.reserve(n);
   std::vector<int64_t> unique;
-  std::vector<float> summed;
+  unique.reserve(n);
+  std::vector<const float*> source;  // the gradient row of each unique id
+  source.reserve(n);
+  std::vector<std::vector<float>> sums;  // for ids seen more than once
+  absl::flat_hash_map<int64_t, size_t> sum_of;  // unique index -> sums index
   for (int64_t i = 0; i < n; ++i) {
-    int64_t id = ids.data<int64_t>()[i];
-    auto [it, inserted] = first.emplace(id, static_cast<int64_t>(unique.size()));
+    auto [it, inserted] = first.emplace(id_data[i], static_cast<int64_t>(unique.size()));
     if (inserted) {
-      unique.push_back(id);
-      summed.insert(summed.end(), grads.data<float>() + i * dim, grads.data<float>() + (i + 1) * dim);
-    } else {
-      float* acc = summed.data() + it->second * dim;
-      for (int64_t k = 0; k < dim; ++k) acc[k] += grads.data<float>()[i * dim + k];
+      unique.push_back(id_data[i]);
+      source.push_back(grad_data + i * dim);
+      continue;
     }
+    const int64_t u = it->second;
+    auto [sit, fresh] = sum_of.emplace(u, sums.size());
+    if (fresh) {
+      sums.emplace_back(source[u], source[u] + dim);
+      source[u] = sums.back().data();
+    }
+    // (A vector keeps its buffer when `sums` grows and moves it.)
+    float* acc = sums[sit->second].data();
+    for (int64_t k = 0; k < dim; ++k) acc[k] += grad_data[i * dim + k];
   }
   absl::MutexLock lock(&mu_);
+  UnshareLocked();
   ++updates_;
   std::vector<float*> slot_rows(slots_.size());
   for (size_t u = 0; u < unique.size(); ++u) {
     int64_t row = RowOfLocked(unique[u]);
     for (size_t s = 0; s < slots_.size(); ++s) slot_rows[s] = slots_[s].data<float>() + row * dim;
-    optimizer_->Apply(value_.data<float>() + row * dim, summed.data() + u * dim, dim,
-                      slot_rows.data(), updates_);
+    optimizer_->Apply(value_.data<float>() + row * dim, source[u], dim, slot_rows.data(), updates_);
   }
   return absl::OkStatus();
 }
@@ -227,15 +253,36 @@ VariableState Variable::CopyState() const {
   return s;
 }
 
-absl::Status Variable::LoadState(const VariableState& state) {
+absl::Status Variable::CheckState(const VariableState& state) const {
   RETURN_IF_ERROR(SameAs(state.def));
   if (state.slots.size() != static_cast<size_t>(optimizer_->num_slots())) {
     return Bad(def_, absl::StrCat("snapshot has ", state.slots.size(), " optimizer slots, ",
                                   optimizer_->name(), " needs ", optimizer_->num_slots()));
   }
-  if (def_.kind() != VariableDef::HASH_TABLE && state.value.shape() != shape_) {
-    return Bad(def_, absl::StrCat("snapshot value is ", state.value.shape().ToString()));
+  // The value's shape: ours, or [n, dim] for a hash table of n ids.
+  TensorShape expected = shape_;
+  if (def_.kind() == VariableDef::HASH_TABLE) {
+    if (state.ids.dtype() != DT_INT64 || state.ids.shape().rank() != 1) {
+      return Bad(def_, "snapshot of a hash table has no int64 [n] ids");
+    }
+    expected = TensorShape({state.ids.NumElements(), def_.shape().dim(1)});
   }
+  if (state.value.dtype() != DT_FLOAT || state.value.shape() != expected) {
+    return Bad(def_, absl::StrCat("snapshot value is ", DataTypeName(state.value.dtype()),
+                                  state.value.shape().ToString(), ", expected float32",
+                                  expected.ToString()));
+  }
+  for (const Tensor& t : state.slots) {
+    if (t.dtype() != DT_FLOAT || t.shape() != expected) {
+      return Bad(def_, absl::StrCat("snapshot slot is ", DataTypeName(t.dtype()),
+                                    t.shape().ToString(), ", expected float32", expected.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Variable::LoadState(const VariableState& state) {
+  RETURN_IF_ERROR(CheckState(state));
   absl::MutexLock lock(&mu_);
   updates_ = state.updates;
   if (def_.kind() != VariableDef::HASH_TABLE) {
@@ -245,10 +292,6 @@ absl::Status Variable::LoadState(const VariableState& state) {
     return absl::OkStatus();
   }
   const int64_t n = state.ids.NumElements();
-  const int64_t dim = def_.shape().dim(1);
-  if (state.ids.dtype() != DT_INT64 || state.value.shape() != TensorShape({n, dim})) {
-    return Bad(def_, "snapshot of a hash table has mismatched ids and rows");
-  }
   ids_.clear();
   value_ = Tensor();
   slots_.clear();

@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/buffer_pool.h"
 #include "common/optimizer.h"
 #include "common/tensor.h"
 #include "proto/ps_service.pb.h"
@@ -47,14 +48,18 @@ class Variable {
   // Checks that `other` describes the same variable (for idempotent creates).
   absl::Status SameAs(const VariableDef& other) const;
 
-  // A consistent copy of the value (dense and fixed tables).
+  // The value (dense and fixed tables), as of the last whole update. No
+  // bytes are copied: the result shares storage with the variable, and the
+  // next update copies the storage first if a reader still holds it
+  // (copy-on-write), so the result never changes. Callers must not write
+  // to it.
   absl::StatusOr<Tensor> Read() const;
   // Applies a gradient of exactly shape(); refuses others.
   absl::Status ApplyDense(const Tensor& grad);
 
   // Rows of the ids, [n, dim] in their order. Fixed tables refuse ids out of
   // range; hash tables make missing rows.
-  absl::StatusOr<Tensor> ReadRows(const Tensor& ids);
+  absl::StatusOr<Tensor> ReadRows(const Tensor& ids, BufferPool* pool = nullptr);
   // Row-wise lazy update; `ids` may repeat (their gradients are summed).
   absl::Status ApplyRows(const Tensor& ids, const Tensor& grads);
 
@@ -62,6 +67,9 @@ class Variable {
   int64_t rows() const;   // hash tables: rows made so far
 
   VariableState CopyState() const;
+  // Whether LoadState(state) would succeed; changes nothing. Lets a restore
+  // of many variables check them all before it replaces any.
+  absl::Status CheckState(const VariableState& state) const;
   // Replaces the state (a restore); `state` must be of this variable.
   absl::Status LoadState(const VariableState& state);
 
@@ -71,6 +79,9 @@ class Variable {
   // Row index of `id`, making the row if it is new (hash tables).
   int64_t RowOfLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GrowLocked(int64_t rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before an in-place update: gives value_ storage of its own if a Read()
+  // result still shares it.
+  void UnshareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const VariableDef def_;
   const TensorShape shape_;

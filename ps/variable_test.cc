@@ -86,13 +86,25 @@ TEST(VariableTest, HashTableMakesRowsOnFirstTouchDeterministically) {
   EXPECT_EQ((*a)->Read().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(VariableTest, StateRoundTripsWithSlots) {
-  OptimizerDef d;
-  d.mutable_adam()->set_learning_rate(0.1f);
-  auto opt = *Optimizer::Create(d);
-  auto v = *Variable::Create(Def(R"(name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 })"), opt.get());
+// An Adam hash table with rows 5 and 7 updated once.
+struct AdamTable {
+  AdamTable() {
+    OptimizerDef d;
+    d.mutable_adam()->set_learning_rate(0.1f);
+    opt = *Optimizer::Create(d);
+    v = *Variable::Create(Def(R"(name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 })"),
+                          opt.get());
+    EXPECT_TRUE(v->ApplyRows(ids, Tensor::FromVector<float>({1, 1, 1, 1}, TensorShape({2, 2}))).ok());
+  }
+  std::unique_ptr<Optimizer> opt;
+  std::unique_ptr<Variable> v;
   Tensor ids = Tensor::FromVector<int64_t>({5, 7}, TensorShape({2}));
-  ASSERT_TRUE(v->ApplyRows(ids, Tensor::FromVector<float>({1, 1, 1, 1}, TensorShape({2, 2}))).ok());
+};
+
+TEST(VariableTest, StateRoundTripsWithSlots) {
+  AdamTable t;
+  Variable* v = t.v.get();
+  const Tensor& ids = t.ids;
   VariableState st = v->CopyState();
   EXPECT_EQ(st.ids.NumElements(), 2);
   EXPECT_EQ(st.slots.size(), 2u);
@@ -102,6 +114,27 @@ TEST(VariableTest, StateRoundTripsWithSlots) {
   Tensor after = *v->ReadRows(ids);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(after.data<float>()[i], before.data<float>()[i]);
   EXPECT_EQ(v->CopyState().updates, 1);
+}
+
+TEST(VariableTest, InconsistentStateIsRefusedBeforeAnythingChanges) {
+  AdamTable t;
+  Variable* v = t.v.get();
+  const Tensor& ids = t.ids;
+  VariableState st = v->CopyState();
+  Tensor before = *v->ReadRows(ids);
+  // A slot longer than its rows (would overrun the table on load).
+  VariableState bad_slot = st;
+  bad_slot.slots[1] = Tensor::Zeros(DT_FLOAT, TensorShape({4000, 2}));
+  absl::Status s = v->CheckState(bad_slot);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("snapshot slot is float32[4000,2], expected float32[2,2]"));
+  EXPECT_EQ(v->LoadState(bad_slot).code(), absl::StatusCode::kInvalidArgument);
+  VariableState bad_ids = st;
+  bad_ids.ids = Tensor::FromVector<int64_t>({5}, TensorShape({1}));
+  EXPECT_EQ(v->LoadState(bad_ids).code(), absl::StatusCode::kInvalidArgument);
+  Tensor after = *v->ReadRows(ids);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(after.data<float>()[i], before.data<float>()[i]);
+  EXPECT_TRUE(v->CheckState(st).ok());
 }
 
 TEST(VariableTest, RefusesBadDefinitions) {
