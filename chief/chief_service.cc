@@ -33,8 +33,8 @@ grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContext*, const HeartbeatRe
 
 grpc::Status ChiefServiceImpl::ReportFailure(grpc::ServerContext*, const ReportFailureRequest* req,
                                              ReportFailureResponse*) {
-  LOG(WARNING) << TaskName(req->reporter()) << " reports " << TaskName(req->failed())
-               << " failed at step " << req->step() << ": " << req->error();
+  LOG(WARNING) << TaskName(req->reporter()) << " reports a failure at step " << req->step() << ": "
+               << req->error();
   if (on_failure) on_failure(*req);
   return grpc::Status::OK;
 }
