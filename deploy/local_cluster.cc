@@ -61,7 +61,7 @@ std::string Binary(const std::string& argv0, const std::string& rel) {
   for (const std::string& base : {std::string("."), argv0 + ".runfiles/psrt",
                                   std::string(std::getenv("RUNFILES_DIR") ? std::getenv("RUNFILES_DIR") : "") + "/psrt"}) {
     std::string p = base + "/" + rel;
-    if (access(p.c_str(), X_OK) == 0) return p;
+    if (access(p.c_str(), F_OK) == 0) return p;
   }
   return rel;
 }
