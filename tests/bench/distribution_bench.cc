@@ -1,0 +1,187 @@
+// The cost of distribution: the MLP example's step through a real gRPC
+// parameter server on loopback, beside the same step against an in-process
+// one, in the same run; and the input pipeline's examples/s per format.
+//
+//   bazel run //tests/bench:distribution_bench -- [--steps=300]
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "chief/job_planner.h"
+#include "common/io/record_io.h"
+#include "common/rpc/channel_cache.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/example.pb.h"
+#include "ps/local_ps_client.h"
+#include "ps/ps_client.h"
+#include "ps/ps_service.h"
+#include "worker/graph_step_runner.h"
+#include "worker/input/dataset.h"
+
+ABSL_FLAG(int, steps, 300, "Training steps per measurement.");
+ABSL_FLAG(std::string, job, "examples/fashion_mnist_mlp.pbtxt", "Job file.");
+
+namespace psrt {
+namespace {
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    std::exit(1);
+  }
+}
+template <typename T>
+T Check(absl::StatusOr<T> s) {
+  Check(s.status());
+  return *std::move(s);
+}
+
+// Seconds per step of `steps` training steps through `client`.
+double StepTime(ParameterClient* client, GraphStepRunner* runner, Dataset* data, int steps) {
+  auto step = [&](int64_t i) {
+    Batch b;
+    Check(data->Next(&b).status());
+    TensorMap dense = Check(client->Pull(runner->DenseVariables(), i));
+    StepResult r = Check(runner->Run(dense, {}, b, i));
+    RequestId id;
+    id.set_step(i);
+    id.set_worker_incarnation(1);
+    Check(client->Push(id, r.dense_gradients, {}));
+  };
+  for (int i = 0; i < 20; ++i) step(i);  // warm up
+  absl::Time start = absl::Now();
+  for (int i = 20; i < 20 + steps; ++i) step(i);
+  return absl::ToDoubleSeconds(absl::Now() - start) / steps;
+}
+
+CreateVariablesRequest Create(const TrainingJob& job, const JobPlan& plan) {
+  CreateVariablesRequest req;
+  for (const VariablePlacement& vp : plan.placement.variable()) *req.add_variable() = vp.variable();
+  *req.mutable_optimizer() = job.optimizer();
+  req.set_num_workers(1);
+  return req;
+}
+
+double PipelineRate(InputDef input, const std::string& file, int64_t examples) {
+  input.mutable_train()->clear_files();
+  input.mutable_train()->add_files(file);
+  input.set_batch_size(256);
+  DatasetOptions o;
+  o.input = input;
+  o.split = input.train();
+  o.epochs = 1;
+  auto data = Check(Dataset::Create(o));
+  absl::Time start = absl::Now();
+  Batch b;
+  int64_t n = 0;
+  while (Check(data->Next(&b))) n += b.size;
+  if (n != examples) std::fprintf(stderr, "warning: read %lld of %lld\n", (long long)n, (long long)examples);
+  return n / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+int Main() {
+  TrainingJob job = Check(LoadJob(absl::GetFlag(FLAGS_job)));
+  JobPlan plan = Check(PlanJob(job, 1));
+  WorkerAssignment a = AssignmentOf(job, plan);
+  const int steps = absl::GetFlag(FLAGS_steps);
+
+  DatasetOptions d;
+  d.input = job.input();
+  d.split = job.input().train();
+  auto data = Check(Dataset::Create(d));
+  auto runner = Check(GraphStepRunner::Create(a));
+
+  ServerCoreOptions po;
+  po.incarnation = 7;
+  ParameterServerCore local_core(po);
+  Check(local_core.CreateVariables(Create(job, plan)).status());
+  LocalPsClient local(&local_core, 0);
+  double in_process = StepTime(&local, runner.get(), data.get(), steps);
+
+  ParameterServerCore remote_core(po);
+  Check(remote_core.CreateVariables(Create(job, plan)).status());
+  PsServiceImpl service(&remote_core);
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(RpcOptions(), &builder);
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ChannelCache channels;
+  PsClient remote(plan.placement, {absl::StrCat("127.0.0.1:", port)}, &channels, PsClientOptions());
+  double distributed = StepTime(&remote, runner.get(), data.get(), steps);
+  server->Shutdown();
+
+  std::printf("MLP step, batch %d, %d steps:\n", job.input().batch_size(), steps);
+  std::printf("  in-process PS           %7.2f ms/step\n", in_process * 1e3);
+  std::printf("  gRPC PS on loopback     %7.2f ms/step\n", distributed * 1e3);
+  std::printf("  ratio (goal <= 1.3)     %7.2f\n", distributed / in_process);
+
+  // The input pipeline, per format, on the same 60k Fashion-MNIST images.
+  std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  InputDef idx = job.input();
+  double idx_rate = PipelineRate(idx, idx.train().files(0), 60000);
+  // Synthetic files of 20k examples x 784 features for the other formats.
+  const int kN = 20000, kF = 784;
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> px(0, 255);
+  std::string csv = tmp + "/bench.csv", svm = tmp + "/bench.svm", rec = tmp + "/bench.tfrecord";
+  {
+    std::ofstream c(csv), s(svm);
+    auto w = Check(RecordWriter::Open(rec));
+    for (int i = 0; i < kN; ++i) {
+      tf::Example ex;
+      auto& fmap = *ex.mutable_features()->mutable_feature();
+      auto* img = fmap["image"].mutable_float_list();
+      c << i % 10;
+      s << i % 10;
+      for (int f = 0; f < kF; ++f) {
+        int v = px(rng);
+        c << "," << v;
+        if (v > 128) s << " " << f << ":" << v;
+        img->add_value(static_cast<float>(v));
+      }
+      c << "\n";
+      s << "\n";
+      fmap["label"].mutable_int64_list()->add_value(i % 10);
+      Check(w->Write(ex.SerializeAsString()));
+    }
+  }
+  InputDef in_csv;
+  in_csv.set_format(InputDef::CSV);
+  auto* f = in_csv.add_feature();
+  f->set_name("x");
+  f->add_shape(kF);
+  InputDef in_svm;
+  in_svm.set_format(InputDef::LIBSVM);
+  in_svm.add_feature()->set_name("ids");
+  in_svm.mutable_feature(0)->set_kind(FeatureDef::SPARSE);
+  InputDef in_rec;
+  in_rec.set_format(InputDef::TFRECORD);
+  auto* g = in_rec.add_feature();
+  g->set_name("image");
+  g->add_shape(kF);
+  std::printf("input pipeline (batch 256, one epoch, shuffled, prefetch 2):\n");
+  std::printf("  IDX (gzip, 60k x 784)   %9.0f examples/s\n", idx_rate);
+  std::printf("  CSV (20k x 784)         %9.0f examples/s\n", PipelineRate(in_csv, csv, kN));
+  std::printf("  libsvm (20k, ~390 ids)  %9.0f examples/s\n", PipelineRate(in_svm, svm, kN));
+  std::printf("  TFRecord (20k x 784)    %9.0f examples/s\n", PipelineRate(in_rec, rec, kN));
+  return 0;
+}
+
+}  // namespace
+}  // namespace psrt
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (const char* wd = std::getenv("BUILD_WORKSPACE_DIRECTORY")) {
+    if (chdir(wd) != 0) return 2;
+  }
+  return psrt::Main();
+}
