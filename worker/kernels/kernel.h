@@ -7,7 +7,9 @@
 #ifndef PSRT_WORKER_KERNELS_KERNEL_H_
 #define PSRT_WORKER_KERNELS_KERNEL_H_
 
+#ifndef EIGEN_USE_THREADS
 #define EIGEN_USE_THREADS
+#endif
 
 #include <functional>
 #include <map>
