@@ -37,39 +37,33 @@ absl::Status Geometry(const KernelContext& ctx, const TensorShape& x, int64_t k,
   return absl::OkStatus();
 }
 
-// Calls fn(row, patch_offset, input_offset or -1 for padding) for every
-// element of the im2col matrix, rows split over the pool.
-template <typename F>
-void ForEachPatch(const KernelContext& ctx, const ConvGeometry& g, F fn) {
-  auto work = [&](Eigen::Index begin, Eigen::Index end) {
-    for (Eigen::Index r = begin; r < end; ++r) {
-      int64_t n = r / (g.oh * g.ow), rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow;
-      int64_t p = 0;
-      for (int64_t kh = 0; kh < g.k; ++kh) {
-        int64_t ih = oh * g.s - g.pad_top + kh;
-        for (int64_t kw = 0; kw < g.k; ++kw, p += g.c) {
-          int64_t iw = ow * g.s - g.pad_left + kw;
-          bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
-          fn(r, p, inside ? ((n * g.h + ih) * g.w + iw) * g.c : -1);
-        }
-      }
-    }
-  };
-  ctx.device->parallelFor(g.rows(), Eigen::TensorOpCost(g.patch() * 4, g.patch() * 4, g.patch()), work);
-}
-
+// The im2col matrix [n*oh*ow, k*k*c]: one row per output position. Within
+// a kernel row (fixed kh) the inside columns are one contiguous run of the
+// NHWC input, so each is a single copy; padding is zeros.
 Tensor Im2Col(const KernelContext& ctx, const ConvGeometry& g, const Tensor& x) {
   Tensor col(DT_FLOAT, TensorShape({g.rows(), g.patch()}));
   float* out = col.data<float>();
   const float* in = x.data<float>();
-  ForEachPatch(ctx, g, [&](int64_t r, int64_t p, int64_t at) {
-    float* dst = out + r * g.patch() + p;
-    if (at < 0) {
-      std::fill(dst, dst + g.c, 0.0f);
-    } else {
-      std::memcpy(dst, in + at, g.c * sizeof(float));
+  const int64_t run = g.k * g.c;
+  auto work = [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index r = begin; r < end; ++r) {
+      const int64_t n = r / (g.oh * g.ow), rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow;
+      const int64_t iw0 = ow * g.s - g.pad_left;
+      const int64_t lo = std::max<int64_t>(0, -iw0), hi = std::min<int64_t>(g.k, g.w - iw0);
+      float* dst = out + r * g.patch();
+      for (int64_t kh = 0; kh < g.k; ++kh, dst += run) {
+        const int64_t ih = oh * g.s - g.pad_top + kh;
+        if (ih < 0 || ih >= g.h || hi <= lo) {
+          std::fill(dst, dst + run, 0.0f);
+          continue;
+        }
+        std::fill(dst, dst + lo * g.c, 0.0f);
+        std::memcpy(dst + lo * g.c, in + ((n * g.h + ih) * g.w + iw0 + lo) * g.c, (hi - lo) * g.c * sizeof(float));
+        std::fill(dst + hi * g.c, dst + run, 0.0f);
+      }
     }
-  });
+  };
+  ctx.device->parallelFor(g.rows(), Eigen::TensorOpCost(g.patch() * 4, g.patch() * 4, g.patch()), work);
   return col;
 }
 
