@@ -1,0 +1,80 @@
+// The local launcher end to end: a short job on a real local cluster, a PS
+// killed mid-run, the summary's accuracy and failures, and no child left.
+#include <dirent.h>
+#include <signal.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "chief/job_planner.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "tests/harness/process_harness.h"
+
+namespace psrt {
+namespace {
+
+// Processes whose command line mentions `text`.
+int ProcessesMentioning(const std::string& text) {
+  int n = 0;
+  DIR* d = opendir("/proc");
+  while (dirent* e = readdir(d)) {
+    if (!isdigit(e->d_name[0])) continue;
+    std::ifstream f(absl::StrCat("/proc/", e->d_name, "/cmdline"));
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cmd.find(text) != std::string::npos) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/launcher");
+  auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_epochs(0);
+  job->set_steps(1500);
+  job->mutable_checkpoint()->set_every_steps(200);
+  job->mutable_eval()->set_max_examples(2000);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(*job, &text);
+  std::string job_path = dir + ".pbtxt";
+  std::ofstream(job_path) << text;
+
+  auto launcher = testing::Daemon::Start(
+      "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir,
+                   "--ps=2", "--workers=1", "--kill=ps:1@400"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE((*launcher)->WaitForLine("killed ps:1 with SIGKILL", absl::Minutes(3)));
+  ASSERT_TRUE((*launcher)->WaitForLine("recovered to the checkpoint", absl::Minutes(2)));
+  auto status = (*launcher)->Wait(absl::Minutes(5));
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
+
+  std::ifstream in(dir + "/summary.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string summary = ss.str();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)"))) << summary;
+  EXPECT_GT(std::stod(m[1]), 0.75) << summary;
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"failures_survived\": ([0-9]+)"))) << summary;
+  EXPECT_EQ(std::stoi(m[1]), 1) << summary;
+  EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
+}
+
+TEST(LauncherTest, BadKillFlagIsRefused) {
+  auto launcher = testing::Daemon::Start(
+      "launcher", {testing::RunfilePath("deploy/local_cluster"), "--kill=ps:7@10",
+                   "--run_dir=" + absl::StrCat(std::getenv("TEST_TMPDIR"), "/bad")});
+  ASSERT_TRUE(launcher.ok());
+  EXPECT_TRUE((*launcher)->WaitForLine("--kill=ps:7@10: expected TASK@STEP", absl::Minutes(1)));
+  auto status = (*launcher)->Wait(absl::Minutes(1));
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(WEXITSTATUS(*status), 2);
+}
+
+}  // namespace
+}  // namespace psrt
