@@ -20,6 +20,9 @@ ParameterServerCore::ParameterServerCore(ServerCoreOptions options) : options_(s
     absl::MutexLock lock(&stats_mu_);
     last_stats_ = absl::Now();
   }
+  BufferPoolOptions pool;
+  pool.max_cached_bytes = size_t{16} << 30;
+  snapshot_pool_ = BufferPool::Create(pool);
   sweeper_ = std::thread([this] { SweepLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
 }
@@ -429,10 +432,23 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   {
     // The pause: no push applies while every variable is copied.
     absl::MutexLock lock(&mu_);
+    std::vector<const Variable*> vars;
     for (const auto& [name, v] : variables_) {
-      job.snapshot.variables.push_back(v->CopyState());
+      vars.push_back(v.get());
       bytes += v->bytes();
     }
+    // Copy on every core: the pause is memory bandwidth, not one thread.
+    job.snapshot.variables.resize(vars.size());
+    const size_t threads = std::max<size_t>(1, std::min<size_t>(vars.size(), std::thread::hardware_concurrency()));
+    std::vector<std::thread> copiers;
+    for (size_t t = 0; t < threads; ++t) {
+      copiers.emplace_back([&, t] {
+        for (size_t i = t; i < vars.size(); i += threads) {
+          job.snapshot.variables[i] = vars[i]->CopyState(snapshot_pool_.get());
+        }
+      });
+    }
+    for (std::thread& c : copiers) c.join();
     absl::MutexLock s(&sync_mu_);
     job.snapshot.global_step = global_step_;
     job.snapshot.sync_step = sync_step_;

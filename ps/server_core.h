@@ -160,6 +160,8 @@ class ParameterServerCore {
   bool writing_ ABSL_GUARDED_BY(snap_mu_) = false;
   bool stop_writer_ ABSL_GUARDED_BY(snap_mu_) = false;
 
+  // Storage for snapshot copies, reused from one checkpoint to the next.
+  std::shared_ptr<BufferPool> snapshot_pool_;
   std::thread sweeper_;
   std::thread writer_;
 };

@@ -236,19 +236,20 @@ int64_t Variable::rows() const {
   return static_cast<int64_t>(ids_.size());
 }
 
-VariableState Variable::CopyState() const {
+VariableState Variable::CopyState(BufferPool* pool) const {
   absl::ReaderMutexLock lock(&mu_);
   VariableState s;
   s.def = def_;
   s.updates = updates_;
+  auto copy = [pool](const Tensor& t) { return pool != nullptr ? pool->Copy(t) : t.Copy(); };
   if (def_.kind() != VariableDef::HASH_TABLE) {
-    s.value = value_.Copy();
-    for (const Tensor& t : slots_) s.slots.push_back(t.Copy());
+    s.value = copy(value_);
+    for (const Tensor& t : slots_) s.slots.push_back(copy(t));
     return s;
   }
   int64_t n = static_cast<int64_t>(ids_.size());
-  s.value = value_.Slice(0, n).Copy();
-  for (const Tensor& t : slots_) s.slots.push_back(t.Slice(0, n).Copy());
+  s.value = copy(value_.Slice(0, n));
+  for (const Tensor& t : slots_) s.slots.push_back(copy(t.Slice(0, n)));
   s.ids = Tensor::FromVector<int64_t>(ids_, TensorShape({n}));
   return s;
 }

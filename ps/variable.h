@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/buffer_pool.h"
+#include "common/buffer_pool.h"
 #include "common/optimizer.h"
 #include "common/tensor.h"
 #include "proto/ps_service.pb.h"
@@ -66,7 +67,9 @@ class Variable {
   int64_t bytes() const;  // value and slots
   int64_t rows() const;   // hash tables: rows made so far
 
-  VariableState CopyState() const;
+  // With a pool, the copy's storage comes from it (storage a previous
+  // snapshot released is already paged in: the copy runs at memcpy speed).
+  VariableState CopyState(BufferPool* pool = nullptr) const;
   // Whether LoadState(state) would succeed; changes nothing. Lets a restore
   // of many variables check them all before it replaces any.
   absl::Status CheckState(const VariableState& state) const;

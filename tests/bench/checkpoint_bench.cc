@@ -75,28 +75,31 @@ int Main() {
   src.clear();
   src.shrink_to_fit();
 
-  // The pause: both PS copy in memory (in parallel, as the chief asks them).
-  SnapshotRequest req;
-  req.set_step(1);
-  req.set_checkpoint_dir(dir);
-  req.set_keep(1);
-  t0 = absl::Now();
-  std::vector<std::thread> copies;
-  for (auto& p : ps) copies.emplace_back([&p, &req] { Check(p->Snapshot(req).status()); });
-  for (auto& t : copies) t.join();
-  double pause = absl::ToDoubleSeconds(absl::Now() - t0);
-  // Durable: until both report step 1 synced.
-  while (true) {
-    bool all = true;
-    for (auto& p : ps) {
-      PsStatusResponse s = p->Status();
-      if (!s.error().empty()) Check(absl::DataLossError(s.error()));
-      all &= std::find(s.durable_snapshots().begin(), s.durable_snapshots().end(), 1) != s.durable_snapshots().end();
+  // The pause: both PS copy in memory, then the write runs in the
+  // background. Two checkpoints: the first pays for fresh memory, the
+  // second reuses what the first released (steady state).
+  double pause = 0, first_pause = 0, durable = 0;
+  for (int64_t step = 1; step <= 2; ++step) {
+    SnapshotRequest req;
+    req.set_step(step);
+    req.set_checkpoint_dir(dir);
+    req.set_keep(1);
+    t0 = absl::Now();
+    for (auto& p : ps) Check(p->Snapshot(req).status());
+    pause = absl::ToDoubleSeconds(absl::Now() - t0);
+    if (step == 1) first_pause = pause;
+    while (true) {  // durable: until both report the step synced
+      bool all = true;
+      for (auto& p : ps) {
+        PsStatusResponse s = p->Status();
+        if (!s.error().empty()) Check(absl::DataLossError(s.error()));
+        all &= std::find(s.durable_snapshots().begin(), s.durable_snapshots().end(), step) != s.durable_snapshots().end();
+      }
+      if (all) break;
+      absl::SleepFor(absl::Milliseconds(10));  // polling the durable state
     }
-    if (all) break;
-    absl::SleepFor(absl::Milliseconds(10));  // polling the durable state
+    durable = absl::ToDoubleSeconds(absl::Now() - t0);
   }
-  double durable = absl::ToDoubleSeconds(absl::Now() - t0);
 
   // Baseline: sequential direct write of the same size.
   std::string dd = absl::StrCat("dd if=/dev/zero of='", dir, "/dd.bin' bs=8M count=", bytes / (8 << 20),
@@ -107,8 +110,8 @@ int Main() {
   std::system(absl::StrCat("rm -f '", dir, "/dd.bin'").c_str());
 
   double gb = bytes / 1e9;
-  std::printf("pause (in-memory copy)     %7.3f s   memcpy warm %6.3f s (fresh %6.3f s)   pause/memcpy %5.2f (fresh %5.2f; goal <= 2)\n",
-              pause, memcpy_warm, memcpy_fresh, pause / memcpy_warm, pause / memcpy_fresh);
+  std::printf("pause (in-memory copy)     %7.3f s (first checkpoint %.3f s)   memcpy warm %6.3f s (fresh %6.3f s)   pause/memcpy %5.2f (goal <= 2)\n",
+              pause, first_pause, memcpy_warm, memcpy_fresh, pause / memcpy_warm);
   std::printf("durable write              %7.3f s = %6.0f MB/s   dd oflag=direct %6.3f s = %6.0f MB/s%s   ratio %5.2f (goal >= 0.5)\n",
               durable, gb * 1e3 / durable, dd_s, gb * 1e3 / dd_s, rc == 0 ? "" : " (dd failed)",
               dd_s / durable);
