@@ -20,6 +20,7 @@
 #include "chief/job_planner.h"
 #include "common/daemon.h"
 #include "common/env.h"
+#include "common/io/event_writer.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 
@@ -28,6 +29,7 @@ ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint directory (default: the j
 ABSL_FLAG(std::string, restore, "auto",
           "auto: restore the newest committed checkpoint if there is one; never; or a step.");
 ABSL_FLAG(std::string, summary, "", "Write the JSON summary here (default: the job's summary_path).");
+ABSL_FLAG(std::string, tensorboard_dir, "", "TensorBoard event files go here (default: the job's log_dir).");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: the chief's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Threads for evaluation kernels (0 = one per core).");
 ABSL_FLAG(int, fault_kill_before_commit, 0,
@@ -79,6 +81,18 @@ int Main(int argc, char** argv) {
     std::cout << line << std::endl;
     LOG(INFO) << line;
   };
+  std::unique_ptr<EventWriter> events;
+  std::string log_dir = absl::GetFlag(FLAGS_tensorboard_dir).empty() ? job->log_dir() : absl::GetFlag(FLAGS_tensorboard_dir);
+  if (!log_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<EventWriter>> w = EventWriter::Create(Resolve(log_dir));
+    if (!w.ok()) return ExitWithError(w.status());
+    events = *std::move(w);
+    LOG(INFO) << "TensorBoard events: " << events->path();
+    o.scalar = [&events](const std::string& tag, int64_t step, float value) {
+      (void)events->AddScalar(tag, step, value);
+      (void)events->Flush();
+    };
+  }
   const int threads = absl::GetFlag(FLAGS_threads);
   Planner planner = PlanJob;
   Evaluator evaluator;

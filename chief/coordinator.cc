@@ -371,6 +371,10 @@ void Coordinator::Report(bool force) {
   if (done_steps > 0) per_step_s = absl::ToDoubleSeconds(now - start_time_) / done_steps;
   int epoch = 0;
   for (const TaskState& t : registry_->All()) epoch = std::max(epoch, t.epoch);
+  if (options_.scalar) {
+    options_.scalar("loss", step, s.loss());
+    options_.scalar("examples_per_sec", step, static_cast<float>(s.examples_per_sec()));
+  }
   report_(absl::StrFormat(
       "step %d/%d (%.1f%%) epoch %d loss %.4f examples/s %.0f eta %s checkpoint %d", step,
       end_step_, 100 * frac, epoch + 1, s.loss(), s.examples_per_sec(),

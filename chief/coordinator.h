@@ -53,6 +53,8 @@ struct CoordinatorOptions {
   uint64_t incarnation = 0;
   // Gets each progress line (default: LOG(INFO)).
   std::function<void(const std::string&)> report;
+  // Gets each scalar for TensorBoard (loss, examples/s, eval metrics).
+  std::function<void(const std::string& tag, int64_t step, float value)> scalar;
   absl::Duration poll_interval = absl::Milliseconds(100);
   // Fault injection for tests: SIGKILL the chief just before it commits its
   // Nth checkpoint (after every PS made that snapshot durable). 0 = never.

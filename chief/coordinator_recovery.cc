@@ -223,7 +223,10 @@ absl::Status Coordinator::Evaluate(int64_t step) {
   summary_.metrics = metrics;
   last_eval_step_ = step;
   std::vector<std::string> parts;
-  for (const auto& [k, v] : metrics) parts.push_back(absl::StrCat(k, " ", v));
+  for (const auto& [k, v] : metrics) {
+    parts.push_back(absl::StrCat(k, " ", v));
+    if (options_.scalar && k != "examples") options_.scalar("eval/" + k, step, v);
+  }
   report_(absl::StrCat("eval at step ", step, ": ", absl::StrJoin(parts, ", ")));
   return absl::OkStatus();
 }

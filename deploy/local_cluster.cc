@@ -185,7 +185,8 @@ int Run(int argc, char** argv) {
     if (t.job() == kWorkerJob) c.argv = {Binary(argv[0], "worker/main"), base, task};
     if (t.job() == kChiefJob) {
       c.argv = {Binary(argv[0], "chief/main"), base, task, "--job=" + job,
-                "--checkpoint_dir=" + run_dir + "/checkpoints", "--summary=" + run_dir + "/summary.json"};
+                "--checkpoint_dir=" + run_dir + "/checkpoints", "--summary=" + run_dir + "/summary.json",
+                "--tensorboard_dir=" + run_dir + "/logs"};
     }
     children.push_back(std::move(c));
   }
@@ -282,7 +283,8 @@ int Run(int argc, char** argv) {
     std::cout << "\nfinal test accuracy " << accuracy << " (failures survived: " << failures << ")\n"
               << "summary:     " << run_dir << "/summary.json\n"
               << "checkpoints: " << run_dir << "/checkpoints\n"
-              << "logs:        " << run_dir << "/cluster.log\n";
+              << "logs:        " << run_dir << "/cluster.log\n"
+              << "tensorboard: tensorboard --logdir " << run_dir << "/logs\n";
   }
   return exit_code;
 }

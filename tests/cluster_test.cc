@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "common/testing/python_tool.h"
 #include "tests/harness/process_harness.h"
 
 namespace psrt {
@@ -96,10 +97,20 @@ class ClusterTest : public ::testing::Test {
 
 TEST_F(ClusterTest, TrainsAcrossProcessesAndTheLossFalls) {
   Setup(1, 1, ConsistencyDef::ASYNC, 400);
+  job_.set_log_dir(dir_ + "/logs");
+  WriteJob();
   auto ps = StartPs(0);
   auto worker = StartWorker(0);
   auto chief = StartChief();
   ASSERT_EQ(ExitCode(chief.get()), 0);
+  // TensorBoard's own reader loads the chief's event file.
+  std::string scalars = dir_ + "/scalars.txt";
+  ASSERT_TRUE(testing::RunPythonTool("tests/tools/read_events.py", {dir_ + "/logs"}, scalars).ok());
+  std::ifstream in(scalars);
+  std::string events((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(events.find("eval/accuracy 400 "), std::string::npos) << events;
+  EXPECT_NE(events.find("loss "), std::string::npos) << events;
+  EXPECT_NE(events.find("examples_per_sec "), std::string::npos) << events;
   std::string s = Summary();
   EXPECT_GT(Field(s, "accuracy"), 0.75) << s;   // from 0.1 at chance
   EXPECT_LT(Field(s, "loss"), 0.8) << s;        // from ln(10) = 2.3
