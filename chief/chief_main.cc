@@ -21,6 +21,7 @@
 #include "common/daemon.h"
 #include "common/env.h"
 #include "common/io/event_writer.h"
+#include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 
@@ -110,14 +111,8 @@ int Main(int argc, char** argv) {
 
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
-  if (!IsLoopback(listen)) LOG(WARNING) << "listening on " << listen << " without TLS or a token";
-  grpc::ServerBuilder builder;
-  ConfigureServerBuilder(rpc, &builder);
-  int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) return ExitWithError(absl::UnavailableError(absl::StrCat("cannot listen on ", listen)));
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
+  if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << "chief serving at " << listen << " (incarnation " << std::hex << incarnation << std::dec << ")";
 
   std::thread signals([] {
@@ -128,7 +123,7 @@ int Main(int argc, char** argv) {
   signals.detach();
 
   absl::StatusOr<JobSummary> summary = coordinator.Run();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (!summary.ok()) return ExitWithError(summary.status());
   std::string path = Resolve(absl::GetFlag(FLAGS_summary));
   if (path.empty()) path = job->summary_path();

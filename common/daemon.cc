@@ -68,9 +68,4 @@ std::string ListenAddressFor(const std::string& address) {
   return "0.0.0.0:" + port;
 }
 
-bool IsLoopback(const std::string& address) {
-  return address.rfind("localhost:", 0) == 0 || address.rfind("127.", 0) == 0 ||
-         address.rfind("[::1]:", 0) == 0;
-}
-
 }  // namespace psrt

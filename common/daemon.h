@@ -46,8 +46,6 @@ int WaitForTerminationSignal();
 // else every interface on its port (a hostname such as a Kubernetes
 // service name may not be bindable inside the pod).
 std::string ListenAddressFor(const std::string& address);
-// Whether a listen address is on loopback only.
-bool IsLoopback(const std::string& address);
 
 }  // namespace psrt
 

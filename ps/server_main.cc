@@ -15,6 +15,7 @@
 #include "common/daemon.h"
 #include "common/env.h"
 #include "common/rpc/channel_cache.h"
+#include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "ps/ps_service.h"
@@ -60,22 +61,10 @@ int Main(int argc, char** argv) {
 
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
-  if (!IsLoopback(listen)) {
-    LOG(WARNING) << "listening on " << listen
-                 << " without TLS or a token: anyone who reaches this port can read and change "
-                    "the model";
-  }
   RpcOptions rpc;
   rpc.max_message_bytes = static_cast<int>(std::min<int64_t>(o.max_request_bytes + (1 << 20), INT32_MAX));
-  grpc::ServerBuilder builder;
-  ConfigureServerBuilder(rpc, &builder);
-  int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return ExitWithError(absl::UnavailableError(absl::StrCat("cannot listen on ", listen)));
-  }
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
+  if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex
             << incarnation << std::dec << ")";
 
@@ -91,7 +80,7 @@ int Main(int argc, char** argv) {
   int sig = WaitForTerminationSignal();
   LOG(INFO) << "signal " << sig << ": draining";
   link.Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   LOG(INFO) << "stopped";
   return 0;
 }

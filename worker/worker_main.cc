@@ -17,6 +17,7 @@
 #include "common/daemon.h"
 #include "common/env.h"
 #include "common/rpc/channel_cache.h"
+#include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "ps/ps_client.h"
@@ -110,16 +111,8 @@ int Main(int argc, char** argv) {
 
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
-  if (!IsLoopback(listen)) LOG(WARNING) << "listening on " << listen << " without TLS or a token";
-  grpc::ServerBuilder builder;
-  ConfigureServerBuilder(rpc, &builder);
-  int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return ExitWithError(absl::UnavailableError(absl::StrCat("cannot listen on ", listen)));
-  }
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
+  if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex
             << incarnation << std::dec << ")";
   link.set_progress([&runtime] { return runtime.progress(); });
@@ -135,7 +128,7 @@ int Main(int argc, char** argv) {
   LOG(INFO) << "stopping";
   link.Stop();
   runtime.Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   LOG(INFO) << "stopped";
   return 0;
 }

@@ -34,17 +34,6 @@ OpDef Unary(const std::string& name, const std::string& grad_op) {
   return d;
 }
 
-// A gradient op: output shaped like input `like`; not differentiated again.
-OpDef GradOp(const std::string& name, int num_inputs, int like) {
-  OpDef d;
-  d.name = name;
-  d.num_inputs = num_inputs;
-  d.shape = [like](const NodeDef&, const std::vector<Shape>& in, std::vector<Shape>* out) {
-    *out = {in[like]};
-    return absl::OkStatus();
-  };
-  return d;
-}
 
 }  // namespace
 
@@ -69,7 +58,7 @@ void RegisterBasicOps(OpRegistry* r) {
   r->Register(Unary("Sigmoid", "SigmoidGrad"));
   r->Register(Unary("Tanh", "TanhGrad"));
   r->Register(Unary("Softmax", "SoftmaxGrad"));
-  for (const char* g : {"ReluGrad", "SigmoidGrad", "TanhGrad", "SoftmaxGrad"}) r->Register(GradOp(g, 2, 0));
+  for (const char* g : {"ReluGrad", "SigmoidGrad", "TanhGrad", "SoftmaxGrad"}) r->Register(ShapedLikeInput(g, 2, 0));
 
   {
     OpDef d;
@@ -184,7 +173,7 @@ void RegisterBasicOps(OpRegistry* r) {
       return std::vector<std::string>{c.Add("ReshapeLike", "dx", {c.dy[0], c.in(0)})};
     };
     r->Register(d);
-    r->Register(GradOp("ReshapeLike", 2, 1));
+    r->Register(ShapedLikeInput("ReshapeLike", 2, 1));
   }
   {
     OpDef d;

@@ -8,16 +8,6 @@ namespace {
 
 using Grads = absl::StatusOr<std::vector<std::string>>;
 
-OpDef Like(const std::string& name, int num_inputs, int like) {
-  OpDef d;
-  d.name = name;
-  d.num_inputs = num_inputs;
-  d.shape = [like](const NodeDef&, const std::vector<Shape>& in, std::vector<Shape>* out) {
-    *out = {in[like]};
-    return absl::OkStatus();
-  };
-  return d;
-}
 
 absl::Status Window(const NodeDef& n, const Shape& x, int64_t k, int64_t c_out, Shape* out) {
   RETURN_IF_ERROR(RequireRank(n, x, 4, "input (NHWC)"));
@@ -86,8 +76,8 @@ void RegisterNnOps(OpRegistry* r) {
           c.Add("Conv2DBackpropFilter", "dk", {c.in(0), c.in(1), c.dy[0]}, a)};
     };
     r->Register(d);
-    r->Register(Like("Conv2DBackpropInput", 3, 0));
-    r->Register(Like("Conv2DBackpropFilter", 3, 1));
+    r->Register(ShapedLikeInput("Conv2DBackpropInput", 3, 0));
+    r->Register(ShapedLikeInput("Conv2DBackpropFilter", 3, 1));
   }
   {
     OpDef d;
@@ -107,7 +97,7 @@ void RegisterNnOps(OpRegistry* r) {
       return std::vector<std::string>{c.Add("MaxPoolGrad", "dx", {c.in(0), c.out(0), c.dy[0]}, a)};
     };
     r->Register(d);
-    r->Register(Like("MaxPoolGrad", 3, 0));
+    r->Register(ShapedLikeInput("MaxPoolGrad", 3, 0));
   }
   {
     // rows [U, D] (the pulled rows of the unique ids), index [B] into them.
@@ -124,7 +114,7 @@ void RegisterNnOps(OpRegistry* r) {
       return std::vector<std::string>{c.Add("EmbeddingLookupGrad", "drows", {c.dy[0], c.in(1), c.in(0)}), ""};
     };
     r->Register(d);
-    r->Register(Like("EmbeddingLookupGrad", 3, 2));
+    r->Register(ShapedLikeInput("EmbeddingLookupGrad", 3, 2));
   }
   {
     // rows [U, D], index [nnz] into rows, row_splits [B+1]: sum or mean per example.
@@ -147,14 +137,14 @@ void RegisterNnOps(OpRegistry* r) {
           "", ""};
     };
     r->Register(d);
-    r->Register(Like("EmbeddingBagGrad", 4, 3));
+    r->Register(ShapedLikeInput("EmbeddingBagGrad", 4, 3));
   }
   r->Register(Loss("SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad"));
   r->Register(Loss("SigmoidCrossEntropy", "SigmoidCrossEntropyGrad"));
   r->Register(Loss("MeanSquaredError", "MeanSquaredErrorGrad"));
   r->Register(Loss("Accuracy", ""));
   for (const char* g : {"SoftmaxCrossEntropyGrad", "SigmoidCrossEntropyGrad", "MeanSquaredErrorGrad"}) {
-    r->Register(Like(g, 3, 1));
+    r->Register(ShapedLikeInput(g, 3, 1));
   }
 }
 

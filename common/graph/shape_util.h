@@ -36,6 +36,19 @@ inline int64_t WindowOut(int64_t in, int64_t k, int64_t stride, bool same) {
   return same ? (in + stride - 1) / stride : (in - k + stride) / stride;
 }
 
+// An op (typically a gradient op, not differentiated again) whose output is
+// shaped like its input `like`.
+inline OpDef ShapedLikeInput(const std::string& name, int num_inputs, int like) {
+  OpDef d;
+  d.name = name;
+  d.num_inputs = num_inputs;
+  d.shape = [like](const NodeDef&, const std::vector<Shape>& in, std::vector<Shape>* out) {
+    *out = {in[like]};
+    return absl::OkStatus();
+  };
+  return d;
+}
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_GRAPH_SHAPE_UTIL_H_
