@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,6 +76,24 @@ Daemon::~Daemon() {
     (void)process_->Wait(absl::Seconds(10));
   }
   process_.reset();  // joins the reader before lines_ goes
+}
+
+std::string Daemon::WaitForMatch(const std::string& pattern, absl::Duration timeout) {
+  std::regex re(pattern);
+  absl::MutexLock lock(&mu_);
+  size_t checked = 0;
+  std::string match;
+  auto found = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (; checked < lines_.size(); ++checked) {
+      if (std::regex_search(lines_[checked], re)) {
+        match = lines_[checked];
+        return true;
+      }
+    }
+    return false;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&found), timeout);
+  return match;
 }
 
 bool Daemon::WaitForLine(const std::string& text, absl::Duration timeout) {

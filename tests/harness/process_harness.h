@@ -39,6 +39,8 @@ class Daemon {
 
   // True once a line containing `text` has been printed; false after `timeout`.
   bool WaitForLine(const std::string& text, absl::Duration timeout);
+  // The first line matching `pattern` (ECMAScript regex), or "" after `timeout`.
+  std::string WaitForMatch(const std::string& pattern, absl::Duration timeout);
   bool Kill(int sig) { return process_->Signal(sig); }
   absl::StatusOr<int> Wait(absl::Duration timeout) { return process_->Wait(timeout); }
   Subprocess* process() { return process_.get(); }
