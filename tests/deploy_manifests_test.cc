@@ -1,0 +1,103 @@
+// The deployment files: every Kubernetes manifest parses as YAML, and the
+// TF_CONFIG (or spec and task) each replica would get is accepted by our
+// loader with the address the manifests give it.
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/cluster_spec.h"
+#include "gtest/gtest.h"
+#include "tests/harness/process_harness.h"
+#include "yaml-cpp/yaml.h"
+
+namespace psrt {
+namespace {
+
+std::vector<YAML::Node> Documents(const std::string& rel) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAllFromFile(testing::RunfilePath(rel));
+  } catch (const YAML::Exception& e) {
+    ADD_FAILURE() << rel << ": not YAML: " << e.what();
+  }
+  for (const YAML::Node& d : docs) {
+    EXPECT_TRUE(d["apiVersion"] && d["kind"]) << rel << ": a document without apiVersion/kind";
+  }
+  return docs;
+}
+
+TEST(DeployManifestsTest, TfJobReplicasGetAnAcceptedTfConfig) {
+  std::vector<YAML::Node> docs = Documents("deploy/k8s/tfjob.yaml");
+  ASSERT_EQ(docs.size(), 1u);
+  const YAML::Node& job = docs[0];
+  ASSERT_EQ(job["kind"].as<std::string>(), "TFJob");
+  std::string name = job["metadata"]["name"].as<std::string>();
+  std::string ns = job["metadata"]["namespace"].as<std::string>();
+  // What Kubeflow's training operator sets: {name}-{type}-{i}.{ns}.svc:{port}.
+  std::map<std::string, int> replicas;
+  std::string cluster = "{";
+  for (const auto& spec : job["spec"]["tfReplicaSpecs"]) {
+    std::string type = absl::AsciiStrToLower(spec.first.as<std::string>());
+    int n = spec.second["replicas"].as<int>();
+    int port = spec.second["template"]["spec"]["containers"][0]["ports"][0]["containerPort"].as<int>();
+    replicas[type] = n;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < n; ++i) addrs.push_back(absl::StrCat("\"", name, "-", type, "-", i, ".", ns, ".svc:", port, "\""));
+    cluster += absl::StrCat(cluster.size() > 1 ? ", " : "", "\"", type, "\": [", absl::StrJoin(addrs, ", "), "]");
+  }
+  cluster += "}";
+  ASSERT_EQ(replicas.size(), 3u);
+  for (const auto& [type, n] : replicas) {
+    for (int i = 0; i < n; ++i) {
+      std::string tf = absl::StrCat(R"({"cluster": )", cluster, R"(, "task": {"type": ")", type,
+                                    R"(", "index": )", i, "}}");
+      auto config = LoadTaskConfig("", "", tf.c_str());
+      ASSERT_TRUE(config.ok()) << config.status() << "\n" << tf;
+      EXPECT_EQ(config->address, absl::StrCat(name, "-", type, "-", i, ".", ns, ".svc:2222"));
+    }
+  }
+}
+
+TEST(DeployManifestsTest, StatefulSetPodsFindThemselvesInTheConfigMapSpec) {
+  std::vector<YAML::Node> docs = Documents("deploy/k8s/statefulset.yaml");
+  std::string spec_text;
+  std::map<std::string, int> sets;  // role -> replicas
+  for (const YAML::Node& d : docs) {
+    std::string kind = d["kind"].as<std::string>();
+    if (kind == "ConfigMap" && d["data"]["cluster.json"]) spec_text = d["data"]["cluster.json"].as<std::string>();
+    if (kind == "StatefulSet") {
+      sets[d["spec"]["selector"]["matchLabels"]["role"].as<std::string>()] = d["spec"]["replicas"].as<int>();
+    }
+  }
+  ASSERT_FALSE(spec_text.empty());
+  std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/cluster.json";
+  std::ofstream(path) << spec_text;
+  ASSERT_EQ(sets.size(), 3u);
+  for (const auto& [role, n] : sets) {
+    for (int i = 0; i < n; ++i) {
+      // The pod psrt-{role}-{i} runs --task={role}:{i}.
+      auto config = LoadTaskConfig(path, absl::StrCat(role, ":", i), nullptr);
+      ASSERT_TRUE(config.ok()) << config.status();
+      EXPECT_EQ(config->address, absl::StrCat("psrt-", role, "-", i, ".psrt:2222"));
+    }
+  }
+}
+
+TEST(DeployManifestsTest, ExampleSpecsAndSystemdUnits) {
+  for (const char* spec : {"deploy/specs/local.json", "deploy/specs/three_hosts.json"}) {
+    auto s = ClusterSpec::FromJsonFile(testing::RunfilePath(spec));
+    EXPECT_TRUE(s.ok()) << spec << ": " << s.status();
+  }
+  for (const char* unit : {"deploy/systemd/psrt-ps@.service", "deploy/systemd/psrt-worker@.service",
+                           "deploy/systemd/psrt-chief.service"}) {
+    std::ifstream in(testing::RunfilePath(unit));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("--cluster_spec="), std::string::npos) << unit;
+    EXPECT_NE(text.find("--task="), std::string::npos) << unit;
+    EXPECT_NE(text.find("Restart=on-failure"), std::string::npos) << unit;
+  }
+}
+
+}  // namespace
+}  // namespace psrt
