@@ -119,6 +119,28 @@ TEST_F(ClusterTest, TrainsAcrossProcessesAndTheLossFalls) {
   EXPECT_EQ(ExitCode(worker.get()), 0);  // the chief shut it down
 }
 
+TEST_F(ClusterTest, SparseModelTrainsWithRowsOnTwoPs) {
+  Setup(2, 1, ConsistencyDef::ASYNC, 600);
+  ASSERT_TRUE(testing::RunPythonTool("examples/make_sparse_data.py", {dir_ + "/data"}).ok());
+  auto job = LoadJob(testing::RunfilePath("examples/sparse_libsvm.pbtxt"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  TrainingJob sparse = *job;
+  sparse.mutable_input()->mutable_train()->set_files(0, dir_ + "/data/train.svm");
+  sparse.mutable_input()->mutable_test()->set_files(0, dir_ + "/data/test.svm");
+  sparse.set_steps(600);
+  sparse.set_epochs(0);
+  *sparse.mutable_checkpoint() = job_.checkpoint();
+  sparse.set_summary_path(job_.summary_path());
+  sparse.clear_eval();
+  job_ = sparse;
+  WriteJob();
+  auto ps0 = StartPs(0), ps1 = StartPs(1);
+  auto worker = StartWorker(0);
+  auto chief = StartChief();
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  EXPECT_GT(Field(Summary(), "accuracy"), 0.8) << Summary();  // labels carry 5% noise
+}
+
 TEST_F(ClusterTest, PsKilledAndRestartedResumesFromTheLastCheckpoint) {
   Setup(2, 1, ConsistencyDef::ASYNC, 1500);
   job_.mutable_eval()->set_max_examples(0);  // all 10k: the comparison needs the precision

@@ -88,8 +88,17 @@ absl::Status Train() {
   int64_t window_examples = 0;
   double loss_avg = 0;
   std::map<std::string, float> last_eval;
+  // Evaluation reads whole variables: dense ones and fixed embedding tables.
+  std::vector<std::string> whole;
+  for (const VariablePlacement& vp : plan.placement.variable()) {
+    if (vp.variable().kind() == VariableDef::HASH_TABLE) {
+      return absl::UnimplementedError(absl::StrCat("variable ", vp.variable().name(),
+                                                   ": the in-process trainer cannot evaluate hash tables"));
+    }
+    whole.push_back(vp.variable().name());
+  }
   auto eval = [&](int64_t step) -> absl::Status {
-    ASSIGN_OR_RETURN(TensorMap vars, client.Pull(runner->DenseVariables(), step));
+    ASSIGN_OR_RETURN(TensorMap vars, client.Pull(whole, step));
     ASSIGN_OR_RETURN(last_eval, evaluate(vars));
     std::printf("eval after step %lld: test loss %.4f accuracy %.4f (%d examples)\n",
                 static_cast<long long>(step), last_eval["loss"], last_eval["accuracy"],
