@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "chief/chief_service.h"
 #include "chief/coordinator.h"
+#include "chief/http_status.h"
 #include "chief/job_planner.h"
 #include "common/daemon.h"
 #include "common/env.h"
@@ -32,6 +33,7 @@ ABSL_FLAG(std::string, restore, "auto",
 ABSL_FLAG(std::string, summary, "", "Write the JSON summary here (default: the job's summary_path).");
 ABSL_FLAG(std::string, tensorboard_dir, "", "TensorBoard event files go here (default: the job's log_dir).");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: the chief's address in the spec).");
+ABSL_FLAG(int, http_port, 0, "Serve /metrics (Prometheus) and a status page on this port (0 = off).");
 ABSL_FLAG(int, threads, 0, "Threads for evaluation kernels (0 = one per core).");
 ABSL_FLAG(int, fault_kill_before_commit, 0,
           "Fault injection for tests: SIGKILL the chief just before it commits its Nth checkpoint.");
@@ -114,6 +116,17 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << "chief serving at " << listen << " (incarnation " << std::hex << incarnation << std::dec << ")";
+
+  HttpStatusServer http([&] {
+    JobStatusResponse s = coordinator.Status();
+    for (const TaskState& t : registry.All()) *s.add_task() = t.info;
+    return s;
+  });
+  if (absl::GetFlag(FLAGS_http_port) > 0) {
+    absl::Status s = http.Start("0.0.0.0", absl::GetFlag(FLAGS_http_port));
+    if (!s.ok()) return ExitWithError(s);
+    std::cout << "status page http://localhost:" << http.port() << "/ and /metrics" << std::endl;
+  }
 
   std::thread signals([] {
     int sig = WaitForTerminationSignal();

@@ -174,6 +174,11 @@ int Run(int argc, char** argv) {
     kills[TaskName(*t)] = step;
   }
 
+  absl::StatusOr<int> http_port = PickFreePort();
+  if (!http_port.ok()) {
+    std::cerr << "error: " << http_port.status().message() << "\n";
+    return 2;
+  }
   std::vector<Child> children;
   for (const TaskId& t : spec->AllTasks()) {
     if (t.job() == kEvaluatorJob) continue;
@@ -186,7 +191,7 @@ int Run(int argc, char** argv) {
     if (t.job() == kChiefJob) {
       c.argv = {Binary(argv[0], "chief/main"), base, task, "--job=" + job,
                 "--checkpoint_dir=" + run_dir + "/checkpoints", "--summary=" + run_dir + "/summary.json",
-                "--tensorboard_dir=" + run_dir + "/logs"};
+                "--tensorboard_dir=" + run_dir + "/logs", absl::StrCat("--http_port=", *http_port)};
     }
     children.push_back(std::move(c));
   }

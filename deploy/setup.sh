@@ -10,7 +10,9 @@ PACKAGES=(
   # libraries wrapped in third_party/
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev
+  # tools the tests use
+  prometheus
   # data
   dataset-fashion-mnist
 )

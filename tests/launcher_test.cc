@@ -11,6 +11,7 @@
 #include "chief/job_planner.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "tests/harness/process_harness.h"
 
 namespace psrt {
@@ -47,6 +48,17 @@ TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
       "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir,
                    "--ps=2", "--workers=1", "--kill=ps:1@400"});
   ASSERT_TRUE(launcher.ok()) << launcher.status();
+  // The chief's /metrics, live, passes Prometheus' own linter.
+  std::string page = (*launcher)->WaitForMatch("status page http://localhost:[0-9]+/", absl::Minutes(3));
+  ASSERT_FALSE(page.empty());
+  int port = std::stoi(page.substr(page.find("localhost:") + 10));
+  httplib::Client http("127.0.0.1", port);
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("psrt_step "), std::string::npos) << metrics->body;
+  std::string path = dir + "-metrics.txt";
+  std::ofstream(path) << metrics->body;
+  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + path).c_str()), 0);
   ASSERT_TRUE((*launcher)->WaitForLine("killed ps:1 with SIGKILL", absl::Minutes(3)));
   ASSERT_TRUE((*launcher)->WaitForLine("recovered to the checkpoint", absl::Minutes(2)));
   auto status = (*launcher)->Wait(absl::Minutes(5));
