@@ -31,18 +31,6 @@ std::string FormatEta(double seconds) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> CountExamples(const InputDef& input, const DataSource& split) {
-  InputDef filled = input;
-  RETURN_IF_ERROR(FillDefaultFeatures(&filled));
-  ASSIGN_OR_RETURN(auto source, OpenSource(filled, split));
-  int64_t n = 0;
-  while (true) {
-    ASSIGN_OR_RETURN(bool more, source->Skip());
-    if (!more) return n;
-    ++n;
-  }
-}
-
 Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
                          ChannelCache* channels, Planner planner, Evaluator evaluator)
     : options_(std::move(options)),
@@ -231,6 +219,7 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
   }
   if (s.ok() && evaluator_) s = Evaluate(MinStep());
   summary_.steps = MinStep();
+  summary_.final_loss = Status().loss();
   summary_.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start_time_);
   {
     absl::MutexLock lock(&mu_);

@@ -158,9 +158,6 @@ class Coordinator {
   std::vector<ReportFailureRequest> failure_reports_ ABSL_GUARDED_BY(mu_);
 };
 
-// Examples in a split (for epochs -> steps).
-absl::StatusOr<int64_t> CountExamples(const InputDef& input, const DataSource& split);
-
 }  // namespace psrt
 
 #endif  // PSRT_CHIEF_COORDINATOR_H_

@@ -20,6 +20,7 @@
 #include "ps/local_ps_client.h"
 #include "worker/graph_step_runner.h"
 #include "worker/input/dataset.h"
+#include "worker/input/source.h"
 
 ABSL_FLAG(std::string, job, "", "Job file (.pbtxt). Required.");
 ABSL_FLAG(int, epochs, 0, "Override the job's epochs.");
@@ -66,15 +67,7 @@ absl::Status Train() {
   d.split = job.input().train();
   d.seed = job.seed();
   ASSIGN_OR_RETURN(auto data, Dataset::Create(d));
-  int64_t examples = 0;
-  {
-    ASSIGN_OR_RETURN(auto counter, OpenSource(d.input, d.split));
-    while (true) {
-      ASSIGN_OR_RETURN(bool more, counter->Skip());
-      if (!more) break;
-      ++examples;
-    }
-  }
+  ASSIGN_OR_RETURN(int64_t examples, CountExamples(d.input, d.split));
   const int64_t per_epoch = (examples + job.input().batch_size() - 1) / job.input().batch_size();
   const int64_t steps = job.steps() > 0 ? job.steps() : std::max(1, job.epochs()) * per_epoch;
   Evaluator evaluate = MakeEvaluator(job, plan, threads);

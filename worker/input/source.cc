@@ -27,6 +27,18 @@ absl::Status FillDefaultFeatures(InputDef* input) {
   }
 }
 
+absl::StatusOr<int64_t> CountExamples(const InputDef& input, const DataSource& split) {
+  InputDef filled = input;
+  RETURN_IF_ERROR(FillDefaultFeatures(&filled));
+  ASSIGN_OR_RETURN(auto source, OpenSource(filled, split));
+  int64_t n = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(bool more, source->Skip());
+    if (!more) return n;
+    ++n;
+  }
+}
+
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
                                                           const DataSource& split) {
   if (split.files_size() == 0) return absl::InvalidArgumentError("input split lists no files");

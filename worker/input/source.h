@@ -48,6 +48,9 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
 // TFRecord has no default: its features must be listed.
 absl::Status FillDefaultFeatures(InputDef* input);
 
+// Examples in a split (opens and skips through it).
+absl::StatusOr<int64_t> CountExamples(const InputDef& input, const DataSource& split);
+
 // Format-specific openers, for OpenSource.
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenCsvSource(const InputDef& input,
                                                              const DataSource& split);
