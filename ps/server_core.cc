@@ -239,20 +239,26 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
   });
 }
 
-bool ParameterServerCore::SeenLocked(const RequestId& id) {
-  auto it = pushes_seen_.find(id.worker());
-  return it != pushes_seen_.end() && it->second.incarnation == id.worker_incarnation() &&
+bool ParameterServerCore::Seen(const std::map<int, WorkerPushes>& seen, const RequestId& id) {
+  auto it = seen.find(id.worker());
+  return it != seen.end() && it->second.incarnation == id.worker_incarnation() &&
          it->second.steps.count(id.step()) > 0;
 }
 
-void ParameterServerCore::RecordLocked(const RequestId& id) {
-  WorkerPushes& w = pushes_seen_[id.worker()];
+void ParameterServerCore::Record(std::map<int, WorkerPushes>* seen, const RequestId& id) {
+  WorkerPushes& w = (*seen)[id.worker()];
   if (w.incarnation != id.worker_incarnation()) {
     w.incarnation = id.worker_incarnation();
     w.steps.clear();
   }
   w.steps.insert(id.step());
   while (w.steps.size() > kRecentPushes) w.steps.erase(w.steps.begin());
+}
+
+bool ParameterServerCore::SeenLocked(const RequestId& id) { return Seen(pushes_seen_, id); }
+
+void ParameterServerCore::RecordLocked(const RequestId& id) {
+  Record(&pushes_seen_, id);
   if (id.worker() >= 0) {
     if (static_cast<int>(worker_next_step_.size()) <= id.worker()) worker_next_step_.resize(id.worker() + 1, 0);
     worker_next_step_[id.worker()] = std::max(worker_next_step_[id.worker()], id.step() + 1);
@@ -401,6 +407,13 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
     for (const SparseUpdate& u : rows) sync_rows_[u.variable].emplace_back(u.ids, u.values);
     return resp;
   }
+  // A retried PushRows (same id) is acknowledged and changes nothing; its
+  // ids are recorded apart from Push's, which the same step also sends.
+  if (Seen(rows_seen_, id)) {
+    resp.set_duplicate(true);
+    return resp;
+  }
+  Record(&rows_seen_, id);
   // Row ids of a hash table are checked by the table itself, so apply
   // under the table's lock; fixed-table ranges were checked above by
   // ApplyRows' own validation before any change.
@@ -549,6 +562,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     sync_dense_.clear();
     sync_rows_.clear();
     pushes_seen_.clear();  // the same steps will be pushed again
+    rows_seen_.clear();
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));
   }

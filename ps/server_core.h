@@ -112,6 +112,8 @@ class ParameterServerCore {
   bool ReadyLocked(int worker, int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   void WaitOrRun(int worker, int64_t step, absl::Time deadline, std::function<void(absl::Status)> run);
   void WakeWaiters();
+  static bool Seen(const std::map<int, WorkerPushes>& seen, const RequestId& id);
+  static void Record(std::map<int, WorkerPushes>* seen, const RequestId& id);
   bool SeenLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -140,6 +142,7 @@ class ParameterServerCore {
   std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_ ABSL_GUARDED_BY(sync_mu_);
   std::vector<int64_t> worker_next_step_ ABSL_GUARDED_BY(sync_mu_);
   std::map<int, WorkerPushes> pushes_seen_ ABSL_GUARDED_BY(sync_mu_);
+  std::map<int, WorkerPushes> rows_seen_ ABSL_GUARDED_BY(sync_mu_);
   std::deque<Waiter> waiters_ ABSL_GUARDED_BY(sync_mu_);
   bool stop_ ABSL_GUARDED_BY(sync_mu_) = false;
 

@@ -73,6 +73,22 @@ TEST(ServerCoreTest, AsyncAppliesAtOnceAndRetriesOnce) {
   EXPECT_EQ(ps.Status().global_step(), 2);
 }
 
+TEST(ServerCoreTest, ARetriedPushRowsAppliesOnce) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  Tensor ids = Tensor::FromVector<int64_t>({3}, TensorShape({1}));
+  std::vector<SparseUpdate> rows = {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}};
+  EXPECT_FALSE(ps.PushRows(Id(0, 0), rows)->duplicate());
+  EXPECT_TRUE(ps.PushRows(Id(0, 0), rows)->duplicate());
+  absl::Notification done;
+  ps.PullRows({{"emb", ids}}, 0, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors t, int64_t) {
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(t[0].second.data<float>()[1], -2.0f);  // lr 1, applied once
+    done.Notify();
+  });
+  done.WaitForNotification();
+}
+
 TEST(ServerCoreTest, BadPushesChangeNothing) {
   ParameterServerCore ps(Options());
   ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
