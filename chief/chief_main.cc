@@ -71,7 +71,9 @@ int Main(int argc, char** argv) {
     self.set_incarnation(incarnation);
     (void)registry.Register(self);  // the chief counts among the tasks of the spec
   }
-  RpcOptions rpc;
+  absl::StatusOr<RpcOptions> rpc_flags = RpcOptionsFromFlags();
+  if (!rpc_flags.ok()) return ExitWithError(rpc_flags.status());
+  RpcOptions rpc = *rpc_flags;
   ChannelCache channels(rpc);
   CoordinatorOptions o;
   o.job = *job;
@@ -113,6 +115,7 @@ int Main(int argc, char** argv) {
 
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
+  service.set_authenticator(RequestAuthenticator(rpc.security));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << "chief serving at " << listen << " (incarnation " << std::hex << incarnation << std::dec << ")";

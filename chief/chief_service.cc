@@ -5,8 +5,9 @@
 
 namespace psrt {
 
-grpc::Status ChiefServiceImpl::Register(grpc::ServerContext*, const RegisterRequest* req,
+grpc::Status ChiefServiceImpl::Register(grpc::ServerContext* ctx, const RegisterRequest* req,
                                         RegisterResponse* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return a;
   absl::StatusOr<TaskRegistry::Registration> r = registry_->Register(req->task());
   if (!r.ok()) return ToGrpcStatus(r.status());
   if (*r != TaskRegistry::Registration::kAgain) {
@@ -19,8 +20,9 @@ grpc::Status ChiefServiceImpl::Register(grpc::ServerContext*, const RegisterRequ
   return grpc::Status::OK;
 }
 
-grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContext*, const HeartbeatRequest* req,
+grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
                                          HeartbeatResponse* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return a;
   absl::Status s = registry_->Heartbeat(*req);
   if (s.code() == absl::StatusCode::kAborted) {
     resp->set_command(HeartbeatResponse::REREGISTER);
@@ -31,16 +33,18 @@ grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContext*, const HeartbeatRe
   return grpc::Status::OK;
 }
 
-grpc::Status ChiefServiceImpl::ReportFailure(grpc::ServerContext*, const ReportFailureRequest* req,
+grpc::Status ChiefServiceImpl::ReportFailure(grpc::ServerContext* ctx, const ReportFailureRequest* req,
                                              ReportFailureResponse*) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return a;
   LOG(WARNING) << TaskName(req->reporter()) << " reports a failure at step " << req->step() << ": "
                << req->error();
   if (on_failure) on_failure(*req);
   return grpc::Status::OK;
 }
 
-grpc::Status ChiefServiceImpl::JobStatus(grpc::ServerContext*, const JobStatusRequest*,
+grpc::Status ChiefServiceImpl::JobStatus(grpc::ServerContext* ctx, const JobStatusRequest*,
                                          JobStatusResponse* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return a;
   if (job_status) *resp = job_status();
   for (const TaskState& t : registry_->All()) *resp->add_task() = t.info;
   return grpc::Status::OK;

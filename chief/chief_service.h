@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "chief/task_registry.h"
+#include "common/rpc/security.h"
 #include "proto/chief_service.grpc.pb.h"
 
 namespace psrt {
@@ -36,7 +37,11 @@ class ChiefServiceImpl final : public Chief::Service {
   grpc::Status JobStatus(grpc::ServerContext*, const JobStatusRequest* req,
                          JobStatusResponse* resp) override;
 
+  // Every call is checked by `auth` first (set before the server starts).
+  void set_authenticator(RequestAuthenticator auth) { auth_ = std::move(auth); }
+
  private:
+  RequestAuthenticator auth_;
   TaskRegistry* const registry_;
   const uint64_t incarnation_;
 };

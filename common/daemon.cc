@@ -17,6 +17,21 @@ ABSL_FLAG(std::string, cluster_spec, "",
 ABSL_FLAG(std::string, task, "",
           "This process's task, JOB:INDEX (e.g. ps:0). Without it, TF_CONFIG's \"task\".");
 
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM file of the cluster's CA. With --tls_cert and --tls_key: mutual TLS on every "
+          "connection this process serves or opens (peers need certificates from this CA).");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (chain) of this task, signed by --tls_ca.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name to expect in peers' certificates when it is not the host in their address.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File whose first line is the cluster's shared token: every call must carry it "
+          "(UNAUTHENTICATED otherwise). For clusters without a PKI; combine with TLS off loopback.");
+ABSL_FLAG(int32_t, max_concurrent_streams, 256,
+          "Most concurrent calls one client connection may have open (0 = gRPC's default).");
+ABSL_FLAG(int64_t, max_server_memory_mb, 0,
+          "Memory gRPC may use for calls in flight, in MiB (0 = unlimited).");
+
 namespace psrt {
 
 std::vector<char*> InitDaemon(int argc, char** argv, const char* usage) {
@@ -32,6 +47,26 @@ std::vector<char*> InitDaemon(int argc, char** argv, const char* usage) {
 absl::StatusOr<TaskConfig> TaskConfigFromFlags() {
   return LoadTaskConfig(absl::GetFlag(FLAGS_cluster_spec), absl::GetFlag(FLAGS_task),
                         std::getenv("TF_CONFIG"));
+}
+
+absl::StatusOr<RpcOptions> RpcOptionsFromFlags() {
+  SecurityPaths paths;
+  paths.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  paths.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  paths.tls_key = absl::GetFlag(FLAGS_tls_key);
+  paths.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  paths.token_file = absl::GetFlag(FLAGS_auth_token_file);
+  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(paths);
+  if (!security.ok()) return security.status();
+  RpcOptions rpc;
+  rpc.security = *std::move(security);
+  int32_t streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  int64_t memory_mb = absl::GetFlag(FLAGS_max_server_memory_mb);
+  if (streams < 0) return absl::InvalidArgumentError("--max_concurrent_streams must be >= 0");
+  if (memory_mb < 0) return absl::InvalidArgumentError("--max_server_memory_mb must be >= 0");
+  rpc.max_concurrent_streams = streams;
+  rpc.max_server_memory_bytes = memory_mb << 20;
+  return rpc;
 }
 
 int ExitWithError(const absl::Status& s) {

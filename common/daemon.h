@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/cluster_spec.h"
+#include "common/rpc/channel_cache.h"
 
 ABSL_DECLARE_FLAG(std::string, cluster_spec);
 ABSL_DECLARE_FLAG(std::string, task);
@@ -31,6 +32,11 @@ std::vector<char*> InitDaemon(int argc, char** argv, const char* usage);
 
 // --cluster_spec / --task, falling back to the TF_CONFIG variable.
 absl::StatusOr<TaskConfig> TaskConfigFromFlags();
+
+// RpcOptions from the transport flags every daemon shares: --tls_ca,
+// --tls_cert, --tls_key, --tls_server_name, --auth_token_file,
+// --max_concurrent_streams, --max_server_memory_mb. Errors name the flag.
+absl::StatusOr<RpcOptions> RpcOptionsFromFlags();
 
 // Logs `s` as the reason the process stops; returns the exit code 2.
 int ExitWithError(const absl::Status& s);

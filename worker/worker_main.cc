@@ -65,7 +65,9 @@ int Main(int argc, char** argv) {
   if (!device.ok()) return ExitWithError(device.status());
 
   const uint64_t incarnation = NewIncarnationId();
-  RpcOptions rpc;
+  absl::StatusOr<RpcOptions> rpc_flags = RpcOptionsFromFlags();
+  if (!rpc_flags.ok()) return ExitWithError(rpc_flags.status());
+  RpcOptions rpc = *rpc_flags;
   ChannelCache channels(rpc);
   std::string chief = *config->cluster.AddressOf(MakeTaskId(kChiefJob, 0));
   TaskInfo self;
@@ -111,6 +113,7 @@ int Main(int argc, char** argv) {
 
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
+  service.set_authenticator(RequestAuthenticator(rpc.security));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex

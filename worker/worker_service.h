@@ -5,6 +5,7 @@
 
 #include <functional>
 
+#include "common/rpc/security.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "worker/worker_runtime.h"
 
@@ -16,6 +17,8 @@ class WorkerServiceImpl final : public Worker::Service {
   // daemon then leaves its serving loop).
   WorkerServiceImpl(WorkerRuntime* worker, std::function<void()> on_shutdown)
       : worker_(worker), on_shutdown_(std::move(on_shutdown)) {}
+  // Every call is checked by `auth` first (set before the server starts).
+  void set_authenticator(RequestAuthenticator auth) { auth_ = std::move(auth); }
 
   grpc::Status Start(grpc::ServerContext*, const StartRequest* req, StartResponse*) override;
   grpc::Status Pause(grpc::ServerContext*, const PauseRequest* req, PauseResponse* resp) override;
@@ -27,6 +30,7 @@ class WorkerServiceImpl final : public Worker::Service {
  private:
   WorkerRuntime* const worker_;
   const std::function<void()> on_shutdown_;
+  RequestAuthenticator auth_;
 };
 
 }  // namespace psrt

@@ -13,19 +13,27 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& lis
                                                           const std::vector<grpc::Service*>& services) {
   bool loopback = absl::StartsWith(listen, "localhost:") || absl::StartsWith(listen, "127.") ||
                   absl::StartsWith(listen, "[::1]:");
-  if (!loopback) {
+  const TransportSecurity& sec = options.security;
+  if (!loopback && !sec.tls() && !sec.token_auth()) {
+    LOG(WARNING) << "INSECURE: listening on " << listen
+                 << " in plain text with no authentication: anyone who reaches this port can read "
+                    "and change the model. Use --tls_ca/--tls_cert/--tls_key (deploy/make_certs.sh) "
+                    "or --auth_token_file.";
+  } else if (!loopback && !sec.tls()) {
     LOG(WARNING) << "listening on " << listen
-                 << " in plain text: anyone who reaches this port can read and change the model";
+                 << " with a shared token over plain text: calls are authenticated but not "
+                    "encrypted (use TLS where the network is not trusted)";
   }
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(options, &builder);
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, ServerCredentialsFor(sec), &port);
   for (grpc::Service* s : services) builder.RegisterService(s);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen, " (in use?)"));
   }
+  LOG(INFO) << "serving at " << listen << " (" << sec.Describe() << ")";
   return server;
 }
 

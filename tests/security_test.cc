@@ -1,0 +1,244 @@
+// Transport security with real daemons on real sockets: a whole cluster
+// (chief, PS, worker) trains under mutual TLS and under the shared token,
+// while a stranger's calls to every service are refused.
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "chief/job_planner.h"
+#include "common/rpc/channel_cache.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/chief_service.grpc.pb.h"
+#include "tests/harness/process_harness.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Daemon;
+
+// Every method of every service, as (service, method) paths.
+const std::vector<std::pair<int, std::string>>& AllMethods() {
+  static const auto* methods = new std::vector<std::pair<int, std::string>>{
+      {0, "/psrt.Chief/Register"},          {0, "/psrt.Chief/Heartbeat"},
+      {0, "/psrt.Chief/ReportFailure"},     {0, "/psrt.Chief/JobStatus"},
+      {1, "/psrt.ParameterServer/CreateVariables"}, {1, "/psrt.ParameterServer/Pull"},
+      {1, "/psrt.ParameterServer/Push"},    {1, "/psrt.ParameterServer/PullRows"},
+      {1, "/psrt.ParameterServer/PushRows"}, {1, "/psrt.ParameterServer/Snapshot"},
+      {1, "/psrt.ParameterServer/Restore"}, {1, "/psrt.ParameterServer/Status"},
+      {2, "/psrt.Worker/Start"},            {2, "/psrt.Worker/Pause"},
+      {2, "/psrt.Worker/Resume"},           {2, "/psrt.Worker/Status"},
+      {2, "/psrt.Worker/Shutdown"}};
+  return *methods;
+}
+
+// One call with an empty request (a valid empty proto; our raw PS decoders
+// refuse it as malformed, which still shows the call got past the check).
+grpc::Status CallEmpty(const std::shared_ptr<grpc::Channel>& channel, const std::string& method) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name_);
+    certs_ = dir_ + "/certs";
+    std::string script = testing::RunfilePath("deploy/make_certs.sh");
+    ASSERT_EQ(std::system((script + " " + certs_ + " chief ps-0 worker-0 client >/dev/null").c_str()), 0);
+    // A second CA: its certificates look right but are not the cluster's.
+    ASSERT_EQ(std::system((script + " " + dir_ + "/rogue client >/dev/null").c_str()), 0);
+    auto c = testing::MakeTestCluster(1, 1, name_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = *c;
+    auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job->set_steps(1000000);  // runs until the test ends it
+    job->set_epochs(0);
+    job->mutable_checkpoint()->set_every_steps(0);
+    job->mutable_checkpoint()->set_dir(dir_ + "/ckpt");
+    job->mutable_eval()->set_every_steps(0);
+    job->clear_log_dir();
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(*job, &text);
+    job_path_ = dir_ + "/job.pbtxt";
+    std::ofstream(job_path_) << text;
+  }
+
+  std::string Pem(const std::string& dir, const std::string& task) const { return dir + "/" + task; }
+
+  // Flags of `task` (cert name `cert`) in a given security mode.
+  std::vector<std::string> SecurityFlags(const std::string& mode, const std::string& cert) const {
+    if (mode == "tls") {
+      return {"--tls_ca=" + certs_ + "/ca.pem", "--tls_cert=" + certs_ + "/" + cert + ".pem",
+              "--tls_key=" + certs_ + "/" + cert + ".key"};
+    }
+    return {"--auth_token_file=" + certs_ + "/token"};
+  }
+
+  void StartCluster(const std::string& mode) {
+    auto start = [&](const std::string& binary, const std::string& task, const std::string& cert,
+                     std::vector<std::string> extra) {
+      std::vector<std::string> argv = {testing::RunfilePath(binary), "--cluster_spec=" + cluster_.spec_path,
+                                       "--task=" + task};
+      for (auto& f : SecurityFlags(mode, cert)) argv.push_back(f);
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      auto d = Daemon::Start(task, argv);
+      EXPECT_TRUE(d.ok()) << d.status();
+      return d.ok() ? *std::move(d) : nullptr;
+    };
+    ps_ = start("ps/server", "ps:0", "ps-0", {});
+    worker_ = start("worker/main", "worker:0", "worker-0", {"--threads=1"});
+    chief_ = start("chief/main", "chief:0", "chief", {"--job=" + job_path_, "--threads=1"});
+    ASSERT_TRUE(chief_ && ps_ && worker_);
+  }
+
+  // Waits until the chief, asked by `channel`, reports training past step 20.
+  void ExpectTrainingThrough(const std::shared_ptr<grpc::Channel>& channel) {
+    JobStatusResponse status;
+    grpc::Status last;
+    for (absl::Time end = absl::Now() + absl::Minutes(2); absl::Now() < end;) {
+      last = JobStatus(channel, &status);
+      if (last.ok() && status.step() > 20) break;
+      chief_->WaitForLine("no such line: a bounded pause between polls", absl::Milliseconds(200));
+    }
+    ASSERT_TRUE(last.ok()) << last.error_message();
+    EXPECT_GT(status.step(), 20) << "training did not advance under this mode";
+    EXPECT_EQ(status.state(), JobStatusResponse::RUNNING);
+  }
+
+  // (The callback API, as the daemons use: gRPC 1.51's blocking stubs did not
+  // finish TLS handshakes in this process.)
+  static grpc::Status JobStatus(const std::shared_ptr<grpc::Channel>& channel, JobStatusResponse* out) {
+    auto stub = Chief::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    JobStatusRequest req;
+    grpc::Status status;
+    absl::Notification done;
+    stub->async()->JobStatus(&ctx, &req, out, [&](grpc::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  }
+
+  std::vector<std::string> Addresses() const { return {cluster_.chief, cluster_.ps[0], cluster_.workers[0]}; }
+
+  std::string name_, dir_, certs_, job_path_;
+  testing::TestCluster cluster_;
+  std::unique_ptr<Daemon> chief_, ps_, worker_;
+};
+
+RpcOptions Tls(const std::string& dir, const std::string& ca_dir) {
+  SecurityPaths p;
+  p.tls_ca = ca_dir + "/ca.pem";
+  p.tls_cert = dir + "/client.pem";
+  p.tls_key = dir + "/client.key";
+  RpcOptions o;
+  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(p);
+  EXPECT_TRUE(security.ok()) << security.status();
+  if (security.ok()) o.security = *security;
+  return o;
+}
+
+TEST_F(SecurityTest, MutualTlsServesTheClusterAndRefusesClientsWithoutItsCertificates) {
+  StartCluster("tls");
+  // The daemons found each other over TLS: training advances.
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, Tls(certs_, certs_)));
+  ASSERT_TRUE(chief_->WaitForLine("(mutual TLS)", absl::Seconds(10)));
+
+  RpcOptions plain;  // no certificate at all
+  RpcOptions rogue = Tls(dir_ + "/rogue", certs_);  // trusts our CA, presents a stranger's cert
+  for (const auto& [service, method] : AllMethods()) {
+    const std::string address = Addresses()[service];
+    grpc::Status s = CallEmpty(MakeChannel(address, plain), method);
+    EXPECT_FALSE(s.ok()) << method << " answered a plain-text client";
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << method << ": " << s.error_message();
+    s = CallEmpty(MakeChannel(address, rogue), method);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << method << " answered a client whose certificate is from another CA: " << s.error_message();
+  }
+  // A client with the cluster's certificate is served by every service.
+  RpcOptions ours = Tls(certs_, certs_);
+  for (int service = 0; service < 3; ++service) {
+    const char* status_method[] = {"/psrt.Chief/JobStatus", "/psrt.ParameterServer/Status", "/psrt.Worker/Status"};
+    grpc::Status s = CallEmpty(MakeChannel(Addresses()[service], ours), status_method[service]);
+    EXPECT_TRUE(s.ok()) << status_method[service] << ": " << s.error_message();
+  }
+}
+
+TEST_F(SecurityTest, SharedTokenRefusesEveryMethodWithoutTheToken) {
+  StartCluster("token");
+  SecurityPaths with_token;
+  with_token.token_file = certs_ + "/token";
+  RpcOptions ours;
+  ASSERT_TRUE(LoadTransportSecurity(with_token).ok());
+  ours.security = *LoadTransportSecurity(with_token);
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, ours));
+
+  std::string wrong_file = dir_ + "/wrong_token";
+  std::ofstream(wrong_file) << "0123456789abcdef0123456789abcdef\n";
+  SecurityPaths wrong_paths;
+  wrong_paths.token_file = wrong_file;
+  RpcOptions wrong;
+  ASSERT_TRUE(LoadTransportSecurity(wrong_paths).ok());
+  wrong.security = *LoadTransportSecurity(wrong_paths);
+  for (const auto& [service, method] : AllMethods()) {
+    const std::string address = Addresses()[service];
+    grpc::Status s = CallEmpty(MakeChannel(address, RpcOptions()), method);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("requires a token")) << method;
+    s = CallEmpty(MakeChannel(address, wrong), method);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << ": " << s.error_message();
+  }
+  // The refused Shutdown did not stop the worker: training still advances.
+  JobStatusResponse before;
+  ASSERT_TRUE(JobStatus(MakeChannel(cluster_.chief, ours), &before).ok());
+  EXPECT_EQ(before.state(), JobStatusResponse::RUNNING);
+  EXPECT_FALSE(worker_->WaitForLine("shutting down", absl::Milliseconds(100)));
+  for (const char* method : {"/psrt.ParameterServer/Status", "/psrt.Worker/Status"}) {
+    int service = absl::StartsWith(method, "/psrt.Worker") ? 2 : 1;
+    EXPECT_TRUE(CallEmpty(MakeChannel(Addresses()[service], ours), method).ok()) << method;
+  }
+}
+
+TEST(SecurityFlagsTest, BadSecretsAreRefusedNamingTheFlagAndFile) {
+  std::string dir = std::getenv("TEST_TMPDIR");
+  SecurityPaths p;
+  p.tls_ca = dir + "/missing.pem";
+  EXPECT_THAT(std::string(LoadTransportSecurity(p).status().message()), HasSubstr("all of --tls_ca"));
+  p.tls_cert = dir + "/missing.pem";
+  p.tls_key = dir + "/missing.key";
+  EXPECT_THAT(std::string(LoadTransportSecurity(p).status().message()),
+              HasSubstr("--tls_ca=" + dir + "/missing.pem: cannot read"));
+  std::ofstream(dir + "/not_pem") << "hello\n";
+  p.tls_ca = p.tls_cert = p.tls_key = dir + "/not_pem";
+  EXPECT_THAT(std::string(LoadTransportSecurity(p).status().message()), HasSubstr("not a PEM file"));
+  SecurityPaths t;
+  t.token_file = dir + "/short";
+  std::ofstream(t.token_file) << "abc\n";
+  EXPECT_THAT(std::string(LoadTransportSecurity(t).status().message()), HasSubstr("at least 16"));
+}
+
+}  // namespace
+}  // namespace psrt
