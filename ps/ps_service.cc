@@ -1,5 +1,6 @@
 #include "ps/ps_service.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/status_util.h"
 #include "ps/ps_wire.h"
@@ -16,10 +17,14 @@ absl::Time PullDeadline(grpc::CallbackServerContext* ctx) {
   return std::min(d, cap);
 }
 
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const grpc::Status& s) {
   grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-  r->Finish(ToGrpcStatus(s));
+  r->Finish(s);
   return r;
+}
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+  return Finish(ctx, ToGrpcStatus(s));
 }
 
 absl::Status CheckSize(const grpc::ByteBuffer* req, int64_t limit, absl::string_view method) {
@@ -30,17 +35,45 @@ absl::Status CheckSize(const grpc::ByteBuffer* req, int64_t limit, absl::string_
   return absl::OkStatus();
 }
 
+// Holds one of the service's in-flight slots while it lives.
+class InflightSlot {
+ public:
+  InflightSlot(std::shared_ptr<std::atomic<int64_t>> counter, int64_t limit) : counter_(std::move(counter)) {
+    if (counter_->fetch_add(1) >= limit) {
+      counter_->fetch_sub(1);
+      counter_ = nullptr;
+    }
+  }
+  ~InflightSlot() { if (counter_ != nullptr) counter_->fetch_sub(1); }
+  InflightSlot(InflightSlot&& o) noexcept : counter_(std::move(o.counter_)) {}
+  bool held() const { return counter_ != nullptr; }
+
+ private:
+  std::shared_ptr<std::atomic<int64_t>> counter_;
+};
+
+absl::Status Busy(absl::string_view method, int64_t limit) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      method, " refused: the PS is already serving ", limit, " ",
+      absl::StartsWith(method, "Pull") ? "pulls" : "pushes", " (--max_inflight_requests); retry later"));
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  InflightSlot slot(pulls_, max_inflight_);
+  if (!slot.held()) return Done(ctx, Busy("Pull", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Pull"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PullArgs> args = pswire::DecodePull(*req);
   if (!args.ok()) return Done(ctx, args.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   uint64_t incarnation = core_->incarnation();
   core_->Pull(std::move(args->variables), args->worker, args->step, PullDeadline(ctx),
-              [reactor, resp, incarnation](absl::Status s, NamedTensors t, int64_t gs) {
+              [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot))](
+                  absl::Status s, NamedTensors t, int64_t gs) mutable {
+                slot.reset();  // free before the client hears back
                 if (s.ok()) *resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
                 reactor->Finish(ToGrpcStatus(s));
               });
@@ -49,13 +82,18 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  InflightSlot slot(pulls_, max_inflight_);
+  if (!slot.held()) return Done(ctx, Busy("PullRows", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "PullRows"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PullRowsArgs> args = pswire::DecodePullRows(*req);
   if (!args.ok()) return Done(ctx, args.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   uint64_t incarnation = core_->incarnation();
   core_->PullRows(std::move(args->ids), args->worker, args->step, PullDeadline(ctx),
-                  [reactor, resp, incarnation](absl::Status s, NamedTensors t, int64_t gs) {
+                  [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot))](
+                  absl::Status s, NamedTensors t, int64_t gs) mutable {
+                slot.reset();  // free before the client hears back
                     if (s.ok()) *resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
                     reactor->Finish(ToGrpcStatus(s));
                   });
@@ -64,6 +102,9 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  InflightSlot slot(pushes_, max_inflight_);
+  if (!slot.held()) return Done(ctx, Busy("Push", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Push"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(*req, core_->pool()->Allocator());
   if (!args.ok()) return Done(ctx, args.status());
@@ -74,6 +115,9 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  InflightSlot slot(pushes_, max_inflight_);
+  if (!slot.held()) return Done(ctx, Busy("PushRows", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "PushRows"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PushRowsArgs> args = pswire::DecodePushRows(*req);
   if (!args.ok()) return Done(ctx, args.status());
@@ -85,6 +129,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* PsServiceImpl::CreateVariables(grpc::CallbackServerContext* ctx,
                                                          const CreateVariablesRequest* req,
                                                          CreateVariablesResponse* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
   absl::StatusOr<CreateVariablesResponse> r = core_->CreateVariables(*req);
   if (r.ok()) *resp = *r;
   return Done(ctx, r.status());
@@ -92,6 +137,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::CreateVariables(grpc::CallbackServerCon
 
 grpc::ServerUnaryReactor* PsServiceImpl::Snapshot(grpc::CallbackServerContext* ctx,
                                                   const SnapshotRequest* req, SnapshotResponse* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
   absl::StatusOr<SnapshotResponse> r = core_->Snapshot(*req);
   if (r.ok()) *resp = *r;
   return Done(ctx, r.status());
@@ -99,6 +145,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Snapshot(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* ctx,
                                                  const RestoreRequest* req, RestoreResponse* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
   absl::StatusOr<RestoreResponse> r = core_->Restore(*req);
   if (r.ok()) *resp = *r;
   return Done(ctx, r.status());
@@ -106,6 +153,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* ct
 
 grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx,
                                                 const PsStatusRequest*, PsStatusResponse* resp) {
+  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
   *resp = core_->Status();
   return Done(ctx, absl::OkStatus());
 }

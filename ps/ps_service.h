@@ -8,6 +8,10 @@
 #ifndef PSRT_PS_PS_SERVICE_H_
 #define PSRT_PS_PS_SERVICE_H_
 
+#include <atomic>
+#include <memory>
+
+#include "common/rpc/security.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "ps/server_core.h"
 
@@ -21,6 +25,15 @@ class PsServiceImpl final : public PsServiceBase {
  public:
   // `core` is not owned and outlives the service.
   explicit PsServiceImpl(ParameterServerCore* core) : core_(core) {}
+  // Every call is checked by `auth` first (set before the server starts).
+  void set_authenticator(RequestAuthenticator auth) { auth_ = std::move(auth); }
+  // Most pulls (Pull, PullRows) and, separately, most pushes (Push,
+  // PushRows) served at once; a parked SYNC pull counts until it answers.
+  // More are refused with RESOURCE_EXHAUSTED, so a flood of clients cannot
+  // make the server hold unbounded requests. Separate budgets keep parked
+  // pulls from refusing the pushes that would release them. Control calls
+  // (create, snapshot, restore, status) are not limited.
+  void set_max_inflight_requests(int64_t n) { max_inflight_ = n; }
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
@@ -43,6 +56,11 @@ class PsServiceImpl final : public PsServiceBase {
 
  private:
   ParameterServerCore* const core_;
+  RequestAuthenticator auth_;
+  int64_t max_inflight_ = 4096;
+  // Shared with parked pulls' callbacks, which may outlive this object.
+  std::shared_ptr<std::atomic<int64_t>> pulls_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<std::atomic<int64_t>> pushes_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace psrt

@@ -61,6 +61,8 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   const Optimizer* use = optimizer_ != nullptr ? optimizer_.get() : opt.get();
   // Check every definition before creating any: all or nothing.
   std::map<std::string, std::unique_ptr<Variable>> fresh;
+  int64_t used = 0;
+  for (const auto& [name, v] : variables_) used += v->bytes();
   for (const VariableDef& def : req.variable()) {
     auto it = variables_.find(def.name());
     if (it != variables_.end()) {
@@ -70,7 +72,17 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     if (fresh.count(def.name())) {
       return absl::InvalidArgumentError(absl::StrCat("variable ", def.name(), " listed twice"));
     }
-    ASSIGN_OR_RETURN(fresh[def.name()], Variable::Create(def, use));
+    if (static_cast<int64_t>(variables_.size() + fresh.size()) >= options_.max_variables) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          PsName(options_.task_index), " holds at most ", options_.max_variables,
+          " variables (--max_variables); the request would add ", req.variable_size(),
+          " to the ", variables_.size(), " it has"));
+    }
+    VariableLimits limits;
+    limits.max_bytes = options_.max_memory_bytes == INT64_MAX ? INT64_MAX : std::max<int64_t>(0, options_.max_memory_bytes - used);
+    limits.max_hash_rows = options_.max_hash_table_rows;
+    ASSIGN_OR_RETURN(fresh[def.name()], Variable::Create(def, use, limits));
+    used += fresh[def.name()]->bytes();
   }
   if (optimizer_ == nullptr) {
     optimizer_ = std::move(opt);
@@ -393,6 +405,8 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
           "], got ", DataTypeName(u.ids.dtype()), u.ids.shape().ToString(), " and ",
           DataTypeName(u.values.dtype()), u.values.shape().ToString()));
     }
+    // Before any is applied or queued: a refused push changes no table.
+    RETURN_IF_ERROR(v->CheckRoom(u.ids));
     vars.push_back(v);
   }
   absl::MutexLock s(&sync_mu_);

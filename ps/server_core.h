@@ -51,6 +51,12 @@ struct ServerCoreOptions {
   uint64_t incarnation = 0;
   int64_t max_request_bytes = int64_t{1} << 30;
   int64_t max_rows_per_request = 1 << 22;
+  // Limits on what clients may make here, refused with RESOURCE_EXHAUSTED:
+  // variables held, bytes of variables and optimizer slots, rows of each
+  // hash table.
+  int64_t max_variables = 100000;
+  int64_t max_memory_bytes = INT64_MAX;
+  int64_t max_hash_table_rows = INT64_MAX;
   SnapshotStoreOptions snapshot;
 };
 

@@ -26,6 +26,14 @@ ABSL_FLAG(std::string, listen, "",
           "means every interface on its port).");
 ABSL_FLAG(int64_t, max_request_mb, 1024, "Largest request accepted, in MiB (RESOURCE_EXHAUSTED above).");
 ABSL_FLAG(int64_t, max_rows_per_request, 1 << 22, "Most rows in one PullRows or PushRows request.");
+ABSL_FLAG(int64_t, max_inflight_requests, 4096,
+          "Most pulls, and most pushes, served at once (parked SYNC pulls included); more are "
+          "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_variables, 100000, "Most variables (and partitions) this PS holds.");
+ABSL_FLAG(int64_t, max_memory_mb, 0,
+          "Most MiB of variables and optimizer slots this PS holds (0 = no limit).");
+ABSL_FLAG(int64_t, max_hash_table_rows, 0,
+          "Most rows one hash embedding table may make on first touch (0 = no limit).");
 ABSL_FLAG(int64_t, fault_pause_snapshot_after_chunks, 0,
           "Fault injection for tests: stall the background snapshot writer after this many "
           "chunks (logs a line, then waits to be killed).");
@@ -50,6 +58,9 @@ int Main(int argc, char** argv) {
   o.incarnation = incarnation;
   o.max_request_bytes = absl::GetFlag(FLAGS_max_request_mb) << 20;
   o.max_rows_per_request = absl::GetFlag(FLAGS_max_rows_per_request);
+  o.max_variables = absl::GetFlag(FLAGS_max_variables);
+  if (absl::GetFlag(FLAGS_max_memory_mb) > 0) o.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_mb) << 20;
+  if (absl::GetFlag(FLAGS_max_hash_table_rows) > 0) o.max_hash_table_rows = absl::GetFlag(FLAGS_max_hash_table_rows);
   o.snapshot.fault_pause_after_chunks = absl::GetFlag(FLAGS_fault_pause_snapshot_after_chunks);
   o.snapshot.on_fault_pause = [] {
     LOG(WARNING) << "fault injection: snapshot writer stalled";
@@ -61,8 +72,12 @@ int Main(int argc, char** argv) {
 
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
-  RpcOptions rpc;
+  absl::StatusOr<RpcOptions> rpc_flags = RpcOptionsFromFlags();
+  if (!rpc_flags.ok()) return ExitWithError(rpc_flags.status());
+  RpcOptions rpc = *rpc_flags;
   rpc.max_message_bytes = static_cast<int>(std::min<int64_t>(o.max_request_bytes + (1 << 20), INT32_MAX));
+  service.set_authenticator(RequestAuthenticator(rpc.security));
+  service.set_max_inflight_requests(absl::GetFlag(FLAGS_max_inflight_requests));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/initializer.h"
 #include "common/status_macros.h"
@@ -19,6 +20,12 @@ absl::Status Bad(const VariableDef& def, absl::string_view what) {
 
 absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def,
                                                            const Optimizer* optimizer) {
+  return Create(def, optimizer, VariableLimits());
+}
+
+absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def,
+                                                           const Optimizer* optimizer,
+                                                           const VariableLimits& limits) {
   if (def.name().empty()) return absl::InvalidArgumentError("variable with no name");
   if (def.dtype() != DT_FLOAT) {
     return Bad(def, absl::StrCat("dtype ", DataTypeName(def.dtype()), " (only float32 is trained)"));
@@ -38,7 +45,19 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
     }
     dims[0] = def.row_end() - def.row_begin();
   }
+  int64_t bytes = static_cast<int64_t>(sizeof(float)) * (1 + optimizer->num_slots());
+  for (int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes)) bytes = INT64_MAX;
+  }
+  if (bytes > limits.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "variable ", def.name(), " ", full.ToString(), " needs ",
+        bytes == INT64_MAX ? std::string("more than 2^63") : absl::StrCat(bytes), " bytes with its ",
+        optimizer->num_slots(), " optimizer slots; this PS has ", limits.max_bytes,
+        " bytes left (--max_memory_mb)"));
+  }
   auto v = std::unique_ptr<Variable>(new Variable(def, TensorShape(dims), optimizer));
+  v->max_hash_rows_ = limits.max_hash_rows;
   absl::MutexLock lock(&v->mu_);
   if (def.kind() == VariableDef::HASH_TABLE) {
     v->GrowLocked(kInitialHashRows);
@@ -142,6 +161,28 @@ void Variable::GrowLocked(int64_t rows) {
   for (int i = 0; i < optimizer_->num_slots(); ++i) grow(&slots_[i], optimizer_->slot_initial_value(i));
 }
 
+absl::Status Variable::CheckRoomLocked(const int64_t* ids, int64_t n) const {
+  if (def_.kind() != VariableDef::HASH_TABLE || max_hash_rows_ == INT64_MAX) return absl::OkStatus();
+  const int64_t made = static_cast<int64_t>(ids_.size());
+  if (made + n <= max_hash_rows_) return absl::OkStatus();  // even if every id is new
+  absl::flat_hash_set<int64_t> fresh;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!index_.contains(ids[i])) fresh.insert(ids[i]);
+  }
+  if (made + static_cast<int64_t>(fresh.size()) > max_hash_rows_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "variable ", def_.name(), ": ", fresh.size(), " new ids would make ", made + fresh.size(),
+        " rows, over the limit of ", max_hash_rows_, " (--max_hash_table_rows)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Variable::CheckRoom(const Tensor& ids) const {
+  RETURN_IF_ERROR(CheckIds(ids));
+  absl::ReaderMutexLock lock(&mu_);
+  return CheckRoomLocked(ids.data<int64_t>(), ids.NumElements());
+}
+
 int64_t Variable::RowOfLocked(int64_t id) {
   if (def_.kind() == VariableDef::FIXED_TABLE) return id - (def_.row_end() > 0 ? def_.row_begin() : 0);
   auto it = index_.find(id);
@@ -166,6 +207,7 @@ absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids, BufferPool* pool) {
                    ? Tensor(DT_FLOAT, shape, pool->Allocate(n * dim * sizeof(float)))
                    : Tensor(DT_FLOAT, shape);
   absl::MutexLock lock(&mu_);  // a hash table may grow
+  RETURN_IF_ERROR(CheckRoomLocked(ids.data<int64_t>(), n));
   for (int64_t i = 0; i < n; ++i) {
     int64_t row = RowOfLocked(ids.data<int64_t>()[i]);
     std::memcpy(out.data<float>() + i * dim, value_.data<float>() + row * dim, dim * sizeof(float));
@@ -212,6 +254,7 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
     for (int64_t k = 0; k < dim; ++k) acc[k] += grad_data[i * dim + k];
   }
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckRoomLocked(unique.data(), static_cast<int64_t>(unique.size())));
   UnshareLocked();
   ++updates_;
   std::vector<float*> slot_rows(slots_.size());

@@ -37,10 +37,23 @@ struct VariableState {
   int64_t updates = 0;        // for Adam's bias correction
 };
 
+// What one variable may take: bytes of value plus optimizer slots, and for
+// hash tables the rows that first touches may make (a flood of new ids is
+// refused with RESOURCE_EXHAUSTED instead of growing without bound).
+struct VariableLimits {
+  int64_t max_bytes = INT64_MAX;
+  int64_t max_hash_rows = INT64_MAX;
+};
+
 class Variable {
  public:
   // `optimizer` is not owned and outlives the variable; `seed` seeds the
   // initializer. Refuses bad definitions, naming the variable.
+  // A variable larger than limits.max_bytes is refused with
+  // RESOURCE_EXHAUSTED before anything is allocated.
+  static absl::StatusOr<std::unique_ptr<Variable>> Create(const VariableDef& def,
+                                                          const Optimizer* optimizer,
+                                                          const struct VariableLimits& limits);
   static absl::StatusOr<std::unique_ptr<Variable>> Create(const VariableDef& def,
                                                           const Optimizer* optimizer);
 
@@ -64,6 +77,9 @@ class Variable {
   // Row-wise lazy update; `ids` may repeat (their gradients are summed).
   absl::Status ApplyRows(const Tensor& ids, const Tensor& grads);
 
+  // Hash tables: whether `ids` fit under the row limit (changes nothing).
+  absl::Status CheckRoom(const Tensor& ids) const;
+
   int64_t bytes() const;  // value and slots
   int64_t rows() const;   // hash tables: rows made so far
 
@@ -79,6 +95,8 @@ class Variable {
  private:
   Variable(const VariableDef& def, TensorShape shape, const Optimizer* optimizer);
   absl::Status CheckIds(const Tensor& ids) const;
+  // Hash tables: refuses ids that would make more rows than the limit.
+  absl::Status CheckRoomLocked(const int64_t* ids, int64_t n) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Row index of `id`, making the row if it is new (hash tables).
   int64_t RowOfLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GrowLocked(int64_t rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -90,6 +108,7 @@ class Variable {
   const TensorShape shape_;
   const int64_t row_elements_;
   const Optimizer* const optimizer_;
+  int64_t max_hash_rows_ = INT64_MAX;
 
   mutable absl::Mutex mu_;
   Tensor value_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 // restore takes the previous complete snapshot, never the partial one.
 #include <signal.h>
 
+#include <fstream>
 #include <thread>
 
 #include "chief/cluster_clients.h"
@@ -180,6 +181,153 @@ TEST(PsServerTest, KilledDuringABackgroundSnapshotRestoresThePreviousOne) {
   EXPECT_FLOAT_EQ(W0(client.get()), -1.0f);
   auto st = ps.admin->Status();
   EXPECT_THAT(st->durable_snapshots(), ::testing::ElementsAre(1));
+}
+
+namespace limits {
+
+int64_t RssKb(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return -1;
+}
+
+absl::Status CreateOne(PsAdmin* admin, const std::string& text) {
+  CreateVariablesRequest req;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      text + " optimizer { sgd { learning_rate: 0.5 } } num_workers: 2 consistency { mode: SYNC }", &req));
+  return admin->CreateVariables(req).status();
+}
+
+Tensor Ids(int64_t first, int64_t n) {
+  Tensor t(DT_INT64, TensorShape({n}));
+  for (int64_t i = 0; i < n; ++i) t.data<int64_t>()[i] = first + i;
+  return t;
+}
+
+}  // namespace limits
+
+// Every limit refuses with RESOURCE_EXHAUSTED, names its flag, and leaves the
+// PS as it was.
+TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "limits");
+  ps.Start({"--max_variables=3", "--max_memory_mb=1", "--max_hash_table_rows=50",
+            "--max_rows_per_request=100", "--max_inflight_requests=4"});
+  ps.Create("SYNC", 2);  // w and emb
+  auto status = [&] { return *ps.admin->Status(); };
+
+  absl::Status two_more = limits::CreateOne(ps.admin.get(), R"(
+      variable { name: "a" dtype: DT_FLOAT shape { dim: 1 } initializer { kind: ZEROS } }
+      variable { name: "b" dtype: DT_FLOAT shape { dim: 1 } initializer { kind: ZEROS } })");
+  EXPECT_EQ(two_more.code(), absl::StatusCode::kResourceExhausted) << two_more;
+  EXPECT_THAT(std::string(two_more.message()), HasSubstr("--max_variables"));
+  EXPECT_EQ(status().variables(), 2);  // neither was made
+
+  absl::Status huge = limits::CreateOne(ps.admin.get(), R"(
+      variable { name: "big" dtype: DT_FLOAT shape { dim: 1048576 } initializer { kind: ZEROS } })");
+  EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted) << huge;
+  EXPECT_THAT(std::string(huge.message()), HasSubstr("--max_memory_mb"));
+  absl::Status absurd = limits::CreateOne(ps.admin.get(), R"(
+      variable { name: "big" dtype: DT_FLOAT shape { dim: 1048576 dim: 1048576 } initializer { kind: ZEROS } })");
+  EXPECT_EQ(absurd.code(), absl::StatusCode::kResourceExhausted) << absurd;
+  EXPECT_EQ(status().variables(), 2);
+
+  auto client = ps.Client(0);
+  auto too_many_rows = client->PullRows({{"emb", limits::Ids(0, 101)}}, 0);
+  EXPECT_EQ(too_many_rows.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(client->PullRows({{"emb", limits::Ids(0, 40)}}, 0).ok());
+  auto table_full = client->PullRows({{"emb", limits::Ids(30, 20)}}, 0);  // 10 new: 50 rows, fits
+  ASSERT_TRUE(table_full.ok()) << table_full.status();
+  auto over = client->PullRows({{"emb", limits::Ids(1000, 1)}}, 0);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(over.status().message()), HasSubstr("--max_hash_table_rows"));
+  Tensor grads(DT_FLOAT, TensorShape({3, 2}));
+  grads.flat<float>().setConstant(1);
+  absl::Status push_new = client->Push(Id(0, 0), {}, {{"emb", {limits::Ids(48, 3), grads}}});
+  EXPECT_EQ(push_new.code(), absl::StatusCode::kResourceExhausted) << push_new;
+  EXPECT_EQ(status().rows(), 50);
+  auto known = client->PullRows({{"emb", limits::Ids(48, 2)}}, 0);
+  ASSERT_TRUE(known.ok());
+  EXPECT_FLOAT_EQ(known->at("emb").data<float>()[0], 0.0f);  // the refused push changed nothing
+
+  // SYNC pulls of step 1 park until both workers pushed step 0: four fill
+  // the PS's in-flight slots, the next is refused at once.
+  std::vector<std::thread> parked;
+  std::vector<absl::Status> parked_status(4);
+  for (int i = 0; i < 4; ++i) {
+    parked.emplace_back([&, i] { parked_status[i] = ps.Client(0)->Pull({"w"}, 1).status(); });
+  }
+  PsClientOptions quick;
+  quick.timeout = absl::Milliseconds(300);
+  PlacementMap w_only;
+  w_only.add_variable()->mutable_variable()->set_name("w");
+  w_only.mutable_variable(0)->add_shard()->set_ps_task(0);
+  PsClient probe(w_only, ps.cluster.ps, &ps.channels, quick);
+  absl::Status refused;
+  for (absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;) {
+    refused = probe.Pull({"w"}, 1).status();  // parks (and times out) until the four are in
+    if (refused.code() == absl::StatusCode::kResourceExhausted) break;
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("--max_inflight_requests"));
+  ASSERT_TRUE(ps.Client(0)->Push(Id(0, 0), Grad(1), {}).ok());
+  ASSERT_TRUE(ps.Client(1)->Push(Id(1, 0), Grad(1), {}).ok());
+  for (auto& t : parked) t.join();
+  for (const absl::Status& s : parked_status) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(probe.Pull({"w"}, 1).ok());  // the slots are free again
+}
+
+// Many clients pushing as fast as they can: the PS serves what its limits
+// allow, refuses the rest, and its memory stays within a bound set by
+// those limits (streams x request size), not by the number of requests.
+TEST(PsServerTest, FloodOfPushesKeepsMemoryBounded) {
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "flood");
+  ps.Start({"--max_inflight_requests=8", "--max_concurrent_streams=8", "--max_request_mb=2"});
+  CreateVariablesRequest req;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"(
+      variable { name: "w" dtype: DT_FLOAT shape { dim: 262144 } initializer { kind: ZEROS } }
+      optimizer { sgd { learning_rate: 0.001 } } num_workers: 1)", &req));
+  ASSERT_TRUE(ps.admin->CreateVariables(req).ok());
+  PlacementMap placement;
+  placement.add_variable()->mutable_variable()->set_name("w");
+  placement.mutable_variable(0)->add_shard()->set_ps_task(0);
+  Tensor grad(DT_FLOAT, TensorShape({262144}));  // 1 MiB per push
+  grad.flat<float>().setConstant(1);
+
+  auto flood = [&](absl::Duration d, std::atomic<int64_t>* ok, std::atomic<int64_t>* refused) {
+    const absl::Time stop = absl::Now() + d;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 32; ++t) {
+      threads.emplace_back([&, t] {
+        ChannelCache own;  // a connection per client, as separate workers have
+        PsClient c(placement, ps.cluster.ps, &own, PsClientOptions());
+        for (int64_t i = 0; absl::Now() < stop; ++i) {
+          absl::Status s = c.Push(Id(0, (t + 1) * 10000000 + i), {{"w", grad}}, {});
+          (s.ok() ? ok : refused)->fetch_add(1);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  };
+  std::atomic<int64_t> ok{0}, refused{0};
+  flood(absl::Seconds(2), &ok, &refused);  // warm up: buffers and pools reach their size
+  const int64_t warm_kb = limits::RssKb(ps.daemon->process()->pid());
+  flood(absl::Seconds(6), &ok, &refused);
+  const int64_t end_kb = limits::RssKb(ps.daemon->process()->pid());
+  std::cout << "flood: " << ok << " pushes served, " << refused << " refused; PS RSS " << warm_kb
+            << " KiB after warm-up, " << end_kb << " KiB at the end" << std::endl;
+  EXPECT_GT(ok.load(), 100);
+  // 32 connections x 8 streams x 1 MiB could be queued at once; the bound
+  // allows that plus slack, while unbounded growth (every push kept) would
+  // pass it within the first second.
+  EXPECT_LT(end_kb - warm_kb, 320 * 1024) << "RSS grew from " << warm_kb << " to " << end_kb << " KiB";
+  auto st = ps.admin->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state(), STATE_SERVING);
 }
 
 }  // namespace
