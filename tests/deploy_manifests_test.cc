@@ -84,6 +84,36 @@ TEST(DeployManifestsTest, StatefulSetPodsFindThemselvesInTheConfigMapSpec) {
   }
 }
 
+// Every pod of both manifests runs mutual TLS with its own certificate
+// from the mounted Secret; the Secret's file names follow make_certs.sh.
+TEST(DeployManifestsTest, EveryPodMountsItsCertificatesAndRunsMutualTls) {
+  std::vector<YAML::Node> pods;  // pod specs
+  for (const YAML::Node& d : Documents("deploy/k8s/statefulset.yaml")) {
+    if (d["kind"].as<std::string>() == "StatefulSet") pods.push_back(d["spec"]["template"]["spec"]);
+  }
+  for (const YAML::Node& d : Documents("deploy/k8s/tfjob.yaml")) {
+    for (const auto& spec : d["spec"]["tfReplicaSpecs"]) pods.push_back(spec.second["template"]["spec"]);
+  }
+  ASSERT_EQ(pods.size(), 6u);
+  for (const YAML::Node& pod : pods) {
+    const YAML::Node& c = pod["containers"][0];
+    std::string command;
+    for (const auto& part : c["command"]) command += part.as<std::string>() + " ";
+    std::string role;
+    for (const char* r : {"ps", "worker", "chief"}) {
+      if (command.find(absl::StrCat("/app/", r == std::string("ps") ? "ps/server" : absl::StrCat(r, "/main"))) != std::string::npos) role = r;
+    }
+    ASSERT_FALSE(role.empty()) << command;
+    EXPECT_NE(command.find("--tls_ca=/etc/psrt-tls/ca.pem"), std::string::npos) << command;
+    EXPECT_NE(command.find(absl::StrCat("--tls_cert=/etc/psrt-tls/", role, "-${HOSTNAME##*-}.pem")), std::string::npos) << command;
+    EXPECT_NE(command.find(absl::StrCat("--tls_key=/etc/psrt-tls/", role, "-${HOSTNAME##*-}.key")), std::string::npos) << command;
+    bool mounted = false, secret = false;
+    for (const auto& m : c["volumeMounts"]) mounted |= m["mountPath"].as<std::string>() == "/etc/psrt-tls";
+    for (const auto& v : pod["volumes"]) secret |= v["secret"] && v["secret"]["secretName"].as<std::string>() == "psrt-tls";
+    EXPECT_TRUE(mounted && secret) << role << ": /etc/psrt-tls is not the psrt-tls Secret";
+  }
+}
+
 TEST(DeployManifestsTest, ExampleSpecsAndSystemdUnits) {
   for (const char* spec : {"deploy/specs/local.json", "deploy/specs/three_hosts.json"}) {
     auto s = ClusterSpec::FromJsonFile(testing::RunfilePath(spec));
