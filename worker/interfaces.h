@@ -23,7 +23,8 @@ using TensorMap = std::map<std::string, Tensor>;
 using RowRequest = std::map<std::string, Tensor>;
 
 // Pulls and pushes against every PS of the job, in parallel where it can.
-// Thread-compatible: the worker's loop thread alone calls it.
+// A pull (on the worker's prefetch thread) may run while a push (on its loop
+// thread) does; implementations allow that one pull and one push at once.
 class ParameterClient {
  public:
   virtual ~ParameterClient() = default;

@@ -25,6 +25,9 @@
 #include "worker/worker_runtime.h"
 #include "worker/worker_service.h"
 
+ABSL_FLAG(bool, overlap_pull, true,
+          "ASYNC jobs: read the next batch and pull its parameters while this step computes "
+          "(the pull then misses this worker's own last push: one step of staleness).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the step's kernels run.");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: this task's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
@@ -105,6 +108,7 @@ int Main(int argc, char** argv) {
   wo.index = index;
   wo.incarnation = incarnation;
   wo.kill_at_step = absl::GetFlag(FLAGS_kill_at_step);
+  wo.overlap_pull = absl::GetFlag(FLAGS_overlap_pull);
   WorkerRuntime runtime(wo, deps);
   absl::Notification stop;
   WorkerServiceImpl service(&runtime, [&stop] {

@@ -60,6 +60,7 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
     }
   }
   JoinLoop();
+  prefetcher_.Drop();  // its fetch reads the dataset about to be replaced
   if (assignment.end_step() < assignment.start_step()) {
     return absl::InvalidArgumentError(absl::StrCat("assignment ends at step ", assignment.end_step(),
                                                    " before its start ", assignment.start_step()));
@@ -163,6 +164,7 @@ void WorkerRuntime::Loop() {
         a = assignment_;
       }
       a.set_start_step(step);
+      prefetcher_.Drop();
       auto make_dataset = deps_.make_dataset ? deps_.make_dataset : DefaultDataset;
       absl::StatusOr<std::unique_ptr<Dataset>> d = make_dataset(a);
       if (!d.ok()) {
@@ -177,35 +179,49 @@ void WorkerRuntime::Loop() {
   }
 }
 
+void WorkerRuntime::FetchInputs(int64_t step, StepInputs* in) {
+  in->status = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(bool more, dataset_->Next(&in->batch));
+    if (!more) return absl::OutOfRangeError("the input ran out");
+    ASSIGN_OR_RETURN(in->dense, client_->Pull(runner_->DenseVariables(), step));
+    ASSIGN_OR_RETURN(RowRequest rows, runner_->SparseRows(in->batch));
+    if (!rows.empty()) {
+      ASSIGN_OR_RETURN(in->rows, client_->PullRows(rows, step));
+    }
+    return absl::OkStatus();
+  }();
+}
+
 void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   if (options_.kill_at_step > 0 && step == options_.kill_at_step) {
     LOG(WARNING) << "fault injection: killing worker " << options_.index << " at step " << step;
     ::raise(SIGKILL);
   }
-  int64_t seen;
+  int64_t seen, end_step;
+  bool overlap;
   {
     absl::MutexLock lock(&mu_);
     seen = interruptions_;
+    end_step = assignment_.end_step();
+    overlap = options_.overlap_pull && assignment_.consistency().mode() == ConsistencyDef::ASYNC;
   }
   const absl::Time start = absl::Now();
-  Batch batch;
-  absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(bool more, dataset_->Next(&batch));
-    if (!more) return absl::OutOfRangeError("the input ran out");
-    return absl::OkStatus();
-  }();
+  std::optional<StepInputs> prefetched = prefetcher_.Take(step, seen);
+  StepInputs in;
+  if (prefetched.has_value()) {
+    in = *std::move(prefetched);
+  } else {
+    FetchInputs(step, &in);
+  }
+  // The next step's read and pull go out now and overlap this compute.
+  if (overlap && in.status.ok() && step + 1 < end_step) prefetcher_.Start(step + 1, seen);
+  Batch& batch = in.batch;
+  absl::Status status = in.status;
   StepResult result;
   if (status.ok()) {
-    status = [&]() -> absl::Status {
-      ASSIGN_OR_RETURN(TensorMap dense, client_->Pull(runner_->DenseVariables(), step));
-      ASSIGN_OR_RETURN(RowRequest rows, runner_->SparseRows(batch));
-      TensorMap pulled_rows;
-      if (!rows.empty()) {
-        ASSIGN_OR_RETURN(pulled_rows, client_->PullRows(rows, step));
-      }
-      ASSIGN_OR_RETURN(result, runner_->Run(dense, pulled_rows, batch, step));
-      return absl::OkStatus();
-    }();
+    absl::StatusOr<StepResult> r = runner_->Run(in.dense, in.rows, batch, step);
+    status = r.status();
+    if (r.ok()) result = *std::move(r);
   }
   if (status.ok()) {
     {

@@ -30,6 +30,7 @@
 #include "proto/worker_service.pb.h"
 #include "worker/input/dataset.h"
 #include "worker/interfaces.h"
+#include "worker/step_prefetcher.h"
 
 namespace psrt {
 
@@ -49,6 +50,9 @@ struct WorkerOptions {
   // Fault injection: SIGKILL ourselves when about to run this step (0 =
   // never), so fault tests and demos kill a worker at a chosen step.
   int64_t kill_at_step = 0;
+  // ASYNC only: read the next batch and pull its parameters while this step
+  // computes (see step_prefetcher.h for what that costs in staleness).
+  bool overlap_pull = true;
 };
 
 class WorkerRuntime {
@@ -74,6 +78,9 @@ class WorkerRuntime {
 
  private:
   void Loop();
+  // Reads the batch of `step` and pulls what it reads (any thread; the loop
+  // thread waits for a prefetch before touching the dataset again).
+  void FetchInputs(int64_t step, StepInputs* in);
   void RunStep(int64_t step, int64_t generation);
   void JoinLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -104,6 +111,8 @@ class WorkerRuntime {
   std::unique_ptr<ParameterClient> client_;
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<Dataset> dataset_;
+  // Declared after what its fetches use, so it stops first.
+  StepPrefetcher prefetcher_{[this](int64_t step, StepInputs* in) { FetchInputs(step, in); }};
   std::thread thread_;
 };
 
