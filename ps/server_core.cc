@@ -529,6 +529,10 @@ void ParameterServerCore::WriterLoop() {
     if (!pruned.ok()) LOG(WARNING) << "pruning old snapshots: " << pruned;
     durable_.clear();
     for (int64_t step : job.store->Steps()) durable_.insert(step);
+    // A step still queued may have an older copy on disk (the chief takes
+    // the same steps again after a recovery): not durable until its new
+    // copy is written, or the chief could commit the stale one.
+    for (const WriteJob& queued : jobs_) durable_.erase(queued.snapshot.step);
     double secs = absl::ToDoubleSeconds(absl::Now() - start);
     LOG(INFO) << "snapshot of step " << job.snapshot.step << " durable: " << *bytes << " bytes in "
               << secs << " s (" << (secs > 0 ? *bytes / secs / 1e6 : 0) << " MB/s)";

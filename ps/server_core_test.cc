@@ -179,6 +179,66 @@ TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
   EXPECT_FALSE(ps.Push(Id(0, 1), Grad(1, 1))->duplicate());
 }
 
+// After a recovery the chief checkpoints the same steps again, so a step
+// may be snapshotted while an older copy of it is on disk. It is durable
+// only once its new copy is written, even when another write completes
+// first (else the chief could commit the stale copy).
+TEST(ServerCoreTest, AStepSnapshottedAgainIsDurableOnlyOnceItsNewCopyIs) {
+  std::string dir = ::testing::TempDir() + "/core_again";
+  absl::Mutex mu;
+  int entered = 0;  // writes that reached their first chunk
+  int allowed = 1;  // writes let past it
+  ServerCoreOptions o = Options();
+  o.snapshot.fault_pause_after_chunks = 1;
+  o.snapshot.on_fault_pause = [&] {
+    absl::MutexLock lock(&mu);
+    ++entered;
+    auto go = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return entered <= allowed; };
+    mu.Await(absl::Condition(&go));
+  };
+  ParameterServerCore ps(o);
+  // Declared after ps: on any early return the writer is let go before
+  // ps's destructor joins it.
+  struct Release {
+    absl::Mutex* mu;
+    int* allowed;
+    ~Release() {
+      absl::MutexLock lock(mu);
+      *allowed = 1 << 20;
+    }
+  } release{&mu, &allowed};
+  auto let_write = [&](int n, int until_entered) {
+    absl::MutexLock lock(&mu);
+    allowed = n;
+    auto there = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return entered >= until_entered; };
+    mu.Await(absl::Condition(&there));
+  };
+  auto snapshot = [&](int64_t step, bool wait) {
+    SnapshotRequest req;
+    req.set_step(step);
+    req.set_checkpoint_dir(dir);
+    req.set_wait_durable(wait);
+    return ps.Snapshot(req);
+  };
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  ASSERT_TRUE(ps.Push(Id(0, 0), Grad(1, 1)).ok());
+  ASSERT_TRUE(snapshot(2, true).ok());  // the old copy of step 2: w = -1
+  ASSERT_TRUE(ps.Push(Id(0, 1), Grad(1, 1)).ok());
+  ASSERT_TRUE(snapshot(1, false).ok());
+  let_write(1, 2);  // step 1's write holds at its first chunk
+  ASSERT_TRUE(snapshot(2, false).ok());  // queued behind it: w = -2
+  EXPECT_THAT(ps.Status().durable_snapshots(), testing::ElementsAre());
+  let_write(2, 3);  // step 1 done; step 2's new copy holds at its first chunk
+  EXPECT_THAT(ps.Status().durable_snapshots(), testing::ElementsAre(1));
+  let_write(3, 3);
+  RestoreRequest back;  // waits for the writer
+  back.set_step(2);
+  back.set_checkpoint_dir(dir);
+  ASSERT_TRUE(ps.Restore(back).ok());
+  EXPECT_THAT(ps.Status().durable_snapshots(), testing::ElementsAre(1, 2));
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-2, -2}));
+}
+
 TEST(ServerCoreTest, ARestartedServerSaysItLostItsVariables) {
   ParameterServerCore ps(Options());
   auto r = PullW(&ps, 0, 0);

@@ -253,12 +253,18 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   if (IsPsFailure(status)) {
     LOG(WARNING) << "step " << step << ": parameter server failure, waiting for the chief: "
                  << status;
-    if (deps_.report_failure) deps_.report_failure(status, step);
-    absl::MutexLock lock(&mu_);
-    if (interruptions_ == seen && state_ == WorkerStatusResponse::RUNNING) {
-      state_ = WorkerStatusResponse::PAUSED;
-      error_ = std::string(status.message());
+    {
+      absl::MutexLock lock(&mu_);
+      if (interruptions_ == seen && state_ == WorkerStatusResponse::RUNNING) {
+        state_ = WorkerStatusResponse::PAUSED;
+        error_ = std::string(status.message());
+      }
     }
+    // Parked first, reported after: the chief resumes a parked worker when
+    // it has a report and finds every PS well. Reported first, the chief
+    // could take the report, see this worker still RUNNING and drop it;
+    // then nothing would ever resume it (seen under load in cluster_test).
+    if (deps_.report_failure) deps_.report_failure(status, step);
     return;
   }
   LOG(ERROR) << "step " << step << " failed: " << status;

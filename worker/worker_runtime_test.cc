@@ -97,8 +97,10 @@ struct Harness {
       return std::unique_ptr<StepRunner>(new QuadraticRunner());
     };
     deps.report_failure = [this](const absl::Status& s, int64_t step) {
+      WorkerStatusResponse::State state = worker->Status().state();
       absl::MutexLock l(&mu);
       failures.push_back(absl::StrCat(step, ": ", s.message()));
+      state_at_report.push_back(state);
     };
     worker = std::make_unique<WorkerRuntime>(WorkerOptions{0, 99}, deps);
   }
@@ -121,6 +123,7 @@ struct Harness {
   FakePs ps;
   absl::Mutex mu;
   std::vector<std::string> failures;
+  std::vector<WorkerStatusResponse::State> state_at_report;
   std::unique_ptr<WorkerRuntime> worker;
 };
 
@@ -157,8 +160,13 @@ TEST(WorkerTest, PsFailureReportsAndWaitsThenResumesFromTheChiefsStep) {
   EXPECT_EQ(h.Pushed(), Range(0, 5));
   {
     absl::MutexLock l(&h.mu);
+    auto reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) { return !h.failures.empty(); };
+    ASSERT_TRUE(h.mu.AwaitWithTimeout(absl::Condition(&reported), absl::Seconds(30)));
     ASSERT_EQ(h.failures.size(), 1u);
     EXPECT_EQ(h.failures[0], "5: ps:0 is gone");
+    // Already parked when the chief hears of it, so the chief finds it
+    // PAUSED and resumes it once every PS answers.
+    EXPECT_EQ(h.state_at_report[0], WorkerStatusResponse::PAUSED);
   }
   // The chief restored a checkpoint of step 3 and resumes from there.
   EXPECT_EQ(h.worker->Resume(3, 0).code(), absl::StatusCode::kAborted);  // stale generation
