@@ -20,7 +20,9 @@
 #include "common/graph/op_registry.h"
 #include "common/tensor.h"
 #include "proto/graph.pb.h"
+#include "worker/graph_plan.h"
 #include "worker/kernels/kernel.h"
+#include "worker/step_executor.h"
 
 namespace psrt {
 
@@ -28,38 +30,29 @@ struct ExecutorOptions {
   int threads = 0;  // 0 = one per core
 };
 
-class Executor {
+class Executor : public StepExecutor {
  public:
   // Validates the graph (ops, inputs, cycles, shapes) and that every op has
   // a CPU kernel.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const GraphDef& graph,
                                                           ExecutorOptions options = {});
-  ~Executor();
+  ~Executor() override;
 
   absl::StatusOr<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& feeds,
                                           const std::vector<std::string>& fetches, uint64_t seed,
-                                          bool training);
+                                          bool training) override;
+  std::string device_name() const override { return "cpu"; }
 
-  const GraphDef& graph() const { return graph_; }
+  const GraphDef& graph() const { return plan_->graph(); }
   // Inferred shapes (-1 = known at run time only).
-  const std::map<std::string, std::vector<Shape>>& shapes() const { return shapes_; }
+  const std::map<std::string, std::vector<Shape>>& shapes() const { return plan_->shapes(); }
   const Eigen::ThreadPoolDevice* device() const { return device_.get(); }
 
  private:
-  struct Plan {
-    std::vector<int> order;        // nodes to run
-    std::vector<int> uses;         // remaining consumers per node
-  };
   Executor() = default;
-  absl::StatusOr<const Plan*> PlanFor(const std::vector<std::string>& fetches);
 
-  GraphDef graph_;
-  std::map<std::string, int> index_;
-  std::vector<std::vector<std::pair<int, int>>> inputs_;  // (node, output) per input
+  std::unique_ptr<GraphPlan> plan_;
   std::vector<const Kernel*> kernels_;
-  std::vector<int> topo_;
-  std::map<std::string, std::vector<Shape>> shapes_;
-  std::map<std::string, Plan> plans_;
   std::unique_ptr<Eigen::ThreadPool> pool_;
   std::unique_ptr<Eigen::ThreadPoolDevice> device_;
 };

@@ -4,6 +4,7 @@
 
 #include "common/graph/graph_analysis.h"
 #include "gtest/gtest.h"
+#include "worker/op_test_util.h"
 #include "worker/executor.h"
 
 namespace psrt {
@@ -20,10 +21,7 @@ struct Case {
 };
 
 Tensor Random(TensorShape shape, std::mt19937* rng, float lo = -1, float hi = 1) {
-  Tensor t(DT_FLOAT, std::move(shape));
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < t.NumElements(); ++i) t.data<float>()[i] = u(*rng);
-  return t;
+  return RandomTensor(std::move(shape), rng, lo, hi);
 }
 
 // Values kept away from zero, where relu and max-pool ties have kinks.
@@ -40,17 +38,9 @@ void Check(const Case& c) {
   SCOPED_TRACE(c.name);
   GraphDef g;
   GraphBuilder b(&g);
-  std::vector<std::string> vars;
-  for (const auto& [name, t] : c.variables) {
-    b.Add("Variable", name, {}, {{"shape", AttrShape(t.shape().dims())}, {"dtype", AttrType(DT_FLOAT)}});
-    vars.push_back(name);
-  }
-  for (const auto& [name, t] : c.constants) {
-    b.Add("Placeholder", name, {}, {{"shape", AttrShape(t.shape().dims())}, {"dtype", AttrType(t.dtype())}});
-  }
+  std::map<std::string, Tensor> feeds;
+  std::vector<std::string> vars = AddFedInputs(&b, c.variables, c.constants, &feeds);
   std::string out = c.build(b);
-  std::map<std::string, Tensor> feeds = c.variables;
-  feeds.insert(c.constants.begin(), c.constants.end());
   std::string loss = out;
   if (!c.scalar_output) {
     // L = mean((out - target)^2) with a fixed random target.

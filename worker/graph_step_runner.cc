@@ -27,11 +27,11 @@ void Unique(const Tensor& ids, Tensor* unique, Tensor* index) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GraphStepRunner>> GraphStepRunner::Create(const WorkerAssignment& a,
-                                                                         int threads) {
+                                                                         int threads,
+                                                                         const DeviceChoice& device) {
   auto r = std::unique_ptr<GraphStepRunner>(new GraphStepRunner());
-  ExecutorOptions o;
-  o.threads = threads;
-  ASSIGN_OR_RETURN(r->exec_, Executor::Create(a.graph(), o));
+  ASSIGN_OR_RETURN(r->exec_, CreateStepExecutor(a.graph(), device, threads));
+  r->device_ = r->exec_->device_name();
   std::map<std::string, VariableDef::Kind> kinds;
   for (const VariablePlacement& vp : a.placement().variable()) kinds[vp.variable().name()] = vp.variable().kind();
   for (const NodeDef& n : a.graph().node()) {

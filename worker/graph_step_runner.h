@@ -1,4 +1,5 @@
-// GraphStepRunner: the StepRunner of a compiled graph on the CPU kernels.
+// GraphStepRunner: the StepRunner of a compiled graph, on the CPU kernels
+// or (when chosen, see device_select.h) the GPU ones.
 // Used by the worker daemon, the chief's evaluation and the in-process
 // trainer alike, so all three compute the same way.
 //
@@ -17,7 +18,8 @@
 
 #include "absl/status/statusor.h"
 #include "proto/worker_service.pb.h"
-#include "worker/executor.h"
+#include "worker/device_select.h"
+#include "worker/step_executor.h"
 #include "worker/interfaces.h"
 
 namespace psrt {
@@ -33,7 +35,8 @@ class GraphStepRunner : public StepRunner {
  public:
   // From a worker assignment: its graph, loss, gradients, metrics.
   static absl::StatusOr<std::unique_ptr<GraphStepRunner>> Create(const WorkerAssignment& a,
-                                                                 int threads = 0);
+                                                                 int threads = 0,
+                                                                 const DeviceChoice& device = {});
 
   std::vector<std::string> DenseVariables() const override { return dense_; }
   absl::StatusOr<RowRequest> SparseRows(const Batch& batch) const override;
@@ -53,7 +56,7 @@ class GraphStepRunner : public StepRunner {
                                                       const Batch& batch, bool whole_tables,
                                                       std::map<std::string, Tensor>* unique_ids) const;
 
-  std::unique_ptr<Executor> exec_;
+  std::unique_ptr<StepExecutor> exec_;
   std::vector<std::string> dense_;
   std::vector<TableFeed> tables_;
   std::vector<std::string> inputs_;  // placeholder nodes fed from the batch

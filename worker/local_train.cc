@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "ps/local_ps_client.h"
+#include "worker/device_select.h"
 #include "worker/graph_step_runner.h"
 #include "worker/input/dataset.h"
 #include "worker/input/source.h"
@@ -27,6 +28,7 @@ ABSL_FLAG(int, epochs, 0, "Override the job's epochs.");
 ABSL_FLAG(int64_t, steps, 0, "Override the job's steps (0 = from epochs).");
 ABSL_FLAG(std::string, summary, "", "Write a JSON summary here (default: the job's summary_path).");
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
+ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the training steps run (evaluation stays on the CPU).");
 ABSL_FLAG(int, report_every, 100, "Steps between progress lines.");
 
 namespace psrt {
@@ -61,7 +63,8 @@ absl::Status Train() {
 
   WorkerAssignment a = AssignmentOf(job, plan);
   const int threads = absl::GetFlag(FLAGS_threads);
-  ASSIGN_OR_RETURN(auto runner, GraphStepRunner::Create(a, threads));
+  ASSIGN_OR_RETURN(DeviceChoice device, ChooseDevice(absl::GetFlag(FLAGS_device)));
+  ASSIGN_OR_RETURN(auto runner, GraphStepRunner::Create(a, threads, device));
   DatasetOptions d;
   d.input = job.input();
   d.split = job.input().train();
@@ -150,7 +153,7 @@ absl::Status Train() {
 int main(int argc, char** argv) {
   psrt::InitDaemon(argc, argv,
                    "In-process trainer: runs a job file with no cluster.\n"
-                   "Usage: local_train --job=examples/fashion_mnist_mlp.pbtxt");
+                   "Usage: local_train --job=examples/fashion_mnist_mlp.pbtxt [--device=auto|cpu|gpu]");
   absl::Status s = psrt::Train();
   if (!s.ok()) return psrt::ExitWithError(s);
   return 0;

@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "chief/chief_client.h"
-#include "common/cuda/gpu_axpy.h"
 #include "common/daemon.h"
 #include "common/env.h"
 #include "common/rpc/channel_cache.h"
@@ -21,6 +20,7 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "ps/ps_client.h"
+#include "worker/device_select.h"
 #include "worker/graph_step_runner.h"
 #include "worker/worker_runtime.h"
 #include "worker/worker_service.h"
@@ -37,23 +37,6 @@ ABSL_FLAG(int64_t, kill_at_step, 0,
 namespace psrt {
 namespace {
 
-absl::StatusOr<std::string> ChooseDevice(const std::string& flag) {
-  cuda::GpuProbe gpu = cuda::ProbeGpu();
-  if (flag == "cpu") return std::string("cpu");
-  if (flag == "gpu") {
-    if (!gpu.available) return absl::FailedPreconditionError(absl::StrCat("--device=gpu: ", gpu.why_not));
-    return absl::UnimplementedError(
-        "--device=gpu: the graph ops have no CUDA kernels yet (the CUDA build path is proven by "
-        "common/cuda); use --device=cpu");
-  }
-  if (flag != "auto") return absl::InvalidArgumentError(absl::StrCat("--device must be auto, cpu or gpu, not ", flag));
-  LOG(INFO) << "device: cpu ("
-            << (gpu.available ? absl::StrCat("GPU ", gpu.name, " found, but the graph ops have no CUDA kernels yet")
-                              : gpu.why_not)
-            << ")";
-  return std::string("cpu");
-}
-
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
@@ -64,7 +47,7 @@ int Main(int argc, char** argv) {
   if (config->task.job() != kWorkerJob) {
     return ExitWithError(absl::InvalidArgumentError(absl::StrCat("--task=", TaskName(config->task), ": this is the worker daemon")));
   }
-  absl::StatusOr<std::string> device = ChooseDevice(absl::GetFlag(FLAGS_device));
+  absl::StatusOr<DeviceChoice> device = ChooseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return ExitWithError(device.status());
 
   const uint64_t incarnation = NewIncarnationId();
@@ -91,8 +74,8 @@ int Main(int argc, char** argv) {
     o.worker = index;
     return std::unique_ptr<ParameterClient>(new PsClient(a.placement(), ps_addresses, &channels, o));
   };
-  deps.make_runner = [threads](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
-    absl::StatusOr<std::unique_ptr<GraphStepRunner>> r = GraphStepRunner::Create(a, threads);
+  deps.make_runner = [threads, device = *device](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+    absl::StatusOr<std::unique_ptr<GraphStepRunner>> r = GraphStepRunner::Create(a, threads, device);
     if (!r.ok()) return r.status();
     return std::unique_ptr<StepRunner>(std::move(*r));
   };

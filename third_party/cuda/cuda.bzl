@@ -24,6 +24,9 @@ def cuda_library(name, cu_srcs, hdrs, fallback_srcs, deps = [], cuda_deps = [], 
             srcs = [src] + hdrs,
             outs = [obj],
             cmd = "/usr/local/cuda/bin/nvcc -c " + NVCC_FLAGS + " -I. -I$(GENDIR) $(location " + src + ") -o $@",
+            # Built only through the select below (--config=cuda), so a
+            # default `bazel build //...` needs no nvcc.
+            tags = ["manual"],
         )
         objs.append(obj)
 

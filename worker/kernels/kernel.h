@@ -36,14 +36,23 @@ struct KernelContext {
 
 using Kernel = std::function<absl::Status(KernelContext&)>;
 
-class KernelRegistry {
+// Kernels by op name; K is the kernel type of a device.
+template <typename K>
+class KernelTable {
  public:
-  static const KernelRegistry& Cpu();
-  const Kernel* Find(const std::string& op) const;
-  void Register(const std::string& op, Kernel k) { kernels_[op] = std::move(k); }
+  const K* Find(const std::string& op) const {
+    auto it = kernels_.find(op);
+    return it == kernels_.end() ? nullptr : &it->second;
+  }
+  void Register(const std::string& op, K k) { kernels_[op] = std::move(k); }
 
  private:
-  std::map<std::string, Kernel> kernels_;
+  std::map<std::string, K> kernels_;
+};
+
+class KernelRegistry : public KernelTable<Kernel> {
+ public:
+  static const KernelRegistry& Cpu();
 };
 
 void RegisterCpuBasicKernels(KernelRegistry* r);

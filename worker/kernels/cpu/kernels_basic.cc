@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/graph/graph_builder.h"
 #include "worker/kernels/kernel.h"
+#include "worker/kernels/kernel_shapes.h"
 
 namespace psrt {
 
@@ -23,11 +24,6 @@ const KernelRegistry& KernelRegistry::Cpu() {
   return *r;
 }
 
-const Kernel* KernelRegistry::Find(const std::string& op) const {
-  auto it = kernels_.find(op);
-  return it == kernels_.end() ? nullptr : &it->second;
-}
-
 namespace {
 
 using Dims = Eigen::array<Eigen::IndexPair<int>, 1>;
@@ -35,18 +31,13 @@ using Dims = Eigen::array<Eigen::IndexPair<int>, 1>;
 absl::Status MatMul(KernelContext& c) {
   Tensor& a = c.inputs[0];
   Tensor& b = c.inputs[1];
-  if (a.shape().rank() != 2 || b.shape().rank() != 2) return c.Error("inputs must be matrices");
-  bool ta = GetAttrB(*c.node, "transpose_a"), tb = GetAttrB(*c.node, "transpose_b");
-  int64_t m = a.shape().dim(ta ? 1 : 0), k = a.shape().dim(ta ? 0 : 1);
-  int64_t k2 = b.shape().dim(tb ? 1 : 0), n = b.shape().dim(tb ? 0 : 1);
-  if (k != k2) {
-    return c.Error(absl::StrCat("inner dimensions differ: ", a.shape().ToString(), " x ", b.shape().ToString()));
-  }
-  Tensor out(DT_FLOAT, TensorShape({m, n}));
+  MatMulDims d;
+  if (auto s = MatMulShape(c, a.shape(), b.shape(), &d); !s.ok()) return s;
+  Tensor out(DT_FLOAT, TensorShape({d.m, d.n}));
   auto A = AsMatrix(a, a.shape().dim(0), a.shape().dim(1));
   auto B = AsMatrix(b, b.shape().dim(0), b.shape().dim(1));
-  auto C = AsMatrix(out, m, n);
-  Dims dims = {Eigen::IndexPair<int>(ta ? 0 : 1, tb ? 1 : 0)};
+  auto C = AsMatrix(out, d.m, d.n);
+  Dims dims = {Eigen::IndexPair<int>(d.ta ? 0 : 1, d.tb ? 1 : 0)};
   C.device(*c.device) = A.contract(B, dims);
   c.outputs = {out};
   return absl::OkStatus();
@@ -178,16 +169,6 @@ absl::Status ReshapeLike(KernelContext& c) {
   c.outputs = {*r};
   return absl::OkStatus();
 }
-
-// Sizes around `axis`: outer (before), the axis, inner (after).
-void AxisSplit(const TensorShape& s, int axis, int64_t* outer, int64_t* inner) {
-  *outer = 1;
-  *inner = 1;
-  for (int i = 0; i < axis; ++i) *outer *= s.dim(i);
-  for (int i = axis + 1; i < s.rank(); ++i) *inner *= s.dim(i);
-}
-
-int NormAxis(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
 
 absl::Status Concat(KernelContext& c) {
   const TensorShape& s0 = c.inputs[0].shape();

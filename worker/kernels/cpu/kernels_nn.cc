@@ -8,34 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/graph/graph_builder.h"
 #include "worker/kernels/kernel.h"
+#include "worker/kernels/kernel_shapes.h"
 
 namespace psrt {
 namespace {
-
-struct ConvGeometry {
-  int64_t n, h, w, c, k, f, s, oh, ow, pad_top, pad_left;
-  int64_t rows() const { return n * oh * ow; }
-  int64_t patch() const { return k * k * c; }
-};
-
-absl::Status Geometry(const KernelContext& ctx, const TensorShape& x, int64_t k, int64_t f,
-                      ConvGeometry* g) {
-  if (x.rank() != 4) return ctx.Error(absl::StrCat("input must be NHWC, got ", x.ToString()));
-  g->n = x.dim(0);
-  g->h = x.dim(1);
-  g->w = x.dim(2);
-  g->c = x.dim(3);
-  g->k = k;
-  g->f = f;
-  g->s = GetAttrI(*ctx.node, "stride", 1);
-  bool same = GetAttrS(*ctx.node, "padding", "VALID") == "SAME";
-  g->oh = same ? (g->h + g->s - 1) / g->s : (g->h - k + g->s) / g->s;
-  g->ow = same ? (g->w + g->s - 1) / g->s : (g->w - k + g->s) / g->s;
-  if (g->oh <= 0 || g->ow <= 0) return ctx.Error(absl::StrCat("window ", k, " does not fit ", x.ToString()));
-  g->pad_top = same ? std::max<int64_t>(0, (g->oh - 1) * g->s + k - g->h) / 2 : 0;
-  g->pad_left = same ? std::max<int64_t>(0, (g->ow - 1) * g->s + k - g->w) / 2 : 0;
-  return absl::OkStatus();
-}
 
 // The im2col matrix [n*oh*ow, k*k*c]: one row per output position. Within
 // a kernel row (fixed kh) the inside columns are one contiguous run of the

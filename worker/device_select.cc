@@ -1,0 +1,48 @@
+#include "worker/device_select.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/gpu_axpy.h"
+#include "glog/logging.h"
+#include "worker/executor.h"
+#include "worker/gpu/gpu_executor.h"
+
+namespace psrt {
+
+absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& flag) {
+  if (flag != "auto" && flag != "cpu" && flag != "gpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device must be auto, cpu or gpu, not ", flag));
+  }
+  DeviceChoice d;
+  if (flag == "cpu") {
+    d.reason = "--device=cpu";
+  } else {
+    // Without --config=cuda the probe answers "built without CUDA".
+    cuda::GpuProbe gpu = cuda::ProbeGpu();
+    if (gpu.available) {
+      d.gpu = true;
+      d.reason = absl::StrCat("--device=", flag, ": GPU 0 is ", gpu.name, " (", gpu.device_count, " found)");
+    } else if (flag == "gpu") {
+      return absl::FailedPreconditionError(absl::StrCat("--device=gpu: ", gpu.why_not));
+    } else {
+      d.reason = absl::StrCat("--device=auto: no usable GPU (", gpu.why_not, ")");
+    }
+  }
+  LOG(INFO) << "device: " << (d.gpu ? "gpu" : "cpu") << " (" << d.reason << ")";
+  return d;
+}
+
+absl::StatusOr<std::unique_ptr<StepExecutor>> CreateStepExecutor(const GraphDef& graph, const DeviceChoice& device,
+                                                                 int threads) {
+  if (device.gpu) {
+    absl::StatusOr<std::unique_ptr<GpuExecutor>> g = GpuExecutor::Create(graph);
+    if (!g.ok()) return g.status();
+    return std::unique_ptr<StepExecutor>(std::move(*g));
+  }
+  ExecutorOptions o;
+  o.threads = threads;
+  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(graph, o);
+  if (!e.ok()) return e.status();
+  return std::unique_ptr<StepExecutor>(std::move(*e));
+}
+
+}  // namespace psrt

@@ -1,0 +1,34 @@
+// --device=auto|cpu|gpu: where a worker's graph steps run.
+//
+//   auto  the GPU when CUDA was built in (--config=cuda) and a driver and a
+//         device are found, else the CPU;
+//   gpu   the GPU, or an error saying why not;
+//   cpu   the CPU.
+// The choice and its reason are logged.
+#ifndef PSRT_WORKER_DEVICE_SELECT_H_
+#define PSRT_WORKER_DEVICE_SELECT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/graph.pb.h"
+#include "worker/step_executor.h"
+
+namespace psrt {
+
+struct DeviceChoice {
+  bool gpu = false;
+  std::string reason;  // why this device, for the log
+};
+
+absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& flag);
+
+// The chosen device's executor; `threads` is for the CPU one (0 = a thread
+// per core).
+absl::StatusOr<std::unique_ptr<StepExecutor>> CreateStepExecutor(const GraphDef& graph, const DeviceChoice& device,
+                                                                 int threads = 0);
+
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_DEVICE_SELECT_H_

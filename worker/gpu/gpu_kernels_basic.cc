@@ -1,0 +1,242 @@
+// GPU kernels: matrix products (cuBLAS), element-wise ops, softmax,
+// concatenation, dropout. Shape checks mirror kernels_basic.cc.
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "common/graph/graph_builder.h"
+#include "common/status_macros.h"
+#include "worker/gpu/gpu_kernel.h"
+#include "worker/kernels/kernel_shapes.h"
+
+namespace psrt {
+namespace gpu {
+
+absl::StatusOr<Tensor> GpuKernelContext::Output(TensorShape shape, DataType dtype) const {
+  absl::StatusOr<Tensor> t = gpu->Allocate(dtype, std::move(shape));
+  if (!t.ok()) return Error(t.status().message());
+  return t;
+}
+
+absl::Status GpuKernelContext::Check(GpuError e) const {
+  if (e == nullptr) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("node ", node->name(), " (", node->op(), ") on the GPU: ", e));
+}
+
+const GpuKernelRegistry& GpuKernelRegistry::Get() {
+  static const GpuKernelRegistry* r = [] {
+    auto* reg = new GpuKernelRegistry();
+    RegisterGpuBasicKernels(reg);
+    RegisterGpuNnKernels(reg);
+    return reg;
+  }();
+  return *r;
+}
+
+namespace {
+
+const float* In(GpuKernelContext& c, int i) { return c.inputs[i].data<float>(); }
+
+absl::Status MatMulOp(GpuKernelContext& c) {
+  Tensor& a = c.inputs[0];
+  Tensor& b = c.inputs[1];
+  MatMulDims d;
+  RETURN_IF_ERROR(MatMulShape(c, a.shape(), b.shape(), &d));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape({d.m, d.n})));
+  PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), d.ta, d.tb, d.m, d.n, d.k, a.data<float>(), a.shape().dim(1),
+                         b.data<float>(), b.shape().dim(1), 0.0f, out.data<float>(), d.n));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status BiasAddOp(GpuKernelContext& c) {
+  Tensor& x = c.inputs[0];
+  int64_t n = c.inputs[1].NumElements();
+  if (x.shape().rank() == 0 || x.shape().dim(x.shape().rank() - 1) != n) {
+    return c.Error(absl::StrCat("bias ", c.inputs[1].shape().ToString(), " does not match ", x.shape().ToString()));
+  }
+  ASSIGN_OR_RETURN(Tensor out, c.Output(x.shape()));
+  PSRT_GPU_CHECK(c, gpu::BiasAdd(c.stream(), In(c, 0), In(c, 1), out.data<float>(), x.NumElements() / n, n));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// Rows and row length of a tensor seen as [rows, last dim].
+absl::Status LastDim(const GpuKernelContext& c, const Tensor& t, int64_t* rows, int64_t* n) {
+  if (t.shape().rank() == 0) return c.Error("needs at least one dimension");
+  *n = t.shape().dim(t.shape().rank() - 1);
+  *rows = *n == 0 ? 0 : t.NumElements() / *n;
+  return absl::OkStatus();
+}
+
+absl::Status BiasAddGradOp(GpuKernelContext& c) {
+  int64_t rows, n;
+  RETURN_IF_ERROR(LastDim(c, c.inputs[0], &rows, &n));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape({n})));
+  PSRT_GPU_CHECK(c, ColumnSum(c.stream(), In(c, 0), out.data<float>(), rows, n));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+GpuKernel UnaryKernel(UnaryOp op) {
+  return [op](GpuKernelContext& c) -> absl::Status {
+    ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[0].shape()));
+    PSRT_GPU_CHECK(c, Unary(c.stream(), op, In(c, 0), out.data<float>(), out.NumElements()));
+    c.outputs = {out};
+    return absl::OkStatus();
+  };
+}
+
+GpuKernel BinaryKernel(BinaryOp op) {
+  return [op](GpuKernelContext& c) -> absl::Status {
+    Tensor& a = c.inputs[0];
+    Tensor& b = c.inputs[1];
+    if (a.NumElements() != b.NumElements()) {
+      return c.Error(absl::StrCat("shapes differ: ", a.shape().ToString(), " and ", b.shape().ToString()));
+    }
+    ASSIGN_OR_RETURN(Tensor out, c.Output(a.shape()));
+    PSRT_GPU_CHECK(c, Binary(c.stream(), op, In(c, 0), In(c, 1), out.data<float>(), out.NumElements()));
+    c.outputs = {out};
+    return absl::OkStatus();
+  };
+}
+
+absl::Status SoftmaxOp(GpuKernelContext& c) {
+  int64_t rows, n;
+  RETURN_IF_ERROR(LastDim(c, c.inputs[0], &rows, &n));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[0].shape()));
+  PSRT_GPU_CHECK(c, gpu::Softmax(c.stream(), In(c, 0), out.data<float>(), rows, n));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxGradOp(GpuKernelContext& c) {  // (dy, y)
+  int64_t rows, n;
+  RETURN_IF_ERROR(LastDim(c, c.inputs[1], &rows, &n));
+  if (c.inputs[0].NumElements() != c.inputs[1].NumElements()) return c.Error("dy and y differ in size");
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[1].shape()));
+  PSRT_GPU_CHECK(c, gpu::SoftmaxGrad(c.stream(), In(c, 0), In(c, 1), out.data<float>(), rows, n));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status AddNOp(GpuKernelContext& c) {
+  const Tensor& first = c.inputs[0];
+  for (const Tensor& t : c.inputs) {
+    if (t.NumElements() != first.NumElements()) return c.Error("inputs differ in size");
+  }
+  ASSIGN_OR_RETURN(Tensor out, c.Output(first.shape()));
+  float* o = out.data<float>();
+  if (c.inputs.size() == 1) {
+    PSRT_GPU_CHECK(c, CopyOnDevice(c.stream(), o, In(c, 0), out.TotalBytes()));
+  } else {
+    PSRT_GPU_CHECK(c, Binary(c.stream(), BinaryOp::kAdd, In(c, 0), In(c, 1), o, out.NumElements()));
+    for (size_t i = 2; i < c.inputs.size(); ++i) {
+      PSRT_GPU_CHECK(c, Binary(c.stream(), BinaryOp::kAdd, o, In(c, i), o, out.NumElements()));
+    }
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// Each input is `outer` runs of row floats placed side by side in the
+// output's rows: one strided device copy per input.
+absl::Status ConcatOp(GpuKernelContext& c) {
+  const TensorShape& s0 = c.inputs[0].shape();
+  int axis = NormAxis(GetAttrI(*c.node, "axis", -1), s0.rank());
+  if (axis < 0 || axis >= s0.rank()) return c.Error("axis out of range");
+  std::vector<int64_t> dims = s0.dims();
+  dims[axis] = 0;
+  for (const Tensor& t : c.inputs) {
+    if (t.shape().rank() != s0.rank()) return c.Error("inputs differ in rank");
+    dims[axis] += t.shape().dim(axis);
+  }
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(dims)));
+  int64_t outer, inner;
+  AxisSplit(out.shape(), axis, &outer, &inner);
+  const size_t f = sizeof(float);
+  int64_t out_row = dims[axis] * inner, offset = 0;
+  for (const Tensor& t : c.inputs) {
+    int64_t row = t.shape().dim(axis) * inner;
+    if (t.NumElements() != outer * row) return c.Error("inputs differ outside the concat axis");
+    PSRT_GPU_CHECK(c, CopyRows(c.stream(), out.data<float>() + offset, out_row * f, t.data<float>(), row * f,
+                               row * f, outer));
+    offset += row;
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status ConcatGradOp(GpuKernelContext& c) {
+  Tensor& dy = c.inputs[0];
+  int index = static_cast<int>(GetAttrI(*c.node, "index"));
+  int axis = NormAxis(GetAttrI(*c.node, "axis", -1), dy.shape().rank());
+  if (index < 0 || 1 + index >= static_cast<int>(c.inputs.size())) return c.Error("index out of range");
+  if (axis < 0 || axis >= dy.shape().rank()) return c.Error("axis out of range");
+  int64_t outer, inner;
+  AxisSplit(dy.shape(), axis, &outer, &inner);
+  int64_t offset = 0;
+  for (int i = 0; i < index; ++i) offset += c.inputs[1 + i].shape().dim(axis) * inner;
+  const Tensor& like = c.inputs[1 + index];
+  ASSIGN_OR_RETURN(Tensor out, c.Output(like.shape()));
+  const size_t f = sizeof(float);
+  int64_t row = like.shape().dim(axis) * inner, dy_row = dy.shape().dim(axis) * inner;
+  if (offset + row > dy_row || outer * dy_row != dy.NumElements()) return c.Error("inputs do not tile dy");
+  PSRT_GPU_CHECK(c, CopyRows(c.stream(), out.data<float>(), row * f, dy.data<float>() + offset, dy_row * f,
+                             row * f, outer));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// The mask comes from a counter-based hash of (step seed, node, element),
+// not the CPU's mt19937 stream: the same rate and scale, but not the same
+// bits. Tests compare it by statistics.
+absl::Status DropoutOp(GpuKernelContext& c) {
+  Tensor& x = c.inputs[0];
+  float rate = GetAttrF(*c.node, "rate");
+  ASSIGN_OR_RETURN(Tensor mask, c.Output(x.shape()));
+  if (!c.training || rate == 0) {
+    PSRT_GPU_CHECK(c, Fill(c.stream(), mask.data<float>(), 1.0f, mask.NumElements()));
+    c.outputs = {x, mask};
+    return absl::OkStatus();
+  }
+  if (!(rate > 0 && rate < 1)) return c.Error(absl::StrCat("rate ", rate, " is not in [0, 1)"));
+  ASSIGN_OR_RETURN(Tensor y, c.Output(x.shape()));
+  uint64_t seed = c.seed ^ std::hash<std::string>()(c.node->name());
+  PSRT_GPU_CHECK(c, gpu::Dropout(c.stream(), In(c, 0), y.data<float>(), mask.data<float>(), x.NumElements(), rate,
+                                 seed));
+  c.outputs = {y, mask};
+  return absl::OkStatus();
+}
+
+// Identity, Reshape and ReshapeLike only relabel the buffer: the CPU
+// kernels never touch the data, so they serve device tensors too.
+GpuKernel ShapeOnly(const std::string& op) {
+  const Kernel* k = KernelRegistry::Cpu().Find(op);
+  return [k](GpuKernelContext& c) { return (*k)(c); };
+}
+
+}  // namespace
+
+void RegisterGpuBasicKernels(GpuKernelRegistry* r) {
+  for (const char* op : {"Identity", "Reshape", "ReshapeLike"}) r->Register(op, ShapeOnly(op));
+  r->Register("MatMul", MatMulOp);
+  r->Register("BiasAdd", BiasAddOp);
+  r->Register("BiasAddGrad", BiasAddGradOp);
+  r->Register("Relu", UnaryKernel(UnaryOp::kRelu));
+  r->Register("Sigmoid", UnaryKernel(UnaryOp::kSigmoid));
+  r->Register("Tanh", UnaryKernel(UnaryOp::kTanh));
+  r->Register("ReluGrad", BinaryKernel(BinaryOp::kReluGrad));
+  r->Register("SigmoidGrad", BinaryKernel(BinaryOp::kSigmoidGrad));
+  r->Register("TanhGrad", BinaryKernel(BinaryOp::kTanhGrad));
+  r->Register("Mul", BinaryKernel(BinaryOp::kMul));
+  r->Register("Softmax", SoftmaxOp);
+  r->Register("SoftmaxGrad", SoftmaxGradOp);
+  r->Register("AddN", AddNOp);
+  r->Register("ConcatV2", ConcatOp);
+  r->Register("ConcatGrad", ConcatGradOp);
+  r->Register("Dropout", DropoutOp);
+  // Const is not here: the executor uploads constants once, at Create.
+}
+
+}  // namespace gpu
+}  // namespace psrt

@@ -1,0 +1,237 @@
+// GPU kernels: convolution (im2col + cuBLAS, col2im), max pooling,
+// embeddings, losses and accuracy. Shape checks mirror kernels_nn.cc; what
+// the CPU checks by reading ids and labels is checked on the device and
+// reported through the context's error slot.
+#include "absl/strings/str_cat.h"
+#include "common/graph/graph_builder.h"
+#include "common/status_macros.h"
+#include "worker/gpu/gpu_kernel.h"
+#include "worker/kernels/kernel_shapes.h"
+
+namespace psrt {
+namespace gpu {
+namespace {
+
+ConvDims DimsOf(const ConvGeometry& g) {
+  return ConvDims{g.n, g.h, g.w, g.c, g.k, g.s, g.oh, g.ow, g.pad_top, g.pad_left};
+}
+
+// Geometry of a (x, kernel, ...) conv node, after checking the kernel fits.
+absl::Status ConvInputs(const GpuKernelContext& c, ConvGeometry* g) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& k = c.inputs[1];
+  if (k.shape().rank() != 4 || x.shape().rank() != 4 || k.shape().dim(2) != x.shape().dim(3) ||
+      k.shape().dim(0) != k.shape().dim(1)) {
+    return c.Error(absl::StrCat("kernel ", k.shape().ToString(), " does not fit input ", x.shape().ToString()));
+  }
+  RETURN_IF_ERROR(Geometry(c, x.shape(), k.shape().dim(0), k.shape().dim(3), g));
+  if (c.inputs.size() > 2 && c.inputs[2].NumElements() != g->rows() * g->f) {
+    return c.Error(absl::StrCat("dy ", c.inputs[2].shape().ToString(), " does not match the convolution"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Im2ColOf(GpuKernelContext& c, const ConvGeometry& g) {
+  ASSIGN_OR_RETURN(Tensor col, c.Output(TensorShape({g.rows(), g.patch()})));
+  RETURN_IF_ERROR(c.Check(Im2Col(c.stream(), DimsOf(g), c.inputs[0].data<float>(), col.data<float>())));
+  return col;
+}
+
+absl::Status Conv2DOp(GpuKernelContext& c) {
+  ConvGeometry g;
+  RETURN_IF_ERROR(ConvInputs(c, &g));
+  ASSIGN_OR_RETURN(Tensor col, Im2ColOf(c, g));
+  ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape({g.n, g.oh, g.ow, g.f})));
+  // y [rows, f] = col [rows, patch] x kernel [patch, f]
+  PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, false, g.rows(), g.f, g.patch(), col.data<float>(), g.patch(),
+                         c.inputs[1].data<float>(), g.f, 0.0f, y.data<float>(), g.f));
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status Conv2DBackpropFilterOp(GpuKernelContext& c) {  // (x, kernel, dy)
+  ConvGeometry g;
+  RETURN_IF_ERROR(ConvInputs(c, &g));
+  ASSIGN_OR_RETURN(Tensor col, Im2ColOf(c, g));
+  ASSIGN_OR_RETURN(Tensor dk, c.Output(c.inputs[1].shape()));
+  // dk [patch, f] = col^T [patch, rows] x dy [rows, f]
+  PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), true, false, g.patch(), g.f, g.rows(), col.data<float>(), g.patch(),
+                         c.inputs[2].data<float>(), g.f, 0.0f, dk.data<float>(), g.f));
+  c.outputs = {dk};
+  return absl::OkStatus();
+}
+
+absl::Status Conv2DBackpropInputOp(GpuKernelContext& c) {  // (x, kernel, dy)
+  ConvGeometry g;
+  RETURN_IF_ERROR(ConvInputs(c, &g));
+  ASSIGN_OR_RETURN(Tensor dcol, c.Output(TensorShape({g.rows(), g.patch()})));
+  // dcol [rows, patch] = dy [rows, f] x kernel^T [f, patch]
+  PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, true, g.rows(), g.patch(), g.f, c.inputs[2].data<float>(), g.f,
+                         c.inputs[1].data<float>(), g.f, 0.0f, dcol.data<float>(), g.patch()));
+  ASSIGN_OR_RETURN(Tensor dx, c.Output(c.inputs[0].shape()));
+  PSRT_GPU_CHECK(c, Col2Im(c.stream(), DimsOf(g), dcol.data<float>(), dx.data<float>()));
+  c.outputs = {dx};
+  return absl::OkStatus();
+}
+
+absl::Status PoolGeometry(const GpuKernelContext& c, ConvGeometry* g) {
+  const TensorShape& x = c.inputs[0].shape();
+  if (x.rank() != 4) return c.Error(absl::StrCat("input must be NHWC, got ", x.ToString()));
+  return Geometry(c, x, GetAttrI(*c.node, "ksize", 2), x.dim(3), g);
+}
+
+absl::Status MaxPoolOp(GpuKernelContext& c) {
+  ConvGeometry g;
+  RETURN_IF_ERROR(PoolGeometry(c, &g));
+  ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape({g.n, g.oh, g.ow, g.c})));
+  PSRT_GPU_CHECK(c, gpu::MaxPool(c.stream(), DimsOf(g), c.inputs[0].data<float>(), y.data<float>()));
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status MaxPoolGradOp(GpuKernelContext& c) {  // (x, y, dy)
+  ConvGeometry g;
+  RETURN_IF_ERROR(PoolGeometry(c, &g));
+  if (c.inputs[2].NumElements() != g.rows() * g.c) return c.Error("dy does not match the pooled shape");
+  ASSIGN_OR_RETURN(Tensor dx, c.Output(c.inputs[0].shape()));
+  PSRT_GPU_CHECK(c, gpu::MaxPoolGrad(c.stream(), DimsOf(g), c.inputs[0].data<float>(), c.inputs[2].data<float>(),
+                                     dx.data<float>()));
+  c.outputs = {dx};
+  return absl::OkStatus();
+}
+
+absl::Status CheckIds(const GpuKernelContext& c, const Tensor& rows, std::initializer_list<int> id_inputs) {
+  if (rows.shape().rank() != 2) return c.Error(absl::StrCat("rows must be a matrix, got ", rows.shape().ToString()));
+  for (int i : id_inputs) {
+    if (c.inputs[i].dtype() != DT_INT64) return c.Error(absl::StrCat("input ", i, " must be int64"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingLookupOp(GpuKernelContext& c) {  // (rows, index)
+  Tensor& rows = c.inputs[0];
+  Tensor& index = c.inputs[1];
+  RETURN_IF_ERROR(CheckIds(c, rows, {1}));
+  int64_t d = rows.shape().dim(1), b = index.NumElements();
+  ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape({b, d})));
+  PSRT_GPU_CHECK(c, gpu::EmbeddingLookup(c.stream(), rows.data<float>(), rows.shape().dim(0), d,
+                                         index.data<int64_t>(), b, y.data<float>(), c.error_slot));
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingLookupGradOp(GpuKernelContext& c) {  // (dy, index, rows)
+  Tensor& index = c.inputs[1];
+  Tensor& rows = c.inputs[2];
+  RETURN_IF_ERROR(CheckIds(c, rows, {1}));
+  int64_t d = rows.shape().dim(1), b = index.NumElements();
+  if (c.inputs[0].NumElements() != b * d) return c.Error("dy does not match the ids");
+  ASSIGN_OR_RETURN(Tensor dr, c.Output(rows.shape()));
+  PSRT_GPU_CHECK(c, gpu::EmbeddingLookupGrad(c.stream(), c.inputs[0].data<float>(), index.data<int64_t>(), b,
+                                             rows.shape().dim(0), d, dr.data<float>(), c.error_slot));
+  c.outputs = {dr};
+  return absl::OkStatus();
+}
+
+bool Mean(const GpuKernelContext& c) { return GetAttrS(*c.node, "combiner", "sum") == "mean"; }
+
+absl::Status EmbeddingBagOp(GpuKernelContext& c) {  // (rows, index, row_splits)
+  Tensor& rows = c.inputs[0];
+  Tensor& index = c.inputs[1];
+  Tensor& splits = c.inputs[2];
+  RETURN_IF_ERROR(CheckIds(c, rows, {1, 2}));
+  int64_t d = rows.shape().dim(1), bags = splits.NumElements() - 1;
+  if (bags < 0) return c.Error("row_splits do not cover the ids");
+  ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape({bags, d})));
+  PSRT_GPU_CHECK(c, gpu::EmbeddingBag(c.stream(), rows.data<float>(), rows.shape().dim(0), d, index.data<int64_t>(),
+                                      index.NumElements(), splits.data<int64_t>(), bags, Mean(c), y.data<float>(),
+                                      c.error_slot));
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingBagGradOp(GpuKernelContext& c) {  // (dy, index, row_splits, rows)
+  Tensor& index = c.inputs[1];
+  Tensor& splits = c.inputs[2];
+  Tensor& rows = c.inputs[3];
+  RETURN_IF_ERROR(CheckIds(c, rows, {1, 2}));
+  int64_t d = rows.shape().dim(1), bags = splits.NumElements() - 1;
+  if (bags < 0 || c.inputs[0].NumElements() != bags * d) return c.Error("dy does not match the row splits");
+  ASSIGN_OR_RETURN(Tensor dr, c.Output(rows.shape()));
+  PSRT_GPU_CHECK(c, gpu::EmbeddingBagGrad(c.stream(), c.inputs[0].data<float>(), index.data<int64_t>(),
+                                          index.NumElements(), splits.data<int64_t>(), bags, rows.shape().dim(0), d,
+                                          Mean(c), dr.data<float>(), c.error_slot));
+  c.outputs = {dr};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Labels> LabelsOf(const GpuKernelContext& c, const Tensor& labels) {
+  if (labels.dtype() != DT_INT64 && labels.dtype() != DT_FLOAT) return c.Error("labels must be int64 or float");
+  return Labels{labels.raw_data(), labels.dtype() == DT_INT64};
+}
+
+// (logits, labels) -> scalar, or (dloss, logits, labels) -> dlogits.
+GpuKernel LossKernel(LossOp op, bool grad) {
+  return [op, grad](GpuKernelContext& c) -> absl::Status {
+    const Tensor& logits = c.inputs[grad ? 1 : 0];
+    const Tensor& labels = c.inputs[grad ? 2 : 1];
+    int64_t rows = logits.NumElements(), n = 1;
+    if (op == LossOp::kSoftmaxXent) {
+      if (logits.shape().rank() != 2 || labels.NumElements() != logits.shape().dim(0)) {
+        return c.Error(absl::StrCat("logits ", logits.shape().ToString(), " and labels ", labels.shape().ToString()));
+      }
+      rows = logits.shape().dim(0);
+      n = logits.shape().dim(1);
+    } else if (labels.NumElements() != rows) {
+      return c.Error("predictions and labels differ in size");
+    }
+    ASSIGN_OR_RETURN(Labels l, LabelsOf(c, labels));
+    if (grad) {
+      ASSIGN_OR_RETURN(Tensor dx, c.Output(logits.shape()));
+      PSRT_GPU_CHECK(c, LossGrad(c.stream(), op, c.inputs[0].data<float>(), logits.data<float>(), l, rows, n,
+                                 dx.data<float>(), c.error_slot));
+      c.outputs = {dx};
+    } else {
+      ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape()));
+      PSRT_GPU_CHECK(c, Loss(c.stream(), op, logits.data<float>(), l, rows, n, out.data<float>(), c.error_slot));
+      c.outputs = {out};
+    }
+    return absl::OkStatus();
+  };
+}
+
+absl::Status AccuracyOp(GpuKernelContext& c) {
+  const Tensor& logits = c.inputs[0];
+  int64_t b = c.inputs[1].NumElements();
+  if (b == 0) return c.Error("empty batch");
+  ASSIGN_OR_RETURN(Labels l, LabelsOf(c, c.inputs[1]));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape()));
+  PSRT_GPU_CHECK(c, gpu::Accuracy(c.stream(), logits.data<float>(), l, b, logits.NumElements() / b,
+                                  out.data<float>()));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterGpuNnKernels(GpuKernelRegistry* r) {
+  r->Register("Conv2D", Conv2DOp);
+  r->Register("Conv2DBackpropFilter", Conv2DBackpropFilterOp);
+  r->Register("Conv2DBackpropInput", Conv2DBackpropInputOp);
+  r->Register("MaxPool", MaxPoolOp);
+  r->Register("MaxPoolGrad", MaxPoolGradOp);
+  r->Register("EmbeddingLookup", EmbeddingLookupOp);
+  r->Register("EmbeddingLookupGrad", EmbeddingLookupGradOp);
+  r->Register("EmbeddingBag", EmbeddingBagOp);
+  r->Register("EmbeddingBagGrad", EmbeddingBagGradOp);
+  r->Register("SoftmaxCrossEntropy", LossKernel(LossOp::kSoftmaxXent, false));
+  r->Register("SoftmaxCrossEntropyGrad", LossKernel(LossOp::kSoftmaxXent, true));
+  r->Register("SigmoidCrossEntropy", LossKernel(LossOp::kSigmoidXent, false));
+  r->Register("SigmoidCrossEntropyGrad", LossKernel(LossOp::kSigmoidXent, true));
+  r->Register("MeanSquaredError", LossKernel(LossOp::kMse, false));
+  r->Register("MeanSquaredErrorGrad", LossKernel(LossOp::kMse, true));
+  r->Register("Accuracy", AccuracyOp);
+}
+
+}  // namespace gpu
+}  // namespace psrt

@@ -1,0 +1,112 @@
+// The CUDA side of the GPU kernels: plain-pointer launchers, the stream,
+// cuBLAS and device memory. Every function returns nullptr on success or a
+// static description of the CUDA/cuBLAS error; the C++ kernels turn that
+// into an absl::Status naming the node.
+//
+// This header is all nvcc sees (the .cu files are compiled outside the C++
+// toolchain), so it holds no absl, Eigen or protobuf types, and no CUDA
+// types either: streams and handles are opaque pointers, so the C++ side
+// compiles without CUDA headers.
+//
+// Launches are asynchronous on the given stream; only the Copy*ToHost and
+// Synchronize calls wait. Pointers named d_* are device memory.
+#ifndef PSRT_WORKER_GPU_GPU_OPS_H_
+#define PSRT_WORKER_GPU_GPU_OPS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace psrt {
+namespace gpu {
+
+using GpuError = const char*;  // nullptr = ok
+
+// --- runtime (gpu_runtime.cu) ---
+// A non-blocking stream and a cuBLAS handle bound to it, on device 0.
+GpuError CreateStream(void** stream, void** blas);
+GpuError DestroyStream(void* stream, void* blas);
+GpuError Synchronize(void* stream);
+GpuError DeviceAlloc(void** d_ptr, size_t bytes);
+GpuError DeviceFree(void* d_ptr);
+GpuError CopyToDevice(void* stream, void* d_dst, const void* src, size_t bytes);
+// Waits for the stream, so `dst` is filled on return.
+GpuError CopyToHost(void* stream, void* dst, const void* d_src, size_t bytes);
+GpuError CopyOnDevice(void* stream, void* d_dst, const void* d_src, size_t bytes);
+// `rows` runs of `width` bytes, with the given strides (concatenation).
+GpuError CopyRows(void* stream, void* d_dst, size_t dst_stride, const void* d_src,
+                  size_t src_stride, size_t width, size_t rows);
+GpuError Zero(void* stream, void* d_ptr, size_t bytes);
+
+// Row-major C[m,n] = op(A) op(B) (+ beta * C), op = transpose when ta/tb.
+// lda/ldb/ldc are the row lengths of A, B, C as stored.
+GpuError Gemm(void* blas, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* d_a,
+              int64_t lda, const float* d_b, int64_t ldb, float beta, float* d_c, int64_t ldc);
+
+// --- element-wise and row ops (gpu_elementwise.cu) ---
+enum class UnaryOp { kRelu, kSigmoid, kTanh };
+enum class BinaryOp { kMul, kAdd, kReluGrad, kSigmoidGrad, kTanhGrad };  // (a, b) = (dy, y) for grads
+
+GpuError Unary(void* stream, UnaryOp op, const float* d_x, float* d_y, int64_t n);
+GpuError Binary(void* stream, BinaryOp op, const float* d_a, const float* d_b, float* d_out, int64_t n);
+GpuError Fill(void* stream, float* d_x, float value, int64_t n);
+// y[r, j] = x[r, j] + b[j]
+GpuError BiasAdd(void* stream, const float* d_x, const float* d_b, float* d_y, int64_t rows, int64_t n);
+// out[j] = sum_r dy[r, j]
+GpuError ColumnSum(void* stream, const float* d_dy, float* d_out, int64_t rows, int64_t n);
+GpuError Softmax(void* stream, const float* d_x, float* d_y, int64_t rows, int64_t n);
+GpuError SoftmaxGrad(void* stream, const float* d_dy, const float* d_y, float* d_dx, int64_t rows, int64_t n);
+// mask[i] = keep ? 1/(1-rate) : 0 from a counter-based hash of (seed, i);
+// y = x * mask.
+GpuError Dropout(void* stream, const float* d_x, float* d_y, float* d_mask, int64_t n, float rate,
+                 uint64_t seed);
+
+// --- convolution, pooling, embeddings, losses (gpu_nn.cu) ---
+struct ConvDims {  // as in the CPU kernels: NHWC input, k x k window
+  int64_t n, h, w, c, k, s, oh, ow, pad_top, pad_left;
+};
+// col [n*oh*ow, k*k*c] from x; zeros where the window is off the image.
+GpuError Im2Col(void* stream, const ConvDims& g, const float* d_x, float* d_col);
+// dx [n,h,w,c] = sum of every col entry that reads it (a gather: no atomics).
+GpuError Col2Im(void* stream, const ConvDims& g, const float* d_col, float* d_dx);
+GpuError MaxPool(void* stream, const ConvDims& g, const float* d_x, float* d_y);
+// dx = 0, then each dy adds to its window's first maximum.
+GpuError MaxPoolGrad(void* stream, const ConvDims& g, const float* d_x, const float* d_dy, float* d_dx);
+
+// Bad ids or row splits cannot be seen on the host without a copy, so the
+// kernels skip them and store `code` in *d_error (first one wins); the
+// executor reads it after the step and names the node.
+struct ErrorSlot {
+  int* d_error;
+  int code;
+};
+GpuError EmbeddingLookup(void* stream, const float* d_rows, int64_t num_rows, int64_t d,
+                         const int64_t* d_index, int64_t b, float* d_y, ErrorSlot err);
+GpuError EmbeddingLookupGrad(void* stream, const float* d_dy, const int64_t* d_index, int64_t b,
+                             int64_t num_rows, int64_t d, float* d_drows, ErrorSlot err);
+GpuError EmbeddingBag(void* stream, const float* d_rows, int64_t num_rows, int64_t d,
+                      const int64_t* d_index, int64_t nnz, const int64_t* d_splits, int64_t bags,
+                      bool mean, float* d_y, ErrorSlot err);
+GpuError EmbeddingBagGrad(void* stream, const float* d_dy, const int64_t* d_index, int64_t nnz,
+                          const int64_t* d_splits, int64_t bags, int64_t num_rows, int64_t d, bool mean,
+                          float* d_drows, ErrorSlot err);
+
+// Labels are int64 or float, as on the CPU.
+struct Labels {
+  const void* d_data;
+  bool is_int64;
+};
+enum class LossOp { kSoftmaxXent, kSigmoidXent, kMse };
+// d_out[0] = the mean loss. Softmax: logits [rows, n], labels [rows].
+// Sigmoid and MSE: element-wise over rows * n values.
+GpuError Loss(void* stream, LossOp op, const float* d_logits, Labels labels, int64_t rows, int64_t n,
+              float* d_out, ErrorSlot err);
+// dx = d_dl[0] * dLoss/dlogits.
+GpuError LossGrad(void* stream, LossOp op, const float* d_dl, const float* d_logits, Labels labels,
+                  int64_t rows, int64_t n, float* d_dx, ErrorSlot err);
+// Fraction of rows whose argmax (n > 1) or sign (n == 1) matches the label.
+GpuError Accuracy(void* stream, const float* d_logits, Labels labels, int64_t rows, int64_t n, float* d_out);
+
+}  // namespace gpu
+}  // namespace psrt
+
+#endif  // PSRT_WORKER_GPU_GPU_OPS_H_
