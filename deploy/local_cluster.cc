@@ -42,6 +42,9 @@ ABSL_FLAG(std::vector<std::string>, kill, {},
           "TASK@STEP[,...]: SIGKILL that daemon once the job reaches the step (e.g. ps:1@800), to watch recovery.");
 ABSL_FLAG(std::string, run_dir, "", "Where logs, checkpoints and the summary go (default: /tmp/psrt-run-TIME).");
 ABSL_FLAG(int, max_restarts, 5, "Give up after restarting one daemon this many times.");
+ABSL_FLAG(bool, tls, false,
+          "Run every daemon with mutual TLS: make a CA and per-task certificates under "
+          "RUN_DIR/certs (deploy/make_certs.sh) and pass them.");
 ABSL_FLAG(bool, verbose, false, "Show every daemon's log lines, not only warnings and the chief's progress.");
 
 namespace psrt {
@@ -179,6 +182,29 @@ int Run(int argc, char** argv) {
     std::cerr << "error: " << http_port.status().message() << "\n";
     return 2;
   }
+  // --tls: one certificate per task (named JOB-INDEX), one for this launcher.
+  const std::string certs = run_dir + "/certs";
+  RpcOptions rpc;
+  if (absl::GetFlag(FLAGS_tls)) {
+    std::string command = Binary(argv[0], "deploy/make_certs.sh") + " " + certs + " launcher";
+    for (const TaskId& t : spec->AllTasks()) command += absl::StrCat(" ", t.job(), "-", t.index());
+    if (std::system((command + " > " + run_dir + "/make_certs.log 2>&1").c_str()) != 0) {
+      std::cerr << "error: making certificates failed, see " << run_dir << "/make_certs.log\n";
+      return 2;
+    }
+    SecurityPaths paths{certs + "/ca.pem", certs + "/launcher.pem", certs + "/launcher.key"};
+    absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(paths);
+    if (!security.ok()) {
+      std::cerr << "error: " << security.status().message() << "\n";
+      return 2;
+    }
+    rpc.security = *security;
+  }
+  auto tls_flags = [&](const TaskId& t) -> std::vector<std::string> {
+    if (!absl::GetFlag(FLAGS_tls)) return {};
+    std::string name = absl::StrCat(certs, "/", t.job(), "-", t.index());
+    return {"--tls_ca=" + certs + "/ca.pem", "--tls_cert=" + name + ".pem", "--tls_key=" + name + ".key"};
+  };
   std::vector<Child> children;
   for (const TaskId& t : spec->AllTasks()) {
     if (t.job() == kEvaluatorJob) continue;
@@ -193,8 +219,10 @@ int Run(int argc, char** argv) {
                 "--checkpoint_dir=" + run_dir + "/checkpoints", "--summary=" + run_dir + "/summary.json",
                 "--tensorboard_dir=" + run_dir + "/logs", absl::StrCat("--http_port=", *http_port)};
     }
+    for (const std::string& f : tls_flags(t)) c.argv.push_back(f);
     children.push_back(std::move(c));
   }
+  if (absl::GetFlag(FLAGS_tls)) launcher.Say("mutual TLS, certificates in " + certs);
   launcher.Say(absl::StrCat("cluster ", spec_path, " (", spec->ToJson(), "), job ", job, ", logs ",
                             run_dir, "/cluster.log"));
   // PS and workers first, the chief last: it waits for them anyway.
@@ -209,7 +237,7 @@ int Run(int argc, char** argv) {
   signal(SIGINT, [](int) { g_interrupted = true; });
   signal(SIGTERM, [](int) { g_interrupted = true; });
 
-  ChannelCache channels;
+  ChannelCache channels(rpc);
   std::string chief_address = *spec->AddressOf(MakeTaskId(kChiefJob, 0));
   ChiefClient chief(channels.Get(chief_address), chief_address, absl::Seconds(1));
   absl::Time next_poll = absl::InfinitePast();

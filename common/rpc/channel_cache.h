@@ -28,7 +28,9 @@ struct RpcOptions {
   int max_message_bytes = 1 << 30;  // 1 GiB each way
   absl::Duration initial_reconnect_backoff = absl::Milliseconds(50);
   absl::Duration max_reconnect_backoff = absl::Seconds(1);
-  absl::Duration min_connect_timeout = absl::Seconds(5);
+  // Also how soon gRPC 1.51 retries after a refused connection, so it bounds
+  // how fast a restarted peer is reached again.
+  absl::Duration min_connect_timeout = absl::Seconds(1);
   absl::Duration keepalive_time = absl::Seconds(10);
   // TLS and/or token for every channel and server made with these options.
   TransportSecurity security;
