@@ -38,6 +38,17 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
     }
     dims[0] = def.row_end() - def.row_begin();
   }
+  // The request is from the network: refuse a shape whose bytes do not
+  // even fit 64 bits (float32 [2^62, 1] wrapped to 0 bytes and the
+  // initializer wrote past the end of an empty buffer).
+  unsigned __int128 bytes = sizeof(float);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = def.kind() == VariableDef::HASH_TABLE && i == 0 ? kInitialHashRows : dims[i];
+    bytes *= static_cast<uint64_t>(d);
+    if (bytes >> 62) {
+      return Bad(def, absl::StrCat("shape ", full.ToString(), " is too large"));
+    }
+  }
   auto v = std::unique_ptr<Variable>(new Variable(def, TensorShape(dims), optimizer));
   absl::MutexLock lock(&v->mu_);
   if (def.kind() == VariableDef::HASH_TABLE) {
