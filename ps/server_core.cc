@@ -10,6 +10,8 @@
 namespace psrt {
 namespace {
 
+constexpr int kMaxWorkers = 1 << 16;
+
 constexpr size_t kRecentPushes = 512;
 
 std::string PsName(int task) { return absl::StrCat("ps:", task); }
@@ -48,6 +50,12 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     const CreateVariablesRequest& req) {
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(req.optimizer()));
   if (req.num_workers() < 1) return absl::InvalidArgumentError("num_workers must be at least 1");
+  // num_workers sizes per-worker state: 2^31-1 workers meant a 16 GiB
+  // allocation (found by tests/fuzz/ps_request_fuzzer).
+  if (req.num_workers() > kMaxWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers ", req.num_workers(), " is more than ", kMaxWorkers));
+  }
   if (req.consistency().mode() == ConsistencyDef::BOUNDED_STALENESS && req.consistency().staleness() < 0) {
     return absl::InvalidArgumentError("consistency.staleness must be >= 0");
   }

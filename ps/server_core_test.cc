@@ -123,6 +123,16 @@ TEST(ServerCoreTest, WorkerIdsAndStepsFromTheWireAllocateNothing) {
             absl::StatusCode::kDeadlineExceeded);
 }
 
+// Found by tests/fuzz/ps_request_fuzzer (libFuzzer run): num_workers
+// 2^31-4 sized per-worker state at 16 GiB.
+TEST(ServerCoreTest, RefusesAnAbsurdNumberOfWorkers) {
+  ParameterServerCore ps(Options());
+  auto created = ps.CreateVariables(Create("ASYNC", std::numeric_limits<int32_t>::max() - 3));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("num_workers"));
+  EXPECT_TRUE(ps.CreateVariables(Create("ASYNC", 1 << 16)).ok());
+}
+
 // Found by tests/fuzz/ps_request_fuzzer: float32 [2^62, 1] is 2^64 bytes,
 // which wrapped to an empty buffer the initializer then wrote past.
 TEST(ServerCoreTest, RefusesAVariableWhoseSizeOverflows) {
