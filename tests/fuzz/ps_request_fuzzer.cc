@@ -165,7 +165,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!created.ok()) break;
       // What was created can be pulled, and a second identical create is a no-op.
       std::vector<std::string> names;
-      for (const auto& v : req.variable()) names.push_back(v.name());
+      for (const auto& v : req.variable()) {
+        // A hash table has no whole value to pull (Variable::Read refuses it).
+        if (v.kind() != psrt::VariableDef::HASH_TABLE) names.push_back(v.name());
+      }
       bool pulled = false;
       core.Pull(names, -1, 0, deadline, [&](absl::Status s, psrt::NamedTensors, int64_t) {
         Check(s.ok(), "pulling just-created variables fails");

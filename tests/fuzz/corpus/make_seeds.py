@@ -164,6 +164,9 @@ seed("create", CREATE, ASYNC, ld(1, variable) + ld(1, table) + sgd + vi(4, 2))
 # float32 [2^62, 1]: 2^64 bytes, which wraps to 0 (regression seed).
 wrapped = (ld(1, b"big") + vi(3, DT_FLOAT) + ld(4, ld(1, varint(1 << 62) + varint(1))))
 seed("create_overflow", CREATE, ASYNC, ld(1, wrapped) + sgd + vi(4, 1))
+# num_workers 2^31-4 sized per-worker state at 16 GiB (regression seed; the
+# libFuzzer run's crash file, written here by hand).
+seed("create_many_workers", CREATE, ASYNC, ld(1, variable) + sgd + vi(4, 0x7FFFFFFC))
 
 # ---- tensor_wire_fuzzer: byte 0 says where to cut the slices, then
 # fields: 1 = NamedTensor, others = bare TensorProto.
