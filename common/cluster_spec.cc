@@ -1,5 +1,7 @@
 #include "common/cluster_spec.h"
 
+#include <climits>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -8,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
@@ -91,7 +94,9 @@ absl::StatusOr<TaskId> TaskFromStruct(const Struct& task, absl::string_view sour
   auto idx = task.fields().find("index");
   if (idx != task.fields().end()) {
     double v = idx->second.number_value();
-    if (idx->second.kind_case() != Value::kNumberValue || v < 0 || v != static_cast<int>(v)) {
+    // The range check comes before the cast: casting 1e300 to int is UB.
+    if (idx->second.kind_case() != Value::kNumberValue || !(v >= 0 && v <= INT_MAX) ||
+        v != std::floor(v)) {
       return Invalid(source, "task.index", "must be a non-negative integer");
     }
     index = static_cast<int>(v);
@@ -133,6 +138,25 @@ absl::StatusOr<ParsedConfig> ParseConfig(absl::string_view json, absl::string_vi
       return Invalid(source, key, "unknown key (expected cluster, task, environment, rpc_layer)");
     }
   }
+  return out;
+}
+
+// A JSON string literal. Addresses are checked only loosely (a host may
+// hold a quote or a control character), and ToJson's output is parsed
+// again by every task the chief launches, so escape what JSON requires.
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
   return out;
 }
 
@@ -297,8 +321,8 @@ std::string ClusterSpec::ToJson() const {
   std::vector<std::string> jobs;
   for (const ClusterJob& j : def_.job()) {
     std::vector<std::string> addrs;
-    for (const auto& a : j.address()) addrs.push_back(absl::StrCat("\"", a, "\""));
-    jobs.push_back(absl::StrCat("\"", j.name(), "\": [", absl::StrJoin(addrs, ", "), "]"));
+    for (const auto& a : j.address()) addrs.push_back(JsonString(a));
+    jobs.push_back(absl::StrCat(JsonString(j.name()), ": [", absl::StrJoin(addrs, ", "), "]"));
   }
   return absl::StrCat("{", absl::StrJoin(jobs, ", "), "}");
 }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -70,6 +71,27 @@ TEST(ClusterSpecTest, RefusesBadSpecsNamingTheField) {
               HasSubstr("tsak: unknown key"));
   EXPECT_THAT(ErrorOf(R"({"task": {"type": "ps"}})"), HasSubstr("cluster: missing"));
   EXPECT_THAT(ErrorOf("{\"chief\": [\"a:1\""), HasSubstr("spec.json: not a JSON object"));
+}
+
+// Both found by tests/fuzz/cluster_spec_fuzzer.
+TEST(ClusterSpecTest, ToJsonEscapesWhatTheParserAccepted) {
+  auto spec = ClusterSpec::FromJson(R"({"chief": ["a\"b:1"], "ps": ["c\\d:2"], "worker": ["e\u0001f:3"]})",
+                                    "spec.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto again = ClusterSpec::FromJson(spec->ToJson(), "again");
+  ASSERT_TRUE(again.ok()) << again.status() << " in " << spec->ToJson();
+  EXPECT_EQ(again->def().SerializeAsString(), spec->def().SerializeAsString());
+}
+
+TEST(ClusterSpecTest, RefusesATaskIndexOutOfIntRange) {
+  for (const char* index : {"1e300", "4294967296", "2147483648", "-1", "0.5"}) {
+    std::string json = absl::StrCat(
+        R"({"cluster": {"chief": ["a:1"], "ps": ["b:2"], "worker": ["c:3"]}, "task": {"type": "ps", "index": )",
+        index, "}}");
+    auto config = LoadTaskConfig("", "", json.c_str());
+    ASSERT_FALSE(config.ok()) << index;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr("task.index")) << index;
+  }
 }
 
 TEST(ClusterSpecTest, TaskIds) {

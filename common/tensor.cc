@@ -87,6 +87,11 @@ TensorBuffer::~TensorBuffer() {
 Tensor::Tensor(DataType dtype, TensorShape shape)
     : dtype_(dtype), shape_(std::move(shape)) {
   CHECK_GT(DataTypeSize(dtype), 0u) << "bad dtype " << dtype;
+  // TotalBytes() wraps around for such a shape and would allocate a buffer
+  // far smaller than the tensor: fail loudly, like any allocation too big.
+  CHECK_LE(static_cast<uint64_t>(NumElements()),
+           std::numeric_limits<uint64_t>::max() / DataTypeSize(dtype))
+      << "tensor " << DataTypeName(dtype) << shape_.ToString() << " is too large";
   buffer_ = TensorBuffer::Allocate(TotalBytes());
 }
 
@@ -150,6 +155,21 @@ void Tensor::ToProto(TensorProto* proto) const {
   proto->set_content(static_cast<const char*>(raw_data()), TotalBytes());
 }
 
+absl::Status CheckContentSize(DataType dtype, const TensorShape& shape, uint64_t bytes) {
+  const uint64_t size = DataTypeSize(dtype);
+  const uint64_t n = static_cast<uint64_t>(shape.num_elements());
+  if (size == 0 || bytes % size != 0 || bytes / size != n) {
+    // Spelled out in 128 bits so the message is right even when it overflows.
+    const unsigned __int128 want = static_cast<unsigned __int128>(n) * size;
+    std::string want_text = want >> 64 == 0 ? absl::StrCat(static_cast<uint64_t>(want))
+                                            : absl::StrCat(n, " x ", size);
+    return absl::InvalidArgumentError(absl::StrCat("tensor content is ", bytes, " bytes but ",
+                                                   DataTypeName(dtype), shape.ToString(),
+                                                   " needs ", want_text));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
   if (DataTypeSize(proto.dtype()) == 0) {
     return absl::InvalidArgumentError(
@@ -157,12 +177,10 @@ absl::StatusOr<Tensor> Tensor::FromProto(const TensorProto& proto) {
   }
   absl::StatusOr<TensorShape> shape = TensorShape::FromProto(proto.shape());
   if (!shape.ok()) return shape.status();
+  // Before allocating: the shape is untrusted and may ask for terabytes.
+  absl::Status size_ok = CheckContentSize(proto.dtype(), *shape, proto.content().size());
+  if (!size_ok.ok()) return size_ok;
   Tensor t(proto.dtype(), *std::move(shape));
-  if (proto.content().size() != t.TotalBytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor content is ", proto.content().size(), " bytes but ",
-        DataTypeName(proto.dtype()), t.shape().ToString(), " needs ", t.TotalBytes()));
-  }
   std::memcpy(t.raw_data(), proto.content().data(), t.TotalBytes());
   return t;
 }

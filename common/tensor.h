@@ -31,6 +31,13 @@ inline constexpr size_t kTensorAlignment = 64;
 
 // Bytes per element; 0 for DT_INVALID or an unknown value.
 size_t DataTypeSize(DataType dtype);
+
+class TensorShape;
+// Whether `bytes` of content are exactly a `dtype` tensor of `shape`, for
+// decoders of untrusted messages: the product elements x element size is
+// never formed, so a shape whose byte size wraps around 64 bits cannot
+// pass for a small one. The error names both sizes.
+absl::Status CheckContentSize(DataType dtype, const TensorShape& shape, uint64_t bytes);
 std::string DataTypeName(DataType dtype);
 
 template <typename T>

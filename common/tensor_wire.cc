@@ -327,12 +327,10 @@ absl::StatusOr<psrt::Tensor> Reader::ReadTensor() {
   }
   absl::StatusOr<TensorShape> shape = TensorShape::FromProto(shape_proto);
   if (!shape.ok()) return shape.status();
-  uint64_t want = static_cast<uint64_t>(shape->num_elements()) * DataTypeSize(dt);
-  if (want != content_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor content is ", content_bytes, " bytes but ", DataTypeName(dt),
-        shape->ToString(), " needs ", want));
-  }
+  // Not want == elements * size: that product can wrap to the content's
+  // size (0 for int64 [2^61]) and admit a tensor larger than its buffer.
+  absl::Status size_ok = CheckContentSize(dt, *shape, content_bytes);
+  if (!size_ok.ok()) return size_ok;
   if (content == nullptr) content = TensorBuffer::Allocate(0);
   return psrt::Tensor(dt, *std::move(shape), std::move(content));
 }

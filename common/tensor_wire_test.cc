@@ -239,6 +239,24 @@ TEST(TensorWireTest, RefusesBadTensorsWithNamedErrors) {
   EXPECT_NE(s.message().find("negative"), std::string::npos) << s;
 }
 
+// Found by tests/fuzz/tensor_wire_fuzzer: int64 [2^61] needs 2^64 bytes,
+// which wrapped to 0 and matched empty content, giving a tensor whose shape
+// claimed 2^61 elements over an empty buffer.
+TEST(TensorWireTest, RefusesAShapeWhoseByteSizeOverflows) {
+  for (int64_t dim : {int64_t{1} << 61, (int64_t{1} << 62) + 1}) {
+    TensorProto p;
+    p.set_dtype(DT_INT64);
+    p.mutable_shape()->add_dim(dim);
+    p.mutable_shape()->add_dim(1);
+    if (dim & 1) p.set_content(std::string(8, 'x'));  // 8 * (2^62 + 1) wraps to 8
+    absl::Status s = DecodeOne(Wrap(p.SerializeAsString()));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << dim;
+    EXPECT_NE(s.message().find("needs"), std::string::npos) << s;
+    // The protobuf path refuses it too, before allocating anything.
+    EXPECT_FALSE(Tensor::FromProto(p).ok()) << dim;
+  }
+}
+
 TEST(TensorWireTest, EveryTruncationIsAnErrorNotACrash) {
   Writer w;
   w.NamedTensor(1, "v", Iota(8));

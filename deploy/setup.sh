@@ -7,6 +7,8 @@ set -euo pipefail
 PACKAGES=(
   # build
   bazel-bootstrap bazel-rules-java g++ git python3 python3-venv zlib1g-dev
+  # fuzzing (bazel test --config=fuzz //tests/fuzz/...): clang and libFuzzer
+  clang-14 libclang-rt-14-dev
   # libraries wrapped in third_party/
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev

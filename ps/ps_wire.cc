@@ -121,6 +121,12 @@ static absl::StatusOr<PullRowsArgs> DecodePullRowsInner(const grpc::ByteBuffer& 
         }
       }
       r.LeaveMessage();
+      // An entry without ids would reach the server as an invalid tensor
+      // (found by tests/fuzz/ps_request_fuzzer).
+      if (r.status().ok() && !entry.second.IsValid()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("PullRowsRequest: variable '", entry.first, "' has no ids tensor"));
+      }
       a.ids.push_back(std::move(entry));
     } else if (f == 2 && t == wire::kVarint && r.ReadVarint(&v)) {
       a.worker = static_cast<int32_t>(v);
@@ -233,6 +239,10 @@ static absl::StatusOr<PushRowsArgs> DecodePushRowsInner(const grpc::ByteBuffer& 
         }
       }
       r.LeaveMessage();
+      if (r.status().ok() && (!u.ids.IsValid() || !u.values.IsValid())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PushRowsRequest: variable '", u.variable, "' needs both ids and values tensors"));
+      }
       a.rows.push_back(std::move(u));
     } else if (!r.Skip(t)) {
       break;

@@ -83,6 +83,24 @@ TEST(PsWireTest, RowsBothWays) {
   EXPECT_EQ(pb->rows[0].values.data<float>()[1], 1.5f);
 }
 
+// Found by tests/fuzz/ps_request_fuzzer: an entry with no tensor decoded
+// to an invalid Tensor that the server then indexed.
+TEST(PsWireTest, RowEntriesWithoutTheirTensorsAreRefused) {
+  PullRowsRequest pull;
+  pull.add_rows()->set_variable("emb");
+  auto a = DecodePullRows(FromProto(pull));
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("'emb' has no ids"), std::string::npos) << a.status();
+
+  PushRowsRequest push;
+  auto* g = push.add_gradient();
+  g->set_variable("emb");
+  Tensor::FromVector<int64_t>({4}, TensorShape({1})).ToProto(g->mutable_ids());
+  auto p = DecodePushRows(FromProto(push));
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("needs both ids and values"), std::string::npos) << p.status();
+}
+
 TEST(PsWireTest, GarbageIsAnErrorNamingTheMessage) {
   std::string junk = "\x0a\xff\xff\xff\x0f";
   grpc::Slice s(junk);

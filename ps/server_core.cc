@@ -1,6 +1,7 @@
 #include "ps/server_core.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -8,6 +9,8 @@
 
 namespace psrt {
 namespace {
+
+constexpr int kMaxWorkers = 1 << 16;
 
 constexpr size_t kRecentPushes = 512;
 
@@ -47,6 +50,12 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     const CreateVariablesRequest& req) {
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(req.optimizer()));
   if (req.num_workers() < 1) return absl::InvalidArgumentError("num_workers must be at least 1");
+  // num_workers sizes per-worker state: 2^31-1 workers meant a 16 GiB
+  // allocation (found by tests/fuzz/ps_request_fuzzer).
+  if (req.num_workers() > kMaxWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers ", req.num_workers(), " is more than ", kMaxWorkers));
+  }
   if (req.consistency().mode() == ConsistencyDef::BOUNDED_STALENESS && req.consistency().staleness() < 0) {
     return absl::InvalidArgumentError("consistency.staleness must be >= 0");
   }
@@ -271,9 +280,14 @@ bool ParameterServerCore::SeenLocked(const RequestId& id) { return Seen(pushes_s
 
 void ParameterServerCore::RecordLocked(const RequestId& id) {
   Record(&pushes_seen_, id);
-  if (id.worker() >= 0) {
-    if (static_cast<int>(worker_next_step_.size()) <= id.worker()) worker_next_step_.resize(id.worker() + 1, 0);
-    worker_next_step_[id.worker()] = std::max(worker_next_step_[id.worker()], id.step() + 1);
+  // Only workers of the job count for staleness (ReadyLocked reads no
+  // others); a worker id from the wire must not size the vector, since
+  // worker 2^31-1 would allocate 16 GiB. The step saturates rather than
+  // overflowing at INT64_MAX.
+  if (id.worker() >= 0 && id.worker() < num_workers_) {
+    if (static_cast<int>(worker_next_step_.size()) <= id.worker()) worker_next_step_.resize(num_workers_, 0);
+    int64_t next = id.step() == std::numeric_limits<int64_t>::max() ? id.step() : id.step() + 1;
+    worker_next_step_[id.worker()] = std::max(worker_next_step_[id.worker()], next);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "ps/server_core.h"
 
+#include <limits>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -106,6 +107,45 @@ TEST(ServerCoreTest, BadPushesChangeNothing) {
   other.mutable_variable(0)->mutable_shape()->set_dim(0, 3);
   EXPECT_EQ(ps.CreateVariables(other).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+}
+
+// Found by tests/fuzz/ps_request_fuzzer: worker 2^31-1 sized a vector of
+// 2^31 steps (16 GiB), and step INT64_MAX overflowed computing the next.
+TEST(ServerCoreTest, WorkerIdsAndStepsFromTheWireAllocateNothing) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("BOUNDED_STALENESS", 2, 1)).ok());
+  for (int worker : {2, 1 << 30, std::numeric_limits<int32_t>::max()}) {
+    EXPECT_TRUE(ps.Push(Id(worker, std::numeric_limits<int64_t>::max()), Grad(1, 1)).ok()) << worker;
+  }
+  EXPECT_TRUE(ps.Push(Id(0, std::numeric_limits<int64_t>::max()), Grad(1, 1)).ok());
+  // Worker 1 has pushed nothing: worker 0 may not run 2 steps ahead of it.
+  EXPECT_EQ(PullW(&ps, 0, 2, absl::Milliseconds(50)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+// Found by tests/fuzz/ps_request_fuzzer (libFuzzer run): num_workers
+// 2^31-4 sized per-worker state at 16 GiB.
+TEST(ServerCoreTest, RefusesAnAbsurdNumberOfWorkers) {
+  ParameterServerCore ps(Options());
+  auto created = ps.CreateVariables(Create("ASYNC", std::numeric_limits<int32_t>::max() - 3));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("num_workers"));
+  EXPECT_TRUE(ps.CreateVariables(Create("ASYNC", 1 << 16)).ok());
+}
+
+// Found by tests/fuzz/ps_request_fuzzer: float32 [2^62, 1] is 2^64 bytes,
+// which wrapped to an empty buffer the initializer then wrote past.
+TEST(ServerCoreTest, RefusesAVariableWhoseSizeOverflows) {
+  ParameterServerCore ps(Options());
+  CreateVariablesRequest req = Create("ASYNC", 1);
+  req.mutable_variable(0)->mutable_shape()->set_dim(0, int64_t{1} << 62);
+  req.mutable_variable(0)->mutable_shape()->add_dim(1);
+  req.mutable_variable(1)->mutable_shape()->set_dim(1, int64_t{1} << 60);
+  auto created = ps.CreateVariables(req);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("is too large"));
+  req.mutable_variable()->DeleteSubrange(0, 1);  // the hash table alone
+  EXPECT_THAT(std::string(ps.CreateVariables(req).status().message()), HasSubstr("is too large"));
 }
 
 TEST(ServerCoreTest, SyncAppliesTheMeanOnceEveryWorkerPushedAndHoldsPulls) {

@@ -45,15 +45,23 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
     }
     dims[0] = def.row_end() - def.row_begin();
   }
-  int64_t bytes = static_cast<int64_t>(sizeof(float)) * (1 + optimizer->num_slots());
-  for (int64_t d : dims) {
-    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes)) bytes = INT64_MAX;
+  // The request is from the network: refuse a shape whose bytes do not
+  // even fit 64 bits (float32 [2^62, 1] wrapped to 0 bytes and the
+  // initializer wrote past the end of an empty buffer).
+  unsigned __int128 bytes = sizeof(float);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = def.kind() == VariableDef::HASH_TABLE && i == 0 ? kInitialHashRows : dims[i];
+    bytes *= static_cast<uint64_t>(d);
+    if (bytes >> 62) {
+      return Bad(def, absl::StrCat("shape ", full.ToString(), " is too large"));
+    }
   }
-  if (bytes > limits.max_bytes) {
+  // Value plus optimizer slots, against what this PS has left.
+  const unsigned __int128 needed = bytes * static_cast<unsigned>(1 + optimizer->num_slots());
+  if (needed > static_cast<unsigned __int128>(limits.max_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "variable ", def.name(), " ", full.ToString(), " needs ",
-        bytes == INT64_MAX ? std::string("more than 2^63") : absl::StrCat(bytes), " bytes with its ",
-        optimizer->num_slots(), " optimizer slots; this PS has ", limits.max_bytes,
+        "variable ", def.name(), " ", full.ToString(), " needs ", static_cast<uint64_t>(needed),
+        " bytes with its ", optimizer->num_slots(), " optimizer slots; this PS has ", limits.max_bytes,
         " bytes left (--max_memory_mb)"));
   }
   auto v = std::unique_ptr<Variable>(new Variable(def, TensorShape(dims), optimizer));

@@ -1,6 +1,9 @@
 #include "common/io/record_io.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -58,6 +61,16 @@ absl::StatusOr<bool> RecordReader::Next(std::string* record) {
     return Corrupt("length CRC mismatch");
   }
   if (length > kMaxRecordBytes) return Corrupt(absl::StrCat("implausible length ", length));
+  // A corrupt length whose CRC happens to match (or was forged) must not
+  // cost `length` bytes of memory: in a regular file, refuse it when the
+  // rest of the file is shorter. (Pipes keep the kMaxRecordBytes bound.)
+  struct stat st;
+  off_t here = ftello(file_);
+  if (here >= 0 && fstat(fileno(file_), &st) == 0 && S_ISREG(st.st_mode) &&
+      length > static_cast<uint64_t>(std::max<off_t>(0, st.st_size - here))) {
+    return Corrupt(absl::StrCat("truncated data (expected ", length, " bytes, the file has ",
+                                std::max<off_t>(0, st.st_size - here), " left)"));
+  }
   record->resize(length);
   if (std::fread(record->data(), 1, length, file_) != length) {
     return Corrupt(absl::StrCat("truncated data (expected ", length, " bytes)"));

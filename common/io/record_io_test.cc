@@ -93,6 +93,21 @@ TEST(RecordIoTest, EveryTruncationAndFlippedByteIsDataLossNamingFileAndRecord) {
   EXPECT_EQ(RecordReader::Open(TempPath("missing")).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Found by tests/fuzz/record_io_fuzzer: a length with a matching CRC made
+// the reader allocate up to 4 GiB before finding the data missing.
+TEST(RecordIoTest, ALengthPastTheEndOfTheFileIsRefusedBeforeAllocating) {
+  std::string header(12, '\0');
+  const uint64_t length = uint64_t{3} << 30;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  const uint32_t crc = crc32c::Mask(crc32c::Value(header.data(), 8));
+  for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  std::string path = TempPath("huge_length.tfrecord");
+  Spit(path, header + "abc");
+  auto recs = ReadAll(path);
+  EXPECT_EQ(recs.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(recs.status().message()), HasSubstr("the file has 3 left"));
+}
+
 TEST(RecordIoTest, ReadsWhatTensorBoardWritesAndWritesWhatItWould) {
   std::string theirs = TempPath("tensorboard.tfrecord");
   ASSERT_TRUE(testing::RunPythonTool("tests/tools/write_tfrecords.py", {"framing", theirs}).ok());

@@ -1,6 +1,7 @@
 #include "worker/input/dataset.h"
 
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "common/testing/python_tool.h"
@@ -241,6 +242,58 @@ TEST(DatasetTest, FashionMnistTestSplitFromIdx) {
   }
   EXPECT_EQ(n, 5000);
   for (int c : counts) EXPECT_GT(c, 400);  // 1000 per class in the whole split
+}
+
+// Found by tests/fuzz/input_source_fuzzer: dims whose product overflows
+// int64 (2 x 2^31 x 2^31 x 2^31 x 2^31 x 2 wraps to 0, the data's size).
+TEST(DatasetTest, IdxDimsThatOverflowAreRefused) {
+  std::string header("\x00\x00\x08\x06\x00\x00\x00\x02", 8);
+  for (int i = 0; i < 4; ++i) header += std::string("\x80\x00\x00\x00", 4);
+  header += std::string("\x00\x00\x00\x02", 4);
+  InputDef input;
+  input.set_format(InputDef::IDX);
+  DataSource split;
+  split.add_files(WriteFile("overflow.idx", header));
+  split.set_labels_file(WriteFile("overflow-labels.idx", std::string("\x00\x00\x08\x01\x00\x00\x00\x02\x01\x02", 10)));
+  ASSERT_TRUE(FillDefaultFeatures(&input).ok());
+  auto source = OpenSource(input, split);
+  EXPECT_EQ(source.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(source.status().message()), HasSubstr("dims overflow"));
+}
+
+// Found by tests/fuzz/input_source_fuzzer: after a bad line the text
+// readers carried on at the next, though source.h says a failed source
+// stays failed (until Reset).
+TEST(DatasetTest, AFailedSourceStaysFailedUntilReset) {
+  InputDef input;
+  input.set_format(InputDef::LIBSVM);
+  ASSERT_TRUE(FillDefaultFeatures(&input).ok());
+  DataSource split;
+  split.add_files(WriteFile("sticky.svm", "1 x:2\n1 3:1\n"));
+  auto source = OpenSource(input, split);
+  ASSERT_TRUE(source.ok()) << source.status();
+  Example ex;
+  auto first = (*source)->Next(&ex);
+  ASSERT_FALSE(first.ok());
+  auto second = (*source)->Next(&ex);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status(), first.status());
+  ASSERT_TRUE((*source)->Reset().ok());
+  EXPECT_FALSE((*source)->Next(&ex).ok());  // the same bad first line again
+}
+
+// Found by tests/fuzz/input_source_fuzzer: a "nan" label cast to int64 (UB).
+TEST(DatasetTest, ANanClassLabelIsRefused) {
+  InputDef input;
+  input.set_format(InputDef::LIBSVM);
+  input.set_num_classes(3);
+  ASSERT_TRUE(FillDefaultFeatures(&input).ok());
+  Example ex;
+  ex.features.resize(1);
+  ex.label = std::numeric_limits<float>::quiet_NaN();
+  auto batch = MakeBatch(input, {ex});
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(batch.status().message()), HasSubstr("not a class index"));
 }
 
 TEST(DatasetTest, TruncatedIdxIsRefusedNamingTheFile) {

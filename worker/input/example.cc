@@ -68,7 +68,8 @@ absl::StatusOr<Batch> MakeBatch(const InputDef& input, const std::vector<Example
     Tensor label(DT_INT64, TensorShape({b}));
     for (int64_t i = 0; i < b; ++i) {
       float l = examples[i].label;
-      if (l < 0 || l >= input.num_classes() || l != static_cast<int64_t>(l)) {
+      // Written so NaN fails the range test before the cast (UB for NaN).
+      if (!(l >= 0 && l < input.num_classes()) || l != static_cast<int64_t>(l)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "label ", l, " is not a class index in [0, ", input.num_classes(), ")"));
       }

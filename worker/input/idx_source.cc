@@ -54,7 +54,11 @@ absl::StatusOr<IdxFile> ReadIdx(const std::string& path) {
     size_t o = 4 + 4 * d;
     int64_t v = (int64_t{u8(o)} << 24) | (u8(o + 1) << 16) | (u8(o + 2) << 8) | u8(o + 3);
     f.dims.push_back(v);
-    count *= v;
+    // Up to 255 dims of 2^32: the product can overflow int64 (UB, and a
+    // wrapped count could pass the size check below).
+    if (__builtin_mul_overflow(count, v, &count)) {
+      return absl::DataLossError(absl::StrCat(path, ": IDX header's dims overflow"));
+    }
   }
   size_t header = 4 + 4 * ndims;
   if (bytes.size() - header != static_cast<size_t>(count)) {
@@ -127,7 +131,10 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenIdxSource(const InputDef& inp
   }
   int64_t want = 1, have = 1;
   for (int64_t d : input.feature(0).shape()) want *= d;
-  for (size_t i = 1; i < source->image_dims().size(); ++i) have *= source->image_dims()[i];
+  for (size_t i = 1; i < source->image_dims().size(); ++i) {
+    // Cannot overflow when dims[0] > 0 (ReadIdx checked the whole product).
+    if (__builtin_mul_overflow(have, source->image_dims()[i], &have)) have = -1;
+  }
   if (want != have) {
     return absl::InvalidArgumentError(absl::StrCat("feature \"", input.feature(0).name(),
                                                    "\" needs ", want, " values per example, ",

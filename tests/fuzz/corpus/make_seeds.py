@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Writes the binary seed files of tests/fuzz/corpus/ (the text ones are
+checked in as they are). Run from anywhere; rewrites the same bytes:
+    python3 tests/fuzz/corpus/make_seeds.py
+Protobuf and TFRecord bytes are spelled out here by hand so the seeds do
+not depend on the code they test."""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tfrecord(records):
+    out = b""
+    for r in records:
+        n = struct.pack("<Q", len(r))
+        out += n + struct.pack("<I", masked(n)) + r + struct.pack("<I", masked(r))
+    return out
+
+
+def varint(v):
+    v &= (1 << 64) - 1
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def ld(field, payload):  # length-delimited field
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+
+def vi(field, value):
+    return varint(field << 3) + varint(value)
+
+
+def f64(field, value):
+    return varint(field << 3 | 1) + struct.pack("<Q", value)
+
+
+# DataType numbering of proto/tensor.proto.
+DT_FLOAT, DT_INT64 = 1, 2
+
+
+def tensor(dtype, dims, content):
+    return vi(1, dtype) + ld(2, ld(1, b"".join(varint(d) for d in dims))) + ld(4, content)
+
+
+def floats(*v):
+    return struct.pack("<%df" % len(v), *v)
+
+
+def int64s(*v):
+    return struct.pack("<%dq" % len(v), *v)
+
+
+# tf.train.Example: features { feature { key value } }.
+def example(feats):
+    entries = b""
+    for key, (kind, values) in feats.items():
+        if kind == "float":
+            feat = ld(2, ld(1, floats(*values)))
+        else:
+            feat = ld(3, ld(1, b"".join(varint(v) for v in values)))
+        entries += ld(1, ld(1, key.encode()) + ld(2, feat))
+    return ld(1, entries)
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- record_io_fuzzer: whole TFRecord files.
+write("record_io_fuzzer", "two_records", tfrecord([b"first", b"second record"]))
+write("record_io_fuzzer", "empty_record", tfrecord([b""]))
+write("record_io_fuzzer", "truncated", tfrecord([b"abcdef"])[:-3])
+# A length of 3 GiB whose CRC matches, and no data (regression seed).
+n = struct.pack("<Q", 3 << 30)
+write("record_io_fuzzer", "huge_length", n + struct.pack("<I", masked(n)) + b"abc")
+
+# ---- input_source_fuzzer: selector byte, then the file(s).
+LIBSVM, CSV, IDX, TFRECORD, NAMED_LABEL, CLASSES = 0, 1, 2, 3, 4, 8
+write("input_source_fuzzer", "libsvm", bytes([LIBSVM]) + b"1 3:0.5 7:1 qid:2 # c\n0 1:2\n\n-1.5 0:1e3\n")
+write("input_source_fuzzer", "libsvm_classes", bytes([LIBSVM | CLASSES]) + b"3 1:1\nnan 2:1\n")
+write("input_source_fuzzer", "csv_numbered", bytes([CSV]) + b"1,0.5,2,3\r\n0,1,1,1\n")
+write("input_source_fuzzer", "csv_header", bytes([CSV | NAMED_LABEL | CLASSES]) + b"a, label,b,c\n1,2,3,4\n5,6,7,8\n")
+
+
+def idx(dims, data):
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + data
+
+
+images = idx([2, 2, 2], bytes(range(8)))
+labels = idx([2], bytes([3, 9]))
+cut = len(images)
+write("input_source_fuzzer", "idx", bytes([IDX, cut & 0xFF, cut >> 8]) + images + labels)
+# dims whose product wraps around 64 bits to the data's size (regression seed).
+wrap = idx([2, 1 << 31, 1 << 31, 1 << 31, 1 << 31, 2], b"")
+write("input_source_fuzzer", "idx_overflow", bytes([IDX, len(wrap) & 0xFF, len(wrap) >> 8]) + wrap + labels)
+ex1 = example({"x": ("float", [1.0, 2.0]), "ids": ("int64", [4, 5, 6]), "label": ("int64", [1])})
+ex2 = example({"x": ("int64", [3, 4]), "ids": ("int64", []), "label": ("float", [0.5])})
+write("input_source_fuzzer", "tfrecord", bytes([TFRECORD]) + tfrecord([ex1, ex2]))
+
+# ---- ps_request_fuzzer: selector byte (message | mode << 3), then the body.
+PULL, PULL_ROWS, PUSH, PUSH_ROWS, PULL_RESULT, PUSH_RESULT, CREATE = range(7)
+ASYNC, SYNC, STALE = 0, 1, 2
+
+
+def request_id(worker, step, incarnation=5):
+    return ld(1, vi(1, worker) + f64(2, incarnation) + vi(3, step))
+
+
+def named(name, t):
+    return ld(1, name.encode()) + ld(2, t)
+
+
+def seed(name, which, mode, body):
+    write("ps_request_fuzzer", name, bytes([which | mode << 3]) + body)
+
+
+seed("pull", PULL, ASYNC, ld(1, b"w") + ld(1, b"b") + vi(2, 1) + vi(3, 4))
+seed("pull_sync_waits", PULL, SYNC, ld(1, b"w") + vi(2, 0) + vi(3, 9))
+seed("pull_rows", PULL_ROWS, STALE,
+     ld(1, ld(1, b"emb") + ld(2, tensor(DT_INT64, [3], int64s(0, 15, 3)))) +
+     ld(1, ld(1, b"hash") + ld(2, tensor(DT_INT64, [2], int64s(-7, 1 << 40)))) + vi(2, 1))
+seed("push", PUSH, ASYNC,
+     request_id(0, 1) + ld(2, named("w", tensor(DT_FLOAT, [4, 3], floats(*range(12))))) +
+     ld(2, named("b", tensor(DT_FLOAT, [3], floats(1, 2, 3)))))
+seed("push_sync", PUSH, SYNC, request_id(1, 0) + ld(2, named("b", tensor(DT_FLOAT, [3], floats(1, 2, 3)))))
+seed("push_huge_worker", PUSH, STALE, request_id(0x7FFFFFFF, (1 << 63) - 1))
+seed("push_rows", PUSH_ROWS, ASYNC,
+     request_id(0, 2) + ld(2, ld(1, b"emb") + ld(2, tensor(DT_INT64, [2], int64s(1, 2))) +
+                          ld(3, tensor(DT_FLOAT, [2, 4], floats(*range(8))))) +
+     ld(2, ld(1, b"hash") + ld(2, tensor(DT_INT64, [1], int64s(99))) +
+        ld(3, tensor(DT_FLOAT, [1, 2], floats(1, 2)))))
+seed("pull_result", PULL_RESULT, ASYNC,
+     ld(1, named("w", tensor(DT_FLOAT, [2], floats(1, 2)))) + vi(2, 7) + f64(3, 9))
+seed("push_result", PUSH_RESULT, ASYNC, vi(1, 3) + vi(2, 1))
+variable = (ld(1, b"v") + vi(3, DT_FLOAT) + ld(4, ld(1, varint(3) + varint(2))))
+table = (ld(1, b"t") + vi(2, 1) + vi(3, DT_FLOAT) + ld(4, ld(1, varint(8) + varint(2))) + vi(5, 2) + vi(6, 6))
+sgd = ld(2, ld(1, b"\x0d" + floats(0.1)))  # optimizer { sgd { learning_rate: 0.1 } }
+seed("create", CREATE, ASYNC, ld(1, variable) + ld(1, table) + sgd + vi(4, 2))
+# float32 [2^62, 1]: 2^64 bytes, which wraps to 0 (regression seed).
+wrapped = (ld(1, b"big") + vi(3, DT_FLOAT) + ld(4, ld(1, varint(1 << 62) + varint(1))))
+seed("create_overflow", CREATE, ASYNC, ld(1, wrapped) + sgd + vi(4, 1))
+# num_workers 2^31-4 sized per-worker state at 16 GiB (regression seed; the
+# libFuzzer run's crash file, written here by hand).
+seed("create_many_workers", CREATE, ASYNC, ld(1, variable) + sgd + vi(4, 0x7FFFFFFC))
+
+# ---- tensor_wire_fuzzer: byte 0 says where to cut the slices, then
+# fields: 1 = NamedTensor, others = bare TensorProto.
+def tw(name, cuts, body):
+    write("tensor_wire_fuzzer", name, bytes([cuts]) + body)
+
+
+tw("float_2x3", 0, ld(1, named("dense/kernel", tensor(DT_FLOAT, [2, 3], floats(*range(6))))))
+unpacked = vi(1, DT_INT64) + ld(2, vi(1, 3)) + ld(4, int64s(1, 5, 7))  # dims not packed
+tw("int64_ids", 0x1B, ld(1, named("ids", unpacked)))
+tw("scalar_and_bare", 0x25, ld(1, named("s", tensor(DT_FLOAT, [], floats(1.5)))) +
+   ld(2, tensor(DT_FLOAT, [0, 4], b"")))
+# int64 [2^61]: 2^64 bytes, which wrapped to 0 (regression seed).
+tw("huge_dim", 0, ld(1, named("h", tensor(DT_INT64, [1 << 61], b""))))
+content_first = ld(4, b"\0" * 8) + ld(2, ld(1, varint(2))) + vi(1, DT_FLOAT)
+tw("content_first", 0x3F, ld(1, ld(2, content_first) + ld(1, b"x")))
