@@ -258,7 +258,13 @@ TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
   std::vector<std::thread> parked;
   std::vector<absl::Status> parked_status(4);
   for (int i = 0; i < 4; ++i) {
-    parked.emplace_back([&, i] { parked_status[i] = ps.Client(0)->Pull({"w"}, 1).status(); });
+    parked.emplace_back([&, i] {
+      // Until it gets a slot: the probe below may hold one for a moment.
+      absl::Time end = absl::Now() + absl::Seconds(30);
+      do {
+        parked_status[i] = ps.Client(0)->Pull({"w"}, 1).status();
+      } while (parked_status[i].code() == absl::StatusCode::kResourceExhausted && absl::Now() < end);
+    });
   }
   PsClientOptions quick;
   quick.timeout = absl::Milliseconds(300);
@@ -268,7 +274,9 @@ TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
   PsClient probe(w_only, ps.cluster.ps, &ps.channels, quick);
   absl::Status refused;
   for (absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;) {
-    refused = probe.Pull({"w"}, 1).status();  // parks (and times out) until the four are in
+    // Parks (and times out) until the four are in; refused means all four
+    // slots are held by them, since the probe holds none then.
+    refused = probe.Pull({"w"}, 1).status();
     if (refused.code() == absl::StatusCode::kResourceExhausted) break;
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;

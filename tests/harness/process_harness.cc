@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,10 +23,16 @@ std::string RunfilePath(const std::string& relative) {
 
 absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name) {
   TestCluster c;
+  // A port is free only until it is used, so the kernel may hand the same
+  // one out twice in a row: keep picking until each task has its own.
+  std::set<int> taken;
   auto addr = [&]() -> absl::StatusOr<std::string> {
-    absl::StatusOr<int> port = PickFreePort();
-    if (!port.ok()) return port.status();
-    return absl::StrCat("127.0.0.1:", *port);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      absl::StatusOr<int> port = PickFreePort();
+      if (!port.ok()) return port.status();
+      if (taken.insert(*port).second) return absl::StrCat("127.0.0.1:", *port);
+    }
+    return absl::UnavailableError("no distinct free ports after 100 picks");
   };
   absl::StatusOr<std::string> chief = addr();
   if (!chief.ok()) return chief.status();
