@@ -186,9 +186,9 @@ int Run(int argc, char** argv) {
   const std::string certs = run_dir + "/certs";
   RpcOptions rpc;
   if (absl::GetFlag(FLAGS_tls)) {
-    std::string command = Binary(argv[0], "deploy/make_certs.sh") + " " + certs + " launcher";
+    std::string command = absl::StrCat("'", Binary(argv[0], "deploy/make_certs.sh"), "' '", certs, "' launcher");
     for (const TaskId& t : spec->AllTasks()) command += absl::StrCat(" ", t.job(), "-", t.index());
-    if (std::system((command + " > " + run_dir + "/make_certs.log 2>&1").c_str()) != 0) {
+    if (std::system(absl::StrCat(command, " > '", run_dir, "/make_certs.log' 2>&1").c_str()) != 0) {
       std::cerr << "error: making certificates failed, see " << run_dir << "/make_certs.log\n";
       return 2;
     }

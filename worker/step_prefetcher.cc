@@ -15,11 +15,7 @@ std::optional<StepInputs> StepPrefetcher::Take(int64_t step, int64_t tag) {
   if (!pending_) return std::nullopt;
   if (thread_.joinable()) thread_.join();
   pending_ = false;
-  if (step != step_ || tag != tag_) {
-    ++misses_;
-    return std::nullopt;
-  }
-  ++hits_;
+  if (step != step_ || tag != tag_) return std::nullopt;
   return std::move(inputs_);
 }
 

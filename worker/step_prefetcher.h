@@ -52,16 +52,12 @@ class StepPrefetcher {
   // fetch reads is replaced).
   void Drop();
 
-  int64_t hits() const { return hits_; }
-  int64_t misses() const { return misses_; }
-
  private:
   const Fetch fetch_;
   std::thread thread_;
   bool pending_ = false;
   int64_t step_ = -1, tag_ = -1;
   StepInputs inputs_;
-  int64_t hits_ = 0, misses_ = 0;
 };
 
 }  // namespace psrt

@@ -26,7 +26,7 @@ absl::StatusOr<std::string> ReadSecret(const std::string& path, absl::string_vie
 
 absl::Status ExpectPem(const std::string& pem, absl::string_view what, absl::string_view flag,
                        const std::string& path) {
-  if (!absl::StrContains(pem, absl::StrCat("-----BEGIN ")) || !absl::StrContains(pem, what)) {
+  if (!absl::StrContains(pem, "-----BEGIN ") || !absl::StrContains(pem, what)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, "=", path, ": not a PEM file holding a ", what));
   }
@@ -34,11 +34,12 @@ absl::Status ExpectPem(const std::string& pem, absl::string_view what, absl::str
 }
 
 // Compares without an early exit, so the time taken says nothing about how
-// much of a guessed token was right.
+// much of a guessed token was right (its length is no secret).
 bool SameSecret(absl::string_view a, absl::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
-  return diff == 0 && !b.empty();
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
 }
 
 }  // namespace
