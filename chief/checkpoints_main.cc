@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "chief/checkpoint_manifest.h"
-#include "ps/snapshot_store.h"
+#include "common/snapshot/snapshot_store.h"
 
 ABSL_FLAG(int64_t, step, -1, "A committed step to look into (default: list them all).");
 ABSL_FLAG(std::string, variable, "", "With --step: the variable to summarize.");

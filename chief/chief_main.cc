@@ -18,7 +18,7 @@
 #include "chief/chief_service.h"
 #include "chief/coordinator.h"
 #include "chief/http_status.h"
-#include "chief/job_planner.h"
+#include "common/plan/job_planner.h"
 #include "common/daemon.h"
 #include "common/env.h"
 #include "common/io/event_writer.h"

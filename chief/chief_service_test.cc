@@ -3,7 +3,7 @@
 // the chief restarts.
 #include "chief/chief_service.h"
 
-#include "chief/chief_client.h"
+#include "common/transport/chief_client.h"
 #include "common/rpc/channel_cache.h"
 #include "common/subprocess.h"
 #include "grpcpp/grpcpp.h"

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "worker/input/source.h"
+#include "common/input/source.h"
 
 namespace psrt {
 namespace {

@@ -36,7 +36,7 @@
 #include "absl/time/time.h"
 #include "chief/checkpoint_manifest.h"
 #include "chief/cluster_clients.h"
-#include "chief/job_plan.h"
+#include "common/plan/job_plan.h"
 #include "chief/task_registry.h"
 #include "common/cluster_spec.h"
 #include "common/rpc/channel_cache.h"

@@ -29,7 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "chief/chief_client.h"
+#include "common/transport/chief_client.h"
 #include "common/cluster_spec.h"
 #include "common/rpc/channel_cache.h"
 #include "common/subprocess.h"

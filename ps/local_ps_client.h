@@ -5,7 +5,7 @@
 #define PSRT_PS_LOCAL_PS_CLIENT_H_
 
 #include "ps/server_core.h"
-#include "worker/interfaces.h"
+#include "common/transport/parameter_client.h"
 
 namespace psrt {
 

@@ -3,7 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/status_util.h"
-#include "ps/ps_wire.h"
+#include "common/transport/ps_wire.h"
 
 namespace psrt {
 namespace {

@@ -40,7 +40,8 @@
 #include "absl/time/time.h"
 #include "common/buffer_pool.h"
 #include "common/optimizer.h"
-#include "ps/snapshot_store.h"
+#include "common/transport/ps_types.h"
+#include "common/snapshot/snapshot_store.h"
 #include "ps/variable.h"
 #include "proto/ps_service.pb.h"
 
@@ -60,13 +61,6 @@ struct ServerCoreOptions {
   SnapshotStoreOptions snapshot;
 };
 
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-
-struct SparseUpdate {
-  std::string variable;
-  Tensor ids;     // int64 [n]
-  Tensor values;  // [n, dim]
-};
 
 class ParameterServerCore {
  public:

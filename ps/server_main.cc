@@ -11,7 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "chief/chief_client.h"
+#include "common/transport/chief_client.h"
 #include "common/daemon.h"
 #include "common/env.h"
 #include "common/rpc/channel_cache.h"

@@ -21,21 +21,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/buffer_pool.h"
-#include "common/buffer_pool.h"
 #include "common/optimizer.h"
+#include "common/snapshot/variable_state.h"
 #include "common/tensor.h"
 #include "proto/ps_service.pb.h"
 
 namespace psrt {
-
-// Everything a snapshot needs of one variable: a deep copy.
-struct VariableState {
-  VariableDef def;
-  Tensor value;               // DENSE, FIXED_TABLE: [rows, ...]; HASH_TABLE: [n, dim]
-  std::vector<Tensor> slots;  // same shape as value
-  Tensor ids;                 // HASH_TABLE: int64 [n], the id of each row
-  int64_t updates = 0;        // for Adam's bias correction
-};
 
 // What one variable may take: bytes of value plus optimizer slots, and for
 // hash tables the rows that first touches may make (a flood of new ids is

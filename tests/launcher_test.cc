@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "chief/job_planner.h"
+#include "common/plan/job_planner.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "httplib.h"

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "ps/ps_client.h"
+#include "common/transport/ps_client.h"
 #include "tests/harness/process_harness.h"
 
 namespace psrt {

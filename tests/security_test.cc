@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "chief/job_planner.h"
+#include "common/plan/job_planner.h"
 #include "common/rpc/channel_cache.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"

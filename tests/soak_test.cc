@@ -39,7 +39,7 @@
 #include "chief/cluster_clients.h"
 #include "common/rpc/channel_cache.h"
 #include "gtest/gtest.h"
-#include "ps/ps_client.h"
+#include "common/transport/ps_client.h"
 #include "tests/harness/process_harness.h"
 
 namespace psrt {

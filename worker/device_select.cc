@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/gpu_axpy.h"
 #include "glog/logging.h"
-#include "worker/executor.h"
+#include "common/compute/executor.h"
 #include "worker/gpu/gpu_executor.h"
 
 namespace psrt {

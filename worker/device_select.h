@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/graph.pb.h"
-#include "worker/step_executor.h"
+#include "common/compute/step_executor.h"
 
 namespace psrt {
 
@@ -28,6 +28,11 @@ absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& flag);
 // per core).
 absl::StatusOr<std::unique_ptr<StepExecutor>> CreateStepExecutor(const GraphDef& graph, const DeviceChoice& device,
                                                                  int threads = 0);
+
+// The GraphStepRunner's executor factory for `device`.
+inline auto ExecutorFactoryFor(const DeviceChoice& device) {
+  return [device](const GraphDef& graph, int threads) { return CreateStepExecutor(graph, device, threads); };
+}
 
 }  // namespace psrt
 

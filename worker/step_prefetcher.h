@@ -22,8 +22,8 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "worker/input/example.h"
-#include "worker/interfaces.h"
+#include "common/input/example.h"
+#include "common/compute/step_runner.h"
 
 namespace psrt {
 

@@ -12,16 +12,16 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "chief/chief_client.h"
+#include "common/transport/chief_client.h"
 #include "common/daemon.h"
 #include "common/env.h"
 #include "common/rpc/channel_cache.h"
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
-#include "ps/ps_client.h"
+#include "common/transport/ps_client.h"
 #include "worker/device_select.h"
-#include "worker/graph_step_runner.h"
+#include "common/compute/graph_step_runner.h"
 #include "worker/worker_runtime.h"
 #include "worker/worker_service.h"
 
@@ -75,7 +75,7 @@ int Main(int argc, char** argv) {
     return std::unique_ptr<ParameterClient>(new PsClient(a.placement(), ps_addresses, &channels, o));
   };
   deps.make_runner = [threads, device = *device](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
-    absl::StatusOr<std::unique_ptr<GraphStepRunner>> r = GraphStepRunner::Create(a, threads, device);
+    absl::StatusOr<std::unique_ptr<GraphStepRunner>> r = GraphStepRunner::Create(a, threads, ExecutorFactoryFor(device));
     if (!r.ok()) return r.status();
     return std::unique_ptr<StepRunner>(std::move(*r));
   };

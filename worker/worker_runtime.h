@@ -26,10 +26,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "chief/chief_client.h"
+#include "common/transport/chief_client.h"
 #include "proto/worker_service.pb.h"
-#include "worker/input/dataset.h"
-#include "worker/interfaces.h"
+#include "common/input/dataset.h"
+#include "common/compute/step_runner.h"
 #include "worker/step_prefetcher.h"
 
 namespace psrt {

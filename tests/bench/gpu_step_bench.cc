@@ -15,7 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/cuda/gpu_axpy.h"
-#include "worker/executor.h"
+#include "common/compute/executor.h"
 #include "worker/gpu/gpu_executor.h"
 #include "worker/gpu/graph_fixture.h"
 

@@ -5,7 +5,7 @@
 //   - in-process trainer examples/s on the example jobs.
 //
 //   bazel run //tests/bench:kernel_bench -- [--trainer_steps=200] [--jobs=a.pbtxt,b.pbtxt]
-#include "worker/kernels/kernel.h"  // first: it sets EIGEN_USE_THREADS
+#include "common/compute/kernels/kernel.h"  // first: it sets EIGEN_USE_THREADS
 
 #include <chrono>
 #include <iostream>
@@ -17,11 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/graph/graph_builder.h"
-#include "chief/job_planner.h"
+#include "common/plan/job_planner.h"
 #include "ps/local_ps_client.h"
-#include "worker/graph_step_runner.h"
-#include "worker/input/dataset.h"
-#include "worker/kernels/kernel.h"
+#include "common/compute/graph_step_runner.h"
+#include "common/input/dataset.h"
+#include "common/compute/kernels/kernel.h"
 
 ABSL_FLAG(int, trainer_steps, 200, "steps per example job (0 = skip the trainer)");
 ABSL_FLAG(std::string, jobs, "examples/fashion_mnist_mlp.pbtxt,examples/fashion_mnist_cnn.pbtxt",

@@ -40,7 +40,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "ps/ps_service.h"
-#include "ps/ps_wire.h"
+#include "common/transport/ps_wire.h"
 #include "ps/server_core.h"
 
 ABSL_FLAG(double, seconds, 0.25, "Seconds per measurement.");

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/input/example.h"
-#include "worker/input/source.h"
+#include "common/input/example.h"
+#include "common/input/source.h"
 
 using psrt::fuzz::Check;
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "chief/job_planner.h"
+#include "common/plan/job_planner.h"
 #include "google/protobuf/text_format.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -17,7 +17,7 @@
 #include "glog/logging.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
-#include "ps/ps_wire.h"
+#include "common/transport/ps_wire.h"
 #include "ps/server_core.h"
 #include "tests/fuzz/fuzz_util.h"
 

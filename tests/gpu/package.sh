@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-.gpu}
 targets=(//worker/gpu:gpu_kernels_test //worker/gpu:gpu_executor_test //worker:device_select_test
-         //tests/bench:gpu_step_bench //worker:local_train)
+         //tests/bench:gpu_step_bench //deploy:local_train)
 bazel build --config=cuda "${targets[@]}"
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib" "$out/examples"
 for t in "${targets[@]}"; do

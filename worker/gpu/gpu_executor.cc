@@ -6,7 +6,7 @@
 #include "common/status_macros.h"
 #include "worker/gpu/gpu_device.h"
 #include "worker/gpu/gpu_kernel.h"
-#include "worker/graph_plan.h"
+#include "common/compute/graph_plan.h"
 
 namespace psrt {
 

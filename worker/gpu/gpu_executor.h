@@ -21,7 +21,7 @@
 #include "common/tensor.h"
 #include "proto/graph.pb.h"
 #include "worker/gpu/caching_pool.h"
-#include "worker/step_executor.h"
+#include "common/compute/step_executor.h"
 
 namespace psrt {
 

@@ -7,7 +7,7 @@
 #include "common/cuda/gpu_axpy.h"
 #include "gtest/gtest.h"
 #include "tests/harness/process_harness.h"
-#include "worker/executor.h"
+#include "common/compute/executor.h"
 #include "worker/gpu/gpu_executor.h"
 #include "worker/gpu/graph_fixture.h"
 

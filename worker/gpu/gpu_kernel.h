@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "worker/gpu/gpu_device.h"
 #include "worker/gpu/gpu_ops.h"
-#include "worker/kernels/kernel.h"
+#include "common/compute/kernels/kernel.h"
 
 namespace psrt {
 namespace gpu {

@@ -6,7 +6,7 @@
 #include "common/graph/graph_builder.h"
 #include "common/status_macros.h"
 #include "worker/gpu/gpu_kernel.h"
-#include "worker/kernels/kernel_shapes.h"
+#include "common/compute/kernels/kernel_shapes.h"
 
 namespace psrt {
 namespace gpu {

@@ -11,8 +11,8 @@
 #include "common/graph/graph_builder.h"
 #include "common/graph/op_registry.h"
 #include "gtest/gtest.h"
-#include "worker/op_test_util.h"
-#include "worker/executor.h"
+#include "common/compute/op_test_util.h"
+#include "common/compute/executor.h"
 #include "worker/gpu/gpu_executor.h"
 
 namespace psrt {

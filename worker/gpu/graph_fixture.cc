@@ -3,10 +3,10 @@
 #include <cmath>
 #include <random>
 
-#include "chief/job_planner.h"
+#include "common/plan/job_planner.h"
 #include "common/graph/graph_builder.h"
 #include "common/status_macros.h"
-#include "worker/input/source.h"
+#include "common/input/source.h"
 
 namespace psrt {
 

@@ -1,0 +1,160 @@
+#include "common/compute/graph_step_runner.h"
+
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/compute/executor.h"
+#include "common/graph/graph_builder.h"
+#include "common/status_macros.h"
+
+namespace psrt {
+namespace {
+
+// First-occurrence unique ids and each id's position among them.
+void Unique(const Tensor& ids, Tensor* unique, Tensor* index) {
+  absl::flat_hash_map<int64_t, int64_t> pos;
+  std::vector<int64_t> u;
+  *index = Tensor(DT_INT64, ids.shape());
+  for (int64_t i = 0; i < ids.NumElements(); ++i) {
+    int64_t id = ids.data<int64_t>()[i];
+    auto [it, inserted] = pos.emplace(id, static_cast<int64_t>(u.size()));
+    if (inserted) u.push_back(id);
+    index->data<int64_t>()[i] = it->second;
+  }
+  *unique = Tensor::FromVector<int64_t>(u, TensorShape({static_cast<int64_t>(u.size())}));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GraphStepRunner>> GraphStepRunner::Create(const WorkerAssignment& a,
+                                                                         int threads,
+                                                                         const ExecutorFactory& make) {
+  auto r = std::unique_ptr<GraphStepRunner>(new GraphStepRunner());
+  if (make) {
+    ASSIGN_OR_RETURN(r->exec_, make(a.graph(), threads));
+  } else {
+    ExecutorOptions o;
+    o.threads = threads;
+    ASSIGN_OR_RETURN(r->exec_, Executor::Create(a.graph(), o));
+  }
+  r->device_ = r->exec_->device_name();
+  std::map<std::string, VariableDef::Kind> kinds;
+  for (const VariablePlacement& vp : a.placement().variable()) kinds[vp.variable().name()] = vp.variable().kind();
+  for (const NodeDef& n : a.graph().node()) {
+    if (n.op() == "Placeholder") {
+      r->inputs_.push_back(n.name());
+    } else if (n.op() == "Variable") {
+      auto k = kinds.find(n.name());
+      if (k == kinds.end()) return absl::InvalidArgumentError(absl::StrCat("variable ", n.name(), " is not in the placement"));
+      if (k->second == VariableDef::DENSE) {
+        r->dense_.push_back(n.name());
+      } else {
+        r->tables_.push_back({n.name(), GetAttrS(n, "feature"), "", ""});
+      }
+    }
+  }
+  // A table's index and row_splits placeholders are the EmbeddingBag's inputs.
+  for (TableFeed& t : r->tables_) {
+    for (const NodeDef& n : a.graph().node()) {
+      if (n.op() == "EmbeddingBag" && n.input(0) == t.variable) {
+        t.index = n.input(1);
+        t.row_splits = n.input(2);
+      }
+    }
+    if (t.index.empty() || t.feature.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("table ", t.variable, " has no EmbeddingBag reading it"));
+    }
+  }
+  r->loss_ = a.loss_node();
+  for (const auto& [v, g] : a.gradient_node()) r->grads_.emplace_back(v, g);
+  for (const std::string& m : a.metric_node()) r->metrics_.emplace_back(ParseTensorName(m).first, m);
+  r->seed_ = a.seed() * 7919 + a.shard_index();
+  return r;
+}
+
+absl::StatusOr<RowRequest> GraphStepRunner::SparseRows(const Batch& batch) const {
+  RowRequest req;
+  for (const TableFeed& t : tables_) {
+    auto it = batch.tensors.find(t.feature);
+    if (it == batch.tensors.end()) return absl::InvalidArgumentError(absl::StrCat("the batch has no feature ", t.feature));
+    Tensor unique, index;
+    Unique(it->second, &unique, &index);
+    req[t.variable] = unique;
+  }
+  return req;
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> GraphStepRunner::Feeds(
+    const TensorMap& dense, const TensorMap& rows, const Batch& batch, bool whole_tables,
+    std::map<std::string, Tensor>* unique_ids) const {
+  std::map<std::string, Tensor> feeds;
+  for (const std::string& v : dense_) {
+    auto it = dense.find(v);
+    if (it == dense.end()) return absl::InvalidArgumentError(absl::StrCat("variable ", v, " was not pulled"));
+    feeds[v] = it->second;
+  }
+  std::map<std::string, std::string> table_inputs;
+  for (const TableFeed& t : tables_) {
+    table_inputs[t.index] = t.variable;
+    table_inputs[t.row_splits] = t.variable;
+    const Tensor& ids = batch.tensors.at(t.feature);
+    auto r = rows.find(t.variable);
+    if (r == rows.end()) return absl::InvalidArgumentError(absl::StrCat("rows of ", t.variable, " were not pulled"));
+    feeds[t.variable] = r->second;
+    feeds[t.row_splits] = batch.tensors.at(t.feature + ":row_splits");
+    if (whole_tables) {
+      feeds[t.index] = ids;
+    } else {
+      Tensor unique, index;
+      Unique(ids, &unique, &index);
+      feeds[t.index] = index;
+      if (unique_ids) (*unique_ids)[t.variable] = unique;
+    }
+  }
+  for (const std::string& in : inputs_) {
+    if (table_inputs.count(in)) continue;
+    auto it = batch.tensors.find(in);
+    if (it == batch.tensors.end()) return absl::InvalidArgumentError(absl::StrCat("the batch has no input ", in));
+    feeds[in] = it->second;
+  }
+  return feeds;
+}
+
+absl::StatusOr<StepResult> GraphStepRunner::Run(const TensorMap& dense, const TensorMap& rows,
+                                                const Batch& batch, int64_t step) {
+  std::map<std::string, Tensor> unique;
+  ASSIGN_OR_RETURN(auto feeds, Feeds(dense, rows, batch, false, &unique));
+  std::vector<std::string> fetches = {loss_};
+  for (const auto& [v, g] : grads_) fetches.push_back(g);
+  for (const auto& [m, t] : metrics_) fetches.push_back(t);
+  ASSIGN_OR_RETURN(std::vector<Tensor> out, exec_->Run(feeds, fetches, seed_ + 1000003 * static_cast<uint64_t>(step + 1), true));
+  StepResult r;
+  r.loss = out[0].data<float>()[0];
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    const std::string& v = grads_[i].first;
+    auto u = unique.find(v);
+    if (u == unique.end()) {
+      r.dense_gradients[v] = out[1 + i];
+    } else {
+      r.sparse_gradients[v] = {u->second, out[1 + i]};
+    }
+  }
+  for (size_t i = 0; i < metrics_.size(); ++i) {
+    r.metrics[metrics_[i].first] = out[1 + grads_.size() + i].data<float>()[0];
+  }
+  return r;
+}
+
+absl::StatusOr<std::map<std::string, float>> GraphStepRunner::Evaluate(const TensorMap& variables,
+                                                                       const Batch& batch) {
+  ASSIGN_OR_RETURN(auto feeds, Feeds(variables, variables, batch, true, nullptr));
+  std::vector<std::string> fetches = {loss_};
+  for (const auto& [m, t] : metrics_) fetches.push_back(t);
+  ASSIGN_OR_RETURN(std::vector<Tensor> out, exec_->Run(feeds, fetches, 0, false));
+  std::map<std::string, float> r = {{"loss", out[0].data<float>()[0]}};
+  for (size_t i = 0; i < metrics_.size(); ++i) r[metrics_[i].first] = out[1 + i].data<float>()[0];
+  return r;
+}
+
+}  // namespace psrt

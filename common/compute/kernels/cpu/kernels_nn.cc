@@ -1,0 +1,366 @@
+// CPU kernels: convolution (im2col + matrix product), pooling, embeddings,
+// losses and metrics.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/graph/graph_builder.h"
+#include "common/compute/kernels/kernel.h"
+#include "common/compute/kernels/kernel_shapes.h"
+
+namespace psrt {
+namespace {
+
+// The im2col matrix [n*oh*ow, k*k*c]: one row per output position. Within
+// a kernel row (fixed kh) the inside columns are one contiguous run of the
+// NHWC input, so each is a single copy; padding is zeros.
+Tensor Im2Col(const KernelContext& ctx, const ConvGeometry& g, const Tensor& x) {
+  Tensor col(DT_FLOAT, TensorShape({g.rows(), g.patch()}));
+  float* out = col.data<float>();
+  const float* in = x.data<float>();
+  const int64_t run = g.k * g.c;
+  auto work = [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index r = begin; r < end; ++r) {
+      const int64_t n = r / (g.oh * g.ow), rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow;
+      const int64_t iw0 = ow * g.s - g.pad_left;
+      const int64_t lo = std::max<int64_t>(0, -iw0), hi = std::min<int64_t>(g.k, g.w - iw0);
+      float* dst = out + r * g.patch();
+      for (int64_t kh = 0; kh < g.k; ++kh, dst += run) {
+        const int64_t ih = oh * g.s - g.pad_top + kh;
+        if (ih < 0 || ih >= g.h || hi <= lo) {
+          std::fill(dst, dst + run, 0.0f);
+          continue;
+        }
+        std::fill(dst, dst + lo * g.c, 0.0f);
+        std::memcpy(dst + lo * g.c, in + ((n * g.h + ih) * g.w + iw0 + lo) * g.c, (hi - lo) * g.c * sizeof(float));
+        std::fill(dst + hi * g.c, dst + run, 0.0f);
+      }
+    }
+  };
+  ctx.device->parallelFor(g.rows(), Eigen::TensorOpCost(g.patch() * 4, g.patch() * 4, g.patch()), work);
+  return col;
+}
+
+using Dims = Eigen::array<Eigen::IndexPair<int>, 1>;
+
+absl::Status Conv2D(KernelContext& c) {
+  Tensor& x = c.inputs[0];
+  Tensor& k = c.inputs[1];
+  if (k.shape().rank() != 4 || k.shape().dim(2) != x.shape().dim(x.shape().rank() - 1)) {
+    return c.Error(absl::StrCat("kernel ", k.shape().ToString(), " does not fit input ", x.shape().ToString()));
+  }
+  ConvGeometry g;
+  if (auto s = Geometry(c, x.shape(), k.shape().dim(0), k.shape().dim(3), &g); !s.ok()) return s;
+  Tensor col = Im2Col(c, g, x);
+  Tensor y(DT_FLOAT, TensorShape({g.n, g.oh, g.ow, g.f}));
+  AsMatrix(y, g.rows(), g.f).device(*c.device) =
+      AsMatrix(col, g.rows(), g.patch()).contract(AsMatrix(k, g.patch(), g.f), Dims{Eigen::IndexPair<int>(1, 0)});
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status Conv2DBackpropFilter(KernelContext& c) {
+  Tensor& x = c.inputs[0];
+  Tensor& k = c.inputs[1];
+  Tensor& dy = c.inputs[2];
+  ConvGeometry g;
+  if (auto s = Geometry(c, x.shape(), k.shape().dim(0), k.shape().dim(3), &g); !s.ok()) return s;
+  Tensor col = Im2Col(c, g, x);
+  Tensor dk(DT_FLOAT, k.shape());
+  AsMatrix(dk, g.patch(), g.f).device(*c.device) =
+      AsMatrix(col, g.rows(), g.patch()).contract(AsMatrix(dy, g.rows(), g.f), Dims{Eigen::IndexPair<int>(0, 0)});
+  c.outputs = {dk};
+  return absl::OkStatus();
+}
+
+absl::Status Conv2DBackpropInput(KernelContext& c) {
+  Tensor& x = c.inputs[0];
+  Tensor& k = c.inputs[1];
+  Tensor& dy = c.inputs[2];
+  ConvGeometry g;
+  if (auto s = Geometry(c, x.shape(), k.shape().dim(0), k.shape().dim(3), &g); !s.ok()) return s;
+  Tensor dcol(DT_FLOAT, TensorShape({g.rows(), g.patch()}));
+  AsMatrix(dcol, g.rows(), g.patch()).device(*c.device) =
+      AsMatrix(dy, g.rows(), g.f).contract(AsMatrix(k, g.patch(), g.f), Dims{Eigen::IndexPair<int>(1, 1)});
+  Tensor dx = Tensor::Zeros(DT_FLOAT, x.shape());
+  // col2im: overlapping windows add up, so scatter one image per task.
+  float* out = dx.data<float>();
+  const float* in = dcol.data<float>();
+  auto work = [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index n = begin; n < end; ++n) {
+      for (int64_t r = n * g.oh * g.ow; r < (n + 1) * g.oh * g.ow; ++r) {
+        int64_t rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow, p = 0;
+        for (int64_t kh = 0; kh < g.k; ++kh) {
+          int64_t ih = oh * g.s - g.pad_top + kh;
+          for (int64_t kw = 0; kw < g.k; ++kw, p += g.c) {
+            int64_t iw = ow * g.s - g.pad_left + kw;
+            if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+            float* dst = out + ((n * g.h + ih) * g.w + iw) * g.c;
+            const float* src = in + r * g.patch() + p;
+            for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] += src[ch];
+          }
+        }
+      }
+    }
+  };
+  c.device->parallelFor(g.n, Eigen::TensorOpCost(0, 0, g.oh * g.ow * g.patch() * 2), work);
+  c.outputs = {dx};
+  return absl::OkStatus();
+}
+
+// For each pooled output, the input offset of its maximum.
+absl::Status PoolArgmax(const KernelContext& c, const Tensor& x, ConvGeometry* g, std::vector<int64_t>* arg) {
+  int64_t k = GetAttrI(*c.node, "ksize", 2);
+  if (auto s = Geometry(c, x.shape(), k, x.shape().dim(3), g); !s.ok()) return s;
+  arg->assign(g->rows() * g->c, -1);
+  const float* in = x.data<float>();
+  auto work = [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index r = begin; r < end; ++r) {
+      int64_t n = r / (g->oh * g->ow), rem = r % (g->oh * g->ow), oh = rem / g->ow, ow = rem % g->ow;
+      for (int64_t ch = 0; ch < g->c; ++ch) {
+        float best = -std::numeric_limits<float>::infinity();
+        int64_t at = -1;
+        for (int64_t kh = 0; kh < g->k; ++kh) {
+          int64_t ih = oh * g->s - g->pad_top + kh;
+          if (ih < 0 || ih >= g->h) continue;
+          for (int64_t kw = 0; kw < g->k; ++kw) {
+            int64_t iw = ow * g->s - g->pad_left + kw;
+            if (iw < 0 || iw >= g->w) continue;
+            int64_t o = ((n * g->h + ih) * g->w + iw) * g->c + ch;
+            if (at < 0 || in[o] > best) {
+              best = in[o];
+              at = o;
+            }
+          }
+        }
+        (*arg)[r * g->c + ch] = at;
+      }
+    }
+  };
+  c.device->parallelFor(g->rows(), Eigen::TensorOpCost(0, 0, g->k * g->k * g->c * 2), work);
+  return absl::OkStatus();
+}
+
+absl::Status MaxPool(KernelContext& c) {
+  ConvGeometry g;
+  std::vector<int64_t> arg;
+  if (auto s = PoolArgmax(c, c.inputs[0], &g, &arg); !s.ok()) return s;
+  Tensor y(DT_FLOAT, TensorShape({g.n, g.oh, g.ow, g.c}));
+  for (size_t i = 0; i < arg.size(); ++i) y.data<float>()[i] = c.inputs[0].data<float>()[arg[i]];
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status MaxPoolGrad(KernelContext& c) {
+  ConvGeometry g;
+  std::vector<int64_t> arg;
+  if (auto s = PoolArgmax(c, c.inputs[0], &g, &arg); !s.ok()) return s;
+  Tensor dx = Tensor::Zeros(DT_FLOAT, c.inputs[0].shape());
+  const float* dy = c.inputs[2].data<float>();
+  for (size_t i = 0; i < arg.size(); ++i) dx.data<float>()[arg[i]] += dy[i];
+  c.outputs = {dx};
+  return absl::OkStatus();
+}
+
+absl::Status CheckIndex(const KernelContext& c, const Tensor& index, int64_t rows) {
+  if (index.dtype() != DT_INT64) return c.Error("index must be int64");
+  for (int64_t i : index.span<int64_t>()) {
+    if (i < 0 || i >= rows) return c.Error(absl::StrCat("index ", i, " out of range [0, ", rows, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingLookup(KernelContext& c) {
+  Tensor& rows = c.inputs[0];
+  Tensor& index = c.inputs[1];
+  if (auto s = CheckIndex(c, index, rows.shape().dim(0)); !s.ok()) return s;
+  int64_t d = rows.shape().dim(1), b = index.NumElements();
+  Tensor y(DT_FLOAT, TensorShape({b, d}));
+  for (int64_t i = 0; i < b; ++i) {
+    std::memcpy(y.data<float>() + i * d, rows.data<float>() + index.data<int64_t>()[i] * d, d * sizeof(float));
+  }
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingLookupGrad(KernelContext& c) {
+  Tensor& dy = c.inputs[0];
+  Tensor& index = c.inputs[1];
+  Tensor& rows = c.inputs[2];
+  int64_t d = rows.shape().dim(1);
+  Tensor dr = Tensor::Zeros(DT_FLOAT, rows.shape());
+  for (int64_t i = 0; i < index.NumElements(); ++i) {
+    float* dst = dr.data<float>() + index.data<int64_t>()[i] * d;
+    for (int64_t k = 0; k < d; ++k) dst[k] += dy.data<float>()[i * d + k];
+  }
+  c.outputs = {dr};
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingBag(KernelContext& c) {
+  Tensor& rows = c.inputs[0];
+  Tensor& index = c.inputs[1];
+  Tensor& splits = c.inputs[2];
+  if (auto s = CheckIndex(c, index, rows.shape().dim(0)); !s.ok()) return s;
+  int64_t d = rows.shape().dim(1), b = splits.NumElements() - 1;
+  bool mean = GetAttrS(*c.node, "combiner", "sum") == "mean";
+  if (b < 0 || splits.data<int64_t>()[b] != index.NumElements()) return c.Error("row_splits do not cover the ids");
+  Tensor y = Tensor::Zeros(DT_FLOAT, TensorShape({b, d}));
+  for (int64_t e = 0; e < b; ++e) {
+    int64_t lo = splits.data<int64_t>()[e], hi = splits.data<int64_t>()[e + 1];
+    float* out = y.data<float>() + e * d;
+    for (int64_t j = lo; j < hi; ++j) {
+      const float* r = rows.data<float>() + index.data<int64_t>()[j] * d;
+      for (int64_t k = 0; k < d; ++k) out[k] += r[k];
+    }
+    if (mean && hi > lo) {
+      for (int64_t k = 0; k < d; ++k) out[k] /= static_cast<float>(hi - lo);
+    }
+  }
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingBagGrad(KernelContext& c) {
+  Tensor& dy = c.inputs[0];
+  Tensor& index = c.inputs[1];
+  Tensor& splits = c.inputs[2];
+  Tensor& rows = c.inputs[3];
+  int64_t d = rows.shape().dim(1), b = splits.NumElements() - 1;
+  bool mean = GetAttrS(*c.node, "combiner", "sum") == "mean";
+  Tensor dr = Tensor::Zeros(DT_FLOAT, rows.shape());
+  for (int64_t e = 0; e < b; ++e) {
+    int64_t lo = splits.data<int64_t>()[e], hi = splits.data<int64_t>()[e + 1];
+    float scale = mean && hi > lo ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
+    for (int64_t j = lo; j < hi; ++j) {
+      float* dst = dr.data<float>() + index.data<int64_t>()[j] * d;
+      for (int64_t k = 0; k < d; ++k) dst[k] += scale * dy.data<float>()[e * d + k];
+    }
+  }
+  c.outputs = {dr};
+  return absl::OkStatus();
+}
+
+double LabelAt(const Tensor& labels, int64_t i) {
+  return labels.dtype() == DT_INT64 ? static_cast<double>(labels.data<int64_t>()[i]) : labels.data<float>()[i];
+}
+
+// Logits [B, C] and integer labels [B]: -log softmax(logits)[label], mean.
+absl::Status SoftmaxXent(KernelContext& c, bool grad) {
+  Tensor& dl = c.inputs[0];
+  Tensor& logits = c.inputs[grad ? 1 : 0];
+  Tensor& labels = c.inputs[grad ? 2 : 1];
+  if (logits.shape().rank() != 2 || labels.NumElements() != logits.shape().dim(0)) {
+    return c.Error(absl::StrCat("logits ", logits.shape().ToString(), " and labels ", labels.shape().ToString()));
+  }
+  int64_t b = logits.shape().dim(0), n = logits.shape().dim(1);
+  Tensor out = grad ? Tensor(DT_FLOAT, logits.shape()) : Tensor::Scalar<float>(0);
+  double total = 0;
+  float upstream = grad ? dl.data<float>()[0] / static_cast<float>(b) : 0;
+  for (int64_t i = 0; i < b; ++i) {
+    double l = LabelAt(labels, i);
+    if (l < 0 || l >= n || l != std::floor(l)) return c.Error(absl::StrCat("label ", l, " is not a class in [0, ", n, ")"));
+    const float* x = logits.data<float>() + i * n;
+    float m = *std::max_element(x, x + n);
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - m);
+    if (grad) {
+      for (int64_t j = 0; j < n; ++j) {
+        float p = static_cast<float>(std::exp(x[j] - m) / s);
+        out.data<float>()[i * n + j] = upstream * (p - (j == static_cast<int64_t>(l) ? 1.0f : 0.0f));
+      }
+    } else {
+      total += std::log(s) + m - x[static_cast<int64_t>(l)];
+    }
+  }
+  if (!grad) out.data<float>()[0] = static_cast<float>(total / b);
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status SigmoidXent(KernelContext& c, bool grad) {
+  Tensor& logits = c.inputs[grad ? 1 : 0];
+  Tensor& labels = c.inputs[grad ? 2 : 1];
+  int64_t b = logits.NumElements();
+  if (labels.NumElements() != b) return c.Error("logits and labels differ in size");
+  Tensor out = grad ? Tensor(DT_FLOAT, logits.shape()) : Tensor::Scalar<float>(0);
+  float upstream = grad ? c.inputs[0].data<float>()[0] / static_cast<float>(b) : 0;
+  double total = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    double x = logits.data<float>()[i], z = LabelAt(labels, i);
+    if (grad) {
+      out.data<float>()[i] = upstream * static_cast<float>(1.0 / (1.0 + std::exp(-x)) - z);
+    } else {
+      total += std::max(x, 0.0) - x * z + std::log1p(std::exp(-std::fabs(x)));
+    }
+  }
+  if (!grad) out.data<float>()[0] = static_cast<float>(total / b);
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status Mse(KernelContext& c, bool grad) {
+  Tensor& pred = c.inputs[grad ? 1 : 0];
+  Tensor& labels = c.inputs[grad ? 2 : 1];
+  int64_t n = pred.NumElements();
+  if (labels.NumElements() != n) return c.Error("predictions and labels differ in size");
+  Tensor out = grad ? Tensor(DT_FLOAT, pred.shape()) : Tensor::Scalar<float>(0);
+  float upstream = grad ? c.inputs[0].data<float>()[0] * 2.0f / static_cast<float>(n) : 0;
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = pred.data<float>()[i] - LabelAt(labels, i);
+    if (grad) {
+      out.data<float>()[i] = upstream * static_cast<float>(d);
+    } else {
+      total += d * d;
+    }
+  }
+  if (!grad) out.data<float>()[0] = static_cast<float>(total / n);
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status Accuracy(KernelContext& c) {
+  Tensor& logits = c.inputs[0];
+  Tensor& labels = c.inputs[1];
+  int64_t b = labels.NumElements();
+  if (b == 0) return c.Error("empty batch");
+  int64_t n = logits.NumElements() / b;
+  int64_t right = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const float* x = logits.data<float>() + i * n;
+    double l = LabelAt(labels, i);
+    if (n == 1) {
+      right += (x[0] > 0) == (l > 0.5);
+    } else {
+      right += (std::max_element(x, x + n) - x) == static_cast<int64_t>(l);
+    }
+  }
+  c.outputs = {Tensor::Scalar<float>(static_cast<float>(right) / static_cast<float>(b))};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterCpuNnKernels(KernelRegistry* r) {
+  r->Register("Conv2D", Conv2D);
+  r->Register("Conv2DBackpropFilter", Conv2DBackpropFilter);
+  r->Register("Conv2DBackpropInput", Conv2DBackpropInput);
+  r->Register("MaxPool", MaxPool);
+  r->Register("MaxPoolGrad", MaxPoolGrad);
+  r->Register("EmbeddingLookup", EmbeddingLookup);
+  r->Register("EmbeddingLookupGrad", EmbeddingLookupGrad);
+  r->Register("EmbeddingBag", EmbeddingBag);
+  r->Register("EmbeddingBagGrad", EmbeddingBagGrad);
+  r->Register("SoftmaxCrossEntropy", [](KernelContext& c) { return SoftmaxXent(c, false); });
+  r->Register("SoftmaxCrossEntropyGrad", [](KernelContext& c) { return SoftmaxXent(c, true); });
+  r->Register("SigmoidCrossEntropy", [](KernelContext& c) { return SigmoidXent(c, false); });
+  r->Register("SigmoidCrossEntropyGrad", [](KernelContext& c) { return SigmoidXent(c, true); });
+  r->Register("MeanSquaredError", [](KernelContext& c) { return Mse(c, false); });
+  r->Register("MeanSquaredErrorGrad", [](KernelContext& c) { return Mse(c, true); });
+  r->Register("Accuracy", Accuracy);
+}
+
+}  // namespace psrt

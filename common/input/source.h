@@ -1,0 +1,66 @@
+// ExampleSource: the examples of one split (train or test), in file order,
+// parsed from one of the formats of InputDef: IDX, CSV, libsvm, TFRecord.
+//
+// Every parse error names the file and the record or line, and leaves the
+// source failed: Next keeps returning the error.
+//
+//   ASSIGN_OR_RETURN(auto source, OpenSource(job.input(), job.input().train()));
+//   Example ex;
+//   while (true) {
+//     ASSIGN_OR_RETURN(bool more, source->Next(&ex));
+//     if (!more) break;
+//   }
+//
+// Not thread-safe: the dataset's prefetch thread owns it.
+#ifndef PSRT_COMMON_INPUT_SOURCE_H_
+#define PSRT_COMMON_INPUT_SOURCE_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+#include "common/input/example.h"
+
+namespace psrt {
+
+class ExampleSource {
+ public:
+  virtual ~ExampleSource() = default;
+  // Back to the first example of the first file.
+  virtual absl::Status Reset() = 0;
+  // The next example; false after the last one.
+  virtual absl::StatusOr<bool> Next(Example* example) = 0;
+  // Passes over one example (cheaper than Next where the format allows).
+  virtual absl::StatusOr<bool> Skip() {
+    Example scratch;
+    return Next(&scratch);
+  }
+};
+
+// Checks the features InputDef asks for fit the format, then opens the
+// split's files. With no features listed, each format's default is used
+// (see FillDefaultFeatures).
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
+                                                          const DataSource& split);
+
+// The features a format gives when the job lists none: IDX "image"
+// [rows, cols, 1]; CSV "features" [columns - 1]; libsvm SPARSE "ids".
+// TFRecord has no default: its features must be listed.
+absl::Status FillDefaultFeatures(InputDef* input);
+
+// Examples in a split (opens and skips through it).
+absl::StatusOr<int64_t> CountExamples(const InputDef& input, const DataSource& split);
+
+// Format-specific openers, for OpenSource.
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenCsvSource(const InputDef& input,
+                                                             const DataSource& split);
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenLibsvmSource(const InputDef& input,
+                                                                const DataSource& split);
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTfRecordSource(const InputDef& input,
+                                                                  const DataSource& split);
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenIdxSource(const InputDef& input,
+                                                             const DataSource& split);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_INPUT_SOURCE_H_

@@ -1,0 +1,50 @@
+#include "common/input/text_source.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace psrt {
+
+absl::Status LineReader::Reset() {
+  if (files_.empty()) return absl::InvalidArgumentError("no input files");
+  for (const std::string& f : files_) {
+    if (!std::ifstream(f)) return absl::NotFoundError(absl::StrCat("cannot open ", f));
+  }
+  in_.close();
+  in_.clear();
+  file_index_ = 0;
+  line_ = 0;
+  open_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> LineReader::Next(std::string* line) {
+  while (file_index_ < files_.size()) {
+    if (!open_) {
+      in_.close();
+      in_.clear();
+      in_.open(files_[file_index_]);
+      if (!in_) return absl::NotFoundError(absl::StrCat("cannot open ", files_[file_index_]));
+      open_ = true;
+      line_ = 0;
+    }
+    while (std::getline(in_, *line)) {
+      ++line_;
+      if (!line->empty() && line->back() == '\r') line->pop_back();
+      if (!line->empty()) return true;
+    }
+    if (in_.bad()) return absl::DataLossError(absl::StrCat("read error in ", files_[file_index_]));
+    open_ = false;
+    ++file_index_;
+  }
+  return false;
+}
+
+std::string LineReader::Where() const {
+  return absl::StrCat(files_[std::min(file_index_, files_.size() - 1)], ":", line_);
+}
+
+absl::Status LineReader::Error(absl::string_view what) const {
+  return absl::InvalidArgumentError(absl::StrCat(Where(), ": ", what));
+}
+
+}  // namespace psrt

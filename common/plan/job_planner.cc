@@ -1,0 +1,114 @@
+#include "common/plan/job_planner.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/plan/placement.h"
+#include "common/graph/model_compiler.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "common/compute/graph_step_runner.h"
+#include "common/input/dataset.h"
+#include "common/input/source.h"
+
+namespace psrt {
+namespace {
+
+class Collector : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit Collector(std::string source) : source_(std::move(source)) {}
+  void AddError(int line, int column, const std::string& message) override {
+    if (error_.empty()) error_ = absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string source_;
+  std::string error_;
+};
+
+}  // namespace
+
+absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source) {
+  TrainingJob job;
+  google::protobuf::TextFormat::Parser parser;
+  Collector errors(source);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &job)) {
+    return absl::InvalidArgumentError(errors.error().empty() ? absl::StrCat(source, ": unparsable job") : errors.error());
+  }
+  if (job.input().batch_size() <= 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size must be positive"));
+  if (job.input().train().files_size() == 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.train lists no files"));
+  absl::Status s = FillDefaultFeatures(job.mutable_input());
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
+  return job;
+}
+
+absl::StatusOr<TrainingJob> LoadJob(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open job file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseJob(ss.str(), path);
+}
+
+absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps) {
+  ASSIGN_OR_RETURN(CompiledModel model, CompileModel(job));
+  JobPlan plan;
+  plan.graph = std::move(model.graph);
+  plan.loss_node = model.loss;
+  plan.gradient_node = model.gradients;
+  for (const auto& [name, t] : model.metrics) plan.metric_nodes.push_back(t);
+  int64_t threshold = job.partition_threshold_bytes() > 0 ? job.partition_threshold_bytes() : int64_t{64} << 20;
+  ASSIGN_OR_RETURN(plan.placement, PlaceVariables(model.variables, num_ps, threshold));
+  return plan;
+}
+
+WorkerAssignment AssignmentOf(const TrainingJob& job, const JobPlan& plan) {
+  WorkerAssignment a;
+  *a.mutable_graph() = plan.graph;
+  *a.mutable_placement() = plan.placement;
+  *a.mutable_input() = job.input();
+  *a.mutable_consistency() = job.consistency();
+  a.set_loss_node(plan.loss_node);
+  for (const auto& [v, g] : plan.gradient_node) (*a.mutable_gradient_node())[v] = g;
+  for (const auto& m : plan.metric_nodes) a.add_metric_node(m);
+  a.set_seed(job.seed());
+  a.set_num_shards(1);
+  return a;
+}
+
+Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads) {
+  WorkerAssignment a = AssignmentOf(job, plan);
+  return [job, a, threads](const std::map<std::string, Tensor>& variables)
+             -> absl::StatusOr<std::map<std::string, float>> {
+    if (job.input().test().files_size() == 0) return absl::FailedPreconditionError("the job has no test split");
+    ASSIGN_OR_RETURN(auto runner, GraphStepRunner::Create(a, threads));
+    DatasetOptions o;
+    o.input = job.input();
+    o.split = job.input().test();
+    o.epochs = 1;
+    o.shuffle = false;
+    o.input.set_batch_size(std::max(job.input().batch_size(), 500));
+    ASSIGN_OR_RETURN(auto data, Dataset::Create(o));
+    std::map<std::string, double> sums;
+    int64_t n = 0;
+    Batch b;
+    while (job.eval().max_examples() == 0 || n < job.eval().max_examples()) {
+      ASSIGN_OR_RETURN(bool more, data->Next(&b));
+      if (!more) break;
+      ASSIGN_OR_RETURN(auto m, runner->Evaluate(variables, b));
+      for (const auto& [k, v] : m) sums[k] += static_cast<double>(v) * b.size;
+      n += b.size;
+    }
+    if (n == 0) return absl::FailedPreconditionError("the test split is empty");
+    std::map<std::string, float> out;
+    for (const auto& [k, v] : sums) out[k] = static_cast<float>(v / n);
+    out["examples"] = static_cast<float>(n);
+    return out;
+  };
+}
+
+}  // namespace psrt

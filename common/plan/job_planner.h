@@ -1,0 +1,33 @@
+// From a job file to what runs: parsing the .pbtxt, planning (graph,
+// gradients, pruning, placement) and evaluation on the test split. Shared
+// by the chief and the in-process trainer.
+#ifndef PSRT_COMMON_PLAN_JOB_PLANNER_H_
+#define PSRT_COMMON_PLAN_JOB_PLANNER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/plan/job_plan.h"
+#include "proto/job.pb.h"
+
+namespace psrt {
+
+// Parses a job in protobuf text format; errors give the file, line and
+// column. Fills each input format's default features.
+absl::StatusOr<TrainingJob> LoadJob(const std::string& path);
+absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source);
+
+// The Planner of chief/job_plan.h.
+absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps);
+
+// A worker assignment of the plan (graph, placement, input, loss, metrics);
+// the caller sets shard, steps and generation.
+WorkerAssignment AssignmentOf(const TrainingJob& job, const JobPlan& plan);
+
+// Evaluates on the job's test split (eval.max_examples, or all of it),
+// averaging the loss and metrics over examples.
+Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads = 0);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_PLAN_JOB_PLANNER_H_

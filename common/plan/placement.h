@@ -1,0 +1,21 @@
+// Placement: which PS holds each variable. Greedy by bytes: the largest
+// variable goes first, each to the least-loaded PS. A variable larger than
+// the threshold is partitioned by rows across every PS (model
+// parallelism); hash tables always spread over every PS (id mod #PS).
+#ifndef PSRT_COMMON_PLAN_PLACEMENT_H_
+#define PSRT_COMMON_PLAN_PLACEMENT_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/ps_service.pb.h"
+#include "proto/worker_service.pb.h"
+
+namespace psrt {
+
+absl::StatusOr<PlacementMap> PlaceVariables(const std::vector<VariableDef>& variables, int num_ps,
+                                            int64_t partition_threshold_bytes);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_PLAN_PLACEMENT_H_

@@ -1,0 +1,215 @@
+#include "common/snapshot/snapshot_store.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/io/crc32c.h"
+#include "common/status_macros.h"
+#include "proto/snapshot.pb.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+
+namespace psrt {
+namespace {
+
+std::string StepKey(int64_t step) { return absl::StrFormat("%020d", step); }
+std::string IndexKey(int64_t step) { return "i/" + StepKey(step); }
+std::string DataPrefix(int64_t step) { return "s/" + StepKey(step) + "/"; }
+std::string ChunkKey(const std::string& prefix, int chunk) { return absl::StrFormat("%s/%06d", prefix, chunk); }
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  if (s.IsNotFound()) return absl::NotFoundError(absl::StrCat(what, ": not found"));
+  if (s.IsCorruption()) return absl::DataLossError(absl::StrCat(what, ": ", s.ToString()));
+  return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
+}
+
+absl::Status MakeDirs(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      std::string p = dir.substr(0, i);
+      if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::UnavailableError(absl::StrCat("cannot create ", p, ": ", std::strerror(errno)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Open(const std::string& dir,
+                                                                   SnapshotStoreOptions options) {
+  RETURN_IF_ERROR(MakeDirs(dir));
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.write_buffer_size = 64 << 20;
+  o.max_write_buffer_number = 4;
+  o.compression = rocksdb::kNoCompression;  // float bytes hardly compress
+  rocksdb::DB* db = nullptr;
+  RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(o, dir, &db), absl::StrCat("opening snapshot store ", dir)));
+  return std::unique_ptr<SnapshotStore>(new SnapshotStore(dir, std::move(options), db));
+}
+
+SnapshotStore::~SnapshotStore() { delete db_; }
+
+absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
+  SnapshotIndex index;
+  index.set_step(snap.step);
+  index.set_global_step(snap.global_step);
+  index.set_sync_step(snap.sync_step);
+  for (int64_t s : snap.worker_next_step) index.add_worker_next_step(s);
+  index.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+  int64_t chunks_written = 0;
+  int64_t total = 0;
+  const std::string prefix = DataPrefix(snap.step);
+  // The chunks skip the write-ahead log (it would write every byte twice);
+  // a flush makes them durable in table files before the synced index.
+  rocksdb::WriteOptions plain;
+  plain.disableWAL = true;
+
+  auto put_tensor = [&](const Tensor& t, const std::string& key, SnapshotTensor* meta) -> absl::Status {
+    meta->set_key(key);
+    meta->set_dtype(t.dtype());
+    t.shape().ToProto(meta->mutable_shape());
+    const char* data = static_cast<const char*>(t.raw_data());
+    const int64_t bytes = t.TotalBytes();
+    meta->set_bytes(bytes);
+    meta->set_crc32c(crc32c::Value(data, bytes));
+    int chunk = 0;
+    for (int64_t off = 0; off < bytes || chunk == 0; off += options_.chunk_bytes, ++chunk) {
+      int64_t n = std::min<int64_t>(options_.chunk_bytes, bytes - off);
+      RETURN_IF_ERROR(FromRocks(db_->Put(plain, ChunkKey(key, chunk), rocksdb::Slice(data + off, n)),
+                                absl::StrCat("writing ", key)));
+      ++chunks_written;
+      if (options_.fault_pause_after_chunks > 0 && chunks_written == options_.fault_pause_after_chunks &&
+          options_.on_fault_pause) {
+        options_.on_fault_pause();
+      }
+      if (bytes == 0) break;
+    }
+    meta->set_chunks(chunk == 0 ? 1 : chunk);
+    total += bytes;
+    return absl::OkStatus();
+  };
+
+  for (size_t v = 0; v < snap.variables.size(); ++v) {
+    const VariableState& st = snap.variables[v];
+    SnapshotVariable* sv = index.add_variable();
+    *sv->mutable_def() = st.def;
+    sv->set_updates(st.updates);
+    std::string key = absl::StrCat(prefix, v);
+    RETURN_IF_ERROR(put_tensor(st.value, key + "/value", sv->mutable_value()));
+    for (size_t s = 0; s < st.slots.size(); ++s) {
+      RETURN_IF_ERROR(put_tensor(st.slots[s], absl::StrCat(key, "/slot", s), sv->add_slot()));
+    }
+    if (st.ids.IsValid()) RETURN_IF_ERROR(put_tensor(st.ids, key + "/ids", sv->mutable_ids()));
+  }
+  index.set_bytes(total);
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  RETURN_IF_ERROR(FromRocks(db_->Flush(flush), absl::StrCat("flushing the snapshot of step ", snap.step)));
+  std::string bytes = index.SerializeAsString();
+  uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()));
+  for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  rocksdb::WriteOptions synced;
+  synced.sync = true;
+  RETURN_IF_ERROR(FromRocks(db_->Put(synced, IndexKey(snap.step), bytes),
+                            absl::StrCat("writing the index of step ", snap.step)));
+  return total;
+}
+
+absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
+  std::string bytes;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), IndexKey(step), &bytes);
+  if (rs.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat(dir_, ": no complete snapshot of step ", step));
+  }
+  RETURN_IF_ERROR(FromRocks(rs, absl::StrCat(dir_, ": index of step ", step)));
+  auto corrupt = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(dir_, ": snapshot of step ", step, ": ", what));
+  };
+  if (bytes.size() < 4) return corrupt("truncated index");
+  uint32_t stored = 0;
+  for (int i = 3; i >= 0; --i) stored = (stored << 8) | static_cast<uint8_t>(bytes[bytes.size() - 4 + i]);
+  bytes.resize(bytes.size() - 4);
+  if (crc32c::Unmask(stored) != crc32c::Value(bytes.data(), bytes.size())) return corrupt("index checksum mismatch");
+  SnapshotIndex index;
+  if (!index.ParseFromString(bytes)) return corrupt("unparsable index");
+
+  auto get_tensor = [&](const SnapshotTensor& meta) -> absl::StatusOr<Tensor> {
+    ASSIGN_OR_RETURN(TensorShape shape, TensorShape::FromProto(meta.shape()));
+    if (DataTypeSize(meta.dtype()) == 0) return corrupt(absl::StrCat(meta.key(), ": bad dtype"));
+    Tensor t(meta.dtype(), shape);
+    if (static_cast<int64_t>(t.TotalBytes()) != meta.bytes()) return corrupt(absl::StrCat(meta.key(), ": size mismatch"));
+    char* out = static_cast<char*>(t.raw_data());
+    int64_t off = 0;
+    std::string chunk;
+    for (int c = 0; c < meta.chunks(); ++c) {
+      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ChunkKey(meta.key(), c), &chunk);
+      if (!s.ok()) return corrupt(absl::StrCat(ChunkKey(meta.key(), c), ": ", s.ToString()));
+      if (off + static_cast<int64_t>(chunk.size()) > meta.bytes()) return corrupt(absl::StrCat(meta.key(), ": too long"));
+      std::memcpy(out + off, chunk.data(), chunk.size());
+      off += chunk.size();
+    }
+    if (off != meta.bytes()) return corrupt(absl::StrCat(meta.key(), ": truncated"));
+    if (crc32c::Value(out, off) != meta.crc32c()) return corrupt(absl::StrCat(meta.key(), ": checksum mismatch"));
+    return t;
+  };
+
+  PsSnapshot snap;
+  snap.step = index.step();
+  snap.global_step = index.global_step();
+  snap.sync_step = index.sync_step();
+  snap.worker_next_step.assign(index.worker_next_step().begin(), index.worker_next_step().end());
+  for (const SnapshotVariable& sv : index.variable()) {
+    VariableState st;
+    st.def = sv.def();
+    st.updates = sv.updates();
+    ASSIGN_OR_RETURN(st.value, get_tensor(sv.value()));
+    for (const SnapshotTensor& slot : sv.slot()) {
+      ASSIGN_OR_RETURN(Tensor t, get_tensor(slot));
+      st.slots.push_back(std::move(t));
+    }
+    if (sv.has_ids()) {
+      ASSIGN_OR_RETURN(st.ids, get_tensor(sv.ids()));
+    }
+    snap.variables.push_back(std::move(st));
+  }
+  return snap;
+}
+
+std::vector<int64_t> SnapshotStore::Steps() const {
+  std::vector<int64_t> steps;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("i/"); it->Valid() && it->key().starts_with("i/"); it->Next()) {
+    int64_t step;
+    if (absl::SimpleAtoi(it->key().ToString().substr(2), &step)) steps.push_back(step);
+  }
+  return steps;
+}
+
+absl::Status SnapshotStore::Prune(int keep) {
+  std::vector<int64_t> steps = Steps();
+  rocksdb::WriteOptions synced;
+  synced.sync = true;
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    // The index goes first: a crash mid-prune leaves data without an index,
+    // never an index without its data.
+    RETURN_IF_ERROR(FromRocks(db_->Delete(synced, IndexKey(steps[i])), "pruning an index"));
+    std::string begin = DataPrefix(steps[i]);
+    std::string end = begin.substr(0, begin.size() - 1) + "0";  // '/' + 1
+    RETURN_IF_ERROR(FromRocks(db_->DeleteRange(rocksdb::WriteOptions(), db_->DefaultColumnFamily(), begin, end),
+                              "pruning data"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psrt

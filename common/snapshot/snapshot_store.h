@@ -1,0 +1,72 @@
+// SnapshotStore: a parameter server's snapshots in its own RocksDB
+// (DIR/ps-N), laid out as common/snapshot/SNAPSHOT_FORMAT.md describes.
+//
+// Write stores every tensor in checksummed chunks, then the snapshot's index
+// with a synced write: RocksDB's log is sequential, so once the index is
+// durable everything before it is too, and a crash before that leaves no
+// index and so no snapshot. Read verifies every checksum and returns all or
+// nothing (NOT_FOUND without an index, DATA_LOSS naming the key otherwise).
+//
+// Thread-compatible: one writer thread and the restore path, serialized by
+// the server.
+#ifndef PSRT_COMMON_SNAPSHOT_SNAPSHOT_STORE_H_
+#define PSRT_COMMON_SNAPSHOT_SNAPSHOT_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/snapshot/variable_state.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace psrt {
+
+struct PsSnapshot {
+  int64_t step = 0;
+  int64_t global_step = 0;
+  int64_t sync_step = 0;
+  std::vector<int64_t> worker_next_step;
+  std::vector<VariableState> variables;
+};
+
+struct SnapshotStoreOptions {
+  int64_t chunk_bytes = 8 << 20;
+  // Fault injection for tests: after this many chunks of a Write, call
+  // on_fault_pause (which may block forever, waiting for a SIGKILL).
+  int64_t fault_pause_after_chunks = 0;
+  std::function<void()> on_fault_pause;
+};
+
+class SnapshotStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<SnapshotStore>> Open(const std::string& dir,
+                                                             SnapshotStoreOptions options = {});
+  ~SnapshotStore();
+
+  // Durable on return; the bytes written.
+  absl::StatusOr<int64_t> Write(const PsSnapshot& snapshot);
+  absl::StatusOr<PsSnapshot> Read(int64_t step) const;
+  // Steps that have an index, ascending.
+  std::vector<int64_t> Steps() const;
+  // Deletes all but the newest `keep` snapshots (index first).
+  absl::Status Prune(int keep);
+  const std::string& dir() const { return dir_; }
+
+ private:
+  SnapshotStore(std::string dir, SnapshotStoreOptions options, rocksdb::DB* db)
+      : dir_(std::move(dir)), options_(std::move(options)), db_(db) {}
+
+  const std::string dir_;
+  const SnapshotStoreOptions options_;
+  rocksdb::DB* const db_;  // owned
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_SNAPSHOT_SNAPSHOT_STORE_H_

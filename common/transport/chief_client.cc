@@ -1,0 +1,140 @@
+#include "common/transport/chief_client.h"
+
+#include "common/rpc/retry.h"
+#include "common/rpc/unary_call.h"
+#include "glog/logging.h"
+
+namespace psrt {
+
+ChiefClient::ChiefClient(std::shared_ptr<grpc::Channel> channel, std::string address,
+                         absl::Duration call_timeout)
+    : address_(std::move(address)), timeout_(call_timeout), stub_(Chief::NewStub(channel)) {}
+
+absl::StatusOr<RegisterResponse> ChiefClient::Register(const TaskInfo& self) {
+  RegisterRequest req;
+  *req.mutable_task() = self;
+  return CallUnary(stub_.get(), &Chief::Stub::Register, req, timeout_, address_, "Register");
+}
+
+absl::StatusOr<HeartbeatResponse> ChiefClient::Heartbeat(const HeartbeatRequest& beat) {
+  return CallUnary(stub_.get(), &Chief::Stub::Heartbeat, beat, timeout_, address_, "Heartbeat");
+}
+
+absl::Status ChiefClient::ReportFailure(const ReportFailureRequest& report) {
+  return CallUnary(stub_.get(), &Chief::Stub::ReportFailure, report, timeout_, address_,
+                   "ReportFailure")
+      .status();
+}
+
+absl::StatusOr<JobStatusResponse> ChiefClient::JobStatus() {
+  return CallUnary(stub_.get(), &Chief::Stub::JobStatus, JobStatusRequest(), timeout_, address_,
+                   "JobStatus");
+}
+
+ChiefLink::ChiefLink(std::shared_ptr<grpc::Channel> channel, std::string chief_address,
+                     TaskInfo self, ChiefLinkOptions options)
+    : client_(std::move(channel), std::move(chief_address)),
+      self_(std::move(self)),
+      options_(options) {}
+
+ChiefLink::~ChiefLink() { Stop(); }
+
+void ChiefLink::set_progress(std::function<Progress()> f) {
+  absl::MutexLock lock(&mu_);
+  progress_ = std::move(f);
+}
+
+void ChiefLink::set_on_command(std::function<void(HeartbeatResponse::Command)> f) {
+  absl::MutexLock lock(&mu_);
+  on_command_ = std::move(f);
+}
+
+void ChiefLink::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void ChiefLink::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ChiefLink::registered() const {
+  absl::MutexLock lock(&mu_);
+  return registered_;
+}
+
+bool ChiefLink::WaitRegistered(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_ || stop_; };
+  mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+  return registered_;
+}
+
+void ChiefLink::Loop() {
+  auto stopped = [this] {
+    absl::MutexLock lock(&mu_);
+    return stop_;
+  };
+  // Waits up to `d`, waking at once on Stop().
+  auto nap = [this](absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    auto s = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+    mu_.AwaitWithTimeout(absl::Condition(&s), d);
+    return stop_;
+  };
+  Backoff backoff(BackoffOptions{absl::Milliseconds(50), absl::Seconds(2)});
+  while (!stopped()) {
+    bool is_registered;
+    {
+      absl::MutexLock lock(&mu_);
+      is_registered = registered_;
+    }
+    if (!is_registered) {
+      absl::StatusOr<RegisterResponse> r = client_.Register(self_);
+      if (r.ok()) {
+        LOG(INFO) << "registered with the chief (incarnation " << std::hex << self_.incarnation()
+                  << ")";
+        absl::MutexLock lock(&mu_);
+        registered_ = true;
+        backoff.Reset();
+        continue;
+      }
+      if (backoff.attempts() % 20 == 0) LOG(INFO) << "chief not reachable yet: " << r.status();
+      if (nap(backoff.NextDelay())) return;
+      continue;
+    }
+    HeartbeatRequest beat;
+    *beat.mutable_task() = self_.task();
+    beat.set_incarnation(self_.incarnation());
+    std::function<Progress()> progress;
+    std::function<void(HeartbeatResponse::Command)> on_command;
+    {
+      absl::MutexLock lock(&mu_);
+      progress = progress_;
+      on_command = on_command_;
+    }
+    if (progress) {
+      Progress p = progress();
+      beat.set_step(p.step);
+      beat.set_loss(p.loss);
+      beat.set_examples_per_sec(p.examples_per_sec);
+      beat.set_epoch(p.epoch);
+    }
+    absl::StatusOr<HeartbeatResponse> resp = client_.Heartbeat(beat);
+    if (!resp.ok() || resp->command() == HeartbeatResponse::REREGISTER) {
+      // Unknown incarnation (the chief restarted) or the chief is gone:
+      // register again, with backoff.
+      if (!resp.ok() && resp.status().code() != absl::StatusCode::kAborted) {
+        VLOG(1) << "heartbeat failed: " << resp.status();
+      }
+      absl::MutexLock lock(&mu_);
+      registered_ = false;
+      continue;
+    }
+    if (on_command) on_command(resp->command());
+    if (nap(options_.heartbeat_interval)) return;
+  }
+}
+
+}  // namespace psrt

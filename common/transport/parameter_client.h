@@ -1,0 +1,43 @@
+// What a worker's step loop needs from the parameter servers: pull and
+// push against every PS of the job. The gRPC client (ps_client.h) and the
+// in-process one (ps/local_ps_client.h) implement it; unit tests use fakes.
+#ifndef PSRT_COMMON_TRANSPORT_PARAMETER_CLIENT_H_
+#define PSRT_COMMON_TRANSPORT_PARAMETER_CLIENT_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+#include "proto/ps_service.pb.h"
+
+namespace psrt {
+
+using TensorMap = std::map<std::string, Tensor>;
+
+// Rows of sparse variables a step reads: variable -> unique ids.
+using RowRequest = std::map<std::string, Tensor>;
+
+// Pulls and pushes against every PS of the job, in parallel where it can.
+// A pull (on the worker's prefetch thread) may run while a push (on its loop
+// thread) does; implementations allow that one pull and one push at once.
+class ParameterClient {
+ public:
+  virtual ~ParameterClient() = default;
+  // Dense variables, whole (slices of a partitioned one are joined).
+  // SYNC / BOUNDED_STALENESS: waits until the parameters for `step` exist.
+  // UNAVAILABLE when a PS is down; NOT_FOUND when a PS lost its variables.
+  virtual absl::StatusOr<TensorMap> Pull(const std::vector<std::string>& variables,
+                                         int64_t step) = 0;
+  // Rows of sparse variables: for each variable, [n, dim] in the order of ids.
+  virtual absl::StatusOr<TensorMap> PullRows(const RowRequest& rows, int64_t step) = 0;
+  // Dense gradients (whole variables) and sparse ones (ids + rows).
+  virtual absl::Status Push(const RequestId& id, const TensorMap& dense,
+                            const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_TRANSPORT_PARAMETER_CLIENT_H_

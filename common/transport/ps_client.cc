@@ -1,0 +1,244 @@
+#include "common/transport/ps_client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "common/rpc/retry.h"
+#include "common/rpc/status_util.h"
+#include "common/status_macros.h"
+
+namespace psrt {
+namespace {
+
+constexpr char kPull[] = "/psrt.ParameterServer/Pull";
+constexpr char kPullRows[] = "/psrt.ParameterServer/PullRows";
+constexpr char kPush[] = "/psrt.ParameterServer/Push";
+constexpr char kPushRows[] = "/psrt.ParameterServer/PushRows";
+
+}  // namespace
+
+PsClient::PsClient(const PlacementMap& placement, std::vector<std::string> ps_addresses,
+                   ChannelCache* channels, PsClientOptions options)
+    : options_(options), addresses_(std::move(ps_addresses)) {
+  for (const std::string& a : addresses_) stubs_.push_back(std::make_unique<grpc::GenericStub>(channels->Get(a)));
+  std::set<int> used;
+  for (const VariablePlacement& vp : placement.variable()) {
+    placement_[vp.variable().name()] = vp;
+    std::vector<Shard>& s = shards_[vp.variable().name()];
+    for (const auto& sh : vp.shard()) {
+      s.push_back({sh.ps_task(), sh.row_begin(), sh.row_end()});
+      used.insert(sh.ps_task());
+    }
+    std::sort(s.begin(), s.end(), [](const Shard& a, const Shard& b) { return a.row_begin < b.row_begin; });
+  }
+  used_ps_.assign(used.begin(), used.end());
+}
+
+std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
+    const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls) {
+  struct Call {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer response;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> state(calls.size());
+  absl::BlockingCounter pending(static_cast<int>(calls.size()));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    state[i] = std::make_unique<Call>();
+    Call* c = state[i].get();
+    SetDeadline(&c->ctx, options_.timeout);
+    const int ps = calls[i].first;
+    stubs_[ps]->UnaryCall(&c->ctx, calls[i].second.first, grpc::StubOptions(), &calls[i].second.second,
+                          &c->response, [c, &pending](grpc::Status s) {
+                            c->status = std::move(s);
+                            pending.DecrementCount();
+                          });
+  }
+  pending.Wait();
+  std::vector<absl::StatusOr<grpc::ByteBuffer>> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (state[i]->status.ok()) {
+      out.push_back(std::move(state[i]->response));
+    } else {
+      out.push_back(FromGrpcStatus(state[i]->status, absl::StrCat("ps:", calls[i].first),
+                                   calls[i].second.first.substr(calls[i].second.first.rfind('/') + 1)));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<grpc::ByteBuffer> PsClient::Call(int ps, const std::string& method,
+                                                const grpc::ByteBuffer& request) {
+  std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>> calls;
+  calls.push_back({ps, {method, request}});
+  return std::move(CallAll(calls)[0]);
+}
+
+absl::StatusOr<TensorMap> PsClient::Pull(const std::vector<std::string>& variables, int64_t step) {
+  std::map<int, pswire::PullArgs> per_ps;
+  for (const std::string& v : variables) {
+    auto it = shards_.find(v);
+    if (it == shards_.end()) return absl::NotFoundError(absl::StrCat("variable ", v, " is not in the placement"));
+    for (const Shard& s : it->second) per_ps[s.ps].variables.push_back(v);
+  }
+  // SYNC and bounded staleness wait on every PS the worker uses, so pull
+  // from each even when it holds none of these (an empty pull).
+  for (int ps : used_ps_) per_ps[ps];
+  std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>> calls;
+  for (auto& [ps, args] : per_ps) {
+    args.worker = options_.worker;
+    args.step = step;
+    calls.push_back({ps, {kPull, pswire::EncodePull(args)}});
+  }
+  auto responses = CallAll(calls);
+  std::map<std::pair<std::string, int>, Tensor> parts;  // (variable, ps) -> slice
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!responses[i].ok()) return responses[i].status();
+    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i], pool_->Allocator()));
+    for (auto& [name, t] : r.tensors) parts[{name, calls[i].first}] = std::move(t);
+  }
+  TensorMap out;
+  for (const std::string& v : variables) {
+    const std::vector<Shard>& shards = shards_[v];
+    if (shards.size() == 1) {
+      out[v] = parts[{v, shards[0].ps}];
+      continue;
+    }
+    ASSIGN_OR_RETURN(TensorShape shape, TensorShape::FromProto(placement_[v].variable().shape()));
+    Tensor whole(DT_FLOAT, shape);
+    size_t offset = 0;
+    for (const Shard& s : shards) {
+      const Tensor& part = parts[{v, s.ps}];
+      std::memcpy(static_cast<char*>(whole.raw_data()) + offset, part.raw_data(), part.TotalBytes());
+      offset += part.TotalBytes();
+    }
+    if (offset != whole.TotalBytes()) {
+      return absl::InternalError(absl::StrCat("slices of ", v, " do not add up to ", shape.ToString()));
+    }
+    out[v] = std::move(whole);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> PsClient::Route(const std::string& variable, const Tensor& ids) const {
+  auto it = shards_.find(variable);
+  if (it == shards_.end()) return absl::NotFoundError(absl::StrCat("variable ", variable, " is not in the placement"));
+  const std::vector<Shard>& shards = it->second;
+  const bool hash = placement_.at(variable).variable().kind() == VariableDef::HASH_TABLE;
+  std::vector<int> route(ids.NumElements());
+  for (int64_t i = 0; i < ids.NumElements(); ++i) {
+    int64_t id = ids.data<int64_t>()[i];
+    if (hash || shards.size() == 1) {
+      int64_t n = static_cast<int64_t>(shards.size());
+      route[i] = static_cast<int>(((id % n) + n) % n);
+      continue;
+    }
+    auto s = std::upper_bound(shards.begin(), shards.end(), id,
+                              [](int64_t v, const Shard& sh) { return v < sh.row_begin; });
+    route[i] = static_cast<int>(std::max<ptrdiff_t>(0, (s - shards.begin()) - 1));
+  }
+  return route;
+}
+
+absl::StatusOr<TensorMap> PsClient::PullRows(const RowRequest& rows, int64_t step) {
+  // Per variable: which shard each id goes to, and its position there.
+  struct Plan {
+    std::vector<int> route;
+    std::vector<int64_t> position;
+    std::vector<std::vector<int64_t>> per_shard;
+  };
+  std::map<std::string, Plan> plans;
+  std::map<int, pswire::PullRowsArgs> per_ps;
+  for (const auto& [v, ids] : rows) {
+    Plan& p = plans[v];
+    ASSIGN_OR_RETURN(p.route, Route(v, ids));
+    p.per_shard.resize(shards_[v].size());
+    for (int64_t i = 0; i < ids.NumElements(); ++i) {
+      std::vector<int64_t>& bucket = p.per_shard[p.route[i]];
+      p.position.push_back(static_cast<int64_t>(bucket.size()));
+      bucket.push_back(ids.data<int64_t>()[i]);
+    }
+    for (size_t s = 0; s < p.per_shard.size(); ++s) {
+      if (p.per_shard[s].empty()) continue;
+      int64_t n = static_cast<int64_t>(p.per_shard[s].size());
+      per_ps[shards_[v][s].ps].ids.emplace_back(v, Tensor::FromVector<int64_t>(p.per_shard[s], TensorShape({n})));
+    }
+  }
+  std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>> calls;
+  for (auto& [ps, args] : per_ps) {
+    args.worker = options_.worker;
+    args.step = step;
+    calls.push_back({ps, {kPullRows, pswire::EncodePullRows(args)}});
+  }
+  auto responses = CallAll(calls);
+  std::map<std::pair<std::string, int>, Tensor> parts;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!responses[i].ok()) return responses[i].status();
+    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i], pool_->Allocator()));
+    for (auto& [name, t] : r.tensors) parts[{name, calls[i].first}] = std::move(t);
+  }
+  TensorMap out;
+  for (const auto& [v, ids] : rows) {
+    const Plan& p = plans[v];
+    int64_t dim = placement_[v].variable().shape().dim(1);
+    Tensor result(DT_FLOAT, TensorShape({ids.NumElements(), dim}));
+    for (int64_t i = 0; i < ids.NumElements(); ++i) {
+      const Tensor& part = parts[{v, shards_[v][p.route[i]].ps}];
+      std::memcpy(result.data<float>() + i * dim, part.data<float>() + p.position[i] * dim, dim * sizeof(float));
+    }
+    out[v] = std::move(result);
+  }
+  return out;
+}
+
+absl::Status PsClient::Push(const RequestId& id, const TensorMap& dense,
+                            const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) {
+  std::map<int, pswire::PushArgs> per_ps;
+  for (int ps : used_ps_) per_ps[ps].id = id;  // every PS counts this worker's step
+  for (const auto& [v, grad] : dense) {
+    auto it = shards_.find(v);
+    if (it == shards_.end()) return absl::NotFoundError(absl::StrCat("variable ", v, " is not in the placement"));
+    if (it->second.size() == 1) {
+      per_ps[it->second[0].ps].gradients.emplace_back(v, grad);
+      continue;
+    }
+    for (const Shard& s : it->second) {
+      per_ps[s.ps].gradients.emplace_back(v, grad.Slice(s.row_begin, s.row_end));  // a view, no copy
+    }
+  }
+  if (!sparse.empty()) {
+    std::map<int, pswire::PushRowsArgs> rows_per_ps;
+    for (const auto& [v, ids_values] : sparse) {
+      const auto& [ids, values] = ids_values;
+      ASSIGN_OR_RETURN(std::vector<int> route, Route(v, ids));
+      int64_t dim = values.shape().dim(1);
+      std::vector<std::vector<int64_t>> shard_ids(shards_[v].size());
+      std::vector<std::vector<float>> shard_vals(shards_[v].size());
+      for (int64_t i = 0; i < ids.NumElements(); ++i) {
+        shard_ids[route[i]].push_back(ids.data<int64_t>()[i]);
+        shard_vals[route[i]].insert(shard_vals[route[i]].end(), values.data<float>() + i * dim,
+                                    values.data<float>() + (i + 1) * dim);
+      }
+      for (size_t s = 0; s < shard_ids.size(); ++s) {
+        if (shard_ids[s].empty()) continue;
+        int64_t n = static_cast<int64_t>(shard_ids[s].size());
+        pswire::PushRowsArgs& args = rows_per_ps[shards_[v][s].ps];
+        args.id = id;
+        args.rows.push_back({v, Tensor::FromVector<int64_t>(shard_ids[s], TensorShape({n})),
+                             Tensor::FromVector<float>(shard_vals[s], TensorShape({n, dim}))});
+      }
+    }
+    std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>> calls;
+    for (auto& [ps, args] : rows_per_ps) calls.push_back({ps, {kPushRows, pswire::EncodePushRows(args)}});
+    for (auto& r : CallAll(calls)) RETURN_IF_ERROR(r.status());
+  }
+  std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>> calls;
+  for (auto& [ps, args] : per_ps) calls.push_back({ps, {kPush, pswire::EncodePush(args)}});
+  for (auto& r : CallAll(calls)) RETURN_IF_ERROR(r.status());
+  return absl::OkStatus();
+}
+
+}  // namespace psrt

@@ -1,0 +1,74 @@
+// PsClient: the worker's ParameterClient over gRPC. It routes each variable
+// to the PS shards the placement map names, sends requests to different PS
+// in parallel, joins row slices of partitioned variables on pull and slices
+// gradients (without copying) on push, and routes embedding ids to their
+// shard (fixed tables by row range, hash tables by id mod shards).
+//
+//   PsClient ps(assignment.placement(), ps_addresses, &channels, {worker_index});
+//   ASSIGN_OR_RETURN(TensorMap w, ps.Pull({"dense/kernel"}, step));
+//
+// Thread-compatible: one caller at a time.
+#ifndef PSRT_COMMON_TRANSPORT_PS_CLIENT_H_
+#define PSRT_COMMON_TRANSPORT_PS_CLIENT_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/buffer_pool.h"
+#include "common/rpc/channel_cache.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "proto/worker_service.pb.h"
+#include "common/transport/ps_wire.h"
+#include "common/transport/parameter_client.h"
+
+namespace psrt {
+
+struct PsClientOptions {
+  int worker = 0;
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+class PsClient : public ParameterClient {
+ public:
+  PsClient(const PlacementMap& placement, std::vector<std::string> ps_addresses,
+           ChannelCache* channels, PsClientOptions options);
+
+  absl::StatusOr<TensorMap> Pull(const std::vector<std::string>& variables, int64_t step) override;
+  absl::StatusOr<TensorMap> PullRows(const RowRequest& rows, int64_t step) override;
+  absl::Status Push(const RequestId& id, const TensorMap& dense,
+                    const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) override;
+
+  // One raw call to one PS, for tools and benchmarks.
+  absl::StatusOr<grpc::ByteBuffer> Call(int ps, const std::string& method,
+                                        const grpc::ByteBuffer& request);
+  int num_ps() const { return static_cast<int>(stubs_.size()); }
+
+ private:
+  struct Shard {
+    int ps;
+    int64_t row_begin;
+    int64_t row_end;
+  };
+  // Sends one request per entry in parallel; fills the responses in order.
+  std::vector<absl::StatusOr<grpc::ByteBuffer>> CallAll(
+      const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls);
+  // For each id: the shard index of `variable` that holds it.
+  absl::StatusOr<std::vector<int>> Route(const std::string& variable, const Tensor& ids) const;
+
+  const PsClientOptions options_;
+  const std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
+  std::map<std::string, VariablePlacement> placement_;
+  std::map<std::string, std::vector<Shard>> shards_;
+  std::vector<int> used_ps_;  // every PS holding a variable
+  // Storage for pulled tensors: reused once the caller drops them.
+  const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_TRANSPORT_PS_CLIENT_H_
