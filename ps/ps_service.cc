@@ -68,6 +68,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Pull"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PullArgs> args = pswire::DecodePull(*req);
   if (!args.ok()) return Done(ctx, args.status());
+  if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   uint64_t incarnation = core_->incarnation();
   core_->Pull(std::move(args->variables), args->worker, args->step, PullDeadline(ctx),
@@ -88,6 +89,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* c
   if (auto s = CheckSize(req, core_->max_request_bytes(), "PullRows"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PullRowsArgs> args = pswire::DecodePullRows(*req);
   if (!args.ok()) return Done(ctx, args.status());
+  if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   uint64_t incarnation = core_->incarnation();
   core_->PullRows(std::move(args->ids), args->worker, args->step, PullDeadline(ctx),

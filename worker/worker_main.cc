@@ -33,6 +33,9 @@ ABSL_FLAG(std::string, listen, "", "Address to listen on (default: this task's a
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
 ABSL_FLAG(int64_t, kill_at_step, 0,
           "Fault injection: SIGKILL this worker when it is about to run this step (0 = never).");
+ABSL_FLAG(int64_t, fault_stop_before_push_at_step, 0,
+          "Fault injection for tests: SIGSTOP this worker with that step's gradients computed, "
+          "just before pushing them (0 = never).");
 
 namespace psrt {
 namespace {
@@ -91,6 +94,7 @@ int Main(int argc, char** argv) {
   wo.index = index;
   wo.incarnation = incarnation;
   wo.kill_at_step = absl::GetFlag(FLAGS_kill_at_step);
+  wo.stop_before_push_at_step = absl::GetFlag(FLAGS_fault_stop_before_push_at_step);
   wo.overlap_pull = absl::GetFlag(FLAGS_overlap_pull);
   WorkerRuntime runtime(wo, deps);
   absl::Notification stop;
@@ -106,6 +110,7 @@ int Main(int argc, char** argv) {
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex
             << incarnation << std::dec << ")";
   link.set_progress([&runtime] { return runtime.progress(); });
+  link.set_on_chief_lost([&runtime] { runtime.Park("the chief does not answer; waiting for it"); });
   link.Start();
 
   std::thread signals([&stop] {

@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <iostream>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -135,6 +137,16 @@ absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
   return absl::OkStatus();
 }
 
+void WorkerRuntime::Park(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  if (state_ != WorkerStatusResponse::RUNNING) return;
+  LOG(WARNING) << "parking at step " << next_step_ << ": " << why;
+  pause_requested_ = true;
+  ++interruptions_;  // a step in flight is dropped, not pushed
+  state_ = WorkerStatusResponse::PAUSED;
+  error_ = why;
+}
+
 void WorkerRuntime::Loop() {
   while (true) {
     int64_t step, generation;
@@ -206,6 +218,7 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     overlap = options_.overlap_pull && assignment_.consistency().mode() == ConsistencyDef::ASYNC;
   }
   const absl::Time start = absl::Now();
+  client_->SetGeneration(generation);
   std::optional<StepInputs> prefetched = prefetcher_.Take(step, seen);
   StepInputs in;
   if (prefetched.has_value()) {
@@ -229,10 +242,17 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
       if (interruptions_ != seen || stop_) return;  // paused or resumed under us: drop it
       pushing_ = true;
     }
+    if (options_.stop_before_push_at_step > 0 && step == options_.stop_before_push_at_step &&
+        !stopped_for_fault_.exchange(true)) {
+      LOG(WARNING) << "fault injection: stopping before the push of step " << step;
+      std::cerr << "FAULT: stopping before the push of step " << step << std::endl;
+      ::raise(SIGSTOP);
+    }
     RequestId id;
     id.set_worker(options_.index);
     id.set_worker_incarnation(options_.incarnation);
     id.set_step(step);
+    id.set_generation(generation);
     status = client_->Push(id, result.dense_gradients, result.sparse_gradients);
     absl::MutexLock lock(&mu_);
     pushing_ = false;

@@ -19,6 +19,7 @@
 #ifndef PSRT_WORKER_WORKER_RUNTIME_H_
 #define PSRT_WORKER_WORKER_RUNTIME_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -50,6 +51,11 @@ struct WorkerOptions {
   // Fault injection: SIGKILL ourselves when about to run this step (0 =
   // never), so fault tests and demos kill a worker at a chosen step.
   int64_t kill_at_step = 0;
+  // Fault injection: SIGSTOP ourselves with this step's gradients computed,
+  // just before pushing them (0 = never): a worker that misses whatever the
+  // chief does meanwhile and then pushes what it had, as a partitioned or
+  // stalled one would.
+  int64_t stop_before_push_at_step = 0;
   // ASYNC only: read the next batch and pull its parameters while this step
   // computes (see step_prefetcher.h for what that costs in staleness).
   bool overlap_pull = true;
@@ -69,6 +75,9 @@ class WorkerRuntime {
   absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout);
   // Continues from `start_step` under `generation`.
   absl::Status Resume(int64_t start_step, int64_t generation);
+  // Parks a running worker on its own (no chief to answer to): no further
+  // push until the chief resumes it or starts it anew.
+  void Park(const std::string& why);
   WorkerStatusResponse Status() const;
   Progress progress() const;
   // Stops the loop and joins it.
@@ -86,6 +95,7 @@ class WorkerRuntime {
 
   const WorkerOptions options_;
   const WorkerDeps deps_;
+  std::atomic<bool> stopped_for_fault_{false};  // stop_before_push_at_step fires once
 
   mutable absl::Mutex mu_;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);

@@ -49,6 +49,11 @@ void ChiefLink::set_on_command(std::function<void(HeartbeatResponse::Command)> f
   on_command_ = std::move(f);
 }
 
+void ChiefLink::set_on_chief_lost(std::function<void()> f) {
+  absl::MutexLock lock(&mu_);
+  on_chief_lost_ = std::move(f);
+}
+
 void ChiefLink::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void ChiefLink::Stop() {
@@ -84,6 +89,23 @@ void ChiefLink::Loop() {
     return stop_;
   };
   Backoff backoff(BackoffOptions{absl::Milliseconds(50), absl::Seconds(2)});
+  absl::Time last_answer = absl::Now();
+  bool lost = false;
+  auto answered = [&] {
+    last_answer = absl::Now();
+    lost = false;
+  };
+  auto check_lost = [&] {
+    if (lost || absl::Now() - last_answer < options_.chief_lost_after) return;
+    lost = true;
+    std::function<void()> f;
+    {
+      absl::MutexLock lock(&mu_);
+      f = on_chief_lost_;
+    }
+    LOG(WARNING) << "no answer from the chief for " << absl::FormatDuration(absl::Now() - last_answer);
+    if (f) f();
+  };
   while (!stopped()) {
     bool is_registered;
     {
@@ -93,6 +115,7 @@ void ChiefLink::Loop() {
     if (!is_registered) {
       absl::StatusOr<RegisterResponse> r = client_.Register(self_);
       if (r.ok()) {
+        answered();
         LOG(INFO) << "registered with the chief (incarnation " << std::hex << self_.incarnation()
                   << ")";
         absl::MutexLock lock(&mu_);
@@ -100,6 +123,7 @@ void ChiefLink::Loop() {
         backoff.Reset();
         continue;
       }
+      check_lost();
       if (backoff.attempts() % 20 == 0) LOG(INFO) << "chief not reachable yet: " << r.status();
       if (nap(backoff.NextDelay())) return;
       continue;
@@ -122,6 +146,11 @@ void ChiefLink::Loop() {
       beat.set_epoch(p.epoch);
     }
     absl::StatusOr<HeartbeatResponse> resp = client_.Heartbeat(beat);
+    if (resp.ok()) {
+      answered();
+    } else {
+      check_lost();
+    }
     if (!resp.ok() || resp->command() == HeartbeatResponse::REREGISTER) {
       // Unknown incarnation (the chief restarted) or the chief is gone:
       // register again, with backoff.

@@ -45,6 +45,9 @@ class ChiefClient {
 
 struct ChiefLinkOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // No answer from the chief for this long: on_chief_lost runs (once, until
+  // the chief answers again).
+  absl::Duration chief_lost_after = absl::Seconds(10);
 };
 
 struct Progress {
@@ -64,6 +67,9 @@ class ChiefLink {
   void set_progress(std::function<Progress()> f);
   // Gets the chief's command from each heartbeat answer.
   void set_on_command(std::function<void(HeartbeatResponse::Command)> f);
+  // Runs on the link's thread when the chief has not answered for
+  // options.chief_lost_after (a worker parks: no pushes without a chief).
+  void set_on_chief_lost(std::function<void()> f);
 
   void Start();
   void Stop();
@@ -81,6 +87,7 @@ class ChiefLink {
   mutable absl::Mutex mu_;
   std::function<Progress()> progress_ ABSL_GUARDED_BY(mu_);
   std::function<void(HeartbeatResponse::Command)> on_command_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_chief_lost_ ABSL_GUARDED_BY(mu_);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -36,6 +36,10 @@ class ParameterClient {
   // Dense gradients (whole variables) and sparse ones (ids + rows).
   virtual absl::Status Push(const RequestId& id, const TensorMap& dense,
                             const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) = 0;
+  // The generation the chief issued at the last start or restore: pulls
+  // carry it from now on (pushes carry theirs in the RequestId), and a PS at
+  // another generation refuses them. Clients of a PS with no chief ignore it.
+  virtual void SetGeneration(int64_t generation) {}
 };
 
 }  // namespace psrt

@@ -91,6 +91,7 @@ absl::StatusOr<TensorMap> PsClient::Pull(const std::vector<std::string>& variabl
   for (auto& [ps, args] : per_ps) {
     args.worker = options_.worker;
     args.step = step;
+    args.generation = generation_;
     calls.push_back({ps, {kPull, pswire::EncodePull(args)}});
   }
   auto responses = CallAll(calls);
@@ -171,6 +172,7 @@ absl::StatusOr<TensorMap> PsClient::PullRows(const RowRequest& rows, int64_t ste
   for (auto& [ps, args] : per_ps) {
     args.worker = options_.worker;
     args.step = step;
+    args.generation = generation_;
     calls.push_back({ps, {kPullRows, pswire::EncodePullRows(args)}});
   }
   auto responses = CallAll(calls);

@@ -11,6 +11,7 @@
 #ifndef PSRT_COMMON_TRANSPORT_PS_CLIENT_H_
 #define PSRT_COMMON_TRANSPORT_PS_CLIENT_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +42,7 @@ class PsClient : public ParameterClient {
   absl::StatusOr<TensorMap> PullRows(const RowRequest& rows, int64_t step) override;
   absl::Status Push(const RequestId& id, const TensorMap& dense,
                     const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) override;
+  void SetGeneration(int64_t generation) override { generation_ = generation; }
 
   // One raw call to one PS, for tools and benchmarks.
   absl::StatusOr<grpc::ByteBuffer> Call(int ps, const std::string& method,
@@ -65,6 +67,7 @@ class PsClient : public ParameterClient {
   std::map<std::string, VariablePlacement> placement_;
   std::map<std::string, std::vector<Shard>> shards_;
   std::vector<int> used_ps_;  // every PS holding a variable
+  std::atomic<int64_t> generation_{0};
   // Storage for pulled tensors: reused once the caller drops them.
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
 };

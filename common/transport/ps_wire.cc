@@ -18,6 +18,7 @@ size_t RequestIdSize(const RequestId& id) {
   if (id.worker() != 0) n += 1 + wire::VarintSize(Signed(id.worker()));
   if (id.worker_incarnation() != 0) n += 1 + 8;
   if (id.step() != 0) n += 1 + wire::VarintSize(Signed(id.step()));
+  if (id.generation() != 0) n += 1 + wire::VarintSize(Signed(id.generation()));
   return n;
 }
 
@@ -26,6 +27,7 @@ void WriteRequestId(Writer* w, uint32_t field, const RequestId& id) {
   if (id.worker() != 0) w->Varint(1, Signed(id.worker()));
   if (id.worker_incarnation() != 0) w->Fixed64(2, id.worker_incarnation());
   if (id.step() != 0) w->Varint(3, Signed(id.step()));
+  if (id.generation() != 0) w->Varint(4, Signed(id.generation()));
 }
 
 absl::Status ReadRequestId(Reader* r, RequestId* id) {
@@ -40,6 +42,8 @@ absl::Status ReadRequestId(Reader* r, RequestId* id) {
       id->set_worker_incarnation(v);
     } else if (f == 3 && t == wire::kVarint && r->ReadVarint(&v)) {
       id->set_step(static_cast<int64_t>(v));
+    } else if (f == 4 && t == wire::kVarint && r->ReadVarint(&v)) {
+      id->set_generation(static_cast<int64_t>(v));
     } else if (!r->Skip(t)) {
       break;
     }
@@ -60,6 +64,7 @@ grpc::ByteBuffer EncodePull(const PullArgs& a) {
   for (const auto& v : a.variables) w.String(1, v);
   if (a.worker != 0) w.Varint(2, Signed(a.worker));
   if (a.step != 0) w.Varint(3, Signed(a.step));
+  if (a.generation != 0) w.Varint(4, Signed(a.generation));
   return w.Finish();
 }
 
@@ -77,6 +82,8 @@ static absl::StatusOr<PullArgs> DecodePullInner(const grpc::ByteBuffer& b) {
       a.worker = static_cast<int32_t>(v);
     } else if (f == 3 && t == wire::kVarint && r.ReadVarint(&v)) {
       a.step = static_cast<int64_t>(v);
+    } else if (f == 4 && t == wire::kVarint && r.ReadVarint(&v)) {
+      a.generation = static_cast<int64_t>(v);
     } else if (!r.Skip(t)) {
       break;
     }
@@ -96,6 +103,7 @@ grpc::ByteBuffer EncodePullRows(const PullRowsArgs& a) {
   }
   if (a.worker != 0) w.Varint(2, Signed(a.worker));
   if (a.step != 0) w.Varint(3, Signed(a.step));
+  if (a.generation != 0) w.Varint(4, Signed(a.generation));
   return w.Finish();
 }
 
@@ -132,6 +140,8 @@ static absl::StatusOr<PullRowsArgs> DecodePullRowsInner(const grpc::ByteBuffer& 
       a.worker = static_cast<int32_t>(v);
     } else if (f == 3 && t == wire::kVarint && r.ReadVarint(&v)) {
       a.step = static_cast<int64_t>(v);
+    } else if (f == 4 && t == wire::kVarint && r.ReadVarint(&v)) {
+      a.generation = static_cast<int64_t>(v);
     } else if (!r.Skip(t)) {
       break;
     }

@@ -20,11 +20,13 @@ struct PullArgs {
   std::vector<std::string> variables;
   int worker = 0;
   int64_t step = 0;
+  int64_t generation = 0;
 };
 struct PullRowsArgs {
   std::vector<std::pair<std::string, Tensor>> ids;
   int worker = 0;
   int64_t step = 0;
+  int64_t generation = 0;
 };
 struct PullResult {
   NamedTensors tensors;

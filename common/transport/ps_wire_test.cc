@@ -18,6 +18,7 @@ TEST(PsWireTest, PushBothWays) {
   a.id.set_worker(3);
   a.id.set_worker_incarnation(0xdeadbeefcafeull);
   a.id.set_step(1234567);
+  a.id.set_generation(1795495517776);
   a.gradients.emplace_back("w", Tensor::FromVector<float>({1, 2, 3}, TensorShape({3})));
   a.gradients.emplace_back("b", Tensor::Scalar<float>(4));
   PushRequest proto;
@@ -25,26 +26,30 @@ TEST(PsWireTest, PushBothWays) {
   EXPECT_EQ(proto.id().worker(), 3);
   EXPECT_EQ(proto.id().worker_incarnation(), 0xdeadbeefcafeull);
   EXPECT_EQ(proto.id().step(), 1234567);
+  EXPECT_EQ(proto.id().generation(), 1795495517776);
   ASSERT_EQ(proto.gradient_size(), 2);
   EXPECT_EQ(proto.gradient(1).name(), "b");
 
   auto back = DecodePush(FromProto(proto));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->id.step(), 1234567);
+  EXPECT_EQ(back->id.generation(), 1795495517776);
   EXPECT_EQ(back->gradients[0].second.data<float>()[2], 3.0f);
   EXPECT_EQ(back->gradients[1].second.shape().rank(), 0);
 }
 
 TEST(PsWireTest, PullAndResultBothWays) {
-  PullArgs a{{"x", "y"}, -1, 77};
+  PullArgs a{{"x", "y"}, -1, 77, 42};
   PullRequest proto;
   ASSERT_TRUE(proto.ParseFromString(wire::ToString(EncodePull(a))));
   EXPECT_EQ(proto.worker(), -1);
+  EXPECT_EQ(proto.generation(), 42);
   EXPECT_EQ(proto.variable(1), "y");
   auto back = DecodePull(FromProto(proto));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->worker, -1);
   EXPECT_EQ(back->step, 77);
+  EXPECT_EQ(back->generation, 42);
 
   PullResult r;
   r.tensors.emplace_back("x", Tensor::FromVector<float>({5, 6}, TensorShape({1, 2})));
@@ -64,11 +69,14 @@ TEST(PsWireTest, RowsBothWays) {
   a.ids.emplace_back("emb", Tensor::FromVector<int64_t>({4, 1LL << 50}, TensorShape({2})));
   a.worker = 1;
   a.step = 2;
+  a.generation = 3;
   PullRowsRequest proto;
   ASSERT_TRUE(proto.ParseFromString(wire::ToString(EncodePullRows(a))));
   EXPECT_EQ(proto.rows(0).variable(), "emb");
+  EXPECT_EQ(proto.generation(), 3);
   auto back = DecodePullRows(FromProto(proto));
   ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->generation, 3);
   EXPECT_EQ(back->ids[0].second.data<int64_t>()[1], 1LL << 50);
 
   PushRowsArgs p;
