@@ -68,20 +68,24 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
                                                    optimizer_->name(), ")"));
   }
   const Optimizer* use = optimizer_ != nullptr ? optimizer_.get() : opt.get();
-  // Check every definition before creating any: all or nothing.
+  // Check every definition before creating any: all or nothing. To
+  // reinitialise, every variable is made anew and replaces the old set.
   std::map<std::string, std::unique_ptr<Variable>> fresh;
   int64_t used = 0;
-  for (const auto& [name, v] : variables_) used += v->bytes();
+  if (!req.reinitialize()) {
+    for (const auto& [name, v] : variables_) used += v->bytes();
+  }
   for (const VariableDef& def : req.variable()) {
     auto it = variables_.find(def.name());
-    if (it != variables_.end()) {
+    if (it != variables_.end() && !req.reinitialize()) {
       RETURN_IF_ERROR(it->second->SameAs(def));
       continue;
     }
     if (fresh.count(def.name())) {
       return absl::InvalidArgumentError(absl::StrCat("variable ", def.name(), " listed twice"));
     }
-    if (static_cast<int64_t>(variables_.size() + fresh.size()) >= options_.max_variables) {
+    if (static_cast<int64_t>((req.reinitialize() ? 0 : variables_.size()) + fresh.size()) >=
+        options_.max_variables) {
       return absl::ResourceExhaustedError(absl::StrCat(
           PsName(options_.task_index), " holds at most ", options_.max_variables,
           " variables (--max_variables); the request would add ", req.variable_size(),
@@ -97,9 +101,15 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     optimizer_ = std::move(opt);
     optimizer_def_ = req.optimizer();
   }
+  if (req.reinitialize()) {
+    variables_.clear();
+    LOG(INFO) << "reinitialising every variable (a fresh start)";
+  }
   for (auto& [name, v] : fresh) variables_[name] = std::move(v);
+  generation_ = req.generation();
   {
     absl::MutexLock s(&sync_mu_);
+    if (req.reinitialize()) ResetStepsLocked(0);
     consistency_ = req.consistency();
     num_workers_ = req.num_workers();
     if (static_cast<int>(worker_next_step_.size()) < num_workers_) worker_next_step_.resize(num_workers_, 0);
@@ -329,6 +339,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
   bool wake = false;
   {
     absl::ReaderMutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckGenerationLocked(id.generation(), "push"));
     // Validate everything first: a refused push changes nothing.
     std::vector<Variable*> vars;
     for (const auto& [name, grad] : gradients) {
@@ -405,6 +416,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   }
   PushResponse resp;
   absl::ReaderMutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGenerationLocked(id.generation(), "push"));
   std::vector<Variable*> vars;
   for (const SparseUpdate& u : rows) {
     ASSIGN_OR_RETURN(Variable * v, Find(u.variable));
@@ -461,6 +473,35 @@ absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& 
   SnapshotStore* raw = store.get();
   stores_[path] = std::move(store);
   return raw;
+}
+
+void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage) {
+  absl::MutexLock lock(&snap_mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return !writing_; };
+  snap_mu_.Await(absl::Condition(&idle));
+  for (auto& [path, owned] : stores_) {
+    if (owned.get() != store) continue;
+    // Queued writes name the store about to be replaced: they fail, and the
+    // chief abandons those checkpoints and takes new ones.
+    for (WriteJob& job : jobs_) {
+      if (job.store == store) job.store = nullptr;
+    }
+    std::string report = absl::StrCat("reopened the snapshot store ", path, " after a failed write");
+    absl::StatusOr<std::unique_ptr<SnapshotStore>> fresh =
+        salvage ? SnapshotStore::Salvage(std::move(owned), &report) : SnapshotStore::Reopen(std::move(owned));
+    if (!fresh.ok()) {
+      LOG(ERROR) << "replacing the snapshot store " << path << ": " << fresh.status();
+      stores_.erase(path);  // opened afresh by the next snapshot or restore
+    } else {
+      LOG(ERROR) << report;
+      owned = *std::move(fresh);
+    }
+    durable_.clear();
+    if (fresh.ok()) {
+      for (int64_t step : stores_[path]->Steps()) durable_.insert(step);
+    }
+    return;
+  }
 }
 
 absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotRequest& req) {
@@ -528,11 +569,25 @@ void ParameterServerCore::WriterLoop() {
       if (jobs_.empty()) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      if (job.store == nullptr) {
+        snapshot_error_ = absl::StrCat("snapshot of step ", job.snapshot.step,
+                                       " dropped: its store was found corrupt and replaced");
+        continue;
+      }
       writing_ = true;
     }
     const absl::Time start = absl::Now();
     absl::StatusOr<int64_t> bytes = job.store->Write(job.snapshot);
     absl::Status pruned = bytes.ok() ? job.store->Prune(job.keep) : absl::OkStatus();
+    if (!bytes.ok() && bytes.status().code() != absl::StatusCode::kResourceExhausted) {
+      {
+        absl::MutexLock lock(&snap_mu_);
+        writing_ = false;
+      }
+      // Corrupt: set aside and salvage; any other failure (a full disk):
+      // reopen, as RocksDB keeps a failed write's error for good.
+      ReplaceStore(job.store, /*salvage=*/bytes.status().code() == absl::StatusCode::kDataLoss);
+    }
     absl::MutexLock lock(&snap_mu_);
     writing_ = false;
     if (!bytes.ok()) {
@@ -561,7 +616,10 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return jobs_.empty() && !writing_; };
     snap_mu_.Await(absl::Condition(&idle));
   }
-  ASSIGN_OR_RETURN(PsSnapshot snap, store->Read(req.step()));
+  absl::StatusOr<PsSnapshot> read = store->Read(req.step());
+  if (read.status().code() == absl::StatusCode::kDataLoss) ReplaceStore(store, /*salvage=*/true);
+  if (!read.ok()) return read.status();
+  PsSnapshot snap = *std::move(read);
   RestoreResponse resp;
   {
     absl::MutexLock lock(&mu_);
@@ -585,16 +643,15 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
       }
     }
     for (const VariableState& st : snap.variables) RETURN_IF_ERROR(variables_[st.def.name()]->LoadState(st));
+    // The values and the generation change together, under the writer
+    // lock: no push of the old generation lands after the restore.
+    generation_ = req.generation();
     absl::MutexLock s(&sync_mu_);
+    ResetStepsLocked(snap.step);
     global_step_ = snap.global_step;
     sync_step_ = snap.sync_step;
     worker_next_step_ = snap.worker_next_step;
     if (static_cast<int>(worker_next_step_.size()) < num_workers_) worker_next_step_.resize(num_workers_, snap.step);
-    sync_pushed_.clear();
-    sync_dense_.clear();
-    sync_rows_.clear();
-    pushes_seen_.clear();  // the same steps will be pushed again
-    rows_seen_.clear();
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));
   }
@@ -603,12 +660,38 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
   return resp;
 }
 
+absl::Status ParameterServerCore::CheckGeneration(int64_t generation, absl::string_view what) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return CheckGenerationLocked(generation, what);
+}
+
+absl::Status ParameterServerCore::CheckGenerationLocked(int64_t generation, absl::string_view what) const {
+  if (generation == generation_) return absl::OkStatus();
+  stale_refused_.fetch_add(1, std::memory_order_relaxed);
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " of generation ", generation, " refused: ", PsName(options_.task_index), " is at generation ",
+      generation_, " (restored or restarted since; wait for the chief)"));
+}
+
+void ParameterServerCore::ResetStepsLocked(int64_t step) {
+  global_step_ = 0;
+  sync_step_ = step;
+  worker_next_step_.assign(worker_next_step_.size(), step);
+  sync_pushed_.clear();
+  sync_dense_.clear();
+  sync_rows_.clear();
+  pushes_seen_.clear();  // the same steps will be pushed again
+  rows_seen_.clear();
+}
+
 PsStatusResponse ParameterServerCore::Status() {
   PsStatusResponse r;
   r.set_incarnation(options_.incarnation);
   r.set_state(STATE_SERVING);
   {
     absl::ReaderMutexLock lock(&mu_);
+    r.set_generation(generation_);
+    r.set_stale_generation_refused(stale_refused_.load(std::memory_order_relaxed));
     r.set_variables(static_cast<int64_t>(variables_.size()));
     int64_t bytes = 0, rows = 0;
     for (const auto& [name, v] : variables_) {

@@ -26,6 +26,7 @@
 #ifndef PSRT_PS_SERVER_CORE_H_
 #define PSRT_PS_SERVER_CORE_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -80,6 +81,11 @@ class ParameterServerCore {
   absl::StatusOr<PushResponse> Push(const RequestId& id, const NamedTensors& gradients);
   absl::StatusOr<PushResponse> PushRows(const RequestId& id, const std::vector<SparseUpdate>& rows);
 
+  // OK when `generation` is the one the chief last set (CreateVariables or
+  // Restore), else FAILED_PRECONDITION naming both. Pushes check it
+  // themselves, atomically with the apply; the service checks pulls with it.
+  absl::Status CheckGeneration(int64_t generation, absl::string_view what) const;
+
   absl::StatusOr<SnapshotResponse> Snapshot(const SnapshotRequest& req);
   absl::StatusOr<RestoreResponse> Restore(const RestoreRequest& req);
   PsStatusResponse Status();
@@ -109,6 +115,10 @@ class ParameterServerCore {
   };
 
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status CheckGenerationLocked(int64_t generation, absl::string_view what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Step counters and SYNC aggregation back to `step`, nothing seen.
+  void ResetStepsLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   bool ReadyLocked(int worker, int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   void WaitOrRun(int worker, int64_t step, absl::Time deadline, std::function<void(absl::Status)> run);
   void WakeWaiters();
@@ -118,6 +128,10 @@ class ParameterServerCore {
   void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<SnapshotStore*> StoreFor(const std::string& dir);
+  // Replaces a store found corrupt by a fresh one holding what could be
+  // saved of it (SnapshotStore::Salvage), or one a write failed on by the
+  // same store reopened. Waits for the writer to be idle.
+  void ReplaceStore(SnapshotStore* store, bool salvage);
   void SweepLoop();
   void WriterLoop();
 
@@ -130,6 +144,9 @@ class ParameterServerCore {
   std::map<std::string, std::unique_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   OptimizerDef optimizer_def_ ABSL_GUARDED_BY(mu_);
+  // The chief's generation (see RequestId.generation); 0 until it sets one.
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::atomic<int64_t> stale_refused_{0};
 
   // Consistency state.
   mutable absl::Mutex sync_mu_ ABSL_ACQUIRED_AFTER(mu_);

@@ -3,6 +3,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -284,6 +285,66 @@ TEST(ServerCoreTest, ARestartedServerSaysItLostItsVariables) {
   auto r = PullW(&ps, 0, 0);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("holds no variables"));
+}
+
+TEST(ServerCoreTest, PushesAndPullsOfAnotherGenerationAreRefused) {
+  ParameterServerCore ps(Options());
+  CreateVariablesRequest create = Create("ASYNC", 1);
+  create.set_generation(7);
+  ASSERT_TRUE(ps.CreateVariables(create).ok());
+  RequestId stale = Id(0, 0);
+  stale.set_generation(6);
+  auto refused = ps.Push(stale, Grad(1, 1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("push of generation 6 refused"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("is at generation 7"));
+  EXPECT_EQ(ps.CheckGeneration(6, "pull").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ps.CheckGeneration(7, "pull").ok());
+  RequestId current = Id(0, 0);
+  current.set_generation(7);
+  ASSERT_TRUE(ps.Push(current, Grad(1, 1)).ok());
+  EXPECT_EQ(ps.Status().global_step(), 1);  // the refused push changed nothing
+  EXPECT_EQ(ps.Status().generation(), 7);
+  EXPECT_EQ(ps.Status().stale_generation_refused(), 2);
+}
+
+TEST(ServerCoreTest, ARestoreMovesToItsGenerationWithTheValues) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/generation");
+  ParameterServerCore ps(Options());
+  CreateVariablesRequest create = Create("ASYNC", 1);
+  create.set_generation(1);
+  ASSERT_TRUE(ps.CreateVariables(create).ok());
+  SnapshotRequest snap;
+  snap.set_step(0);
+  snap.set_checkpoint_dir(dir);
+  snap.set_wait_durable(true);
+  ASSERT_TRUE(ps.Snapshot(snap).ok());
+  RequestId old = Id(0, 0);
+  old.set_generation(1);
+  ASSERT_TRUE(ps.Push(old, Grad(1, 1)).ok());
+  RestoreRequest back;
+  back.set_step(0);
+  back.set_checkpoint_dir(dir);
+  back.set_generation(2);
+  ASSERT_TRUE(ps.Restore(back).ok());
+  old.set_step(1);
+  EXPECT_EQ(ps.Push(old, Grad(1, 1)).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ps.Status().global_step(), 0);  // the snapshot's, and nothing since
+}
+
+TEST(ServerCoreTest, ReinitializeStartsEveryVariableAfresh) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  auto initial = PullW(&ps, 0, 0);
+  ASSERT_TRUE(initial.ok());
+  ASSERT_TRUE(ps.Push(Id(0, 0), Grad(1, 1)).ok());
+  EXPECT_NE(*PullW(&ps, 0, 0), *initial);
+  CreateVariablesRequest again = Create("ASYNC", 1);
+  again.set_reinitialize(true);
+  ASSERT_TRUE(ps.CreateVariables(again).ok());
+  EXPECT_EQ(*PullW(&ps, 0, 0), *initial);
+  EXPECT_EQ(ps.Status().global_step(), 0);
+  EXPECT_FALSE(ps.Push(Id(0, 0), Grad(1, 1))->duplicate());  // nothing seen any more
 }
 
 }  // namespace

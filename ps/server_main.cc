@@ -37,6 +37,9 @@ ABSL_FLAG(int64_t, max_hash_table_rows, 0,
 ABSL_FLAG(int64_t, fault_pause_snapshot_after_chunks, 0,
           "Fault injection for tests: stall the background snapshot writer after this many "
           "chunks (logs a line, then waits to be killed).");
+ABSL_FLAG(int, fault_pause_snapshot_number, 0,
+          "With --fault_pause_snapshot_after_chunks: stall only the Nth snapshot this process "
+          "writes (0 = the first that reaches that many chunks).");
 
 namespace psrt {
 namespace {
@@ -62,7 +65,9 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_memory_mb) > 0) o.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_mb) << 20;
   if (absl::GetFlag(FLAGS_max_hash_table_rows) > 0) o.max_hash_table_rows = absl::GetFlag(FLAGS_max_hash_table_rows);
   o.snapshot.fault_pause_after_chunks = absl::GetFlag(FLAGS_fault_pause_snapshot_after_chunks);
-  o.snapshot.on_fault_pause = [] {
+  o.snapshot.on_fault_pause = [number = absl::GetFlag(FLAGS_fault_pause_snapshot_number),
+                               seen = 0]() mutable {
+    if (number > 0 && ++seen != number) return;
     LOG(WARNING) << "fault injection: snapshot writer stalled";
     std::cerr << "FAULT: snapshot writer stalled" << std::endl;
     while (true) absl::SleepFor(absl::Hours(1));  // until SIGKILL

@@ -1,18 +1,24 @@
 #include "common/snapshot/snapshot_store.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/io/crc32c.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "proto/snapshot.pb.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
 
@@ -58,9 +64,48 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Open(const std::st
   return std::unique_ptr<SnapshotStore>(new SnapshotStore(dir, std::move(options), db));
 }
 
+// RocksDB writes its info LOG into the database directory even when opened
+// read-only; an inspector must change no file there.
+class SilentLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char*, va_list) override {}
+};
+
+absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::OpenReadOnly(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("no snapshot store at ", dir));
+  rocksdb::Options o;
+  o.info_log = std::make_shared<SilentLogger>();
+  rocksdb::DB* db = nullptr;
+  RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(o, dir, &db),
+                            absl::StrCat("opening snapshot store ", dir, " read-only")));
+  return std::unique_ptr<SnapshotStore>(new SnapshotStore(dir, SnapshotStoreOptions(), db));
+}
+
 SnapshotStore::~SnapshotStore() { delete db_; }
 
+absl::Status SnapshotStore::CheckSpace(const PsSnapshot& snap) const {
+  int64_t need = 16 << 20;  // RocksDB's log, manifest and table overhead
+  for (const VariableState& st : snap.variables) {
+    need += st.value.TotalBytes() + (st.ids.IsValid() ? st.ids.TotalBytes() : 0);
+    for (const Tensor& slot : st.slots) need += slot.TotalBytes();
+  }
+  struct statvfs fs;
+  if (::statvfs(dir_.c_str(), &fs) != 0) return absl::OkStatus();  // cannot tell: let RocksDB try
+  const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+  if (free_bytes >= need) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "snapshot of step ", snap.step, " not written: ", free_bytes >> 20, " MiB free in ", dir_, ", it needs about ",
+      need >> 20, " MiB"));
+}
+
 absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
+  // Checked first, before RocksDB sees a full disk: Debian's RocksDB 7.8
+  // aborts the process on an assertion when a write fails for want of space
+  // (WritableFileWriter::AssertFalseAndGetStatusForPrevError), and a
+  // daemon must not die of a full disk.
+  RETURN_IF_ERROR(CheckSpace(snap));
   SnapshotIndex index;
   index.set_step(snap.step);
   index.set_global_step(snap.global_step);
@@ -194,6 +239,46 @@ std::vector<int64_t> SnapshotStore::Steps() const {
     if (absl::SimpleAtoi(it->key().ToString().substr(2), &step)) steps.push_back(step);
   }
   return steps;
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Salvage(std::unique_ptr<SnapshotStore> corrupt,
+                                                                      std::string* report) {
+  const std::string dir = corrupt->dir();
+  const SnapshotStoreOptions options = corrupt->options_;
+  std::vector<PsSnapshot> kept;
+  std::vector<std::string> lost;
+  for (int64_t step : corrupt->Steps()) {
+    absl::StatusOr<PsSnapshot> s = corrupt->Read(step);
+    if (s.ok()) {
+      kept.push_back(*std::move(s));
+    } else {
+      lost.push_back(absl::StrCat(step, " (", s.status().message(), ")"));
+    }
+  }
+  corrupt.reset();  // closes the database before its directory moves
+  const std::string aside = absl::StrCat(dir, ".corrupt-", absl::ToUnixMillis(absl::Now()));
+  if (::rename(dir.c_str(), aside.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot move the corrupt snapshot store ", dir, " aside: ",
+                                               std::strerror(errno)));
+  }
+  SnapshotStoreOptions fresh_options = options;
+  fresh_options.fault_pause_after_chunks = 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> fresh, Open(dir, fresh_options));
+  std::vector<int64_t> kept_steps;
+  for (const PsSnapshot& s : kept) {
+    RETURN_IF_ERROR(fresh->Write(s).status());
+    kept_steps.push_back(s.step);
+  }
+  *report = absl::StrCat("snapshot store ", dir, " was corrupt: moved to ", aside, "; kept steps [",
+                         absl::StrJoin(kept_steps, ", "), "], lost [", absl::StrJoin(lost, ", "), "]");
+  return fresh;
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Reopen(std::unique_ptr<SnapshotStore> store) {
+  const std::string dir = store->dir();
+  const SnapshotStoreOptions options = store->options_;
+  store.reset();
+  return Open(dir, options);
 }
 
 absl::Status SnapshotStore::Prune(int keep) {

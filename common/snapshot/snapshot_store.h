@@ -47,18 +47,40 @@ class SnapshotStore {
  public:
   static absl::StatusOr<std::unique_ptr<SnapshotStore>> Open(const std::string& dir,
                                                              SnapshotStoreOptions options = {});
+  // For tools that inspect a store: never creates or changes a file (a
+  // write fails).
+  static absl::StatusOr<std::unique_ptr<SnapshotStore>> OpenReadOnly(const std::string& dir);
   ~SnapshotStore();
 
-  // Durable on return; the bytes written.
+  // Durable on return; the bytes written. After a failed write (a full
+  // disk, say) the store must not be written again: RocksDB keeps the error
+  // (and Debian's build asserts on the next write to that log), so the
+  // owner reopens it (Reopen) before the next snapshot.
   absl::StatusOr<int64_t> Write(const PsSnapshot& snapshot);
+  // Closes `store` and opens its directory again: what a failed write
+  // left half-done is dropped by RocksDB's recovery, the rest is kept.
+  static absl::StatusOr<std::unique_ptr<SnapshotStore>> Reopen(std::unique_ptr<SnapshotStore> store);
   absl::StatusOr<PsSnapshot> Read(int64_t step) const;
   // Steps that have an index, ascending.
   std::vector<int64_t> Steps() const;
   // Deletes all but the newest `keep` snapshots (index first).
   absl::Status Prune(int keep);
+
+  // For a store found corrupt (a Read or Write said DATA_LOSS): keeps in
+  // memory every snapshot that still reads whole, closes the store, moves
+  // its directory aside (DIR.corrupt-<unix ms>, for inspection) and writes
+  // the kept snapshots into a fresh store at DIR, which it returns. The
+  // damaged files are out of the way, so later snapshots succeed (RocksDB
+  // would otherwise trip over them again in every compaction). `report`
+  // gets a line naming the steps kept and lost.
+  static absl::StatusOr<std::unique_ptr<SnapshotStore>> Salvage(std::unique_ptr<SnapshotStore> corrupt,
+                                                                std::string* report);
   const std::string& dir() const { return dir_; }
 
  private:
+  // RESOURCE_EXHAUSTED when the disk lacks room for `snapshot`.
+  absl::Status CheckSpace(const PsSnapshot& snapshot) const;
+
   SnapshotStore(std::string dir, SnapshotStoreOptions options, rocksdb::DB* db)
       : dir_(std::move(dir)), options_(std::move(options)), db_(db) {}
 

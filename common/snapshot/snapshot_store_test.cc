@@ -1,5 +1,6 @@
 #include "common/snapshot/snapshot_store.h"
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
@@ -61,22 +62,26 @@ TEST(SnapshotStoreTest, WritesReadsAndPrunes) {
   EXPECT_EQ((*store)->Read(10).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Flips one bit of the first chunk of variable 0's value at `step`, behind
+// the store's back.
+void FlipABitOfTheValueOf(int64_t step) {
+  rocksdb::DB* db;
+  rocksdb::Options o;
+  ASSERT_TRUE(rocksdb::DB::Open(o, Dir(), &db).ok());
+  std::string key = absl::StrFormat("s/%020d/0/value/000000", step);
+  std::string v;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), key, &v).ok());
+  v[17] ^= 1;
+  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, v).ok());
+  delete db;
+}
+
 TEST(SnapshotStoreTest, CorruptChunkIsDataLossNamingTheKey) {
   {
     auto store = SnapshotStore::Open(Dir());
     ASSERT_TRUE((*store)->Write(Sample(5, 1.0f)).ok());
   }
-  {
-    rocksdb::DB* db;
-    rocksdb::Options o;
-    ASSERT_TRUE(rocksdb::DB::Open(o, Dir(), &db).ok());
-    std::string key = "s/00000000000000000005/0/value/000000";
-    std::string v;
-    ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), key, &v).ok());
-    v[17] ^= 1;
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, v).ok());
-    delete db;
-  }
+  FlipABitOfTheValueOf(5);
   auto store = SnapshotStore::Open(Dir());
   auto snap = (*store)->Read(5);
   EXPECT_EQ(snap.status().code(), absl::StatusCode::kDataLoss);
@@ -96,6 +101,47 @@ TEST(SnapshotStoreTest, AnInterruptedWriteLeavesNoSnapshot) {
   // simulate by writing chunks of step 2 without the index.
   EXPECT_EQ((*store)->Steps(), (std::vector<int64_t>{1}));
   EXPECT_EQ((*store)->Read(2).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SnapshotStoreTest, SalvageKeepsWhatVerifiesAndSetsTheDamageAside) {
+  {
+    auto store = SnapshotStore::Open(Dir());
+    ASSERT_TRUE((*store)->Write(Sample(5, 1.0f)).ok());
+    ASSERT_TRUE((*store)->Write(Sample(6, 2.0f)).ok());
+  }
+  FlipABitOfTheValueOf(6);
+  auto store = SnapshotStore::Open(Dir());
+  ASSERT_EQ((*store)->Read(6).status().code(), absl::StatusCode::kDataLoss);
+  std::string report;
+  auto fresh = SnapshotStore::Salvage(*std::move(store), &report);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_THAT(report, HasSubstr("kept steps [5]"));
+  EXPECT_THAT(report, HasSubstr("lost [6 ("));
+  EXPECT_EQ((*fresh)->Steps(), (std::vector<int64_t>{5}));
+  auto five = (*fresh)->Read(5);
+  ASSERT_TRUE(five.ok()) << five.status();
+  EXPECT_EQ(five->variables[0].value.data<float>()[0], Sample(5, 1.0f).variables[0].value.data<float>()[0]);
+  // New snapshots go into the fresh store; the damaged one is kept aside.
+  EXPECT_TRUE((*fresh)->Write(Sample(7, 3.0f)).ok());
+  EXPECT_EQ((*fresh)->Steps(), (std::vector<int64_t>{5, 7}));
+  const std::string aside = report.substr(report.find("moved to ") + 9);
+  auto old = SnapshotStore::OpenReadOnly(aside.substr(0, aside.find(';')));
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ((*old)->Steps(), (std::vector<int64_t>{5, 6}));
+}
+
+TEST(SnapshotStoreTest, ReadOnlyStoresChangeNothing) {
+  EXPECT_EQ(SnapshotStore::OpenReadOnly(Dir() + "/none").status().code(), absl::StatusCode::kNotFound);
+  {
+    auto store = SnapshotStore::Open(Dir());
+    ASSERT_TRUE((*store)->Write(Sample(5, 1.0f)).ok());
+  }
+  auto ro = SnapshotStore::OpenReadOnly(Dir());
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  EXPECT_TRUE((*ro)->Read(5).ok());
+  EXPECT_FALSE((*ro)->Write(Sample(6, 1.0f)).ok());
+  EXPECT_FALSE((*ro)->Prune(0).ok());
+  EXPECT_EQ((*ro)->Steps(), (std::vector<int64_t>{5}));
 }
 
 }  // namespace
