@@ -73,34 +73,62 @@ std::string ManifestStore::PathFor(int64_t step) const {
   return absl::StrCat(dir_, "/", kPrefix, step, kSuffix);
 }
 
-absl::Status ManifestStore::Commit(const CheckpointManifest& manifest) {
+// The file format of manifests and the job state: the serialized message,
+// then its masked CRC32C, written to a temporary name, fsynced, renamed
+// into place and the directory fsynced.
+absl::Status ManifestStore::WriteChecked(const std::string& path, const google::protobuf::Message& m) {
   if (absl::Status s = MakeDirs(dir_); !s.ok()) return s;
-  std::string bytes = manifest.SerializeAsString();
+  std::string bytes = m.SerializeAsString();
   uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()));
   for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
-  std::string final_path = PathFor(manifest.step());
-  std::string tmp = final_path + ".tmp";
+  std::string tmp = path + ".tmp";
   if (absl::Status s = WriteAllAndSync(tmp, bytes); !s.ok()) return s;
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return Errno("cannot rename to", final_path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename to", path);
   return SyncDir(dir_);
 }
 
-absl::StatusOr<CheckpointManifest> ManifestStore::Read(int64_t step) const {
-  std::string path = PathFor(step);
+absl::Status ManifestStore::ReadChecked(const std::string& path, absl::string_view kind,
+                                        google::protobuf::Message* m) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("no committed checkpoint at step ", step, " (", path, ")"));
+  if (!in) return absl::NotFoundError(absl::StrCat("no file ", path));
   std::stringstream ss;
   ss << in.rdbuf();
   std::string bytes = ss.str();
-  if (bytes.size() < 4) return absl::DataLossError(absl::StrCat(path, ": truncated manifest"));
+  if (bytes.size() < 4) return absl::DataLossError(absl::StrCat(path, ": truncated ", kind));
   uint32_t stored = 0;
   for (int i = 3; i >= 0; --i) stored = (stored << 8) | static_cast<uint8_t>(bytes[bytes.size() - 4 + i]);
   bytes.resize(bytes.size() - 4);
   if (crc32c::Unmask(stored) != crc32c::Value(bytes.data(), bytes.size())) {
-    return absl::DataLossError(absl::StrCat(path, ": manifest checksum mismatch (corrupt)"));
+    return absl::DataLossError(absl::StrCat(path, ": ", kind, " checksum mismatch (corrupt)"));
   }
+  if (!m->ParseFromString(bytes)) return absl::DataLossError(absl::StrCat(path, ": unparsable ", kind));
+  return absl::OkStatus();
+}
+
+absl::Status ManifestStore::Commit(const CheckpointManifest& manifest) {
+  return WriteChecked(PathFor(manifest.step()), manifest);
+}
+
+absl::StatusOr<ChiefJobState> ManifestStore::ReadJobState() const {
+  ChiefJobState state;
+  absl::Status s = ReadChecked(absl::StrCat(dir_, "/job_state"), "job state", &state);
+  if (s.code() == absl::StatusCode::kNotFound) return ChiefJobState();
+  if (!s.ok()) return s;
+  return state;
+}
+
+absl::Status ManifestStore::WriteJobState(const ChiefJobState& state) {
+  return WriteChecked(absl::StrCat(dir_, "/job_state"), state);
+}
+
+absl::StatusOr<CheckpointManifest> ManifestStore::Read(int64_t step) const {
+  std::string path = PathFor(step);
   CheckpointManifest m;
-  if (!m.ParseFromString(bytes)) return absl::DataLossError(absl::StrCat(path, ": unparsable manifest"));
+  absl::Status s = ReadChecked(path, "manifest", &m);
+  if (s.code() == absl::StatusCode::kNotFound) {
+    return absl::NotFoundError(absl::StrCat("no committed checkpoint at step ", step, " (", path, ")"));
+  }
+  if (!s.ok()) return s;
   if (m.step() != step) {
     return absl::DataLossError(absl::StrCat(path, ": names step ", m.step(), ", not ", step));
   }

@@ -45,7 +45,16 @@ class ManifestStore {
   // Deletes all but the newest `keep` manifests; returns the steps removed.
   std::vector<int64_t> Prune(int keep);
 
+  // DIR/job_state, written atomically like a manifest. A missing file reads
+  // as the empty state; a corrupt one as DATA_LOSS.
+  absl::StatusOr<ChiefJobState> ReadJobState() const;
+  absl::Status WriteJobState(const ChiefJobState& state);
+
  private:
+  absl::Status WriteChecked(const std::string& path, const google::protobuf::Message& m);
+  static absl::Status ReadChecked(const std::string& path, absl::string_view kind,
+                                  google::protobuf::Message* m);
+
   const std::string dir_;
 };
 

@@ -72,5 +72,29 @@ TEST_F(ManifestTest, ALeftoverTemporaryFileIsNeverACheckpoint) {
   EXPECT_EQ(store.LatestValid()->step(), 5);
 }
 
+TEST_F(ManifestTest, JobStateSurvivesAndCorruptionIsNamed) {
+  ManifestStore store(dir_);
+  auto empty = store.ReadJobState();
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->failures_survived(), 0);
+  EXPECT_FALSE(empty->running());
+  ChiefJobState state;
+  state.set_failures_survived(3);
+  state.set_running(true);
+  ASSERT_TRUE(store.WriteJobState(state).ok());
+  auto back = ManifestStore(dir_).ReadJobState();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->failures_survived(), 3);
+  EXPECT_TRUE(back->running());
+  {
+    std::fstream f(dir_ + "/job_state", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1);
+    f.put('\x7f');
+  }
+  auto bad = store.ReadJobState();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("job_state: job state checksum mismatch"));
+}
+
 }  // namespace
 }  // namespace psrt

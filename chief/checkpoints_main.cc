@@ -1,7 +1,10 @@
 // The checkpoint inspector.
 //
-//   bazel run //chief:checkpoints -- DIR
-//       lists the committed checkpoints: step, time, shards, variables, bytes
+//   bazel run //chief:checkpoints -- DIR [--verify]
+//       lists the committed checkpoints: step, time, shards, variables,
+//       bytes; with --verify, reads every shard's snapshot data and checks
+//       its checksums, marking the checkpoints that cannot be restored
+//   Stores are opened read-only: inspecting a checkpoint changes no file.
 //   bazel run //chief:checkpoints -- DIR --step=S --variable=V
 //       prints V's shape and summary statistics at step S (read from the
 //       PS snapshot stores, checksums verified)
@@ -20,6 +23,8 @@
 
 ABSL_FLAG(int64_t, step, -1, "A committed step to look into (default: list them all).");
 ABSL_FLAG(std::string, variable, "", "With --step: the variable to summarize.");
+ABSL_FLAG(bool, verify, false,
+          "Read every shard of every checkpoint and check its checksums (slower: reads all the data).");
 
 namespace psrt {
 namespace {
@@ -29,23 +34,48 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-int List(const ManifestStore& store) {
+std::string ShardDir(const ManifestStore& store, const CheckpointManifest::Shard& shard) {
+  return store.dir() + "/" + shard.path();
+}
+
+// OK when every shard of `m` reads whole, checksums verified.
+absl::Status Verify(const ManifestStore& store, const CheckpointManifest& m) {
+  for (const auto& shard : m.shard()) {
+    absl::StatusOr<std::unique_ptr<SnapshotStore>> ps = SnapshotStore::OpenReadOnly(ShardDir(store, shard));
+    if (!ps.ok()) return ps.status();
+    absl::Status s = (*ps)->Read(m.step()).status();
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("ps:", shard.ps_task(), ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+int List(const ManifestStore& store, bool verify) {
   std::vector<int64_t> steps = store.Steps();
   if (steps.empty()) return Fail(absl::NotFoundError(absl::StrCat("no committed checkpoints in ", store.dir())));
-  std::printf("%-10s %-22s %-6s %-9s %s\n", "step", "committed (UTC)", "shards", "variables", "bytes");
+  std::printf("%-10s %-22s %-6s %-9s %-12s%s\n", "step", "committed (UTC)", "shards", "variables", "bytes",
+              verify ? " data" : "");
+  int damaged = 0;
   for (int64_t step : steps) {
     absl::StatusOr<CheckpointManifest> m = store.Read(step);
     if (!m.ok()) {
       std::printf("%-10lld CORRUPT: %s\n", static_cast<long long>(step), std::string(m.status().message()).c_str());
+      ++damaged;
       continue;
     }
     int64_t bytes = 0;
     for (const auto& s : m->shard()) bytes += s.bytes();
-    std::printf("%-10lld %-22s %-6d %-9d %lld\n", static_cast<long long>(step),
+    std::string data;
+    if (verify) {
+      absl::Status v = Verify(store, *m);
+      data = v.ok() ? " ok" : absl::StrCat(" DAMAGED: ", v.message());
+      damaged += v.ok() ? 0 : 1;
+    }
+    std::printf("%-10lld %-22s %-6d %-9d %-12lld%s\n", static_cast<long long>(step),
                 absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(m->commit_time_unix_ms()), absl::UTCTimeZone()).c_str(),
-                m->shard_size(), m->variable_size(), static_cast<long long>(bytes));
+                m->shard_size(), m->variable_size(), static_cast<long long>(bytes), data.c_str());
   }
-  return 0;
+  if (verify) std::printf("%d of %zu checkpoints damaged\n", damaged, steps.size());
+  return damaged > 0 ? 1 : 0;
 }
 
 int Show(const ManifestStore& store, int64_t step, const std::string& variable) {
@@ -59,7 +89,7 @@ int Show(const ManifestStore& store, int64_t step, const std::string& variable) 
   }
   bool found = false;
   for (const auto& shard : m->shard()) {
-    absl::StatusOr<std::unique_ptr<SnapshotStore>> ps = SnapshotStore::Open(store.dir() + "/" + shard.path());
+    absl::StatusOr<std::unique_ptr<SnapshotStore>> ps = SnapshotStore::OpenReadOnly(ShardDir(store, shard));
     if (!ps.ok()) return Fail(ps.status());
     absl::StatusOr<PsSnapshot> snap = (*ps)->Read(step);
     if (!snap.ok()) return Fail(snap.status());
@@ -96,16 +126,16 @@ int Show(const ManifestStore& store, int64_t step, const std::string& variable) 
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Lists committed checkpoints, or summarizes a variable of one.\n"
-                               "Usage: checkpoints DIR [--step=S --variable=V]");
+                               "Usage: checkpoints DIR [--verify] [--step=S --variable=V]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    std::fprintf(stderr, "usage: checkpoints DIR [--step=S --variable=V]\n");
+    std::fprintf(stderr, "usage: checkpoints DIR [--verify] [--step=S --variable=V]\n");
     return 2;
   }
   std::string dir = args[1];
   if (dir[0] != '/' && std::getenv("BUILD_WORKING_DIRECTORY")) dir = std::string(std::getenv("BUILD_WORKING_DIRECTORY")) + "/" + dir;
   psrt::ManifestStore store(dir);
   int64_t step = absl::GetFlag(FLAGS_step);
-  if (step < 0) return psrt::List(store);
+  if (step < 0) return psrt::List(store, absl::GetFlag(FLAGS_verify));
   return psrt::Show(store, step, absl::GetFlag(FLAGS_variable));
 }

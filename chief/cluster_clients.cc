@@ -7,6 +7,9 @@ namespace psrt {
 namespace {
 
 constexpr absl::Duration kControlTimeout = absl::Seconds(30);
+// Pause and Resume: a worker that does not answer within this is treated as
+// unreachable (a checkpoint is abandoned, a recovery goes on without it).
+constexpr absl::Duration kWorkerStateTimeout = absl::Seconds(5);
 // A restore or a durable snapshot writes every byte the PS holds.
 constexpr absl::Duration kStorageTimeout = absl::Minutes(10);
 
@@ -27,13 +30,17 @@ absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::stri
   req.set_checkpoint_dir(dir);
   req.set_wait_durable(wait_durable);
   req.set_keep(keep);
-  return CallUnary(stub_.get(), &ParameterServer::Stub::Snapshot, req, kStorageTimeout, name_,
+  // Without wait_durable a snapshot is an in-memory copy: a PS that takes
+  // longer is hung, and the checkpoint is abandoned rather than waited on.
+  return CallUnary(stub_.get(), &ParameterServer::Stub::Snapshot, req,
+                   wait_durable ? kStorageTimeout : kControlTimeout, name_,
                    "Snapshot");
 }
 
-absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string& dir) {
+absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string& dir, int64_t generation) {
   RestoreRequest req;
   req.set_step(step);
+  req.set_generation(generation);
   req.set_checkpoint_dir(dir);
   return CallUnary(stub_.get(), &ParameterServer::Stub::Restore, req, kStorageTimeout, name_,
                    "Restore");
@@ -45,8 +52,9 @@ absl::StatusOr<PsStatusResponse> PsAdmin::Status(absl::Duration timeout) {
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> PsAdmin::Pull(
-    const std::vector<std::string>& names) {
+    const std::vector<std::string>& names, int64_t generation) {
   PullRequest req;
+  req.set_generation(generation);
   for (const auto& n : names) req.add_variable(n);
   req.set_worker(-1);  // the chief: never waits on a sync step
   ASSIGN_OR_RETURN(PullResponse resp, CallUnary(stub_.get(), &ParameterServer::Stub::Pull, req,
@@ -68,11 +76,11 @@ absl::Status WorkerControl::Start(const WorkerAssignment& assignment) {
   return CallUnary(stub_.get(), &Worker::Stub::Start, req, kControlTimeout, name_, "Start").status();
 }
 
-absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation) {
+absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation, absl::Duration timeout) {
   PauseRequest req;
   req.set_generation(generation);
   ASSIGN_OR_RETURN(PauseResponse resp,
-                   CallUnary(stub_.get(), &Worker::Stub::Pause, req, kControlTimeout, name_, "Pause"));
+                   CallUnary(stub_.get(), &Worker::Stub::Pause, req, timeout, name_, "Pause"));
   return resp.step();
 }
 
@@ -80,7 +88,7 @@ absl::Status WorkerControl::Resume(int64_t start_step, int64_t generation) {
   ResumeRequest req;
   req.set_start_step(start_step);
   req.set_generation(generation);
-  return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kControlTimeout, name_, "Resume").status();
+  return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kWorkerStateTimeout, name_, "Resume").status();
 }
 
 absl::StatusOr<WorkerStatusResponse> WorkerControl::Status(absl::Duration timeout) {

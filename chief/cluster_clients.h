@@ -27,11 +27,12 @@ class PsAdmin {
   absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req);
   absl::StatusOr<SnapshotResponse> Snapshot(int64_t step, const std::string& dir, bool wait_durable,
                                             int keep);
-  absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir);
+  // Restores step and moves the PS to `generation` with it.
+  absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir, int64_t generation = 0);
   absl::StatusOr<PsStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   // Whole tensors (or slices this PS holds) by name, over the protobuf path.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Pull(
-      const std::vector<std::string>& names);
+      const std::vector<std::string>& names, int64_t generation = 0);
   const std::string& name() const { return name_; }
 
  private:
@@ -44,7 +45,7 @@ class WorkerControl {
   WorkerControl(std::shared_ptr<grpc::Channel> channel, std::string name);
 
   absl::Status Start(const WorkerAssignment& assignment);
-  absl::StatusOr<int64_t> Pause(int64_t generation);
+  absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout = absl::Seconds(5));
   absl::Status Resume(int64_t start_step, int64_t generation);
   absl::StatusOr<WorkerStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   absl::Status Shutdown();

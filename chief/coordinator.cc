@@ -109,7 +109,7 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
   return a;
 }
 
-absl::Status Coordinator::CreateVariablesOn(int ps) {
+absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   CreateVariablesRequest req;
   for (const VariablePlacement& vp : plan_.placement.variable()) {
     for (const VariablePlacement::Shard& shard : vp.shard()) {
@@ -126,6 +126,8 @@ absl::Status Coordinator::CreateVariablesOn(int ps) {
   *req.mutable_consistency() = options_.job.consistency();
   req.set_num_workers(ActiveWorkers());
   req.set_chief_incarnation(options_.incarnation);
+  req.set_generation(generation_);
+  req.set_reinitialize(reinitialize);
   ASSIGN_OR_RETURN(CreateVariablesResponse resp, ps_[ps].admin->CreateVariables(req));
   ps_[ps].incarnation = resp.incarnation();
   return absl::OkStatus();
@@ -139,13 +141,30 @@ absl::Status Coordinator::StartWorker(int i, int64_t step) {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::WaitForRegistration() {
+  const int deadline_ms = options_.job.failure().register_deadline_ms();
+  const absl::Time start = absl::Now();
+  while (true) {
+    absl::Duration wait = absl::Minutes(1);
+    if (deadline_ms > 0) wait = std::min(wait, start + absl::Milliseconds(deadline_ms) - absl::Now());
+    absl::Status s = registry_->WaitForAll(std::max(wait, absl::ZeroDuration()));
+    if (s.ok() || s.code() != absl::StatusCode::kDeadlineExceeded) return s;
+    if (deadline_ms > 0 && absl::Now() - start >= absl::Milliseconds(deadline_ms)) return s;
+    report_(absl::StrCat("still waiting (", FormatEta(absl::ToDoubleSeconds(absl::Now() - start)),
+                         "): ", s.message()));
+    absl::MutexLock lock(&mu_);
+    status_.set_waiting_for(std::string(s.message()));
+  }
+}
+
 absl::Status Coordinator::Setup() {
   const TrainingJob& job = options_.job;
-  absl::Duration register_deadline =
-      absl::Milliseconds(job.failure().register_deadline_ms() > 0 ? job.failure().register_deadline_ms()
-                                                                  : 120000);
   Report(true);
-  RETURN_IF_ERROR(registry_->WaitForAll(register_deadline));
+  RETURN_IF_ERROR(WaitForRegistration());
+  {
+    absl::MutexLock lock(&mu_);
+    status_.clear_waiting_for();
+  }
   ASSIGN_OR_RETURN(plan_, planner_(job, NumPs()));
 
   if (job.steps() > 0) {
@@ -159,45 +178,47 @@ absl::Status Coordinator::Setup() {
   }
   summary_.total_steps = end_step_;
 
-  generation_ = absl::ToUnixMillis(absl::Now());
-  std::optional<CheckpointManifest> restore;
+  // Failures survived so far, kept beside the manifests; a chief that finds
+  // the job still marked running took over from one that died.
+  absl::StatusOr<ChiefJobState> state = manifests_.ReadJobState();
+  if (!state.ok()) report_(absl::StrCat("ignoring the job state: ", state.status().message()));
+  if (state.ok()) summary_.failures_survived = state->failures_survived();
+  if (state.ok() && state->running()) {
+    report_("the previous chief of this job did not finish: taking over");
+    CountFailure();
+  }
+  SaveJobState(true);
+
+  NewGeneration();
   if (options_.restore == "auto") {
-    absl::StatusOr<CheckpointManifest> m = RestoreNewest();
-    if (m.ok()) {
-      restore = *m;
-    } else if (m.status().code() != absl::StatusCode::kNotFound) {
-      return m.status();
-    }
-  } else if (options_.restore != "never") {
+    RETURN_IF_ERROR(RestoreOrStartFresh());
+  } else if (options_.restore == "never") {
+    RETURN_IF_ERROR(StartFresh());
+  } else {
     int64_t step;
     if (!absl::SimpleAtoi(options_.restore, &step)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--restore must be auto, never or a step, not \"", options_.restore, "\""));
     }
-    ASSIGN_OR_RETURN(restore, manifests_.Read(step));
+    ASSIGN_OR_RETURN(CheckpointManifest m, manifests_.Read(step));
     for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
     for (int p = 0; p < NumPs(); ++p) {
-      RETURN_IF_ERROR(ps_[p].admin->Restore(restore->step(), manifests_.dir()).status());
+      RETURN_IF_ERROR(ps_[p].admin->Restore(m.step(), manifests_.dir(), generation_).status());
     }
-  }
-  if (restore.has_value()) {
     for (int i = 0; i < NumWorkers(); ++i) {
-      workers_[i].step = i < restore->worker_step_size() ? restore->worker_step(i) : restore->step();
+      workers_[i].step = i < m.worker_step_size() ? m.worker_step(i) : m.step();
     }
-    last_checkpoint_step_ = restore->step();
-    summary_.restored_from_step = restore->step();
-    summary_.failures_survived = restore->failures_survived();
-    summary_.checkpoints.push_back(restore->step());
-    report_(absl::StrCat("restored checkpoint of step ", restore->step(), " from ",
-                         manifests_.PathFor(restore->step())));
-  } else {
-    for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
-    for (WorkerView& w : workers_) w.step = 0;
-    RETURN_IF_ERROR(Checkpoint());  // the base every recovery can go back to
+    last_checkpoint_step_ = m.step();
+    summary_.restored_from_step = m.step();
+    summary_.checkpoints.push_back(m.step());
   }
+  if (last_checkpoint_step_ < 0) TryCheckpoint();  // the base every recovery can go back to
   last_checkpoint_time_ = absl::Now();
   last_eval_step_ = MinStep();
-  for (int i = 0; i < NumWorkers(); ++i) RETURN_IF_ERROR(StartWorker(i, workers_[i].step));
+  for (int i = 0; i < NumWorkers(); ++i) {
+    absl::Status s = StartWorker(i, workers_[i].step);
+    if (!s.ok()) report_(absl::StrCat("cannot start ", workers_[i].control->name(), " yet: ", s.message()));
+  }
   absl::MutexLock lock(&mu_);
   status_.set_state(JobStatusResponse::RUNNING);
   return absl::OkStatus();
@@ -209,15 +230,26 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
   summary_.checkpoint_dir = manifests_.dir();
   absl::Status s = Setup();
   bool done = false;
-  while (s.ok() && !done) {
-    registry_->WaitForChange(registry_->version(), options_.poll_interval);
-    s = Watch(&done);
-  }
-  if (s.ok()) {
+  while (s.ok()) {
+    while (s.ok() && !done) {
+      registry_->WaitForChange(registry_->version(), options_.poll_interval);
+      s = Watch(&done);
+    }
+    if (!s.ok()) break;
     Report(true);
-    if (last_checkpoint_step_ != MinStep()) s = Checkpoint();
+    if (last_checkpoint_step_ == MinStep()) break;
+    // The final checkpoint. If a PS failed at the very end, the watch loop
+    // recovers (workers redo the steps since the last checkpoint) or waits.
+    absl::Status c = Checkpoint();
+    if (c.ok()) break;
+    report_(absl::StrCat("final checkpoint failed, watching and trying again: ", c.message()));
+    done = false;
+    absl::SleepFor(Backoff(checkpoint_failures_++));
   }
-  if (s.ok() && evaluator_) s = Evaluate(MinStep());
+  if (s.ok() && evaluator_) {
+    absl::Status e = Evaluate(MinStep());
+    if (!e.ok()) report_(absl::StrCat("final evaluation failed: ", e.message()));
+  }
   summary_.steps = MinStep();
   summary_.final_loss = Status().loss();
   summary_.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start_time_);
@@ -226,31 +258,57 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
     status_.set_state(s.ok() ? JobStatusResponse::DONE : JobStatusResponse::FAILED);
     if (!s.ok()) status_.set_error(std::string(s.message()));
   }
-  for (WorkerView& w : workers_) (void)w.control->Shutdown();
   if (!s.ok()) return s;
+  // Only a finished job lets its tasks go; after a failure they wait,
+  // parked, for the next chief.
+  SaveJobState(false);
+  for (WorkerView& w : workers_) (void)w.control->Shutdown();
   return summary_;
 }
 
 absl::Status Coordinator::Watch(bool* done) {
-  // Parameter servers: a new incarnation or a failure report means lost state.
-  std::string ps_problem;
+  // Parameter servers: a new incarnation means lost state, and a restore.
+  // One that does not answer is waited for: its state may be intact (hung,
+  // cut off), and workers park on their own failed calls meanwhile.
+  std::string lost, waiting;
   for (int p = 0; p < NumPs(); ++p) {
-    absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(absl::Seconds(2));
-    if (!st.ok()) {
-      ps_problem = absl::StrCat(ps_[p].admin->name(), " unreachable: ", st.status().message());
-    } else if (st->incarnation() != ps_[p].incarnation) {
-      ps_problem = absl::StrCat(ps_[p].admin->name(), " restarted");
+    PsView& ps = ps_[p];
+    absl::StatusOr<PsStatusResponse> st = ps.admin->Status(absl::Seconds(2));
+    if (st.ok()) {
+      if (ps.down_since != absl::InfiniteFuture() && st->incarnation() == ps.incarnation) {
+        report_(absl::StrCat(ps.admin->name(), " answers again after ",
+                             absl::FormatDuration(absl::Trunc(absl::Now() - ps.down_since, absl::Milliseconds(1))),
+                             " with its state intact (same incarnation): no restore"));
+      }
+      ps.down_since = absl::InfiniteFuture();
+      if (st->incarnation() != ps.incarnation) {
+        lost = absl::StrCat(ps.admin->name(), " restarted (new incarnation)");
+      } else if (st->generation() != generation_) {
+        lost = absl::StrCat(ps.admin->name(), " is at generation ", st->generation(), ", not ", generation_);
+      }
+      continue;
     }
-    if (!ps_problem.empty()) break;
+    if (ps.down_since == absl::InfiniteFuture()) ps.down_since = absl::Now();
+    const absl::Duration down = absl::Now() - ps.down_since;
+    waiting = absl::StrCat(ps.admin->name(), " (not answering for ",
+                           absl::FormatDuration(absl::Trunc(down, absl::Seconds(1))), ": ", st.status().message(), ")");
+    if (absl::Now() - ps.last_said >= absl::Minutes(1)) {
+      ps.last_said = absl::Now();
+      report_(absl::StrCat("waiting for ", waiting));
+    }
+    const int wait_ms = options_.job.failure().ps_wait_ms();
+    if (wait_ms > 0 && down > absl::Milliseconds(wait_ms)) {
+      return absl::UnavailableError(absl::StrCat(ps.admin->name(), " did not answer within ps_wait_ms ",
+                                                 wait_ms, ": ", st.status().message()));
+    }
   }
-  std::vector<ReportFailureRequest> reports;
   {
     absl::MutexLock lock(&mu_);
-    reports.swap(failure_reports_);
+    failure_reports_.clear();  // the PS' own answers above are what counts
+    status_.set_waiting_for(waiting);
   }
-  if (!ps_problem.empty()) return Recover(ps_problem);
-  // Reports about a PS that is fine again are stale; workers parked by
-  // them are resumed below.
+  if (!lost.empty()) return Recover(lost);
+  const bool all_ps_answer = waiting.empty();
 
   // Workers.
   const absl::Duration heartbeat_timeout = absl::Milliseconds(
@@ -274,7 +332,8 @@ absl::Status Coordinator::Watch(bool* done) {
           report_(absl::StrCat(w.control->name(), " did not come back within ",
                                absl::FormatDuration(sync_wait), "; the SYNC group shrinks to ",
                                ActiveWorkers(), " workers"));
-          RETURN_IF_ERROR(ResizeSyncGroup());
+          absl::Status r = ResizeSyncGroup();
+          if (!r.ok()) report_(absl::StrCat("resizing the SYNC group: ", r.message()));
         } else {
           report_(absl::StrCat(w.control->name(), " is gone; ASYNC training goes on without it"));
         }
@@ -284,18 +343,24 @@ absl::Status Coordinator::Watch(bool* done) {
     }
     w.reachable = true;
     w.down_since = absl::InfiniteFuture();
-    if (st->incarnation() != w.incarnation || st->state() == WorkerStatusResponse::IDLE) {
-      int64_t step = w.step;
+    // Restarted, idle, or back after it was given up on (hung or cut off,
+    // it may still run on with what it had): started again at its step.
+    if (st->incarnation() != w.incarnation || st->state() == WorkerStatusResponse::IDLE || w.removed) {
+      // The same incarnation with no restore since (a restore zeroes the
+      // incarnation of workers it could not reach): what it pushed stands.
+      int64_t step = st->incarnation() == w.incarnation ? std::max(w.step, st->step()) : w.step;
       if (w.removed) {
         w.removed = false;
         if (Sync()) {
           step = MinStep();  // rejoin at the group's step
-          RETURN_IF_ERROR(ResizeSyncGroup());
+          absl::Status r = ResizeSyncGroup();
+          if (!r.ok()) report_(absl::StrCat("resizing the SYNC group: ", r.message()));
         }
       }
       if (Sync()) step = std::min(step, MinStep());
       report_(absl::StrCat(w.control->name(), " (re)started; starting it at step ", step));
-      RETURN_IF_ERROR(StartWorker(i, step));
+      absl::Status s = StartWorker(i, step);
+      if (!s.ok()) report_(absl::StrCat("starting ", w.control->name(), ": ", s.message()));
       all_done = false;
       continue;
     }
@@ -307,10 +372,12 @@ absl::Status Coordinator::Watch(bool* done) {
     if (w.state == WorkerStatusResponse::FAILED) {
       return absl::AbortedError(absl::StrCat(w.control->name(), " failed: ", st->error()));
     }
-    if (w.state == WorkerStatusResponse::PAUSED && !reports.empty()) {
-      // Parked after a PS error, but every PS answers with its incarnation:
-      // the error was passing. Let it go on.
-      RETURN_IF_ERROR(w.control->Resume(w.step, generation_));
+    if (w.state == WorkerStatusResponse::PAUSED && all_ps_answer) {
+      // Parked on its own (a PS call failed, or it lost the chief), and
+      // every PS answers with its incarnation and generation: whatever it
+      // was is over. Let it go on.
+      absl::Status s = w.control->Resume(w.step, generation_);
+      if (!s.ok()) report_(absl::StrCat("resuming ", w.control->name(), ": ", s.message()));
     }
     if (w.state != WorkerStatusResponse::DONE) all_done = false;
   }
@@ -323,6 +390,7 @@ absl::Status Coordinator::Watch(bool* done) {
     status_.set_loss(loss);
     status_.set_last_checkpoint_step(last_checkpoint_step_);
     status_.set_failures_survived(summary_.failures_survived);
+    status_.set_checkpoint_failures(checkpoint_failures_);
   }
   summary_.examples_per_sec = eps;
   Report(false);
@@ -336,10 +404,17 @@ absl::Status Coordinator::Watch(bool* done) {
   bool by_steps = policy.every_steps() > 0 && step >= last_checkpoint_step_ + policy.every_steps();
   bool by_time = policy.every_seconds() > 0 &&
                  absl::Now() - last_checkpoint_time_ >= absl::Seconds(policy.every_seconds());
-  if ((by_steps || by_time) && step > last_checkpoint_step_) RETURN_IF_ERROR(Checkpoint());
+  if ((by_steps || by_time) && step > last_checkpoint_step_ && all_ps_answer &&
+      absl::Now() >= next_checkpoint_try_) {
+    TryCheckpoint();
+  }
   const EvalDef& eval = options_.job.eval();
-  if (evaluator_ && eval.every_steps() > 0 && step >= last_eval_step_ + eval.every_steps()) {
-    RETURN_IF_ERROR(Evaluate(step));
+  if (evaluator_ && eval.every_steps() > 0 && step >= last_eval_step_ + eval.every_steps() && all_ps_answer) {
+    absl::Status e = Evaluate(step);
+    if (!e.ok()) {
+      report_(absl::StrCat("evaluation at step ", step, " failed (training goes on): ", e.message()));
+      last_eval_step_ = step;
+    }
   }
   return absl::OkStatus();
 }

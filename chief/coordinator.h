@@ -16,11 +16,22 @@
 // copies in the background, and only when every PS reports its copy durable
 // does the chief commit a manifest (checkpoint_manifest.h).
 //
-// A PS that died or came back with a new incarnation means its state is
-// gone: workers pause, every PS restores the last committed checkpoint, and
-// workers resume from its steps under a new generation. A worker that
-// restarts is started again from its last step; ASYNC goes on without it
-// meanwhile, SYNC waits for it (up to FailurePolicy.sync_wait_for_worker_ms).
+// A PS that came back with a new incarnation means its state is gone:
+// workers pause, the chief moves every PS to a new generation and restores
+// the last committed checkpoint, and workers resume from its steps under
+// that generation (a PS refuses pushes and pulls of any other, so a worker
+// the chief could not reach cannot write into the restored values). A PS
+// that only stops answering (hung, cut off) is waited for: workers park on
+// their own failed calls, and resume where they were when it answers again
+// with the same incarnation, without a restore. A worker that restarts is
+// started again from its last step; ASYNC goes on without it meanwhile, SYNC
+// waits for it (up to FailurePolicy.sync_wait_for_worker_ms).
+//
+// The chief never gives up on its own job: a failed checkpoint is abandoned
+// (no manifest) and tried again with backoff, loudly; a failed recovery is
+// retried with backoff; tasks that do not register or answer are waited for
+// (FailurePolicy: for ever by default). Run() returns an error only for a
+// job that cannot run (a bad job file, a worker that fails on its input).
 //
 // Status/OnFailureReport/CommandFor are thread-safe (gRPC threads).
 #ifndef PSRT_CHIEF_COORDINATOR_H_
@@ -106,22 +117,45 @@ class Coordinator {
   struct PsView {
     std::unique_ptr<PsAdmin> admin;
     uint64_t incarnation = 0;
+    absl::Time down_since = absl::InfiniteFuture();
+    absl::Time last_said = absl::InfinitePast();
   };
 
   absl::Status Setup();
-  absl::Status CreateVariablesOn(int ps);
+  // Creates this PS's variables (or checks them) and moves it to the
+  // current generation; `reinitialize` sets them back to initial values.
+  absl::Status CreateVariablesOn(int ps, bool reinitialize = false);
   absl::Status StartWorker(int i, int64_t step);
   WorkerAssignment AssignmentFor(int i, int64_t step) const;
   // One pass of watching; sets *done when every worker has finished.
   absl::Status Watch(bool* done);
   absl::Status Checkpoint();
   absl::Status WaitDurable(int64_t step);
+  // Checkpoint(), and on failure the backoff and the loud warnings.
+  void TryCheckpoint();
   absl::Status Recover(const std::string& why);
   // Creates the variables on every PS and restores the newest committed
   // checkpoint that every PS can restore whole, refusing (and reporting)
-  // corrupt or missing ones and falling back to older ones.
+  // corrupt or missing ones and falling back to older ones. NOT_FOUND when
+  // there is no manifest at all, FAILED_PRECONDITION when none restores.
   absl::StatusOr<CheckpointManifest> RestoreNewest();
-  absl::Status WaitForAllPs(absl::Duration timeout);
+  // RestoreNewest() until it succeeds or the job starts fresh (no
+  // checkpoint, or none restorable and the policy says START_FRESH);
+  // waits for the PS and backs off between tries. Sets the workers' steps.
+  absl::Status RestoreOrStartFresh();
+  // Every PS back to its initial values at once, workers at step 0.
+  absl::Status StartFresh();
+  absl::Status WaitForAllPs();
+  absl::Status WaitForRegistration();
+  // A generation newer than any before (a restarted chief's too).
+  void NewGeneration();
+  // Counts a failure survived and keeps the count beside the manifests.
+  void CountFailure();
+  void SaveJobState(bool running);
+  absl::Duration Backoff(int attempt) const;
+  // Runs fn(i) for every worker i at once, so that a worker that does not
+  // answer costs one timeout, not one per worker; returns their statuses.
+  std::vector<absl::Status> ForEachWorker(const std::function<absl::Status(int)>& fn);
   absl::Status Evaluate(int64_t step);
   void Report(bool force);
   int64_t MinStep() const;
@@ -149,6 +183,8 @@ class Coordinator {
   int64_t last_checkpoint_step_ = -1;
   absl::Time last_checkpoint_time_;
   int64_t last_eval_step_ = 0;
+  int checkpoint_failures_ = 0;  // in a row
+  absl::Time next_checkpoint_try_ = absl::InfinitePast();
   absl::Time start_time_;
   absl::Time last_report_ = absl::InfinitePast();
   JobSummary summary_;

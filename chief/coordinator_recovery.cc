@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -16,14 +17,26 @@ absl::Status Coordinator::Checkpoint() {
   const absl::Time start = absl::Now();
   // Phase one: quiesce, copy in memory on every PS, let training go on.
   std::vector<int64_t> steps(NumWorkers());
-  for (int i = 0; i < NumWorkers(); ++i) {
+  auto active = [this](const WorkerView& w) {
+    return !w.removed && w.reachable &&
+           (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED);
+  };
+  std::vector<absl::Status> pauses = ForEachWorker([&](int i) {
     WorkerView& w = workers_[i];
-    if (!w.removed && w.reachable &&
-        (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED)) {
-      absl::StatusOr<int64_t> s = w.control->Pause(generation_);
-      if (s.ok()) w.step = *s;
+    if (!active(w)) return absl::OkStatus();
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_);
+    if (s.ok()) w.step = *s;
+    return s.status();
+  });
+  absl::Status paused;
+  for (int i = 0; i < NumWorkers(); ++i) {
+    steps[i] = workers_[i].step;
+    // A worker that may still push makes the copy inconsistent with the
+    // steps the manifest would name.
+    if (!pauses[i].ok() && paused.ok()) {
+      paused = absl::UnavailableError(absl::StrCat("cannot pause ", workers_[i].control->name(), ": ",
+                                                   pauses[i].message()));
     }
-    steps[i] = w.step;
   }
   int64_t step = MinStep();
   // SYNC applies step t once every worker pushed it, so the PS state is that
@@ -35,7 +48,7 @@ absl::Status Coordinator::Checkpoint() {
   }
   int keep = options_.job.checkpoint().keep() > 0 ? options_.job.checkpoint().keep() : 3;
   std::vector<SnapshotResponse> shards(NumPs());
-  absl::Status copy_status;
+  absl::Status copy_status = paused;
   for (int p = 0; p < NumPs() && copy_status.ok(); ++p) {
     absl::StatusOr<SnapshotResponse> r = ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep);
     if (r.ok()) {
@@ -47,8 +60,7 @@ absl::Status Coordinator::Checkpoint() {
   const absl::Duration pause = absl::Now() - start;
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
-    if (!w.removed && w.reachable &&
-        (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED)) {
+    if (active(w)) {
       w.step = steps[i];
       absl::Status s = w.control->Resume(w.step, generation_);
       if (!s.ok()) LOG(WARNING) << "resume after checkpoint: " << s;
@@ -96,6 +108,10 @@ absl::Status Coordinator::WaitDurable(int64_t step) {
   for (int p = 0; p < NumPs(); ++p) {
     while (true) {
       ASSIGN_OR_RETURN(PsStatusResponse st, ps_[p].admin->Status());
+      if (st.incarnation() != ps_[p].incarnation) {
+        return absl::UnavailableError(absl::StrCat(ps_[p].admin->name(), " restarted before step ", step,
+                                                   " was durable"));
+      }
       if (!st.error().empty()) {
         return absl::DataLossError(absl::StrCat(ps_[p].admin->name(), " snapshot of step ", step,
                                                 " failed: ", st.error()));
@@ -114,21 +130,94 @@ absl::Status Coordinator::WaitDurable(int64_t step) {
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::WaitForAllPs(absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
+absl::Duration Coordinator::Backoff(int attempt) const {
+  const FailurePolicy& f = options_.job.failure();
+  absl::Duration first = absl::Milliseconds(f.retry_backoff_ms() > 0 ? f.retry_backoff_ms() : 1000);
+  absl::Duration most = absl::Milliseconds(f.retry_backoff_max_ms() > 0 ? f.retry_backoff_max_ms() : 60000);
+  absl::Duration d = first;
+  for (int i = 0; i < attempt && d < most; ++i) d *= 2;
+  return std::min(d, most);
+}
+
+void Coordinator::TryCheckpoint() {
+  absl::Status s = Checkpoint();
+  if (s.ok()) {
+    if (checkpoint_failures_ > 0) {
+      report_(absl::StrCat("checkpoints work again after ", checkpoint_failures_, " failed"));
+    }
+    checkpoint_failures_ = 0;
+    next_checkpoint_try_ = absl::InfinitePast();
+    absl::MutexLock lock(&mu_);
+    status_.set_checkpoint_failures(0);
+    status_.clear_checkpoint_error();
+    return;
+  }
+  const absl::Duration wait = Backoff(checkpoint_failures_);
+  ++checkpoint_failures_;
+  next_checkpoint_try_ = absl::Now() + wait;
+  report_(absl::StrCat("WARNING: checkpoint abandoned (", checkpoint_failures_,
+                       " failed in a row; training goes on, but progress since the checkpoint of step ",
+                       last_checkpoint_step_, " is at risk): ", s.message(), "; next try in ",
+                       absl::FormatDuration(wait)));
+  if (options_.scalar) options_.scalar("checkpoint/failures_in_a_row", MinStep(), checkpoint_failures_);
+  absl::MutexLock lock(&mu_);
+  status_.set_checkpoint_failures(checkpoint_failures_);
+  status_.set_checkpoint_error(std::string(s.message()));
+}
+
+absl::Status Coordinator::WaitForAllPs() {
+  const int wait_ms = options_.job.failure().ps_wait_ms();
+  const absl::Time start = absl::Now();
+  absl::Time said = start;
   for (int p = 0; p < NumPs(); ++p) {
     while (true) {
       absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(absl::Seconds(1));
       if (st.ok()) break;
-      if (absl::Now() > deadline) {
-        return absl::UnavailableError(absl::StrCat(ps_[p].admin->name(), " did not come back within ",
-                                                   absl::FormatDuration(timeout), ": ",
-                                                   st.status().message()));
+      std::string what = absl::StrCat(ps_[p].admin->name(), " (not answering: ", st.status().message(), ")");
+      if (wait_ms > 0 && absl::Now() - start > absl::Milliseconds(wait_ms)) {
+        return absl::UnavailableError(absl::StrCat(ps_[p].admin->name(), " did not come back within ps_wait_ms ",
+                                                   wait_ms, ": ", st.status().message()));
+      }
+      if (absl::Now() - said >= absl::Minutes(1)) {
+        said = absl::Now();
+        report_(absl::StrCat("recovery waits for ", what, " since ",
+                             absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Seconds(1)))));
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        status_.set_waiting_for(what);
       }
       registry_->WaitForChange(registry_->version(), absl::Milliseconds(50));
     }
   }
+  absl::MutexLock lock(&mu_);
+  status_.clear_waiting_for();
   return absl::OkStatus();
+}
+
+std::vector<absl::Status> Coordinator::ForEachWorker(const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> out(NumWorkers());
+  std::vector<std::thread> calls;
+  for (int i = 0; i < NumWorkers(); ++i) calls.emplace_back([&, i] { out[i] = fn(i); });
+  for (std::thread& t : calls) t.join();
+  return out;
+}
+
+void Coordinator::NewGeneration() {
+  generation_ = std::max(generation_ + 1, static_cast<int64_t>(absl::ToUnixMillis(absl::Now())));
+}
+
+void Coordinator::SaveJobState(bool running) {
+  ChiefJobState state;
+  state.set_failures_survived(summary_.failures_survived);
+  state.set_running(running);
+  absl::Status s = manifests_.WriteJobState(state);
+  if (!s.ok()) LOG(WARNING) << "cannot save the job state: " << s;
+}
+
+void Coordinator::CountFailure() {
+  ++summary_.failures_survived;
+  SaveJobState(true);
 }
 
 absl::Status Coordinator::Recover(const std::string& why) {
@@ -138,23 +227,36 @@ absl::Status Coordinator::Recover(const std::string& why) {
     absl::MutexLock lock(&mu_);
     status_.set_state(JobStatusResponse::RECOVERING);
   }
-  for (WorkerView& w : workers_) {
-    if (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED) {
-      (void)w.control->Pause(generation_);
+  CountFailure();
+  // Workers known to be down are not waited on, and the others at once: the
+  // generation fence keeps whatever a worker we could not pause still
+  // pushes out of the restored parameters.
+  ForEachWorker([this](int i) {
+    WorkerView& w = workers_[i];
+    if (!w.reachable || (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
+      return absl::OkStatus();
     }
-  }
-  RETURN_IF_ERROR(WaitForAllPs(absl::Minutes(2)));
-  ASSIGN_OR_RETURN(CheckpointManifest m, RestoreNewest());
-  ++generation_;
-  ++summary_.failures_survived;
+    // A healthy worker pauses in milliseconds (its push in flight goes to a
+    // dead PS and fails at once); one that does not is left to the fence.
+    absl::Status s = w.control->Pause(generation_, absl::Seconds(2)).status();
+    if (!s.ok()) w.reachable = false;
+    return s;
+  });
+  RETURN_IF_ERROR(RestoreOrStartFresh());
+  std::vector<absl::Status> resumed = ForEachWorker([this](int i) {
+    WorkerView& w = workers_[i];
+    if (!w.reachable) return absl::UnavailableError(absl::StrCat(w.control->name(), " is down"));
+    // A worker that had finished redoes the steps since the checkpoint.
+    if (w.state == WorkerStatusResponse::DONE) return w.control->Start(AssignmentFor(i, w.step));
+    return w.control->Resume(w.step, generation_);
+  });
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
-    w.step = i < m.worker_step_size() ? m.worker_step(i) : m.step();
-    if (w.state == WorkerStatusResponse::DONE) continue;
-    absl::Status s = w.control->Resume(w.step, generation_);
-    if (!s.ok()) {
+    if (resumed[i].ok()) {
+      w.state = WorkerStatusResponse::RUNNING;
+    } else {
       // Down or restarted: the watch loop starts it when it answers.
-      LOG(WARNING) << "resume after recovery: " << s;
+      LOG(WARNING) << "resume after recovery: " << resumed[i];
       w.incarnation = 0;
     }
   }
@@ -163,15 +265,62 @@ absl::Status Coordinator::Recover(const std::string& why) {
     status_.set_state(JobStatusResponse::RUNNING);
     failure_reports_.clear();
   }
-  report_(absl::StrCat("recovered to the checkpoint of step ", m.step(), " in ",
+  report_(absl::StrCat("recovered to the checkpoint of step ", last_checkpoint_step_, " in ",
                        absl::FormatDuration(absl::Now() - start), "; failures survived: ",
                        summary_.failures_survived));
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::RestoreOrStartFresh() {
+  for (int attempt = 0;; ++attempt) {
+    RETURN_IF_ERROR(WaitForAllPs());
+    // A new generation before anything is restored: from the moment a PS
+    // takes it, pushes of the old one are refused there.
+    NewGeneration();
+    absl::StatusOr<CheckpointManifest> m = RestoreNewest();
+    if (m.ok()) {
+      for (int i = 0; i < NumWorkers(); ++i) {
+        workers_[i].step = i < m->worker_step_size() ? m->worker_step(i) : m->step();
+      }
+      last_checkpoint_step_ = m->step();
+      summary_.restored_from_step = m->step();
+      summary_.checkpoints.push_back(m->step());
+      summary_.failures_survived = std::max(summary_.failures_survived, m->failures_survived());
+      report_(absl::StrCat("restored checkpoint of step ", m->step(), " from ", manifests_.PathFor(m->step())));
+      return absl::OkStatus();
+    }
+    if (m.status().code() == absl::StatusCode::kNotFound) return StartFresh();  // nothing to lose
+    if (m.status().code() == absl::StatusCode::kFailedPrecondition) {
+      if (options_.job.failure().on_no_checkpoint() == FailurePolicy::START_FRESH) {
+        report_(absl::StrCat("WARNING: ", m.status().message(),
+                             "; starting fresh on every PS (failure.on_no_checkpoint: START_FRESH)"));
+        return StartFresh();
+      }
+      const std::string what = absl::StrCat(
+          m.status().message(), "; refusing to train on a mix of restored and fresh parameters "
+          "(failure.on_no_checkpoint: WAIT). Repair the snapshot stores, or restart the chief "
+          "with --restore=never to start fresh");
+      report_(absl::StrCat("WAITING FOR AN OPERATOR: ", what));
+      absl::MutexLock lock(&mu_);
+      status_.set_waiting_for(what);
+    } else {
+      report_(absl::StrCat("restore failed (try ", attempt + 1, "), trying again: ", m.status().message()));
+    }
+    absl::SleepFor(Backoff(attempt));
+  }
+}
+
+absl::Status Coordinator::StartFresh() {
+  for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p, /*reinitialize=*/true));
+  for (WorkerView& w : workers_) w.step = 0;
+  last_checkpoint_step_ = -1;
   return absl::OkStatus();
 }
 
 absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
   for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
   std::vector<int64_t> steps = manifests_.Steps();
+  if (steps.empty()) return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", manifests_.dir()));
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     absl::StatusOr<CheckpointManifest> m = manifests_.Read(*it);
     if (!m.ok()) {
@@ -180,7 +329,7 @@ absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
     }
     absl::Status restored;
     for (int p = 0; p < NumPs() && restored.ok(); ++p) {
-      restored = ps_[p].admin->Restore(m->step(), manifests_.dir()).status();
+      restored = ps_[p].admin->Restore(m->step(), manifests_.dir(), generation_).status();
     }
     if (restored.ok()) return m;
     if (restored.code() != absl::StatusCode::kDataLoss && restored.code() != absl::StatusCode::kNotFound) {
@@ -188,8 +337,8 @@ absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
     }
     report_(absl::StrCat("refused checkpoint of step ", m->step(), ": ", restored.message()));
   }
-  return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", manifests_.dir(),
-                                          " can be restored"));
+  return absl::FailedPreconditionError(absl::StrCat("no committed checkpoint in ", manifests_.dir(),
+                                                    " can be restored on every PS"));
 }
 
 absl::Status Coordinator::Evaluate(int64_t step) {
@@ -199,7 +348,7 @@ absl::Status Coordinator::Evaluate(int64_t step) {
     if (vp.variable().kind() == VariableDef::HASH_TABLE) continue;
     std::vector<Tensor> parts;
     for (const VariablePlacement::Shard& shard : vp.shard()) {
-      ASSIGN_OR_RETURN(auto pulled, ps_[shard.ps_task()].admin->Pull({vp.variable().name()}));
+      ASSIGN_OR_RETURN(auto pulled, ps_[shard.ps_task()].admin->Pull({vp.variable().name()}, generation_));
       if (pulled.size() != 1) {
         return absl::InternalError(absl::StrCat(ps_[shard.ps_task()].admin->name(), " returned ",
                                                 pulled.size(), " tensors for ", vp.variable().name()));

@@ -23,6 +23,9 @@ std::string PrometheusMetrics(const JobStatusResponse& s, int64_t total_steps) {
   Gauge(&out, "psrt_examples_per_second", "Training throughput over all workers.", s.examples_per_sec());
   Gauge(&out, "psrt_last_checkpoint_step", "Step of the newest committed checkpoint (-1: none).",
         s.last_checkpoint_step());
+  Gauge(&out, "psrt_checkpoint_failures",
+        "Checkpoints failed in a row since the last committed one (progress since it is at risk).",
+        s.checkpoint_failures());
   absl::StrAppend(&out,
                   "# HELP psrt_failures_survived_total Failures recovered from since the job began.\n"
                   "# TYPE psrt_failures_survived_total counter\npsrt_failures_survived_total ",
