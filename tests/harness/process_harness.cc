@@ -85,10 +85,15 @@ Daemon::~Daemon() {
   process_.reset();  // joins the reader before lines_ goes
 }
 
-std::string Daemon::WaitForMatch(const std::string& pattern, absl::Duration timeout) {
+size_t Daemon::lines() const {
+  absl::MutexLock lock(&mu_);
+  return lines_.size();
+}
+
+std::string Daemon::WaitForMatch(const std::string& pattern, absl::Duration timeout, size_t from) {
   std::regex re(pattern);
   absl::MutexLock lock(&mu_);
-  size_t checked = 0;
+  size_t checked = from;
   std::string match;
   auto found = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (; checked < lines_.size(); ++checked) {
@@ -103,9 +108,9 @@ std::string Daemon::WaitForMatch(const std::string& pattern, absl::Duration time
   return match;
 }
 
-bool Daemon::WaitForLine(const std::string& text, absl::Duration timeout) {
+bool Daemon::WaitForLine(const std::string& text, absl::Duration timeout, size_t from) {
   absl::MutexLock lock(&mu_);
-  size_t checked = 0;
+  size_t checked = from;
   auto found = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (; checked < lines_.size(); ++checked) {
       if (lines_[checked].find(text) != std::string::npos) return true;

@@ -37,10 +37,14 @@ class Daemon {
                                                        std::vector<std::string> argv);
   ~Daemon();
 
-  // True once a line containing `text` has been printed; false after `timeout`.
-  bool WaitForLine(const std::string& text, absl::Duration timeout);
-  // The first line matching `pattern` (ECMAScript regex), or "" after `timeout`.
-  std::string WaitForMatch(const std::string& pattern, absl::Duration timeout);
+  // True once a line containing `text` has been printed (looking from line
+  // number `from` on); false after `timeout`.
+  bool WaitForLine(const std::string& text, absl::Duration timeout, size_t from = 0);
+  // The first line matching `pattern` (ECMAScript regex) from line `from`
+  // on, or "" after `timeout`.
+  std::string WaitForMatch(const std::string& pattern, absl::Duration timeout, size_t from = 0);
+  // Lines printed so far: a `from` for what comes after now.
+  size_t lines() const;
   bool Kill(int sig) { return process_->Signal(sig); }
   absl::StatusOr<int> Wait(absl::Duration timeout) { return process_->Wait(timeout); }
   Subprocess* process() { return process_.get(); }
@@ -49,7 +53,7 @@ class Daemon {
   Daemon() = default;
   std::string name_;
   std::unique_ptr<Subprocess> process_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,0 +1,105 @@
+// A fixture for tests that run whole clusters of real processes on
+// loopback (chief, parameter servers, workers) training the Fashion-MNIST
+// MLP: a job file per test, daemons started with the test's cluster spec,
+// and the chief's JSON summary read back.
+#ifndef PSRT_TESTS_HARNESS_TRAINING_CLUSTER_H_
+#define PSRT_TESTS_HARNESS_TRAINING_CLUSTER_H_
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/plan/job_planner.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "tests/harness/process_harness.h"
+
+namespace psrt {
+namespace testing {
+
+class TrainingClusterTest : public ::testing::Test {
+ protected:
+  void Setup(int ps, int workers, ConsistencyDef::Mode mode, int64_t steps) {
+    name_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name_);
+    auto c = MakeTestCluster(ps, workers, name_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = *c;
+    auto job = LoadJob(RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *job;
+    job_.set_steps(steps);
+    job_.set_epochs(0);
+    job_.mutable_consistency()->set_mode(mode);
+    job_.mutable_checkpoint()->set_dir(dir_ + "/ckpt");
+    job_.mutable_checkpoint()->set_every_steps(200);
+    job_.mutable_eval()->set_every_steps(0);
+    job_.mutable_eval()->set_max_examples(2000);
+    job_.mutable_failure()->set_heartbeat_timeout_ms(2000);
+    job_.mutable_failure()->set_sync_wait_for_worker_ms(60000);
+    job_.mutable_failure()->set_register_deadline_ms(30000);
+    job_.set_summary_path(dir_ + "/summary.json");
+    WriteJob();
+  }
+  void WriteJob() {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(job_, &text);
+    job_path_ = dir_ + ".pbtxt";
+    std::ofstream(job_path_) << text;
+  }
+  std::vector<std::string> Common(const std::string& task) {
+    std::vector<std::string> flags = {"--cluster_spec=" + cluster_.spec_path, "--task=" + task};
+    if (task.rfind("ps:", 0) != 0) flags.push_back("--threads=1");
+    return flags;
+  }
+  std::unique_ptr<Daemon> Start(const std::string& binary, const std::string& task,
+                                std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {RunfilePath(binary)};
+    for (auto& a : Common(task)) argv.push_back(a);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto d = Daemon::Start(task, argv);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? *std::move(d) : nullptr;
+  }
+  std::unique_ptr<Daemon> StartPs(int i) { return Start("ps/server", absl::StrCat("ps:", i)); }
+  std::unique_ptr<Daemon> StartWorker(int i, std::vector<std::string> extra = {}) {
+    return Start("worker/main", absl::StrCat("worker:", i), extra);
+  }
+  std::unique_ptr<Daemon> StartChief(std::vector<std::string> extra = {}) {
+    extra.push_back("--job=" + job_path_);
+    return Start("chief/main", "chief:0", extra);
+  }
+  std::string Summary() {
+    std::ifstream in(dir_ + "/summary.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  double Field(const std::string& summary, const std::string& key) {
+    std::smatch m;
+    std::regex re("\"" + key + "\": (-?[0-9.e+-]+)");
+    if (!std::regex_search(summary, m, re)) return NAN;
+    return std::stod(m[1]);
+  }
+  int ExitCode(Daemon* d, absl::Duration timeout = absl::Minutes(5)) {
+    auto s = d->Wait(timeout);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() && WIFEXITED(*s) ? WEXITSTATUS(*s) : -1;
+  }
+
+  std::string name_, dir_, job_path_;
+  testing::TestCluster cluster_;
+  TrainingJob job_;
+};
+
+}  // namespace testing
+}  // namespace psrt
+
+#endif  // PSRT_TESTS_HARNESS_TRAINING_CLUSTER_H_
