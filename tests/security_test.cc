@@ -3,7 +3,9 @@
 // under the shared token, while a stranger's calls to every service are
 // refused, and so is every call a role may not make (roles.h).
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,8 @@
 #include "google/protobuf/text_format.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "httplib.h"
+#include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "proto/chief_service.grpc.pb.h"
 #include "proto/worker_service.pb.h"
@@ -358,6 +362,49 @@ TEST_F(SecurityTest, PerRoleTokensLimitEachRoleAndAWorkerTokenCannotActForAPs) {
   ASSERT_TRUE(JobStatus(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")), &job).ok());
   for (const TaskInfo& t : job.task()) EXPECT_EQ(t.incarnation(), 0u);
   ExpectTrainingThrough(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")));
+}
+
+// The local address the TCP socket listening on `port` is bound to, as
+// /proc/net/tcp writes it ("0100007F" is 127.0.0.1), or "" if none.
+std::string ListeningAddress(int port) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  char want[8];
+  std::snprintf(want, sizeof(want), ":%04X", port);
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string slot, local, remote, state;
+    f >> slot >> local >> remote >> state;
+    if (state == "0A" && absl::EndsWith(local, want)) return local.substr(0, local.find(':'));
+  }
+  return "";
+}
+
+// The chief's status page listens on loopback unless told otherwise, and
+// with --http_token_file answers nobody without the token.
+TEST_F(SecurityTest, StatusPageListensOnLoopbackByDefaultAndCanRequireAToken) {
+  for (const std::string listen : {"", "0.0.0.0"}) {
+    int port = *PickFreePort();
+    std::vector<std::string> argv = {testing::RunfilePath("chief/main"), "--cluster_spec=" + cluster_.spec_path,
+                                     "--task=chief:0", "--job=" + job_path_, absl::StrCat("--http_port=", port),
+                                     "--http_token_file=" + certs_ + "/token"};
+    if (!listen.empty()) argv.push_back("--http_listen=" + listen);
+    auto chief = Daemon::Start("chief:0", argv);
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    ASSERT_TRUE((*chief)->WaitForLine("(token required)", absl::Seconds(30)));
+    EXPECT_EQ(ListeningAddress(port), listen.empty() ? "0100007F" : "00000000") << listen;
+    httplib::Client http("127.0.0.1", port);
+    auto page = http.Get("/metrics");
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 401);
+    std::ifstream token_file(certs_ + "/token");
+    std::string token;
+    std::getline(token_file, token);
+    page = http.Get("/metrics", {{"Authorization", "Bearer " + token}});
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200);
+    EXPECT_THAT(page->body, HasSubstr("psrt_step "));
+  }
 }
 
 TEST(SecurityFlagsTest, BadSecretsAreRefusedNamingTheFlagAndFile) {

@@ -37,13 +37,22 @@ absl::Status ExpectPem(const std::string& pem, absl::string_view what, absl::str
   return absl::OkStatus();
 }
 
-// Compares without an early exit, so the time taken says nothing about how
-// much of a guessed token was right (its length is no secret).
-bool SameSecret(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
-  return diff == 0;
+
+// A token line: at least 16 printable characters, no spaces.
+absl::StatusOr<std::string> CheckToken(absl::string_view line, absl::string_view flag, const std::string& path) {
+  std::string token(absl::StripAsciiWhitespace(line));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", path, ": the token (first line) has ",
+                                                   token.size(),
+                                                   " characters; use at least 16 (e.g. `openssl rand -hex 32`)"));
+  }
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, "=", path, ": the token must be printable ASCII without spaces"));
+    }
+  }
+  return token;
 }
 
 // "ROLE sha256:HEX" -> (role, 32 raw bytes).
@@ -67,11 +76,26 @@ absl::StatusOr<std::pair<Role, std::string>> ParseRoleLine(absl::string_view lin
 
 }  // namespace
 
+// Compares without an early exit, so the time taken says nothing about how
+// much of a guessed token was right (its length is no secret).
+bool SecretsEqual(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
 std::string Sha256(absl::string_view text) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_Digest(text.data(), text.size(), out, &n, EVP_sha256(), nullptr);
   return std::string(reinterpret_cast<char*>(out), n);
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view flag) {
+  auto text = ReadSecret(path, flag);
+  if (!text.ok()) return text.status();
+  return CheckToken(absl::string_view(*text).substr(0, text->find('\n')), flag, path);
 }
 
 std::string TransportSecurity::Describe() const {
@@ -111,19 +135,9 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityPaths& p) 
     auto text = ReadSecret(p.token_file, "auth_token_file");
     if (!text.ok()) return text.status();
     std::vector<absl::string_view> lines = absl::StrSplit(*text, '\n');
-    std::string token(absl::StripAsciiWhitespace(lines[0]));
-    if (token.size() < 16) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--auth_token_file=", p.token_file, ": the token (first line) has ", token.size(),
-          " characters; use at least 16 (e.g. `openssl rand -hex 32`)"));
-    }
-    for (char c : token) {
-      if (c < 0x21 || c > 0x7e) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--auth_token_file=", p.token_file, ": the token must be printable ASCII without spaces"));
-      }
-    }
-    s.token = std::move(token);
+    auto token = CheckToken(lines[0], "auth_token_file", p.token_file);
+    if (!token.ok()) return token.status();
+    s.token = *std::move(token);
     for (size_t i = 1; i < lines.size(); ++i) {
       absl::string_view line = absl::StripAsciiWhitespace(lines[i]);
       if (line.empty() || line[0] == '#') continue;
@@ -181,7 +195,7 @@ grpc::Status RequestAuthenticator::Identify(const grpc::ServerContextBase& ctx, 
     }
     absl::string_view presented(it->second.data(), it->second.size());
     if (!config_->shared.empty()) {
-      if (!SameSecret(presented, config_->shared)) {
+      if (!SecretsEqual(presented, config_->shared)) {
         return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong authorization token");
       }
       caller->name = "the shared token";
@@ -191,7 +205,7 @@ grpc::Status RequestAuthenticator::Identify(const grpc::ServerContextBase& ctx, 
           Sha256(presented.substr(0, kBearer.size()) == kBearer ? presented.substr(kBearer.size()) : "");
       caller->roles = 0;
       for (const auto& [role, expected] : config_->role_digests) {
-        if (SameSecret(digest, expected)) caller->roles |= static_cast<uint8_t>(role);
+        if (SecretsEqual(digest, expected)) caller->roles |= static_cast<uint8_t>(role);
       }
       if (caller->roles == 0) {
         return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong authorization token");

@@ -76,6 +76,10 @@ struct TransportSecurity {
 // flag, the file and the line.
 absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityPaths& paths);
 
+// The first line of a token file, checked as --auth_token_file's is;
+// errors name `flag` and the file.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view flag);
+
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const TransportSecurity& s);
 std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const TransportSecurity& s);
 
@@ -104,6 +108,9 @@ class RequestAuthenticator {
   };
   std::shared_ptr<const Config> config_;  // null = no check
 };
+
+// Whether two secrets are equal, in time that depends on their length only.
+bool SecretsEqual(absl::string_view a, absl::string_view b);
 
 // SHA-256 of `text`, 32 raw bytes.
 std::string Sha256(absl::string_view text);
