@@ -7,7 +7,9 @@
 #define PSRT_CHIEF_CHIEF_SERVICE_H_
 
 #include <functional>
+#include <string>
 
+#include "absl/strings/string_view.h"
 #include "chief/task_registry.h"
 #include "common/rpc/security.h"
 #include "proto/chief_service.grpc.pb.h"
