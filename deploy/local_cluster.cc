@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <sstream>
 
@@ -249,7 +250,7 @@ int Run(int argc, char** argv) {
 
   ChannelCache channels(rpc);
   std::string chief_address = *spec->AddressOf(MakeTaskId(kChiefJob, 0));
-  ChiefClient chief(channels.Get(chief_address), chief_address, absl::Seconds(1));
+  auto chief = std::make_unique<ChiefClient>(channels.Get(chief_address), chief_address, absl::Seconds(1));
   absl::Time next_poll = absl::InfinitePast();
   int exit_code = -1;
   while (exit_code < 0) {
@@ -260,7 +261,13 @@ int Run(int argc, char** argv) {
     }
     if (!kills.empty() && absl::Now() >= next_poll) {
       next_poll = absl::Now() + absl::Milliseconds(100);
-      absl::StatusOr<JobStatusResponse> st = chief.JobStatus();
+      absl::StatusOr<JobStatusResponse> st = chief->JobStatus();
+      if (!st.ok()) {
+        // Until the chief listens, a channel's failed connects leave it
+        // backing off for seconds (a fast job ends first): start afresh.
+        channels.Drop(chief_address);
+        chief = std::make_unique<ChiefClient>(channels.Get(chief_address), chief_address, absl::Seconds(1));
+      }
       for (auto it = kills.begin(); st.ok() && it != kills.end();) {
         if (st->step() < it->second) {
           ++it;

@@ -85,7 +85,7 @@ TEST(LauncherTest, TrainsAndRecoversUnderTlsAndRoleTokens) {
   auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
   ASSERT_TRUE(job.ok()) << job.status();
   job->set_epochs(0);
-  job->set_steps(600);
+  job->set_steps(3000);
   job->mutable_checkpoint()->set_every_steps(100);
   job->mutable_eval()->set_max_examples(1000);
   std::string text;
