@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/security/auth_context.h"
@@ -36,7 +36,6 @@ absl::Status ExpectPem(const std::string& pem, absl::string_view what, absl::str
   }
   return absl::OkStatus();
 }
-
 
 // A token line: at least 16 printable characters, no spaces.
 absl::StatusOr<std::string> CheckToken(absl::string_view line, absl::string_view flag, const std::string& path) {
