@@ -18,6 +18,7 @@
 #include "chief/chief_service.h"
 #include "chief/coordinator.h"
 #include "chief/http_status.h"
+#include "common/rpc/security.h"
 #include "common/plan/job_planner.h"
 #include "common/daemon.h"
 #include "common/env.h"
@@ -34,6 +35,11 @@ ABSL_FLAG(std::string, summary, "", "Write the JSON summary here (default: the j
 ABSL_FLAG(std::string, tensorboard_dir, "", "TensorBoard event files go here (default: the job's log_dir).");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: the chief's address in the spec).");
 ABSL_FLAG(int, http_port, 0, "Serve /metrics (Prometheus) and a status page on this port (0 = off).");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1",
+          "IP address the status page listens on (0.0.0.0: every interface; then consider --http_token_file).");
+ABSL_FLAG(std::string, http_token_file, "",
+          "File whose first line is a token the status page and /metrics require "
+          "(Authorization: Bearer TOKEN; Prometheus: bearer_token_file).");
 ABSL_FLAG(int, threads, 0, "Threads for evaluation kernels (0 = one per core).");
 ABSL_FLAG(int, fault_kill_before_commit, 0,
           "Fault injection for tests: SIGKILL the chief just before it commits its Nth checkpoint.");
@@ -126,9 +132,17 @@ int Main(int argc, char** argv) {
     return s;
   });
   if (absl::GetFlag(FLAGS_http_port) > 0) {
-    absl::Status s = http.Start("0.0.0.0", absl::GetFlag(FLAGS_http_port));
+    std::string token;
+    if (!absl::GetFlag(FLAGS_http_token_file).empty()) {
+      absl::StatusOr<std::string> t = ReadTokenFile(absl::GetFlag(FLAGS_http_token_file), "http_token_file");
+      if (!t.ok()) return ExitWithError(t.status());
+      token = *t;
+    }
+    const std::string host = absl::GetFlag(FLAGS_http_listen);
+    absl::Status s = http.Start(host, absl::GetFlag(FLAGS_http_port), token);
     if (!s.ok()) return ExitWithError(s);
-    std::cout << "status page http://localhost:" << http.port() << "/ and /metrics" << std::endl;
+    std::cout << "status page http://" << (host == "127.0.0.1" || host == "0.0.0.0" ? "localhost" : host) << ":"
+              << http.port() << "/ and /metrics" << (token.empty() ? "" : " (token required)") << std::endl;
   }
 
   std::thread signals([] {

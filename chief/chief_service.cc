@@ -1,13 +1,37 @@
 #include "chief/chief_service.h"
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "common/rpc/status_util.h"
 #include "glog/logging.h"
 
 namespace psrt {
+namespace {
+
+// How much of a peer's failure text is kept: enough to diagnose.
+constexpr size_t kMaxReportedError = 2048;
+
+grpc::Status Denied(const Caller& caller, absl::string_view what, const TaskId& task) {
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(caller.name, " (role ", caller.RolesText(), ") may not ", what, " for ",
+                                   TaskName(task), ": only that task may"));
+}
+
+}  // namespace
+
+std::string PrintableText(absl::string_view text, size_t max_bytes) {
+  std::string out = absl::CHexEscape(text.substr(0, max_bytes));
+  if (text.size() > max_bytes) absl::StrAppend(&out, "... (", text.size() - max_bytes, " more bytes)");
+  return out;
+}
 
 grpc::Status ChiefServiceImpl::Register(grpc::ServerContext* ctx, const RegisterRequest* req,
                                         RegisterResponse* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return a;
+  Caller caller;
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kChiefRegister, &caller); !a.ok()) return a;
+  if (!caller.MayActFor(req->task().task().job(), req->task().task().index())) {
+    return Denied(caller, "register", req->task().task());
+  }
   absl::StatusOr<TaskRegistry::Registration> r = registry_->Register(req->task());
   if (!r.ok()) return ToGrpcStatus(r.status());
   if (*r != TaskRegistry::Registration::kAgain) {
@@ -22,7 +46,9 @@ grpc::Status ChiefServiceImpl::Register(grpc::ServerContext* ctx, const Register
 
 grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
                                          HeartbeatResponse* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return a;
+  Caller caller;
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kChiefHeartbeat, &caller); !a.ok()) return a;
+  if (!caller.MayActFor(req->task().job(), req->task().index())) return Denied(caller, "heartbeat", req->task());
   absl::Status s = registry_->Heartbeat(*req);
   if (s.code() == absl::StatusCode::kAborted) {
     resp->set_command(HeartbeatResponse::REREGISTER);
@@ -35,18 +61,43 @@ grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContext* ctx, const Heartbe
 
 grpc::Status ChiefServiceImpl::ReportFailure(grpc::ServerContext* ctx, const ReportFailureRequest* req,
                                              ReportFailureResponse*) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return a;
-  LOG(WARNING) << TaskName(req->reporter()) << " reports a failure at step " << req->step() << ": "
-               << req->error();
-  if (on_failure) on_failure(*req);
+  Caller caller;
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kChiefReportFailure, &caller); !a.ok()) return a;
+  if (!caller.MayActFor(req->reporter().job(), req->reporter().index())) {
+    return Denied(caller, "report failures", req->reporter());
+  }
+  // Only a registered task, as its current incarnation, is heard: a report
+  // makes the chief roll the job back, so a stranger's must not count.
+  TaskState reporter = registry_->Get(req->reporter());
+  if (reporter.info.incarnation() == 0 || reporter.info.incarnation() != req->reporter_incarnation()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("ReportFailure: reporter ", PrintableText(TaskName(req->reporter()), 64),
+                                     " is not registered with reporter_incarnation ",
+                                     absl::Hex(req->reporter_incarnation())));
+  }
+  // The text is the peer's: escaped so it cannot forge log lines or markup
+  // further on (the coordinator shows it in JobStatus and on the page).
+  ReportFailureRequest clean = *req;
+  clean.set_error(PrintableText(req->error(), kMaxReportedError));
+  LOG(WARNING) << TaskName(clean.reporter()) << " reports a failure at step " << clean.step() << ": \"" << clean.error() << "\"";
+  if (on_failure) on_failure(clean);
   return grpc::Status::OK;
 }
 
 grpc::Status ChiefServiceImpl::JobStatus(grpc::ServerContext* ctx, const JobStatusRequest*,
                                          JobStatusResponse* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return a;
+  Caller caller;
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kChiefJobStatus, &caller); !a.ok()) return a;
   if (job_status) *resp = job_status();
-  for (const TaskState& t : registry_->All()) *resp->add_task() = t.info;
+  // An incarnation is what a heartbeat proves itself with: only the chief's
+  // own identity (its certificate or token) sees them; everyone else,
+  // including every caller of a cluster without roles, sees 0.
+  const bool show_incarnations = caller.Has(Role::kChief) && !caller.EveryRole();
+  for (const TaskState& t : registry_->All()) {
+    TaskInfo* info = resp->add_task();
+    *info = t.info;
+    if (!show_incarnations) info->clear_incarnation();
+  }
   return grpc::Status::OK;
 }
 

@@ -7,13 +7,23 @@
 #define PSRT_CHIEF_CHIEF_SERVICE_H_
 
 #include <functional>
+#include <string>
 
+#include "absl/strings/string_view.h"
 #include "chief/task_registry.h"
 #include "common/rpc/security.h"
 #include "proto/chief_service.grpc.pb.h"
 
 namespace psrt {
 
+// `text` escaped to printable ASCII (C escapes: a newline becomes \n), at
+// most `max_bytes` of it, for logs and pages that show a peer's words.
+std::string PrintableText(absl::string_view text, size_t max_bytes);
+
+// Who may call what is roles.h's table; besides, Register, Heartbeat and
+// ReportFailure are accepted only from the task they name (its certificate,
+// or its role's token) and ReportFailure only from a registered incarnation.
+// JobStatus shows incarnations to the chief's own identity only.
 class ChiefServiceImpl final : public Chief::Service {
  public:
   // `registry` is not owned and must outlive the service.
@@ -22,7 +32,7 @@ class ChiefServiceImpl final : public Chief::Service {
 
   // What to tell a task in answer to its heartbeat (default CONTINUE).
   std::function<HeartbeatResponse::Command(const TaskId&)> command_for;
-  // A task's report that another failed.
+  // A task's report that another failed (its error text already escaped).
   std::function<void(const ReportFailureRequest&)> on_failure;
   // Called after each registration, with its kind.
   std::function<void(const TaskInfo&, TaskRegistry::Registration)> on_register;

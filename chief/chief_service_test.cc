@@ -84,5 +84,66 @@ TEST(ChiefServiceTest, LinksRegisterHeartbeatAndComeBackAfterAChiefRestart) {
   worker.Stop();
 }
 
+// A peer's failure text cannot forge a log line or markup, a report needs
+// the reporter's registered incarnation, and JobStatus shows no incarnation
+// to a caller that is not the chief's own identity (here: nobody is).
+TEST(ChiefServiceTest, FailureReportsAreEscapedAndIncarnationsAreNotShown) {
+  std::string address = "127.0.0.1:" + std::to_string(*PickFreePort());
+  ClusterSpec spec = *ClusterSpec::FromJson(
+      absl::StrCat(R"({"chief": [")", address, R"("], "ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]})"),
+      "test");
+  ChiefUnderTest chief(spec, address, 77);
+  std::vector<ReportFailureRequest> reports;
+  absl::Mutex mu;
+  chief.service.on_failure = [&](const ReportFailureRequest& r) {
+    absl::MutexLock lock(&mu);
+    reports.push_back(r);
+  };
+  auto stub = Chief::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto call = [&](auto method, const auto& req, auto* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return ((*stub).*method)(&ctx, req, resp);
+  };
+  RegisterRequest reg;
+  *reg.mutable_task() = Self("worker:0", 0x5eed);
+  RegisterResponse reg_resp;
+  ASSERT_TRUE(call(&Chief::Stub::Register, reg, &reg_resp).ok());
+
+  ReportFailureRequest report;
+  *report.mutable_reporter() = *ParseTaskId("worker:0");
+  report.set_error("ps:0 is gone\nE1124 04:00:00 forged line <script>alert(1)</script>\r\x1b[2J");
+  ReportFailureResponse ignored;
+  grpc::Status s = call(&Chief::Stub::ReportFailure, report, &ignored);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "a report without the incarnation";
+  report.set_reporter_incarnation(0x5eee);
+  EXPECT_EQ(call(&Chief::Stub::ReportFailure, report, &ignored).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  *report.mutable_reporter() = *ParseTaskId("worker:7");
+  report.set_reporter_incarnation(0x5eed);
+  EXPECT_EQ(call(&Chief::Stub::ReportFailure, report, &ignored).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  *report.mutable_reporter() = *ParseTaskId("worker:0");
+  report.set_error(report.error() + std::string(100000, 'x'));
+  s = call(&Chief::Stub::ReportFailure, report, &ignored);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(reports.size(), 1u);
+    const std::string& e = reports[0].error();
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    EXPECT_EQ(e.find('\r'), std::string::npos);
+    EXPECT_EQ(e.find('\x1b'), std::string::npos);
+    EXPECT_NE(e.find("ps:0 is gone\\nE1124"), std::string::npos) << e;
+    EXPECT_LT(e.size(), 3000u) << "the text is bounded";
+    EXPECT_NE(e.find("more bytes)"), std::string::npos);
+  }
+
+  JobStatusResponse status;
+  ASSERT_TRUE(call(&Chief::Stub::JobStatus, JobStatusRequest(), &status).ok());
+  ASSERT_EQ(status.task_size(), 3);
+  for (const TaskInfo& t : status.task()) EXPECT_EQ(t.incarnation(), 0u) << TaskName(t.task());
+  // ... yet the registry knows it, and a heartbeat needs it.
+  EXPECT_EQ(chief.registry.Get(*ParseTaskId("worker:0")).info.incarnation(), 0x5eedu);
+}
+
 }  // namespace
 }  // namespace psrt

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/cluster_spec.h"
-#include "httplib.h"
+#include "common/rpc/security.h"
 
 namespace psrt {
 namespace {
@@ -11,6 +11,20 @@ namespace {
 void Gauge(std::string* out, const std::string& name, const std::string& help, double value) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ",
                   absl::StrFormat("%.17g", value), "\n");
+}
+
+// A Prometheus label value: backslash, quote and newline escaped.
+std::string LabelValue(absl::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
 }
 
 }  // namespace
@@ -37,9 +51,26 @@ std::string PrometheusMetrics(const JobStatusResponse& s, int64_t total_steps) {
   }
   absl::StrAppend(&out, "# HELP psrt_task_registered Whether a task of the spec is registered.\n# TYPE psrt_task_registered gauge\n");
   for (const TaskInfo& t : s.task()) {
-    absl::StrAppend(&out, "psrt_task_registered{task=\"", TaskName(t.task()), "\"} ", t.incarnation() != 0 ? 1 : 0, "\n");
+    absl::StrAppend(&out, "psrt_task_registered{task=\"", LabelValue(TaskName(t.task())), "\"} ", t.incarnation() != 0 ? 1 : 0, "\n");
   }
   return out;
+}
+
+std::string StatusPage(const JobStatusResponse& s, int64_t total_steps) {
+  std::string rows;
+  for (const TaskInfo& t : s.task()) {
+    absl::StrAppend(&rows, "<tr><td>", HtmlEscape(TaskName(t.task())), "</td><td>", HtmlEscape(t.address()),
+                    "</td><td>", t.incarnation() != 0 ? "registered" : "missing", "</td></tr>");
+  }
+  return absl::StrCat(
+      "<!doctype html><html><head><title>psrt</title><meta http-equiv=refresh content=2></head>"
+      "<body><h1>psrt job: ", JobStatusResponse::State_Name(s.state()), "</h1><p>step ", s.step(),
+      total_steps > 0 ? absl::StrCat(" / ", total_steps) : "", ", loss ", s.loss(), ", examples/s ",
+      static_cast<int64_t>(s.examples_per_sec()), ", last checkpoint ", s.last_checkpoint_step(),
+      ", failures survived ", s.failures_survived(),
+      s.error().empty() ? "" : absl::StrCat("<p>error: ", HtmlEscape(s.error())),
+      "</p><table border=1><tr><th>task</th><th>address</th><th>state</th></tr>", rows,
+      "</table><p><a href=/metrics>/metrics</a></p></body></html>");
 }
 
 HttpStatusServer::HttpStatusServer(std::function<JobStatusResponse()> status, int64_t total_steps)
@@ -47,38 +78,43 @@ HttpStatusServer::HttpStatusServer(std::function<JobStatusResponse()> status, in
 
 HttpStatusServer::~HttpStatusServer() { Stop(); }
 
-absl::Status HttpStatusServer::Start(const std::string& host, int port) {
-  server_ = std::make_unique<httplib::Server>();
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(PrometheusMetrics(status_(), total_steps_), "text/plain; version=0.0.4");
-  });
-  server_->Get("/", [this](const httplib::Request&, httplib::Response& res) {
-    JobStatusResponse s = status_();
-    std::string rows;
-    for (const TaskInfo& t : s.task()) {
-      absl::StrAppend(&rows, "<tr><td>", TaskName(t.task()), "</td><td>", t.address(), "</td><td>",
-                      t.incarnation() != 0 ? "registered" : "missing", "</td></tr>");
+HttpResponse HttpStatusServer::Serve(const HttpRequest& req) const {
+  HttpResponse res;
+  if (!bearer_.empty()) {
+    const std::string* auth = req.Header("authorization");
+    if (auth == nullptr || !SecretsEqual(*auth, bearer_)) {
+      res.status = 401;
+      res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"psrt\"");
+      res.body = auth == nullptr ? "this page requires a token (Authorization: Bearer TOKEN)\n" : "wrong token\n";
+      return res;
     }
-    res.set_content(absl::StrCat(
-                        "<!doctype html><html><head><title>psrt</title><meta http-equiv=refresh content=2></head>"
-                        "<body><h1>psrt job: ", JobStatusResponse::State_Name(s.state()), "</h1><p>step ", s.step(),
-                        total_steps_ > 0 ? absl::StrCat(" / ", total_steps_) : "", ", loss ", s.loss(),
-                        ", examples/s ", static_cast<int64_t>(s.examples_per_sec()), ", last checkpoint ",
-                        s.last_checkpoint_step(), ", failures survived ", s.failures_survived(),
-                        s.error().empty() ? "" : absl::StrCat("<p>error: ", s.error()),
-                        "</p><table border=1><tr><th>task</th><th>address</th><th>state</th></tr>", rows,
-                        "</table><p><a href=/metrics>/metrics</a></p></body></html>"),
-                    "text/html");
-  });
-  port_ = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
-  if (port_ <= 0) return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", host, ":", port));
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  }
+  if (req.path == "/metrics") {
+    res.content_type = "text/plain; version=0.0.4";
+    res.body = PrometheusMetrics(status_(), total_steps_);
+  } else if (req.path == "/") {
+    res.content_type = "text/html; charset=utf-8";
+    res.body = StatusPage(status_(), total_steps_);
+  } else {
+    res.status = 404;
+    res.body = "not found: / and /metrics only\n";
+  }
+  return res;
+}
+
+absl::Status HttpStatusServer::Start(const std::string& host, int port, const std::string& token,
+                                     HttpServerOptions options) {
+  bearer_ = token.empty() ? "" : BearerValue(token);
+  absl::StatusOr<std::unique_ptr<HttpServer>> s =
+      HttpServer::Start(host, port, [this](const HttpRequest& r) { return Serve(r); }, options);
+  if (!s.ok()) return s.status();
+  server_ = *std::move(s);
+  port_ = server_->port();
   return absl::OkStatus();
 }
 
 void HttpStatusServer::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (server_) server_->Stop();
 }
 
 }  // namespace psrt

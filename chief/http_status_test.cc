@@ -53,5 +53,39 @@ TEST(HttpStatusTest, ServesMetricsThatPromtoolAcceptsAndAStatusPage) {
   http.Stop();
 }
 
+// Addresses and error text come from peers: escaped, they are text, not markup.
+TEST(HttpStatusTest, PeerTextIsEscapedOnThePage) {
+  JobStatusResponse s = Sample();
+  s.set_error("ps:0 said <script>alert('x')</script> & left");
+  s.mutable_task(0)->set_address("<img src=x onerror=alert(1)>:1");
+  std::string page = StatusPage(s, 0);
+  EXPECT_EQ(page.find("<script>"), std::string::npos) << page;
+  EXPECT_EQ(page.find("<img"), std::string::npos) << page;
+  EXPECT_THAT(page, HasSubstr("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; left"));
+  EXPECT_THAT(page, HasSubstr("&lt;img src=x onerror=alert(1)&gt;:1"));
+}
+
+TEST(HttpStatusTest, WithATokenEveryPageRequiresIt) {
+  HttpStatusServer http([] { return Sample(); }, 5000);
+  ASSERT_TRUE(http.Start("127.0.0.1", 0, "0123456789abcdef0123").ok());
+  httplib::Client client("127.0.0.1", http.port());
+  for (const char* path : {"/", "/metrics"}) {
+    auto r = client.Get(path);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 401) << path;
+    EXPECT_EQ(r->body.find("psrt"), std::string::npos) << "nothing of the job leaks: " << r->body;
+    r = client.Get(path, {{"Authorization", "Bearer 0123456789abcdef0124"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << path;
+    r = client.Get(path, {{"Authorization", "Bearer 0123456789abcdef0123"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << path;
+    EXPECT_THAT(r->body, HasSubstr("1234")) << path;
+  }
+  auto r = client.Get("/other", {{"Authorization", "Bearer 0123456789abcdef0123"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+}
+
 }  // namespace
 }  // namespace psrt

@@ -44,7 +44,10 @@ absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo
 absl::Status TaskRegistry::Heartbeat(const HeartbeatRequest& beat) {
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(Key(beat.task()));
-  if (it == tasks_.end() || it->second.info.incarnation() != beat.incarnation()) {
+  // Incarnation 0 means "not registered" (never, or marked dead): a beat
+  // claiming it must not count as that task being alive.
+  if (it == tasks_.end() || it->second.info.incarnation() == 0 ||
+      it->second.info.incarnation() != beat.incarnation()) {
     return absl::AbortedError(absl::StrCat(TaskName(beat.task()), " incarnation ",
                                            beat.incarnation(), " is not registered"));
   }

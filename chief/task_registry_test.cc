@@ -66,6 +66,18 @@ TEST(TaskRegistryTest, HeartbeatsFromUnknownIncarnationsAreAborted) {
   EXPECT_EQ(r.Get(beat.task()).step, 42);
   beat.set_incarnation(6);
   EXPECT_EQ(r.Heartbeat(beat).code(), absl::StatusCode::kAborted);
+  // Incarnation 0 is "not registered", not an incarnation: a beat naming it
+  // for a task never registered, or marked dead, is no sign of life (found
+  // by chief_service_fuzzer).
+  beat.set_incarnation(0);
+  *beat.mutable_task() = *ParseTaskId("ps:0");
+  EXPECT_EQ(r.Heartbeat(beat).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(r.Get(beat.task()).step, 0);
+  r.MarkDead(*ParseTaskId("worker:0"));
+  *beat.mutable_task() = *ParseTaskId("worker:0");
+  beat.set_step(99);
+  EXPECT_EQ(r.Heartbeat(beat).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(r.Get(beat.task()).step, 42);
 }
 
 TEST(TaskRegistryTest, ExpiryFollowsTheClock) {

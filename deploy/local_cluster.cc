@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <sstream>
 
@@ -45,6 +46,9 @@ ABSL_FLAG(int, max_restarts, 5, "Give up after restarting one daemon this many t
 ABSL_FLAG(bool, tls, false,
           "Run every daemon with mutual TLS: make a CA and per-task certificates under "
           "RUN_DIR/certs (deploy/make_certs.sh) and pass them.");
+ABSL_FLAG(bool, role_tokens, false,
+          "Run every daemon with per-role tokens (RUN_DIR/certs/tokens/ROLE, deploy/make_certs.sh): "
+          "each role's calls are limited to what that role may do. With --tls too, both are checked.");
 ABSL_FLAG(bool, verbose, false, "Show every daemon's log lines, not only warnings and the chief's progress.");
 
 namespace psrt {
@@ -182,17 +186,21 @@ int Run(int argc, char** argv) {
     std::cerr << "error: " << http_port.status().message() << "\n";
     return 2;
   }
-  // --tls: one certificate per task (named JOB-INDEX), one for this launcher.
+  // --tls: one certificate per task (named JOB-INDEX), one for this launcher
+  // (an observer: it reads JobStatus). --role_tokens: a token per role.
   const std::string certs = run_dir + "/certs";
+  const bool tls = absl::GetFlag(FLAGS_tls), role_tokens = absl::GetFlag(FLAGS_role_tokens);
   RpcOptions rpc;
-  if (absl::GetFlag(FLAGS_tls)) {
+  if (tls || role_tokens) {
     std::string command = absl::StrCat("'", Binary(argv[0], "deploy/make_certs.sh"), "' '", certs, "' launcher");
     for (const TaskId& t : spec->AllTasks()) command += absl::StrCat(" ", t.job(), "-", t.index());
     if (std::system(absl::StrCat(command, " > '", run_dir, "/make_certs.log' 2>&1").c_str()) != 0) {
       std::cerr << "error: making certificates failed, see " << run_dir << "/make_certs.log\n";
       return 2;
     }
-    SecurityPaths paths{certs + "/ca.pem", certs + "/launcher.pem", certs + "/launcher.key"};
+    SecurityPaths paths;
+    if (tls) paths = {certs + "/ca.pem", certs + "/launcher.pem", certs + "/launcher.key"};
+    if (role_tokens) paths.token_file = certs + "/tokens/observer";
     absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(paths);
     if (!security.ok()) {
       std::cerr << "error: " << security.status().message() << "\n";
@@ -200,10 +208,12 @@ int Run(int argc, char** argv) {
     }
     rpc.security = *security;
   }
-  auto tls_flags = [&](const TaskId& t) -> std::vector<std::string> {
-    if (!absl::GetFlag(FLAGS_tls)) return {};
+  auto security_flags = [&](const TaskId& t) {
+    std::vector<std::string> flags;
     std::string name = absl::StrCat(certs, "/", t.job(), "-", t.index());
-    return {"--tls_ca=" + certs + "/ca.pem", "--tls_cert=" + name + ".pem", "--tls_key=" + name + ".key"};
+    if (tls) flags = {"--tls_ca=" + certs + "/ca.pem", "--tls_cert=" + name + ".pem", "--tls_key=" + name + ".key"};
+    if (role_tokens) flags.push_back(absl::StrCat("--auth_token_file=", certs, "/tokens/", t.job()));
+    return flags;
   };
   std::vector<Child> children;
   for (const TaskId& t : spec->AllTasks()) {
@@ -219,10 +229,11 @@ int Run(int argc, char** argv) {
                 "--checkpoint_dir=" + run_dir + "/checkpoints", "--summary=" + run_dir + "/summary.json",
                 "--tensorboard_dir=" + run_dir + "/logs", absl::StrCat("--http_port=", *http_port)};
     }
-    for (const std::string& f : tls_flags(t)) c.argv.push_back(f);
+    for (const std::string& f : security_flags(t)) c.argv.push_back(f);
     children.push_back(std::move(c));
   }
-  if (absl::GetFlag(FLAGS_tls)) launcher.Say("mutual TLS, certificates in " + certs);
+  if (tls) launcher.Say("mutual TLS, certificates in " + certs);
+  if (role_tokens) launcher.Say("per-role tokens in " + certs + "/tokens");
   launcher.Say(absl::StrCat("cluster ", spec_path, " (", spec->ToJson(), "), job ", job, ", logs ",
                             run_dir, "/cluster.log"));
   // PS and workers first, the chief last: it waits for them anyway.
@@ -239,7 +250,7 @@ int Run(int argc, char** argv) {
 
   ChannelCache channels(rpc);
   std::string chief_address = *spec->AddressOf(MakeTaskId(kChiefJob, 0));
-  ChiefClient chief(channels.Get(chief_address), chief_address, absl::Seconds(1));
+  auto chief = std::make_unique<ChiefClient>(channels.Get(chief_address), chief_address, absl::Seconds(1));
   absl::Time next_poll = absl::InfinitePast();
   int exit_code = -1;
   while (exit_code < 0) {
@@ -250,7 +261,13 @@ int Run(int argc, char** argv) {
     }
     if (!kills.empty() && absl::Now() >= next_poll) {
       next_poll = absl::Now() + absl::Milliseconds(100);
-      absl::StatusOr<JobStatusResponse> st = chief.JobStatus();
+      absl::StatusOr<JobStatusResponse> st = chief->JobStatus();
+      if (!st.ok()) {
+        // Until the chief listens, a channel's failed connects leave it
+        // backing off for seconds (a fast job ends first): start afresh.
+        channels.Drop(chief_address);
+        chief = std::make_unique<ChiefClient>(channels.Get(chief_address), chief_address, absl::Seconds(1));
+      }
       for (auto it = kills.begin(); st.ok() && it != kills.end();) {
         if (st->step() < it->second) {
           ++it;

@@ -9,13 +9,17 @@
 #
 # Writes OUT_DIR/ca.pem (trust this everywhere: --tls_ca), OUT_DIR/ca.key
 # (keep it off the cluster), OUT_DIR/TASK.pem and TASK.key (--tls_cert,
-# --tls_key of that task) and OUT_DIR/token (--auth_token_file). Without
-# SANs a task's certificate names DNS:TASK, DNS:localhost and IP:127.0.0.1.
-# An existing CA in OUT_DIR is reused, so tasks can be added later.
+# --tls_key of that task; its CN, TASK, is its identity: chief, ps-N,
+# worker-N, anything else an observer), OUT_DIR/tokens/ROLE for ROLE in
+# chief, ps, worker, observer (--auth_token_file of the tasks of that role:
+# its own token and the SHA-256 of every role's) and OUT_DIR/token (the
+# legacy shared token: every role to whoever holds it). Without SANs a
+# task's certificate names DNS:TASK, DNS:localhost and IP:127.0.0.1. An
+# existing CA and existing tokens in OUT_DIR are reused.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 out=$1
@@ -55,4 +59,27 @@ if [ ! -f "$out/token" ]; then
   openssl rand -hex 32 > "$out/token"
   echo "make_certs: shared token $out/token"
 fi
+# Per-role tokens: each file holds its role's token (first line, secret) and
+# the digests a daemon checks callers against, so a worker's file does not
+# hold the chief's token.
+mkdir -p "$out/tokens"
+roles="chief ps worker observer"
+declare -A tokens
+for role in $roles; do
+  if [ -s "$out/tokens/$role" ]; then
+    tokens[$role]=$(head -n 1 "$out/tokens/$role")
+  else
+    tokens[$role]=$(openssl rand -hex 32)
+  fi
+done
+for role in $roles; do
+  {
+    echo "${tokens[$role]}"
+    echo "# psrt role tokens: this task's token above; the roles it accepts below"
+    for r in $roles; do
+      echo "$r sha256:$(printf '%s' "${tokens[$r]}" | openssl dgst -sha256 -r | cut -d' ' -f1)"
+    done
+  } > "$out/tokens/$role"
+done
+echo "make_certs: role tokens $out/tokens/{chief,ps,worker,observer}"
 chmod 644 "$out/ca.pem" "$out"/*.pem

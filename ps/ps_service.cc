@@ -62,7 +62,7 @@ absl::Status Busy(absl::string_view method, int64_t limit) {
 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPull); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pulls_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("Pull", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Pull"); !s.ok()) return Done(ctx, s);
@@ -83,7 +83,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPullRows); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pulls_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("PullRows", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "PullRows"); !s.ok()) return Done(ctx, s);
@@ -104,7 +104,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPush); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("Push", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Push"); !s.ok()) return Done(ctx, s);
@@ -117,7 +117,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPushRows); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("PushRows", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "PushRows"); !s.ok()) return Done(ctx, s);
@@ -131,7 +131,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* PsServiceImpl::CreateVariables(grpc::CallbackServerContext* ctx,
                                                          const CreateVariablesRequest* req,
                                                          CreateVariablesResponse* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsCreateVariables); !a.ok()) return Finish(ctx, a);
   absl::StatusOr<CreateVariablesResponse> r = core_->CreateVariables(*req);
   if (r.ok()) *resp = *r;
   return Done(ctx, r.status());
@@ -139,7 +139,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::CreateVariables(grpc::CallbackServerCon
 
 grpc::ServerUnaryReactor* PsServiceImpl::Snapshot(grpc::CallbackServerContext* ctx,
                                                   const SnapshotRequest* req, SnapshotResponse* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsSnapshot); !a.ok()) return Finish(ctx, a);
   absl::StatusOr<SnapshotResponse> r = core_->Snapshot(*req);
   if (r.ok()) *resp = *r;
   return Done(ctx, r.status());
@@ -147,7 +147,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Snapshot(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* ctx,
                                                  const RestoreRequest* req, RestoreResponse* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsRestore); !a.ok()) return Finish(ctx, a);
   absl::StatusOr<RestoreResponse> r = core_->Restore(*req);
   if (r.ok()) *resp = *r;
   return Done(ctx, r.status());
@@ -155,7 +155,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* ct
 
 grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx,
                                                 const PsStatusRequest*, PsStatusResponse* resp) {
-  if (grpc::Status a = auth_.Check(*ctx); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsStatus); !a.ok()) return Finish(ctx, a);
   *resp = core_->Status();
   return Done(ctx, absl::OkStatus());
 }

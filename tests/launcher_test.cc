@@ -77,6 +77,47 @@ TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
   EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
 }
 
+// Every daemon under mutual TLS and per-role tokens at once: the calls a
+// job really makes (pulls for evaluation, snapshots, a restore after a PS
+// dies) are all within their callers' roles.
+TEST(LauncherTest, TrainsAndRecoversUnderTlsAndRoleTokens) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/roles");
+  auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_epochs(0);
+  job->set_steps(3000);
+  job->mutable_checkpoint()->set_every_steps(100);
+  job->mutable_eval()->set_max_examples(1000);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(*job, &text);
+  std::string job_path = dir + ".pbtxt";
+  std::ofstream(job_path) << text;
+
+  auto launcher = testing::Daemon::Start(
+      "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir,
+                   "--ps=2", "--workers=1", "--kill=ps:1@250", "--tls", "--role_tokens"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE((*launcher)->WaitForLine("per-role tokens in", absl::Minutes(1)));
+  ASSERT_TRUE((*launcher)->WaitForLine("recovered to the checkpoint", absl::Minutes(4)));
+  auto status = (*launcher)->Wait(absl::Minutes(5));
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
+  std::ifstream in(dir + "/summary.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::smatch m;
+  std::string summary = ss.str();
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"failures_survived\": ([0-9]+)"))) << summary;
+  EXPECT_EQ(std::stoi(m[1]), 1) << summary;
+  std::ifstream log(dir + "/cluster.log");
+  std::string line;
+  while (std::getline(log, line)) {
+    EXPECT_EQ(line.find("PERMISSION_DENIED"), std::string::npos) << line;
+    EXPECT_EQ(line.find("may not call"), std::string::npos) << line;
+  }
+  EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
+}
+
 TEST(LauncherTest, BadKillFlagIsRefused) {
   auto launcher = testing::Daemon::Start(
       "launcher", {testing::RunfilePath("deploy/local_cluster"), "--kill=ps:7@10",

@@ -1,8 +1,11 @@
 // Transport security with real daemons on real sockets: a whole cluster
-// (chief, PS, worker) trains under mutual TLS and under the shared token,
-// while a stranger's calls to every service are refused.
+// (chief, PS, worker) trains under mutual TLS, under per-role tokens and
+// under the shared token, while a stranger's calls to every service are
+// refused, and so is every call a role may not make (roles.h).
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -14,9 +17,13 @@
 #include "google/protobuf/text_format.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "httplib.h"
+#include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "proto/chief_service.grpc.pb.h"
 #include "proto/worker_service.pb.h"
+#include "common/cluster_spec.h"
+#include "common/rpc/roles.h"
 #include "tests/harness/process_harness.h"
 
 namespace psrt {
@@ -67,7 +74,7 @@ class SecurityTest : public ::testing::Test {
     dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name_);
     certs_ = dir_ + "/certs";
     std::string script = testing::RunfilePath("deploy/make_certs.sh");
-    ASSERT_EQ(std::system((script + " " + certs_ + " chief ps-0 worker-0 client >/dev/null").c_str()), 0);
+    ASSERT_EQ(std::system((script + " " + certs_ + " chief ps-0 worker-0 worker-1 client >/dev/null").c_str()), 0);
     // A second CA: its certificates look right but are not the cluster's.
     ASSERT_EQ(std::system((script + " " + dir_ + "/rogue client >/dev/null").c_str()), 0);
     auto c = testing::MakeTestCluster(1, 1, name_);
@@ -95,6 +102,7 @@ class SecurityTest : public ::testing::Test {
       return {"--tls_ca=" + certs_ + "/ca.pem", "--tls_cert=" + certs_ + "/" + cert + ".pem",
               "--tls_key=" + certs_ + "/" + cert + ".key"};
     }
+    if (mode == "roles") return {"--auth_token_file=" + certs_ + "/tokens/" + cert.substr(0, cert.find('-'))};
     return {"--auth_token_file=" + certs_ + "/token"};
   }
 
@@ -153,11 +161,11 @@ class SecurityTest : public ::testing::Test {
   std::unique_ptr<Daemon> chief_, ps_, worker_;
 };
 
-RpcOptions Tls(const std::string& dir, const std::string& ca_dir) {
+RpcOptions Tls(const std::string& dir, const std::string& ca_dir, const std::string& cert = "client") {
   SecurityPaths p;
   p.tls_ca = ca_dir + "/ca.pem";
-  p.tls_cert = dir + "/client.pem";
-  p.tls_key = dir + "/client.key";
+  p.tls_cert = dir + "/" + cert + ".pem";
+  p.tls_key = dir + "/" + cert + ".key";
   RpcOptions o;
   absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(p);
   EXPECT_TRUE(security.ok()) << security.status();
@@ -227,6 +235,176 @@ TEST_F(SecurityTest, SharedTokenRefusesEveryMethodWithoutTheToken) {
   ASSERT_TRUE(JobStatus(MakeChannel(cluster_.chief, ours), &job).ok());
   EXPECT_EQ(job.state(), JobStatusResponse::RUNNING);
   EXPECT_TRUE(CallEmpty(MakeChannel(cluster_.ps[0], ours), "/psrt.ParameterServer/Status").ok());
+}
+
+RpcOptions RoleToken(const std::string& certs, const std::string& role) {
+  SecurityPaths p;
+  p.token_file = certs + "/tokens/" + role;
+  RpcOptions o;
+  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(p);
+  EXPECT_TRUE(security.ok()) << security.status();
+  if (security.ok()) o.security = *security;
+  return o;
+}
+
+// The method of roles.h a "/psrt.Service/Method" path names.
+Rpc RpcOf(const std::string& path) {
+  for (int i = 0; i < kRpcCount; ++i) {
+    if (absl::StrCat("/psrt.", RpcName(static_cast<Rpc>(i))) == path) return static_cast<Rpc>(i);
+  }
+  ADD_FAILURE() << "no such method " << path;
+  return Rpc::kChiefJobStatus;
+}
+
+grpc::Status CallProto(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                       const google::protobuf::Message& request) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  std::string bytes = request.SerializeAsString();
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer buffer(&slice, 1), ignored;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &buffer, &ignored, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+// Each identity calls every method its role may not: PERMISSION_DENIED
+// naming its role and the method, and nothing changes (training goes on).
+// Then a worker heartbeats and reports as a task it is not: refused.
+void ExpectEveryRefusedPair(const std::vector<std::pair<Role, RpcOptions>>& identities,
+                            const std::vector<std::string>& addresses, int* refused) {
+  for (const auto& [role, options] : identities) {
+    for (const auto& [service, method] : AllMethods()) {
+      if ((AllowedRoles(RpcOf(method)) & static_cast<uint8_t>(role)) != 0) continue;
+      grpc::Status s = CallEmpty(MakeChannel(addresses[service], options), method);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << RoleName(role) << " calling " << method << ": " << s.error_message();
+      EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("(role ", RoleName(role), ") may not call ",
+                                                            RpcName(RpcOf(method)))));
+      ++*refused;
+    }
+  }
+}
+
+TEST_F(SecurityTest, UnderTlsEachCertificateMayCallOnlyWhatItsTaskMay) {
+  StartCluster("tls");
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, Tls(certs_, certs_)));
+  int refused = 0;
+  ExpectEveryRefusedPair({{Role::kChief, Tls(certs_, certs_, "chief")},
+                          {Role::kPs, Tls(certs_, certs_, "ps-0")},
+                          {Role::kWorker, Tls(certs_, certs_, "worker-0")},
+                          {Role::kObserver, Tls(certs_, certs_, "client")}},
+                         Addresses(), &refused);
+  EXPECT_EQ(refused, 42);  // 17 methods x 4 roles, less the 26 allowed pairs
+  // A worker's certificate speaks for its own task only.
+  RpcOptions worker1 = Tls(certs_, certs_, "worker-1");
+  HeartbeatRequest beat;
+  *beat.mutable_task() = *ParseTaskId("worker:0");
+  grpc::Status s = CallProto(MakeChannel(cluster_.chief, worker1), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("certificate worker-1 (role worker) may not heartbeat for worker:0"));
+  *beat.mutable_task() = *ParseTaskId("ps:0");
+  s = CallProto(MakeChannel(cluster_.chief, Tls(certs_, certs_, "worker-0")), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  ReportFailureRequest report;
+  *report.mutable_reporter() = *ParseTaskId("worker:0");
+  s = CallProto(MakeChannel(cluster_.chief, worker1), "/psrt.Chief/ReportFailure", report);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  RegisterRequest reg;
+  reg.mutable_task()->mutable_task()->set_job("worker");
+  reg.mutable_task()->set_incarnation(1);
+  s = CallProto(MakeChannel(cluster_.chief, worker1), "/psrt.Chief/Register", reg);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  // The real worker:0, right incarnation or not, is still the registered one.
+  JobStatusResponse job;
+  ASSERT_TRUE(JobStatus(MakeChannel(cluster_.chief, Tls(certs_, certs_, "chief")), &job).ok());
+  EXPECT_EQ(job.state(), JobStatusResponse::RUNNING);
+  int shown = 0;
+  for (const TaskInfo& t : job.task()) shown += t.incarnation() != 0;
+  EXPECT_EQ(shown, 3) << "the chief's own certificate sees every incarnation (its own too)";
+  ASSERT_TRUE(JobStatus(MakeChannel(cluster_.chief, Tls(certs_, certs_, "client")), &job).ok());
+  for (const TaskInfo& t : job.task()) EXPECT_EQ(t.incarnation(), 0u) << "an observer sees none";
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, Tls(certs_, certs_)));
+}
+
+TEST_F(SecurityTest, PerRoleTokensLimitEachRoleAndAWorkerTokenCannotActForAPs) {
+  StartCluster("roles");
+  ASSERT_TRUE(chief_->WaitForLine("(per-role tokens over plain text)", absl::Seconds(30)));
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")));
+  int refused = 0;
+  ExpectEveryRefusedPair({{Role::kChief, RoleToken(certs_, "chief")},
+                          {Role::kPs, RoleToken(certs_, "ps")},
+                          {Role::kWorker, RoleToken(certs_, "worker")},
+                          {Role::kObserver, RoleToken(certs_, "observer")}},
+                         Addresses(), &refused);
+  EXPECT_EQ(refused, 42);
+  HeartbeatRequest beat;
+  *beat.mutable_task() = *ParseTaskId("ps:0");
+  grpc::Status s = CallProto(MakeChannel(cluster_.chief, RoleToken(certs_, "worker")), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("the worker token (role worker) may not heartbeat for ps:0"));
+  // The legacy shared token is no key to a cluster of role tokens.
+  SecurityPaths shared;
+  shared.token_file = certs_ + "/token";
+  RpcOptions legacy;
+  legacy.security = *LoadTransportSecurity(shared);
+  s = CallEmpty(MakeChannel(cluster_.ps[0], legacy), "/psrt.ParameterServer/Status");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  // Within a role a token cannot tell tasks apart; the incarnation does:
+  // JobStatus shows it to the chief's token only.
+  JobStatusResponse job;
+  ASSERT_TRUE(JobStatus(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")), &job).ok());
+  for (const TaskInfo& t : job.task()) EXPECT_EQ(t.incarnation(), 0u);
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")));
+}
+
+// The local address the TCP socket listening on `port` is bound to, as
+// /proc/net/tcp writes it ("0100007F" is 127.0.0.1), or "" if none.
+std::string ListeningAddress(int port) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  char want[8];
+  std::snprintf(want, sizeof(want), ":%04X", port);
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string slot, local, remote, state;
+    f >> slot >> local >> remote >> state;
+    if (state == "0A" && absl::EndsWith(local, want)) return local.substr(0, local.find(':'));
+  }
+  return "";
+}
+
+// The chief's status page listens on loopback unless told otherwise, and
+// with --http_token_file answers nobody without the token.
+TEST_F(SecurityTest, StatusPageListensOnLoopbackByDefaultAndCanRequireAToken) {
+  for (const std::string listen : {"", "0.0.0.0"}) {
+    int port = *PickFreePort();
+    std::vector<std::string> argv = {testing::RunfilePath("chief/main"), "--cluster_spec=" + cluster_.spec_path,
+                                     "--task=chief:0", "--job=" + job_path_, absl::StrCat("--http_port=", port),
+                                     "--http_token_file=" + certs_ + "/token"};
+    if (!listen.empty()) argv.push_back("--http_listen=" + listen);
+    auto chief = Daemon::Start("chief:0", argv);
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    ASSERT_TRUE((*chief)->WaitForLine("(token required)", absl::Seconds(30)));
+    EXPECT_EQ(ListeningAddress(port), listen.empty() ? "0100007F" : "00000000") << listen;
+    httplib::Client http("127.0.0.1", port);
+    auto page = http.Get("/metrics");
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 401);
+    std::ifstream token_file(certs_ + "/token");
+    std::string token;
+    std::getline(token_file, token);
+    page = http.Get("/metrics", {{"Authorization", "Bearer " + token}});
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200);
+    EXPECT_THAT(page->body, HasSubstr("psrt_step "));
+  }
 }
 
 TEST(SecurityFlagsTest, BadSecretsAreRefusedNamingTheFlagAndFile) {

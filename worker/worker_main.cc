@@ -85,6 +85,7 @@ int Main(int argc, char** argv) {
   deps.report_failure = [&](const absl::Status& s, int64_t step) {
     ReportFailureRequest req;
     *req.mutable_reporter() = config->task;
+    req.set_reporter_incarnation(incarnation);
     req.set_error(std::string(s.message()));
     req.set_step(step);
     absl::Status r = link.client()->ReportFailure(req);

@@ -4,9 +4,13 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpcpp/security/auth_context.h"
 #include "grpcpp/security/server_credentials.h"
+#include "openssl/evp.h"
 
 namespace psrt {
 namespace {
@@ -33,21 +37,71 @@ absl::Status ExpectPem(const std::string& pem, absl::string_view what, absl::str
   return absl::OkStatus();
 }
 
+// A token line: at least 16 printable characters, no spaces.
+absl::StatusOr<std::string> CheckToken(absl::string_view line, absl::string_view flag, const std::string& path) {
+  std::string token(absl::StripAsciiWhitespace(line));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", path, ": the token (first line) has ",
+                                                   token.size(),
+                                                   " characters; use at least 16 (e.g. `openssl rand -hex 32`)"));
+  }
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, "=", path, ": the token must be printable ASCII without spaces"));
+    }
+  }
+  return token;
+}
+
+// "ROLE sha256:HEX" -> (role, 32 raw bytes).
+absl::StatusOr<std::pair<Role, std::string>> ParseRoleLine(absl::string_view line) {
+  std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  constexpr absl::string_view kPrefix = "sha256:";
+  if (f.size() != 2 || f[1].substr(0, kPrefix.size()) != kPrefix) {
+    return absl::InvalidArgumentError("expected `ROLE sha256:HEX` (ROLE one of chief, ps, worker, observer)");
+  }
+  std::optional<Role> role = RoleFromName(f[0]);
+  if (!role.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown role '", absl::CHexEscape(f[0]), "' (chief, ps, worker or observer)"));
+  }
+  absl::string_view hex = f[1].substr(kPrefix.size());
+  if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdefABCDEF") != absl::string_view::npos) {
+    return absl::InvalidArgumentError("the digest must be 64 hex digits (sha256 of the role's token)");
+  }
+  return std::make_pair(*role, absl::HexStringToBytes(hex));
+}
+
+}  // namespace
+
 // Compares without an early exit, so the time taken says nothing about how
 // much of a guessed token was right (its length is no secret).
-bool SameSecret(absl::string_view a, absl::string_view b) {
+bool SecretsEqual(absl::string_view a, absl::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
   return diff == 0;
 }
 
-}  // namespace
+std::string Sha256(absl::string_view text) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(text.data(), text.size(), out, &n, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<char*>(out), n);
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view flag) {
+  auto text = ReadSecret(path, flag);
+  if (!text.ok()) return text.status();
+  return CheckToken(absl::string_view(*text).substr(0, text->find('\n')), flag, path);
+}
 
 std::string TransportSecurity::Describe() const {
-  if (tls() && token_auth()) return "mutual TLS + shared token";
+  const char* token = role_tokens() ? "per-role tokens" : "shared token";
+  if (tls() && token_auth()) return absl::StrCat("mutual TLS + ", token);
   if (tls()) return "mutual TLS";
-  if (token_auth()) return "shared token over plain text";
+  if (token_auth()) return absl::StrCat(token, " over plain text");
   return "plain text, no authentication";
 }
 
@@ -79,19 +133,20 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityPaths& p) 
   if (!p.token_file.empty()) {
     auto text = ReadSecret(p.token_file, "auth_token_file");
     if (!text.ok()) return text.status();
-    std::string token(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
-    if (token.size() < 16) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--auth_token_file=", p.token_file, ": the token (first line) has ", token.size(),
-          " characters; use at least 16 (e.g. `openssl rand -hex 32`)"));
-    }
-    for (char c : token) {
-      if (c < 0x21 || c > 0x7e) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--auth_token_file=", p.token_file, ": the token must be printable ASCII without spaces"));
+    std::vector<absl::string_view> lines = absl::StrSplit(*text, '\n');
+    auto token = CheckToken(lines[0], "auth_token_file", p.token_file);
+    if (!token.ok()) return token.status();
+    s.token = *std::move(token);
+    for (size_t i = 1; i < lines.size(); ++i) {
+      absl::string_view line = absl::StripAsciiWhitespace(lines[i]);
+      if (line.empty() || line[0] == '#') continue;
+      auto role = ParseRoleLine(line);
+      if (!role.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--auth_token_file=", p.token_file, " line ", i + 1,
+                                                       ": ", role.status().message()));
       }
+      s.role_digests.push_back(*std::move(role));
     }
-    s.token = std::move(token);
   }
   return s;
 }
@@ -116,21 +171,77 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const TransportSec
 std::string BearerValue(const std::string& token) { return "Bearer " + token; }
 
 RequestAuthenticator::RequestAuthenticator(const TransportSecurity& s) {
-  if (s.token_auth()) expected_ = std::make_shared<const std::string>(BearerValue(s.token));
+  if (!s.tls() && !s.token_auth()) return;
+  auto c = std::make_shared<Config>();
+  c->tls = s.tls();
+  if (s.token_auth() && !s.role_tokens()) c->shared = BearerValue(s.token);
+  c->role_digests = s.role_digests;
+  config_ = std::move(c);
+}
+
+grpc::Status RequestAuthenticator::Identify(const grpc::ServerContextBase& ctx, Caller* caller) const {
+  *caller = Caller();
+  if (config_ == nullptr) {
+    caller->name = "an unauthenticated caller";
+    return grpc::Status::OK;
+  }
+  if (!config_->shared.empty() || !config_->role_digests.empty()) {
+    const auto& md = ctx.client_metadata();
+    auto it = md.find(kAuthMetadataKey);
+    if (it == md.end()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this cluster requires a token: the call carried no authorization");
+    }
+    absl::string_view presented(it->second.data(), it->second.size());
+    if (!config_->shared.empty()) {
+      if (!SecretsEqual(presented, config_->shared)) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong authorization token");
+      }
+      caller->name = "the shared token";
+    } else {
+      constexpr absl::string_view kBearer = "Bearer ";
+      std::string digest =
+          Sha256(presented.substr(0, kBearer.size()) == kBearer ? presented.substr(kBearer.size()) : "");
+      caller->roles = 0;
+      for (const auto& [role, expected] : config_->role_digests) {
+        if (SecretsEqual(digest, expected)) caller->roles |= static_cast<uint8_t>(role);
+      }
+      if (caller->roles == 0) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong authorization token");
+      }
+      caller->name = absl::StrCat("the ", caller->RolesText(), " token");
+    }
+  }
+  if (config_->tls) {
+    std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+    std::vector<grpc::string_ref> cn;
+    if (auth != nullptr) cn = auth->FindPropertyValues("x509_common_name");
+    Caller cert = cn.empty() ? CallerFromCertificateName("")
+                             : CallerFromCertificateName(absl::string_view(cn[0].data(), cn[0].size()));
+    if (cn.empty()) cert.name = "a certificate without a common name";
+    cert.roles &= caller->roles;  // with a token too: the roles both give
+    if (!caller->EveryRole()) cert.name = absl::StrCat(cert.name, " with ", caller->name);
+    *caller = std::move(cert);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status RequestAuthenticator::Authorize(const grpc::ServerContextBase& ctx, Rpc rpc,
+                                             Caller* caller) const {
+  Caller local;
+  Caller* c = caller != nullptr ? caller : &local;
+  if (grpc::Status s = Identify(ctx, c); !s.ok()) return s;
+  if ((c->roles & AllowedRoles(rpc)) != 0) return grpc::Status::OK;
+  Caller allowed;
+  allowed.roles = AllowedRoles(rpc);
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(c->name, " (role ", c->RolesText(), ") may not call ", RpcName(rpc),
+                                   ": only ", allowed.RolesText(), " may"));
 }
 
 grpc::Status RequestAuthenticator::Check(const grpc::ServerContextBase& ctx) const {
-  if (expected_ == nullptr) return grpc::Status::OK;
-  const auto& md = ctx.client_metadata();
-  auto it = md.find(kAuthMetadataKey);
-  if (it == md.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "this cluster requires a token: the call carried no authorization");
-  }
-  if (!SameSecret(absl::string_view(it->second.data(), it->second.size()), *expected_)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong authorization token");
-  }
-  return grpc::Status::OK;
+  Caller ignored;
+  return Identify(ctx, &ignored);
 }
 
 }  // namespace psrt

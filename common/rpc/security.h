@@ -3,11 +3,29 @@
 //
 // With TLS every connection must present a certificate signed by the
 // cluster's CA (the handshake refuses it otherwise, on every service); each
-// daemon presents its own certificate to its clients and peers. With a
-// token every call carries `authorization: Bearer TOKEN` (added by the
-// channel, see channel_cache.h) and every handler checks it first through
-// RequestAuthenticator, so a call without it is refused with UNAUTHENTICATED
-// before it touches any state. Both may be on at once.
+// daemon presents its own certificate to its clients and peers, and the
+// certificate's common name ("chief", "ps-0", "worker-3", see roles.h) is
+// the caller's identity. With a token every call carries
+// `authorization: Bearer TOKEN` (added by the channel, see channel_cache.h).
+// Every handler calls RequestAuthenticator::Authorize first, so a call
+// without credentials is refused with UNAUTHENTICATED and a call its role
+// may not make with PERMISSION_DENIED, before it touches any state. Both
+// may be on at once (then the caller must hold both roles).
+//
+// The token file (--auth_token_file): its first line is this task's own
+// token, sent on its calls. Per-role tokens add lines naming the SHA-256 of
+// each role's token, so a daemon can tell a worker's token from the chief's
+// without holding the chief's token itself:
+//
+//   3f9a...e1                      <- this task's token (secret)
+//   chief sha256:5b2c...           <- digests of the tokens this daemon
+//   ps sha256:77d0...                 accepts, and the role each one gives
+//   worker sha256:a1c4...
+//   observer sha256:09be...
+//
+// `deploy/make_certs.sh` writes such files (OUT/tokens/ROLE). A file of one
+// line is the legacy shared token: every holder has every role (no role
+// checks are possible; the daemon logs a warning).
 //
 //   ASSIGN_OR_RETURN(TransportSecurity sec, LoadTransportSecurity(paths));
 //   RpcOptions rpc; rpc.security = sec;     // channels and servers use it
@@ -16,12 +34,15 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
+#include "common/rpc/roles.h"
 
 namespace psrt {
 
@@ -39,33 +60,60 @@ struct TransportSecurity {
   std::string ca_pem, cert_pem, key_pem;
   std::string server_name_override;
   std::string token;
+  // Per-role tokens: the SHA-256 (32 raw bytes) of each accepted token and
+  // the role it gives. Empty with a token: the legacy shared token.
+  std::vector<std::pair<Role, std::string>> role_digests;
 
   bool tls() const { return !ca_pem.empty(); }
   bool token_auth() const { return !token.empty(); }
+  bool role_tokens() const { return !role_digests.empty(); }
   // "mutual TLS + token", "plain text", ...
   std::string Describe() const;
 };
 
 // Reads and checks the files: all three TLS paths or none, PEM contents,
-// a token of at least 16 characters. Errors name the flag and the file.
+// a token of at least 16 characters, well-formed role lines. Errors name the
+// flag, the file and the line.
 absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityPaths& paths);
+
+// The first line of a token file, checked as --auth_token_file's is;
+// errors name `flag` and the file.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view flag);
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const TransportSecurity& s);
 std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const TransportSecurity& s);
 
-// Checks a call's token in a handler. Default-constructed it admits every
-// call (no token configured). Cheap to copy.
+// Checks a call's credentials and role in a handler. Default-constructed it
+// admits every call as every role (nothing configured). Cheap to copy.
+//
+//   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsRestore); !a.ok()) return a;
 class RequestAuthenticator {
  public:
   RequestAuthenticator() = default;
   explicit RequestAuthenticator(const TransportSecurity& s);
 
-  // OK, or UNAUTHENTICATED naming what was missing.
+  // Who is calling: UNAUTHENTICATED naming what was missing or wrong.
+  grpc::Status Identify(const grpc::ServerContextBase& ctx, Caller* caller) const;
+  // Identify, then the role table of roles.h: PERMISSION_DENIED naming the
+  // caller, its role and the method. `caller` (optional) receives who it is.
+  grpc::Status Authorize(const grpc::ServerContextBase& ctx, Rpc rpc, Caller* caller = nullptr) const;
+  // Authentication only (any role).
   grpc::Status Check(const grpc::ServerContextBase& ctx) const;
 
  private:
-  std::shared_ptr<const std::string> expected_;  // "Bearer TOKEN"; null = no check
+  struct Config {
+    bool tls = false;
+    std::string shared;  // "Bearer TOKEN" of the legacy shared token
+    std::vector<std::pair<Role, std::string>> role_digests;
+  };
+  std::shared_ptr<const Config> config_;  // null = no check
 };
+
+// Whether two secrets are equal, in time that depends on their length only.
+bool SecretsEqual(absl::string_view a, absl::string_view b);
+
+// SHA-256 of `text`, 32 raw bytes.
+std::string Sha256(absl::string_view text);
 
 // The metadata key and value a client sends in token mode.
 inline constexpr char kAuthMetadataKey[] = "authorization";

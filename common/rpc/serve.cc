@@ -20,9 +20,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& lis
                     "and change the model. Use --tls_ca/--tls_cert/--tls_key (deploy/make_certs.sh) "
                     "or --auth_token_file.";
   } else if (!loopback && !sec.tls()) {
-    LOG(WARNING) << "listening on " << listen
-                 << " with a shared token over plain text: calls are authenticated but not "
+    LOG(WARNING) << "listening on " << listen << " with " << (sec.role_tokens() ? "per-role tokens" : "a shared token")
+                 << " over plain text: calls are authenticated but not "
                     "encrypted (use TLS where the network is not trusted)";
+  }
+  if (sec.token_auth() && !sec.role_tokens() && !sec.tls()) {
+    LOG(WARNING) << "--auth_token_file holds one shared token: every holder may call every method "
+                    "(a worker could restore a PS). Use per-role tokens (deploy/make_certs.sh, "
+                    "OUT/tokens/ROLE) or mutual TLS, whose certificates name each task.";
   }
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(options, &builder);

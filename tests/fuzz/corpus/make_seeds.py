@@ -183,3 +183,43 @@ tw("scalar_and_bare", 0x25, ld(1, named("s", tensor(DT_FLOAT, [], floats(1.5))))
 tw("huge_dim", 0, ld(1, named("h", tensor(DT_INT64, [1 << 61], b""))))
 content_first = ld(4, b"\0" * 8) + ld(2, ld(1, varint(2))) + vi(1, DT_FLOAT)
 tw("content_first", 0x3F, ld(1, ld(2, content_first) + ld(1, b"x")))
+
+# ---- chief_service_fuzzer: records [op][length][body]; op 0 Register,
+# 1 Heartbeat, 2 ReportFailure, 3 JobStatus, 4 certificate name, 5 token file.
+def rec(op, body):
+    assert len(body) < 256
+    return bytes([op, len(body)]) + body
+
+
+def task_id(job, index):
+    return ld(1, job.encode()) + vi(2, index)
+
+
+def register(job, index, incarnation, address=b"127.0.0.1:4"):
+    return rec(0, ld(1, ld(1, task_id(job, index)) + ld(2, address) + f64(3, incarnation)))
+
+
+def chief_seed(name, *records):
+    write("chief_service_fuzzer", name, b"".join(records))
+
+
+beat = rec(1, ld(1, task_id("worker", 0)) + f64(2, 0x5EED) + vi(3, 12))
+# A registered worker heartbeats, reports a PS with a forged log line in its
+# text (and once with a wrong incarnation), and JobStatus is asked.
+chief_seed("register_beat_report", register("worker", 0, 0x5EED), beat,
+           rec(2, ld(1, task_id("worker", 0)) + ld(2, task_id("ps", 1)) +
+               ld(3, b"ps:1 gone\nE1124 forged <b>line</b>\r\x1b[2J") + vi(4, 40) + f64(5, 0x5EED)),
+           rec(2, ld(1, task_id("worker", 0)) + ld(3, b"x") + f64(5, 0x5EEE)),
+           rec(3, b""))
+# A restart (new incarnation), a heartbeat of the old one, a task not in the spec.
+chief_seed("restart_and_strangers", register("ps", 1, 9), register("ps", 1, 10),
+           rec(1, ld(1, task_id("ps", 1)) + f64(2, 9)), register("worker", 7, 3), register("evil\n", -1, 1),
+           rec(3, b""))
+chief_seed("certificate_names", rec(4, b"worker-3"), rec(4, b"chief"), rec(4, b"chief-0"), rec(4, b"ps-12"),
+           rec(4, b"client"), rec(4, b"worker-01"), rec(4, b"ps-99999999999"), rec(4, b"ps--1"))
+digest = "ab" * 32
+chief_seed("token_files",
+           rec(5, b"0123456789abcdef0123456789abcdef\n"),
+           rec(5, ("0123456789abcdef0123\nworker sha256:" + digest + "\nchief sha256:" + digest + "\n").encode()),
+           rec(5, ("0123456789abcdef0123\n# c\nadmin sha256:" + digest + "\n").encode()),
+           rec(5, b"short\n"))

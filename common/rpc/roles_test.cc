@@ -1,0 +1,89 @@
+// The role table and the identities certificates and token files give.
+#include "common/rpc/roles.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/rpc/security.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+TEST(RolesTest, CertificateNamesGiveTheTaskTheyName) {
+  Caller c = CallerFromCertificateName("worker-3");
+  EXPECT_TRUE(c.Has(Role::kWorker));
+  EXPECT_FALSE(c.Has(Role::kChief));
+  EXPECT_EQ(c.index, 3);
+  EXPECT_TRUE(c.MayActFor("worker", 3));
+  EXPECT_FALSE(c.MayActFor("worker", 2));
+  EXPECT_FALSE(c.MayActFor("ps", 3));
+  EXPECT_EQ(CallerFromCertificateName("chief").roles, static_cast<uint8_t>(Role::kChief));
+  EXPECT_EQ(CallerFromCertificateName("chief-0").index, 0);
+  EXPECT_EQ(CallerFromCertificateName("ps-12").index, 12);
+  for (const char* other : {"client", "ps", "ps-", "ps-x", "worker-01", "worker--1", "psycho-1", "worker-1 ", ""}) {
+    Caller o = CallerFromCertificateName(other);
+    EXPECT_EQ(o.roles, static_cast<uint8_t>(Role::kObserver)) << other;
+    EXPECT_FALSE(o.MayActFor("worker", 1)) << other;
+  }
+}
+
+TEST(RolesTest, TheTableGivesControlToTheChiefAndPushesToWorkers) {
+  auto allowed = [](Rpc rpc, Role r) { return (AllowedRoles(rpc) & static_cast<uint8_t>(r)) != 0; };
+  for (Rpc rpc : {Rpc::kPsCreateVariables, Rpc::kPsSnapshot, Rpc::kPsRestore, Rpc::kWorkerStart,
+                  Rpc::kWorkerPause, Rpc::kWorkerResume, Rpc::kWorkerShutdown}) {
+    EXPECT_TRUE(allowed(rpc, Role::kChief)) << RpcName(rpc);
+    for (Role r : {Role::kPs, Role::kWorker, Role::kObserver}) EXPECT_FALSE(allowed(rpc, r)) << RpcName(rpc);
+  }
+  for (Rpc rpc : {Rpc::kPsPush, Rpc::kPsPushRows}) {
+    EXPECT_EQ(AllowedRoles(rpc), static_cast<uint8_t>(Role::kWorker)) << RpcName(rpc);
+  }
+  for (Rpc rpc : {Rpc::kPsPull, Rpc::kPsPullRows}) {
+    EXPECT_TRUE(allowed(rpc, Role::kChief) && allowed(rpc, Role::kWorker)) << RpcName(rpc);
+  }
+  // A PS calls the chief's Register/Heartbeat/ReportFailure and nothing else.
+  for (int i = 0; i < kRpcCount; ++i) {
+    Rpc rpc = static_cast<Rpc>(i);
+    bool chief_link = rpc == Rpc::kChiefRegister || rpc == Rpc::kChiefHeartbeat || rpc == Rpc::kChiefReportFailure;
+    EXPECT_EQ(allowed(rpc, Role::kPs), chief_link) << RpcName(rpc);
+  }
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(RolesTest, TokenFilesWithRoleDigestsAreParsedAndCheckedLineByLine) {
+  const std::string worker_token = "0123456789abcdef0123456789abcdef";
+  const std::string digest = absl::BytesToHexString(Sha256(worker_token));
+  EXPECT_EQ(absl::BytesToHexString(Sha256("abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  SecurityPaths p;
+  p.token_file = WriteFile("roles", worker_token + "\n# roles\nworker sha256:" + digest + "\n\nchief sha256:" +
+                                        std::string(64, 'a') + "\n");
+  absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(p);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->role_tokens());
+  ASSERT_EQ(s->role_digests.size(), 2u);
+  EXPECT_EQ(s->role_digests[0].first, Role::kWorker);
+  EXPECT_EQ(s->role_digests[0].second, Sha256(worker_token));
+  EXPECT_EQ(s->Describe(), "per-role tokens over plain text");
+
+  for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
+           {"admin sha256:" + digest, "line 2: unknown role 'admin'"},
+           {"worker " + digest, "line 2: expected `ROLE sha256:HEX`"},
+           {"worker sha256:abc", "line 2: the digest must be 64 hex"},
+           {"worker sha256:" + std::string(64, 'g'), "line 2: the digest must be 64 hex"}}) {
+    p.token_file = WriteFile("bad", worker_token + "\n" + bad + "\n");
+    absl::Status st = LoadTransportSecurity(p).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(std::string(st.message()).find(message), std::string::npos) << st;
+  }
+}
+
+}  // namespace
+}  // namespace psrt
