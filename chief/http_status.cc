@@ -69,6 +69,11 @@ std::string StatusPage(const JobStatusResponse& s, int64_t total_steps) {
       static_cast<int64_t>(s.examples_per_sec()), ", last checkpoint ", s.last_checkpoint_step(),
       ", failures survived ", s.failures_survived(),
       s.error().empty() ? "" : absl::StrCat("<p>error: ", HtmlEscape(s.error())),
+      s.checkpoint_failures() == 0
+          ? ""
+          : absl::StrCat("<p><b>warning: ", s.checkpoint_failures(), " checkpoints failed in a row</b> (progress since step ",
+                         s.last_checkpoint_step(), " is at risk): ", HtmlEscape(s.checkpoint_error())),
+      s.waiting_for().empty() ? "" : absl::StrCat("<p>waiting for ", HtmlEscape(s.waiting_for())),
       "</p><table border=1><tr><th>task</th><th>address</th><th>state</th></tr>", rows,
       "</table><p><a href=/metrics>/metrics</a></p></body></html>");
 }

@@ -65,6 +65,20 @@ TEST(HttpStatusTest, PeerTextIsEscapedOnThePage) {
   EXPECT_THAT(page, HasSubstr("&lt;img src=x onerror=alert(1)&gt;:1"));
 }
 
+// Failing checkpoints and what the chief waits for are loud on both pages.
+TEST(HttpStatusTest, CheckpointFailuresAndWaitsAreShown) {
+  JobStatusResponse s = Sample();
+  s.set_checkpoint_failures(3);
+  s.set_checkpoint_error("ps:1 snapshot of step 1400 failed: <no space>");
+  s.set_waiting_for("ps:1 (not answering for 2m)");
+  std::string page = StatusPage(s, 0);
+  EXPECT_THAT(page, HasSubstr("warning: 3 checkpoints failed in a row</b> (progress since step 1200 is at risk)"));
+  EXPECT_THAT(page, HasSubstr("failed: &lt;no space&gt;"));
+  EXPECT_THAT(page, HasSubstr("waiting for ps:1 (not answering for 2m)"));
+  EXPECT_THAT(PrometheusMetrics(s, 0), HasSubstr("psrt_checkpoint_failures 3\n"));
+  EXPECT_EQ(StatusPage(Sample(), 0).find("warning"), std::string::npos);
+}
+
 TEST(HttpStatusTest, WithATokenEveryPageRequiresIt) {
   HttpStatusServer http([] { return Sample(); }, 5000);
   ASSERT_TRUE(http.Start("127.0.0.1", 0, "0123456789abcdef0123").ok());
