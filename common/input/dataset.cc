@@ -31,14 +31,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Create(DatasetOptions options)
   ASSIGN_OR_RETURN(auto source, OpenSource(options.input, options.split));
   auto d = std::unique_ptr<Dataset>(new Dataset(std::move(options), std::move(source)));
   RETURN_IF_ERROR(d->StartEpoch());
-  for (int64_t b = 0; b < d->options_.skip_batches; ++b) {
-    for (int i = 0; i < d->options_.input.batch_size(); ++i) {
-      Example ex;
-      int epoch;
-      ASSIGN_OR_RETURN(bool more, d->NextExample(&ex, &epoch));
-      if (!more) break;
-    }
-  }
+  RETURN_IF_ERROR(d->Skip(d->options_.skip_batches));
   if (d->options_.prefetch_batches > 0) d->thread_ = std::thread([p = d.get()] { p->PrefetchLoop(); });
   return d;
 }
@@ -56,6 +49,46 @@ Dataset::~Dataset() {
     stop_ = true;
   }
   if (thread_.joinable()) thread_.join();
+}
+
+absl::Status Dataset::Skip(int64_t batches) {
+  const int64_t batch = options_.input.batch_size();
+  if (batches < 0 || batches > std::numeric_limits<int64_t>::max() / batch) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot start after ", batches, " batches of ", batch));
+  }
+  // Example by example through the first epoch (its size is known only once
+  // read), then whole epochs at once: every epoch is shuffled on its own, so
+  // starting one is the same as reading all of those before it. A forged
+  // start step far in the future costs one epoch, not a hang.
+  const int64_t total = batches * batch;
+  int64_t done = 0;
+  int64_t epoch_size = 0;
+  while (done < total) {
+    Example ex;
+    int epoch;
+    ASSIGN_OR_RETURN(bool more, NextExample(&ex, &epoch));
+    if (!more) return absl::OkStatus();  // the data ends before: nothing left to read
+    ++done;
+    if (epoch == 1 && epoch_size == 0) {
+      epoch_size = done - 1;  // and `ex` is the first example of epoch 1
+      const int64_t whole = (total - done + 1) / epoch_size;
+      if (options_.epochs > 0 && whole >= options_.epochs - epoch_) {
+        exhausted_ = true;  // starts past the last epoch
+        return absl::OkStatus();
+      }
+      if (whole > 0) {
+        if (whole > std::numeric_limits<int>::max() - 1 - epoch_) {
+          return absl::InvalidArgumentError(absl::StrCat("cannot start after ", batches, " batches: that is ",
+                                                         whole, " epochs of ", epoch_size, " examples on"));
+        }
+        epoch_ += static_cast<int>(whole);
+        buffer_.clear();
+        RETURN_IF_ERROR(StartEpoch());
+        done += whole * epoch_size - 1;  // back at the start of an epoch
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Dataset::StartEpoch() {
@@ -82,6 +115,7 @@ absl::StatusOr<bool> Dataset::ReadShardExample(Example* ex) {
 }
 
 absl::StatusOr<bool> Dataset::NextExample(Example* ex, int* epoch) {
+  if (exhausted_) return false;
   while (true) {
     while (!source_done_ && buffer_.size() < buffer_limit_) {
       Example e;

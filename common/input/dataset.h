@@ -66,6 +66,8 @@ class Dataset {
   absl::StatusOr<bool> NextExample(Example* ex, int* epoch);
   absl::StatusOr<bool> ReadShardExample(Example* ex);
   absl::Status StartEpoch();
+  // Passes `batches` batches as if read (options.skip_batches).
+  absl::Status Skip(int64_t batches);
   void PrefetchLoop();
 
   const DatasetOptions options_;
@@ -75,6 +77,7 @@ class Dataset {
   std::vector<Example> buffer_;
   std::mt19937_64 rng_;
   int epoch_ = 0;
+  bool exhausted_ = false;
   int64_t index_in_epoch_ = 0;  // examples of the split passed this epoch
   int64_t shard_examples_in_epoch_ = 0;
   bool source_done_ = false;

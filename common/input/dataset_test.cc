@@ -103,6 +103,38 @@ TEST(DatasetTest, SameSeedSameOrderAndPrefetchChangesNothing) {
             std::multiset<float>(a.begin(), a.begin() + 40));
 }
 
+// Starting after N batches gives exactly the stream a reader of all of them
+// would see next, also when N spans many (shuffled) epochs: whole epochs are
+// skipped arithmetically, so a start step far in the future returns at once.
+TEST(DatasetTest, SkippingBatchesIsReadingThemAcrossEpochs) {
+  auto stream = [](int64_t skip, int epochs) {
+    DatasetOptions o = CsvOptions(10);
+    o.seed = 3;
+    o.epochs = epochs;
+    o.input.set_shuffle_buffer(4);
+    o.skip_batches = skip;
+    auto d = Dataset::Create(o);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? Flatten(Drain(d->get())) : std::vector<float>();
+  };
+  const std::vector<float> all = stream(0, 9);  // 90 examples, batches of 3
+  ASSERT_EQ(all.size(), 90u);
+  for (int64_t skip : {1, 3, 4, 7, 13, 26, 29}) {
+    EXPECT_EQ(stream(skip, 9), std::vector<float>(all.begin() + 3 * skip, all.end())) << "skip " << skip;
+  }
+  EXPECT_TRUE(stream(30, 9).empty());  // past the last epoch
+  EXPECT_TRUE(stream(int64_t{1} << 40, 9).empty());
+
+  DatasetOptions o = CsvOptions(10);
+  o.skip_batches = std::numeric_limits<int64_t>::max() - 1;  // forged: would overflow
+  auto huge = Dataset::Create(o);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  o.skip_batches = int64_t{1} << 60;  // more epochs than an int counts
+  huge = Dataset::Create(o);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("epochs of 10 examples"));
+}
+
 TEST(DatasetTest, UnshuffledKeepsFileOrder) {
   DatasetOptions o = CsvOptions(5);
   o.shuffle = false;
