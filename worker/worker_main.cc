@@ -105,6 +105,9 @@ int Main(int argc, char** argv) {
 
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
+  AssignmentLimits limits;
+  limits.num_ps = static_cast<int>(ps_addresses.size());
+  service.set_assignment_limits(limits);
   service.set_authenticator(RequestAuthenticator(rpc.security));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());

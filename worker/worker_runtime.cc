@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -53,6 +54,10 @@ void WorkerRuntime::JoinLoop() {
 }
 
 absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
+  if (!control_mu_.TryLock()) {
+    return absl::FailedPreconditionError("another Start, Pause or Resume is under way; try again");
+  }
+  absl::Cleanup unlock = [this] { control_mu_.Unlock(); };
   {
     absl::MutexLock lock(&mu_);
     bool active = state_ == WorkerStatusResponse::RUNNING || state_ == WorkerStatusResponse::PAUSED;
@@ -102,6 +107,7 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
 }
 
 absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration timeout) {
+  absl::MutexLock control(&control_mu_);
   absl::MutexLock lock(&mu_);
   if (generation < generation_) {
     return absl::AbortedError(absl::StrCat("pause for generation ", generation,
@@ -118,6 +124,7 @@ absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration 
 }
 
 absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
+  absl::MutexLock control(&control_mu_);
   absl::MutexLock lock(&mu_);
   if (state_ != WorkerStatusResponse::PAUSED && state_ != WorkerStatusResponse::RUNNING) {
     return absl::FailedPreconditionError(

@@ -95,6 +95,10 @@ class WorkerRuntime {
 
   const WorkerOptions options_;
   const WorkerDeps deps_;
+  // Held through Start, Pause and Resume: one at a time. A Start that finds
+  // another under way is refused (two once raced to reassign the loop's
+  // thread and crashed the worker).
+  absl::Mutex control_mu_;
   std::atomic<bool> stopped_for_fault_{false};  // stop_before_push_at_step fires once
 
   mutable absl::Mutex mu_;

@@ -2,8 +2,10 @@
 // "model", with failures injected where a real PS would fail.
 #include "worker/worker_runtime.h"
 
+#include <atomic>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
@@ -93,7 +95,11 @@ struct Harness {
     deps.make_client = [this](const WorkerAssignment&) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
       return std::unique_ptr<ParameterClient>(new Forward(&ps));
     };
-    deps.make_runner = [](const WorkerAssignment&) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+    deps.make_runner = [this](const WorkerAssignment&) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+      if (absl::Notification* hold = hold_runner.exchange(nullptr)) {
+        runner_entered.Notify();
+        hold->WaitForNotification();
+      }
       return std::unique_ptr<StepRunner>(new QuadraticRunner());
     };
     deps.report_failure = [this](const absl::Status& s, int64_t step) {
@@ -121,6 +127,9 @@ struct Harness {
   }
 
   FakePs ps;
+  // Set: the next make_runner waits on it (a Start held midway).
+  std::atomic<absl::Notification*> hold_runner{nullptr};
+  absl::Notification runner_entered;
   absl::Mutex mu;
   std::vector<std::string> failures;
   std::vector<WorkerStatusResponse::State> state_at_report;
@@ -209,6 +218,24 @@ TEST(WorkerTest, StartRulesAndBadAssignments) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(h.worker->Status().state(), WorkerStatusResponse::FAILED);
   EXPECT_THAT(h.worker->Status().error(), HasSubstr("/nonexistent.csv"));
+}
+
+// Two Starts at once used to race to reassign the loop's thread (and crash
+// the worker): the second is refused while the first is under way.
+TEST(WorkerTest, AConcurrentStartIsRefusedNotRaced) {
+  Harness h;
+  absl::Notification release;
+  h.hold_runner = &release;
+  absl::Status first;
+  std::thread starter([&] { first = h.worker->Start(Assignment(5)); });
+  h.runner_entered.WaitForNotification();
+  absl::Status second = h.worker->Start(Assignment(5, 2));
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.message()), HasSubstr("under way"));
+  release.Notify();
+  starter.join();
+  ASSERT_TRUE(first.ok()) << first;
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
 }
 
 }  // namespace

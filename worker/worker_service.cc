@@ -7,6 +7,7 @@ namespace psrt {
 grpc::Status WorkerServiceImpl::Start(grpc::ServerContext* ctx, const StartRequest* req,
                                       StartResponse*) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerStart); !a.ok()) return a;
+  if (absl::Status v = ValidateAssignment(req->assignment(), limits_); !v.ok()) return ToGrpcStatus(v);
   return ToGrpcStatus(worker_->Start(req->assignment()));
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/rpc/security.h"
 #include "proto/worker_service.grpc.pb.h"
+#include "worker/assignment_validator.h"
 #include "worker/worker_runtime.h"
 
 namespace psrt {
@@ -19,6 +20,9 @@ class WorkerServiceImpl final : public Worker::Service {
       : worker_(worker), on_shutdown_(std::move(on_shutdown)) {}
   // Every call is checked by `auth` first (set before the server starts).
   void set_authenticator(RequestAuthenticator auth) { auth_ = std::move(auth); }
+  // Every Start's assignment is checked against these (set before the
+  // server starts; the number of PS comes from the cluster spec).
+  void set_assignment_limits(AssignmentLimits limits) { limits_ = limits; }
 
   grpc::Status Start(grpc::ServerContext*, const StartRequest* req, StartResponse*) override;
   grpc::Status Pause(grpc::ServerContext*, const PauseRequest* req, PauseResponse* resp) override;
@@ -31,6 +35,7 @@ class WorkerServiceImpl final : public Worker::Service {
   WorkerRuntime* const worker_;
   const std::function<void()> on_shutdown_;
   RequestAuthenticator auth_;
+  AssignmentLimits limits_;
 };
 
 }  // namespace psrt

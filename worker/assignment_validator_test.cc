@@ -1,0 +1,109 @@
+#include "worker/assignment_validator.h"
+
+#include "common/plan/job_planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The MLP example's real assignment on 2 PS, worker 0 of 2.
+WorkerAssignment Mlp() {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_mlp.pbtxt");
+  EXPECT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<JobPlan> plan = PlanJob(*job, 2);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  WorkerAssignment a = AssignmentOf(*job, *plan);
+  a.set_num_shards(2);
+  a.set_shard_index(0);
+  a.set_start_step(0);
+  a.set_end_step(100);
+  return a;
+}
+
+AssignmentLimits TwoPs() {
+  AssignmentLimits l;
+  l.num_ps = 2;
+  return l;
+}
+
+std::string Refusal(const WorkerAssignment& a) {
+  absl::Status s = ValidateAssignment(a, TwoPs());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  return std::string(s.message());
+}
+
+std::string APlaceholder(const WorkerAssignment& a) {
+  for (const NodeDef& n : a.graph().node()) {
+    if (n.op() == "Placeholder") return n.name();
+  }
+  return "";
+}
+
+TEST(AssignmentValidatorTest, TheChiefsAssignmentPasses) {
+  EXPECT_TRUE(ValidateAssignment(Mlp(), TwoPs()).ok()) << ValidateAssignment(Mlp(), TwoPs());
+}
+
+TEST(AssignmentValidatorTest, EachBadFieldIsNamed) {
+  WorkerAssignment a = Mlp();
+  a.set_loss_node(APlaceholder(a));  // e.g. the label
+  EXPECT_THAT(Refusal(a), HasSubstr("assignment.loss_node: \"" + APlaceholder(a) + "\" is a Placeholder"));
+
+  a = Mlp();
+  a.add_metric_node("nowhere");
+  EXPECT_THAT(Refusal(a), HasSubstr("assignment.metric_node[1]: no node \"nowhere\""));
+
+  a = Mlp();
+  a.mutable_input()->set_batch_size(2147483647);
+  EXPECT_THAT(Refusal(a), HasSubstr("assignment.input.batch_size: 2147483647 is not in [1, 1048576]"));
+
+  for (int ps : {99, -1}) {
+    a = Mlp();
+    a.mutable_placement()->mutable_variable(0)->mutable_shard(0)->set_ps_task(ps);
+    EXPECT_THAT(Refusal(a), HasSubstr("is not a PS of this cluster (it has 2)"));
+  }
+
+  a = Mlp();
+  a.set_start_step(int64_t{1} << 62);
+  EXPECT_THAT(Refusal(a), HasSubstr("assignment.start_step"));
+
+  a = Mlp();
+  a.set_shard_index(2);
+  EXPECT_THAT(Refusal(a), HasSubstr("assignment.shard_index: 2 is not in [0, 2)"));
+
+  a = Mlp();
+  (*a.mutable_gradient_node())["not_a_variable"] = a.loss_node();
+  EXPECT_THAT(Refusal(a), HasSubstr("\"not_a_variable\" is not a Variable node"));
+}
+
+TEST(AssignmentValidatorTest, RowShardsMustTileTheirVariable) {
+  WorkerAssignment a = Mlp();
+  VariablePlacement* vp = a.mutable_placement()->mutable_variable(0);
+  const int64_t rows = vp->variable().shape().dim(0);
+  vp->clear_shard();
+  for (int64_t r = 0; r <= rows; ++r) {  // more shards than rows
+    VariablePlacement::Shard* s = vp->add_shard();
+    s->set_ps_task(0);
+    s->set_row_begin(r);
+    s->set_row_end(r + 1);
+  }
+  EXPECT_THAT(Refusal(a), HasSubstr("shards but has " + std::to_string(rows) + " rows"));
+
+  vp->clear_shard();
+  VariablePlacement::Shard* first = vp->add_shard();
+  first->set_ps_task(0);
+  first->set_row_begin(0);
+  first->set_row_end(rows / 2);
+  VariablePlacement::Shard* second = vp->add_shard();
+  second->set_ps_task(1);
+  second->set_row_begin(rows / 2);
+  second->set_row_end(rows + 5);  // past the variable
+  EXPECT_THAT(Refusal(a), HasSubstr("shard[1]: rows ["));
+  second->set_row_end(rows);
+  EXPECT_TRUE(ValidateAssignment(a, TwoPs()).ok());
+}
+
+}  // namespace
+}  // namespace psrt
