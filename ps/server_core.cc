@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -211,6 +212,14 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
   {
     absl::MutexLock lock(&stats_mu_);
     ++pulls_;
+  }
+  // Each name once: a variable named again and again made a small request
+  // answer with a huge response (32 KB of request, 200 MB back).
+  absl::flat_hash_set<absl::string_view> seen;
+  for (const std::string& name : names) {
+    if (!seen.insert(name).second) {
+      return done(absl::InvalidArgumentError(absl::StrCat("Pull names variable ", name, " more than once")), {}, 0);
+    }
   }
   WaitOrRun(worker, step, deadline, [this, names = std::move(names), done = std::move(done)](absl::Status s) {
     if (!s.ok()) return done(s, {}, 0);

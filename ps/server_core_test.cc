@@ -347,5 +347,35 @@ TEST(ServerCoreTest, ReinitializeStartsEveryVariableAfresh) {
   EXPECT_FALSE(ps.Push(Id(0, 0), Grad(1, 1))->duplicate());  // nothing seen any more
 }
 
+TEST(ServerCoreTest, APullNamingAVariableTwiceIsRefused) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  absl::Status status;
+  ps.Pull({"w", "w"}, 0, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors, int64_t) { status = s; });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("names variable w more than once"));
+}
+
+TEST(ServerCoreTest, WithAMemoryLimitHashTablesAreBoundedByDefault) {
+  ServerCoreOptions o = Options();
+  o.max_memory_bytes = 1 << 20;
+  ParameterServerCore ps(o);
+  CreateVariablesRequest req;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"pb(
+    variable { name: "emb" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 64 } initializer { kind: ZEROS } }
+    optimizer { sgd { learning_rate: 0.1 } }
+    consistency { mode: ASYNC }
+    num_workers: 1
+  )pb", &req));
+  ASSERT_TRUE(ps.CreateVariables(req).ok());
+  // 1 MiB holds 4096 rows of 64 floats: a flood of new ids stops there.
+  Tensor ids(DT_INT64, TensorShape({8192}));
+  for (int64_t i = 0; i < 8192; ++i) ids.data<int64_t>()[i] = i * 7919;
+  absl::Status status;
+  ps.PullRows({{"emb", ids}}, 0, 0, absl::InfiniteFuture(),
+              [&](absl::Status s, NamedTensors, int64_t) { status = s; });
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+}
+
 }  // namespace
 }  // namespace psrt

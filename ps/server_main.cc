@@ -6,6 +6,8 @@
 // Serves the ParameterServer service at its address from the spec and
 // registers with the chief in the background; it serves workers whether or
 // not the chief is up. SIGTERM or SIGINT drains and stops it.
+#include <unistd.h>
+
 #include <iostream>
 #include <memory>
 
@@ -30,10 +32,12 @@ ABSL_FLAG(int64_t, max_inflight_requests, 4096,
           "Most pulls, and most pushes, served at once (parked SYNC pulls included); more are "
           "refused with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_variables, 100000, "Most variables (and partitions) this PS holds.");
-ABSL_FLAG(int64_t, max_memory_mb, 0,
-          "Most MiB of variables and optimizer slots this PS holds (0 = no limit).");
+ABSL_FLAG(int64_t, max_memory_mb, -1,
+          "Most MiB of variables and optimizer slots this PS holds (-1 = three quarters of this "
+          "machine's memory, 0 = no limit).");
 ABSL_FLAG(int64_t, max_hash_table_rows, 0,
-          "Most rows one hash embedding table may make on first touch (0 = no limit).");
+          "Most rows one hash embedding table may make on first touch (0 = as many as "
+          "--max_memory_mb holds).");
 ABSL_FLAG(int64_t, fault_pause_snapshot_after_chunks, 0,
           "Fault injection for tests: stall the background snapshot writer after this many "
           "chunks (logs a line, then waits to be killed).");
@@ -62,7 +66,13 @@ int Main(int argc, char** argv) {
   o.max_request_bytes = absl::GetFlag(FLAGS_max_request_mb) << 20;
   o.max_rows_per_request = absl::GetFlag(FLAGS_max_rows_per_request);
   o.max_variables = absl::GetFlag(FLAGS_max_variables);
-  if (absl::GetFlag(FLAGS_max_memory_mb) > 0) o.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_mb) << 20;
+  // A PS with no flags must refuse a variable larger than the machine
+  // rather than abort in the allocator (a float [2^40, 256] did).
+  int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
+  if (max_memory_mb < 0) {
+    max_memory_mb = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) / 4 * 3 >> 20;
+  }
+  if (max_memory_mb > 0) o.max_memory_bytes = max_memory_mb << 20;
   if (absl::GetFlag(FLAGS_max_hash_table_rows) > 0) o.max_hash_table_rows = absl::GetFlag(FLAGS_max_hash_table_rows);
   o.snapshot.fault_pause_after_chunks = absl::GetFlag(FLAGS_fault_pause_snapshot_after_chunks);
   o.snapshot.on_fault_pause = [number = absl::GetFlag(FLAGS_fault_pause_snapshot_number),

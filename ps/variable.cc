@@ -66,6 +66,12 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   }
   auto v = std::unique_ptr<Variable>(new Variable(def, TensorShape(dims), optimizer));
   v->max_hash_rows_ = limits.max_hash_rows;
+  if (def.kind() == VariableDef::HASH_TABLE && limits.max_hash_rows == INT64_MAX && limits.max_bytes != INT64_MAX) {
+    // No row limit of its own: as many rows as the memory limit holds, so
+    // a flood of new ids cannot grow a table without bound by default.
+    const int64_t row_bytes = static_cast<int64_t>(needed / kInitialHashRows);
+    v->max_hash_rows_ = limits.max_bytes / std::max<int64_t>(1, row_bytes);
+  }
   absl::MutexLock lock(&v->mu_);
   if (def.kind() == VariableDef::HASH_TABLE) {
     v->GrowLocked(kInitialHashRows);

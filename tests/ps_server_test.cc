@@ -291,6 +291,21 @@ TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
 // Many clients pushing as fast as they can: the PS serves what its limits
 // allow, refuses the rest, and its memory stays within a bound set by
 // those limits (streams x request size), not by the number of requests.
+// A PS started with no flags at all refuses what would not fit the machine
+// (a float [2^40, 256] used to abort it in the allocator) and lives on.
+TEST(PsServerTest, WithNoFlagsAVariableLargerThanTheMachineIsRefused) {
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "no_flags");
+  ps.Start();
+  absl::Status huge = limits::CreateOne(ps.admin.get(), R"(
+      variable { name: "huge" dtype: DT_FLOAT shape { dim: 1099511627776 dim: 256 } initializer { kind: ZEROS } })");
+  EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted) << huge;
+  EXPECT_THAT(std::string(huge.message()), HasSubstr("--max_memory_mb"));
+  auto st = ps.admin->Status();
+  ASSERT_TRUE(st.ok()) << st.status();  // alive
+  EXPECT_EQ(st->variables(), 0);
+}
+
 TEST(PsServerTest, FloodOfPushesKeepsMemoryBounded) {
   Ps ps;
   ps.cluster = *testing::MakeTestCluster(1, 1, "flood");
