@@ -64,7 +64,9 @@ class CsvSource : public ExampleSource {
     for (int c = 0; c < columns_; ++c) {
       float v;
       if (!absl::SimpleAtof(absl::StripAsciiWhitespace(cells[c]), &v)) {
-        return lines_.Error(absl::StrCat("column ", c, ": \"", cells[c], "\" is not a number"));
+        // Position and size only: a job may point at any file, and its
+        // errors travel to whoever sent the Start (issue #17).
+        return lines_.Error(absl::StrCat("column ", c, " (", cells[c].size(), " characters) is not a number"));
       }
       if (c == label_column_) {
         ex->label = v;

@@ -29,7 +29,7 @@ class LibsvmSource : public ExampleSource {
     std::vector<absl::string_view> tokens =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     if (!absl::SimpleAtof(tokens[0], &ex->label)) {
-      return lines_.Error(absl::StrCat("label \"", tokens[0], "\" is not a number"));
+      return lines_.Error(absl::StrCat("label (", tokens[0].size(), " characters) is not a number"));
     }
     ex->features.assign(1, FeatureValues());
     FeatureValues& f = ex->features[0];
@@ -41,7 +41,7 @@ class LibsvmSource : public ExampleSource {
       float v;
       if (colon == absl::string_view::npos || !absl::SimpleAtoi(t.substr(0, colon), &id) ||
           id < 0 || !absl::SimpleAtof(t.substr(colon + 1), &v)) {
-        return lines_.Error(absl::StrCat("token ", i, ": \"", t, "\" is not id:value"));
+        return lines_.Error(absl::StrCat("token ", i, " (", t.size(), " characters) is not id:value"));
       }
       f.ids.push_back(id);
       f.floats.push_back(v);
