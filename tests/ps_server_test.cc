@@ -119,6 +119,24 @@ TEST(PsServerTest, AsyncPushPullAndBadInputOverTheWire) {
   EXPECT_EQ(st->rows(), 2);
 }
 
+// What a PS answers is checked against the placement before the client
+// copies a byte: an answer of the wrong size is DATA_LOSS, not an overflow.
+TEST(PsServerTest, AnAnswerThatDoesNotFitThePlacementIsRefused) {
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "misfit");
+  ps.Start();
+  ps.Create("ASYNC", 1);  // w is float32[4] on the PS
+  PlacementMap placement;
+  VariablePlacement* vp = placement.add_variable();
+  vp->mutable_variable()->set_name("w");
+  vp->mutable_variable()->mutable_shape()->add_dim(2);  // the worker expects [2]
+  vp->add_shard()->set_ps_task(0);
+  PsClient client(placement, ps.cluster.ps, &ps.channels, PsClientOptions());
+  auto w = client.Pull({"w"}, 0);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kDataLoss) << w.status();
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("ps:0 answered w with float32[4], not its 8 bytes"));
+}
+
 TEST(PsServerTest, SyncWithTwoConcurrentWorkers) {
   Ps ps;
   ps.cluster = *testing::MakeTestCluster(1, 2, "sync");

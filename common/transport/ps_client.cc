@@ -104,20 +104,41 @@ absl::StatusOr<TensorMap> PsClient::Pull(const std::vector<std::string>& variabl
   TensorMap out;
   for (const std::string& v : variables) {
     const std::vector<Shard>& shards = shards_[v];
+    ASSIGN_OR_RETURN(TensorShape shape, TensorShape::FromProto(placement_[v].variable().shape()));
+    // What a PS answers is checked before a byte is copied: a slice of the
+    // wrong type or size would overflow the joined tensor.
+    const int64_t rows = shape.rank() > 0 ? shape.dim(0) : 1;
+    const int64_t row_bytes = rows > 0 ? shape.num_elements() * static_cast<int64_t>(sizeof(float)) / rows : 0;
+    // (A single shard is handed over as it came, with nothing copied: a
+    // placement that declares no shape, as tools and tests write, is
+    // trusted there.)
+    const bool declared = placement_[v].variable().has_shape() || shards.size() > 1;
+    for (const Shard& s : shards) {
+      if (!declared) break;
+      const Tensor& part = parts[{v, s.ps}];
+      const int64_t expected = shards.size() == 1 ? shape.num_elements() * static_cast<int64_t>(sizeof(float))
+                                                  : (s.row_end - s.row_begin) * row_bytes;
+      if (!part.IsValid() || part.dtype() != DT_FLOAT || static_cast<int64_t>(part.TotalBytes()) != expected) {
+        return absl::DataLossError(absl::StrCat("ps:", s.ps, " answered ", v, " with ",
+                                                part.IsValid() ? absl::StrCat(DataTypeName(part.dtype()), part.shape().ToString())
+                                                               : std::string("nothing"),
+                                                ", not its ", expected, " bytes of float32"));
+      }
+    }
     if (shards.size() == 1) {
       out[v] = parts[{v, shards[0].ps}];
+      if (declared && out[v].shape() != shape) {
+        return absl::DataLossError(absl::StrCat("ps:", shards[0].ps, " answered ", v, " with shape ",
+                                                out[v].shape().ToString(), ", not ", shape.ToString()));
+      }
       continue;
     }
-    ASSIGN_OR_RETURN(TensorShape shape, TensorShape::FromProto(placement_[v].variable().shape()));
     Tensor whole(DT_FLOAT, shape);
     size_t offset = 0;
     for (const Shard& s : shards) {
       const Tensor& part = parts[{v, s.ps}];
       std::memcpy(static_cast<char*>(whole.raw_data()) + offset, part.raw_data(), part.TotalBytes());
       offset += part.TotalBytes();
-    }
-    if (offset != whole.TotalBytes()) {
-      return absl::InternalError(absl::StrCat("slices of ", v, " do not add up to ", shape.ToString()));
     }
     out[v] = std::move(whole);
   }
@@ -186,6 +207,17 @@ absl::StatusOr<TensorMap> PsClient::PullRows(const RowRequest& rows, int64_t ste
   for (const auto& [v, ids] : rows) {
     const Plan& p = plans[v];
     int64_t dim = placement_[v].variable().shape().dim(1);
+    for (size_t s = 0; s < p.per_shard.size(); ++s) {
+      if (p.per_shard[s].empty()) continue;
+      const Tensor& part = parts[{v, shards_[v][s].ps}];
+      const int64_t n = static_cast<int64_t>(p.per_shard[s].size());
+      if (!part.IsValid() || part.dtype() != DT_FLOAT || part.shape() != TensorShape({n, dim})) {
+        return absl::DataLossError(absl::StrCat("ps:", shards_[v][s].ps, " answered ", n, " rows of ", v, " with ",
+                                                part.IsValid() ? absl::StrCat(DataTypeName(part.dtype()), part.shape().ToString())
+                                                               : std::string("nothing"),
+                                                ", not float32[", n, ",", dim, "]"));
+      }
+    }
     Tensor result(DT_FLOAT, TensorShape({ids.NumElements(), dim}));
     for (int64_t i = 0; i < ids.NumElements(); ++i) {
       const Tensor& part = parts[{v, shards_[v][p.route[i]].ps}];
