@@ -32,6 +32,9 @@ std::string DataTypeName(DataType dtype) {
 }
 
 absl::StatusOr<TensorShape> TensorShape::FromProto(const TensorShapeProto& proto) {
+  if (proto.dim_size() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat("shape has ", proto.dim_size(), " dims, more than ", kMaxRank));
+  }
   std::vector<int64_t> dims(proto.dim().begin(), proto.dim().end());
   int64_t n = 1;
   for (size_t i = 0; i < dims.size(); ++i) {

@@ -51,6 +51,11 @@ struct DataTypeOf<int64_t> { static constexpr DataType value = DT_INT64; };
 template <>
 struct DataTypeOf<int32_t> { static constexpr DataType value = DT_INT32; };
 
+// The most dimensions a tensor may have (TensorFlow allows 254). A shape
+// comes from the network: 64 MiB of packed zero dims used to cost the PS
+// 17-34 times that in memory.
+inline constexpr int kMaxRank = 32;
+
 class TensorShape {
  public:
   TensorShape() = default;  // a scalar

@@ -293,10 +293,13 @@ absl::StatusOr<psrt::Tensor> Reader::ReadTensor() {
         uint64_t d;
         if (f == kDimField && t == kLengthDelimited) {  // packed
           if (!EnterMessage()) break;
-          while (Remaining() > 0 && ReadVarint(&d)) shape_proto.add_dim(static_cast<int64_t>(d));
+          while (Remaining() > 0 && shape_proto.dim_size() <= kMaxRank && ReadVarint(&d)) {
+            shape_proto.add_dim(static_cast<int64_t>(d));
+          }
           LeaveMessage();
         } else if (f == kDimField && t == kVarint) {
-          if (ReadVarint(&d)) shape_proto.add_dim(static_cast<int64_t>(d));
+          // Past kMaxRank a dim is read but not kept: FromProto refuses.
+          if (ReadVarint(&d) && shape_proto.dim_size() <= kMaxRank) shape_proto.add_dim(static_cast<int64_t>(d));
         } else if (!Skip(t)) {
           break;
         }
