@@ -222,7 +222,9 @@ int Run(int argc, char** argv) {
     c.task = t;
     std::string base = "--cluster_spec=" + spec_path;
     std::string task = "--task=" + TaskName(t);
-    if (t.job() == kPsJob) c.argv = {Binary(argv[0], "ps/server"), base, task};
+    if (t.job() == kPsJob) {
+      c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir + "/checkpoints"};
+    }
     if (t.job() == kWorkerJob) c.argv = {Binary(argv[0], "worker/main"), base, task};
     if (t.job() == kChiefJob) {
       c.argv = {Binary(argv[0], "chief/main"), base, task, "--job=" + job,

@@ -5,6 +5,9 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -470,12 +473,52 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   return resp;
 }
 
+absl::Status CheckSnapshotDir(const std::string& dir, const std::string& root) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_dir: ", why));
+  };
+  if (dir.empty()) return bad("empty");
+  if (dir.size() > 4096) return bad(absl::StrCat("a path of ", dir.size(), " characters"));
+  if (dir[0] != '/') return bad("not an absolute path");
+  for (char ch : dir) {
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return bad("control characters in the path");
+  }
+  for (absl::string_view part : absl::StrSplit(dir, '/')) {
+    if (part == "." || part == "..") return bad("'.' or '..' in the path");
+  }
+  if (!root.empty()) {
+    absl::string_view r = absl::StripSuffix(root, "/");
+    if (!(dir == r || (absl::StartsWith(dir, r) && dir.size() > r.size() && dir[r.size()] == '/'))) {
+      return absl::PermissionDeniedError(absl::StrCat("checkpoint_dir is outside this PS's --snapshot_dir ", root));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& dir) {
-  if (dir.empty()) return absl::InvalidArgumentError("snapshot: no checkpoint_dir");
+  // The directory comes from the network: confined before anything is
+  // created there (issue #17: stores were made in any directory, '../..'
+  // included, and a caller could restore a model it had prepared).
+  RETURN_IF_ERROR(CheckSnapshotDir(dir, options_.snapshot_root));
   std::string path = absl::StrCat(dir, "/ps-", options_.task_index);
   absl::MutexLock lock(&snap_mu_);
   auto it = stores_.find(path);
   if (it != stores_.end()) return it->second.get();
+  if (stores_.size() >= kMaxOpenStores) {
+    // Close a store nothing is writing to or queued for: requests naming
+    // ever new directories no longer leak a RocksDB (and its files) each.
+    for (auto victim = stores_.begin(); victim != stores_.end(); ++victim) {
+      bool busy = writing_;
+      for (const WriteJob& job : jobs_) busy = busy || job.store == victim->second.get();
+      if (busy) continue;
+      LOG(INFO) << "closing the snapshot store " << victim->first;
+      stores_.erase(victim);
+      break;
+    }
+    if (stores_.size() >= kMaxOpenStores) {
+      return absl::ResourceExhaustedError(absl::StrCat("snapshot: ", stores_.size(), " stores are busy"));
+    }
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> store, SnapshotStore::Open(path, options_.snapshot));
   // Steps already durable from an earlier life of this task.
   for (int64_t step : store->Steps()) durable_.insert(step);

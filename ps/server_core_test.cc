@@ -1,5 +1,6 @@
 #include "ps/server_core.h"
 
+#include <filesystem>
 #include <limits>
 #include <thread>
 
@@ -375,6 +376,53 @@ TEST(ServerCoreTest, WithAMemoryLimitHashTablesAreBoundedByDefault) {
   ps.PullRows({{"emb", ids}}, 0, 0, absl::InfiniteFuture(),
               [&](absl::Status s, NamedTensors, int64_t) { status = s; });
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+}
+
+TEST(ServerCoreTest, SnapshotDirectoriesAreConfined) {
+  EXPECT_TRUE(CheckSnapshotDir("/data/ckpt", "").ok());
+  EXPECT_EQ(CheckSnapshotDir("ckpt", "").code(), absl::StatusCode::kInvalidArgument);  // relative
+  EXPECT_EQ(CheckSnapshotDir("/data/../etc", "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckSnapshotDir("/data/./x", "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckSnapshotDir(std::string("/data/a\nb"), "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckSnapshotDir("", "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckSnapshotDir("/data/ckpt", "/data").ok());
+  EXPECT_TRUE(CheckSnapshotDir("/data/ckpt", "/data/ckpt/").ok());
+  EXPECT_EQ(CheckSnapshotDir("/data2/ckpt", "/data").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckSnapshotDir("/etc", "/data").code(), absl::StatusCode::kPermissionDenied);
+}
+
+int OpenFds() {
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator(); ++it) ++n;
+  return n;
+}
+
+// Requests naming ever new directories used to leave a RocksDB open for
+// each (descriptors 9 -> 429 after 60, issue #17).
+TEST(ServerCoreTest, StoresOpenedForRequestsAreClosedBeyondAFew) {
+  const std::string root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/many");
+  ServerCoreOptions o = Options();
+  o.snapshot_root = root;
+  ParameterServerCore ps(o);
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  auto snapshot = [&](int i) {
+    SnapshotRequest req;
+    req.set_step(i);
+    req.set_checkpoint_dir(absl::StrCat(root, "/dir", i));
+    req.set_wait_durable(true);
+    return ps.Snapshot(req).status();
+  };
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(snapshot(i).ok());
+  const int fds = OpenFds();
+  for (int i = 6; i < 40; ++i) ASSERT_TRUE(snapshot(i).ok()) << i;
+  EXPECT_LE(OpenFds(), fds + 8);
+  SnapshotRequest outside;
+  outside.set_step(1);
+  outside.set_checkpoint_dir("/tmp/elsewhere");
+  EXPECT_EQ(ps.Snapshot(outside).status().code(), absl::StatusCode::kPermissionDenied);
+  RestoreRequest escape;
+  escape.set_checkpoint_dir(root + "/../../etc");
+  EXPECT_EQ(ps.Restore(escape).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -38,6 +38,10 @@ ABSL_FLAG(int64_t, max_memory_mb, -1,
 ABSL_FLAG(int64_t, max_hash_table_rows, 0,
           "Most rows one hash embedding table may make on first touch (0 = as many as "
           "--max_memory_mb holds).");
+ABSL_FLAG(std::string, snapshot_dir, "",
+          "Snapshots and restores only inside this directory (the chief's --checkpoint_dir or "
+          "a directory above it). Empty: wherever the chief says, as long as the path is "
+          "absolute and has no '..' (logged as a warning).");
 ABSL_FLAG(int64_t, fault_pause_snapshot_after_chunks, 0,
           "Fault injection for tests: stall the background snapshot writer after this many "
           "chunks (logs a line, then waits to be killed).");
@@ -74,6 +78,11 @@ int Main(int argc, char** argv) {
   }
   if (max_memory_mb > 0) o.max_memory_bytes = max_memory_mb << 20;
   if (absl::GetFlag(FLAGS_max_hash_table_rows) > 0) o.max_hash_table_rows = absl::GetFlag(FLAGS_max_hash_table_rows);
+  o.snapshot_root = absl::GetFlag(FLAGS_snapshot_dir);
+  if (o.snapshot_root.empty()) {
+    LOG(WARNING) << "no --snapshot_dir: snapshots go to any absolute directory a caller names; "
+                    "set it to confine them";
+  }
   o.snapshot.fault_pause_after_chunks = absl::GetFlag(FLAGS_fault_pause_snapshot_after_chunks);
   o.snapshot.on_fault_pause = [number = absl::GetFlag(FLAGS_fault_pause_snapshot_number),
                                seen = 0]() mutable {
