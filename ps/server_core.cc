@@ -630,7 +630,7 @@ void ParameterServerCore::WriterLoop() {
     }
     const absl::Time start = absl::Now();
     absl::StatusOr<int64_t> bytes = job.store->Write(job.snapshot);
-    absl::Status pruned = bytes.ok() ? job.store->Prune(job.keep) : absl::OkStatus();
+    absl::Status pruned = bytes.ok() ? job.store->Prune(job.keep, job.snapshot.step) : absl::OkStatus();
     if (!bytes.ok() && bytes.status().code() != absl::StatusCode::kResourceExhausted) {
       {
         absl::MutexLock lock(&snap_mu_);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -281,8 +282,13 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Reopen(std::unique
   return Open(dir, options);
 }
 
-absl::Status SnapshotStore::Prune(int keep) {
+absl::Status SnapshotStore::Prune(int keep, int64_t protect) {
   std::vector<int64_t> steps = Steps();
+  // The step just written stays whatever its number: after a rollback the
+  // store may hold higher-numbered snapshots of an abandoned run, and
+  // pruning the new one at once left a wait for it hanging.
+  steps.erase(std::remove(steps.begin(), steps.end(), protect), steps.end());
+  if (protect >= 0) keep = std::max(0, keep - 1);
   rocksdb::WriteOptions synced;
   synced.sync = true;
   for (size_t i = 0; i + keep < steps.size(); ++i) {

@@ -63,8 +63,9 @@ class SnapshotStore {
   absl::StatusOr<PsSnapshot> Read(int64_t step) const;
   // Steps that have an index, ascending.
   std::vector<int64_t> Steps() const;
-  // Deletes all but the newest `keep` snapshots (index first).
-  absl::Status Prune(int keep);
+  // Deletes all but the newest `keep` snapshots (index first); `protect`
+  // (the step just written, if >= 0) is always kept and counts as one.
+  absl::Status Prune(int keep, int64_t protect = -1);
 
   // For a store found corrupt (a Read or Write said DATA_LOSS): keeps in
   // memory every snapshot that still reads whole, closes the store, moves

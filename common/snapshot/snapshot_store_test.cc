@@ -144,5 +144,18 @@ TEST(SnapshotStoreTest, ReadOnlyStoresChangeNothing) {
   EXPECT_EQ((*ro)->Steps(), (std::vector<int64_t>{5}));
 }
 
+// After a rollback the store may hold higher-numbered snapshots of an
+// abandoned run: the one just written is kept, they go first.
+TEST(SnapshotStoreTest, PruneKeepsTheStepJustWritten) {
+  auto store = SnapshotStore::Open(Dir());
+  for (int64_t step : {100, 200, 400}) ASSERT_TRUE((*store)->Write(Sample(step, 1.0f)).ok());
+  ASSERT_TRUE((*store)->Write(Sample(300, 1.0f)).ok());  // back from a restore of 200
+  ASSERT_TRUE((*store)->Prune(1, 300).ok());
+  EXPECT_EQ((*store)->Steps(), (std::vector<int64_t>{300}));
+  ASSERT_TRUE((*store)->Write(Sample(350, 1.0f)).ok());
+  ASSERT_TRUE((*store)->Prune(2, 350).ok());
+  EXPECT_EQ((*store)->Steps(), (std::vector<int64_t>{300, 350}));
+}
+
 }  // namespace
 }  // namespace psrt
