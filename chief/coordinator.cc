@@ -229,6 +229,8 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
   summary_.job_name = options_.job.name();
   summary_.checkpoint_dir = manifests_.dir();
   absl::Status s = Setup();
+  int64_t first_steps = 0;  // restored workers resume mid-run: count only this run's steps
+  for (const WorkerView& w : workers_) first_steps += w.step;
   bool done = false;
   while (s.ok()) {
     while (s.ok() && !done) {
@@ -253,6 +255,13 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
   summary_.steps = MinStep();
   summary_.final_loss = Status().loss();
   summary_.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start_time_);
+  int64_t trained_steps = -first_steps;
+  for (const WorkerView& w : workers_) trained_steps += w.step;
+  summary_.examples_per_sec = summary_.wall_seconds > 0
+                                  ? static_cast<double>(trained_steps) *
+                                        std::max(1, options_.job.input().batch_size()) /
+                                        summary_.wall_seconds
+                                  : 0;
   {
     absl::MutexLock lock(&mu_);
     status_.set_state(s.ok() ? JobStatusResponse::DONE : JobStatusResponse::FAILED);
@@ -392,7 +401,7 @@ absl::Status Coordinator::Watch(bool* done) {
     status_.set_failures_survived(summary_.failures_survived);
     status_.set_checkpoint_failures(checkpoint_failures_);
   }
-  summary_.examples_per_sec = eps;
+  summary_.examples_per_sec_last_window = eps;
   Report(false);
   if (all_done) {
     *done = true;

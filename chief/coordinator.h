@@ -79,7 +79,8 @@ struct JobSummary {
   int64_t total_steps = 0;
   int64_t restored_from_step = -1;
   double wall_seconds = 0;
-  double examples_per_sec = 0;
+  double examples_per_sec = 0;              // the run's mean: examples trained / wall_seconds
+  double examples_per_sec_last_window = 0;  // the workers' last heartbeat figures, summed
   float final_loss = 0;
   std::map<std::string, float> metrics;  // final evaluation
   std::vector<int64_t> checkpoints;

@@ -388,6 +388,7 @@ std::string JobSummary::ToJson() const {
       "},\n  \"final_loss\": ", final_loss, ",\n  \"steps\": ", steps, ",\n  \"total_steps\": ",
       total_steps, ",\n  \"restored_from_step\": ", restored_from_step,
       ",\n  \"wall_seconds\": ", wall_seconds, ",\n  \"examples_per_sec\": ", examples_per_sec,
+      ",\n  \"examples_per_sec_last_window\": ", examples_per_sec_last_window,
       ",\n  \"checkpoints\": [", absl::StrJoin(checkpoints, ", "), "],\n  \"checkpoint_dir\": \"",
       checkpoint_dir, "\",\n  \"failures_survived\": ", failures_survived, "\n}\n");
 }

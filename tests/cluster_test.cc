@@ -41,6 +41,10 @@ TEST_F(ClusterTest, TrainsAcrossProcessesAndTheLossFalls) {
   EXPECT_LT(Field(s, "loss"), 0.8) << s;        // from ln(10) = 2.3
   EXPECT_EQ(Field(s, "steps"), 400) << s;
   EXPECT_EQ(Field(s, "failures_survived"), 0) << s;
+  // The throughput is the run's mean, not the last heartbeat window's.
+  double mean = 400.0 * job_.input().batch_size() / Field(s, "wall_seconds");
+  EXPECT_NEAR(Field(s, "examples_per_sec"), mean, 0.01 * mean) << s;
+  EXPECT_GT(Field(s, "examples_per_sec_last_window"), 0) << s;
   EXPECT_EQ(ExitCode(worker.get()), 0);  // the chief shut it down
 }
 
