@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/optimizer.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "common/input/source.h"
@@ -122,7 +123,10 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
       }
     }
   }
-  *req.mutable_optimizer() = options_.job.optimizer();
+  // A schedule over "the whole job" in updates of a variable: every
+  // worker's pushes in ASYNC, one a step in SYNC (all workers of the spec,
+  // so the definition stays the same when a SYNC group shrinks).
+  *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : NumWorkers()));
   *req.mutable_consistency() = options_.job.consistency();
   req.set_num_workers(ActiveWorkers());
   req.set_chief_incarnation(options_.incarnation);

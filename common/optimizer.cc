@@ -15,62 +15,61 @@ float Or(float v, float fallback) { return v == 0 ? fallback : v; }
 
 class Sgd : public Optimizer {
  public:
-  explicit Sgd(const SgdOptimizer& d) : lr_(d.learning_rate()) {}
+  explicit Sgd(const SgdOptimizer&) {}
   std::string name() const override { return "sgd"; }
   std::vector<std::string> slot_names() const override { return {}; }
-  void Apply(float* var, const float* grad, int64_t n, float* const*, int64_t) const override {
-    Arr(var, n) -= lr_ * CArr(grad, n);
+  void Apply(float* var, const float* grad, int64_t n, float* const*, int64_t t) const override {
+    Arr(var, n) -= LearningRate(t) * CArr(grad, n);
   }
 
  private:
-  const float lr_;
 };
 
 class Momentum : public Optimizer {
  public:
   explicit Momentum(const MomentumOptimizer& d)
-      : lr_(d.learning_rate()), m_(d.momentum()), nesterov_(d.nesterov()) {}
+      : m_(d.momentum()), nesterov_(d.nesterov()) {}
   std::string name() const override { return nesterov_ ? "nesterov" : "momentum"; }
   std::vector<std::string> slot_names() const override { return {"momentum"}; }
-  void Apply(float* var, const float* grad, int64_t n, float* const* slots, int64_t) const override {
+  void Apply(float* var, const float* grad, int64_t n, float* const* slots, int64_t t) const override {
     Arr v(var, n), accum(slots[0], n);
     CArr g(grad, n);
+    const float lr = LearningRate(t);
     accum = m_ * accum + g;
     if (nesterov_) {
-      v -= lr_ * (g + m_ * accum);
+      v -= lr * (g + m_ * accum);
     } else {
-      v -= lr_ * accum;
+      v -= lr * accum;
     }
   }
 
  private:
-  const float lr_, m_;
+  const float m_;
   const bool nesterov_;
 };
 
 class Adagrad : public Optimizer {
  public:
   explicit Adagrad(const AdagradOptimizer& d)
-      : lr_(d.learning_rate()), init_(Or(d.initial_accumulator(), 0.1f)) {}
+      : init_(Or(d.initial_accumulator(), 0.1f)) {}
   std::string name() const override { return "adagrad"; }
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
   float slot_initial_value(int) const override { return init_; }
-  void Apply(float* var, const float* grad, int64_t n, float* const* slots, int64_t) const override {
+  void Apply(float* var, const float* grad, int64_t n, float* const* slots, int64_t t) const override {
     Arr v(var, n), accum(slots[0], n);
     CArr g(grad, n);
     accum += g.square();
-    v -= lr_ * g / (accum.sqrt() + 1e-7f);
+    v -= LearningRate(t) * g / (accum.sqrt() + 1e-7f);
   }
 
  private:
-  const float lr_, init_;
+  const float init_;
 };
 
 class Adam : public Optimizer {
  public:
   explicit Adam(const AdamOptimizer& d)
-      : lr_(d.learning_rate()),
-        b1_(Or(d.beta1(), 0.9f)),
+      : b1_(Or(d.beta1(), 0.9f)),
         b2_(Or(d.beta2(), 0.999f)),
         eps_(Or(d.epsilon(), 1e-7f)) {}
   std::string name() const override { return "adam"; }
@@ -79,37 +78,37 @@ class Adam : public Optimizer {
     Arr v(var, n), m(slots[0], n), s(slots[1], n);
     CArr g(grad, n);
     double tt = static_cast<double>(std::max<int64_t>(t, 1));
-    float lr_t = static_cast<float>(lr_ * std::sqrt(1 - std::pow(b2_, tt)) / (1 - std::pow(b1_, tt)));
+    float lr_t = static_cast<float>(LearningRate(t) * std::sqrt(1 - std::pow(b2_, tt)) / (1 - std::pow(b1_, tt)));
     m = b1_ * m + (1 - b1_) * g;
     s = b2_ * s + (1 - b2_) * g.square();
     v -= lr_t * m / (s.sqrt() + eps_);
   }
 
  private:
-  const float lr_, b1_, b2_, eps_;
+  const float b1_, b2_, eps_;
 };
 
 class Ftrl : public Optimizer {
  public:
   explicit Ftrl(const FtrlOptimizer& d)
-      : lr_(d.learning_rate()),
-        power_(Or(d.learning_rate_power(), -0.5f)),
+      : power_(Or(d.learning_rate_power(), -0.5f)),
         init_(Or(d.initial_accumulator(), 0.1f)),
         l1_(d.l1()),
         l2_(d.l2()) {}
   std::string name() const override { return "ftrl"; }
   std::vector<std::string> slot_names() const override { return {"accumulator", "linear"}; }
   float slot_initial_value(int i) const override { return i == 0 ? init_ : 0.0f; }
-  void Apply(float* var, const float* grad, int64_t n, float* const* slots, int64_t) const override {
+  void Apply(float* var, const float* grad, int64_t n, float* const* slots, int64_t t) const override {
+    const float lr = LearningRate(t);
     float* accum = slots[0];
     float* linear = slots[1];
     for (int64_t i = 0; i < n; ++i) {
       float g = grad[i];
       float a_new = accum[i] + g * g;
       float p_new = Pow(a_new), p_old = Pow(accum[i]);
-      float sigma = (p_new - p_old) / lr_;
+      float sigma = (p_new - p_old) / lr;
       linear[i] += g - sigma * var[i];
-      float quadratic = p_new / lr_ + 2 * l2_;
+      float quadratic = p_new / lr + 2 * l2_;
       float l = linear[i];
       var[i] = std::fabs(l) > l1_ ? (std::copysign(l1_, l) - l) / quadratic : 0.0f;
       accum[i] = a_new;
@@ -118,7 +117,7 @@ class Ftrl : public Optimizer {
 
  private:
   float Pow(float a) const { return power_ == -0.5f ? std::sqrt(a) : std::pow(a, -power_); }
-  const float lr_, power_, init_, l1_, l2_;
+  const float power_, init_, l1_, l2_;
 };
 
 absl::Status CheckLr(float lr, absl::string_view opt) {
@@ -138,7 +137,9 @@ absl::Status CheckUnit(float v, absl::string_view field) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerDef& def) {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateRule(const OptimizerDef& def) {
   switch (def.kind_case()) {
     case OptimizerDef::kSgd:
       if (auto s = CheckLr(def.sgd().learning_rate(), "sgd"); !s.ok()) return s;
@@ -172,6 +173,68 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerDef&
       return absl::InvalidArgumentError(
           "optimizer: none given (set one of sgd, momentum, adagrad, adam, ftrl)");
   }
+}
+
+float BaseLearningRate(const OptimizerDef& def) {
+  switch (def.kind_case()) {
+    case OptimizerDef::kSgd: return def.sgd().learning_rate();
+    case OptimizerDef::kMomentum: return def.momentum().learning_rate();
+    case OptimizerDef::kAdagrad: return def.adagrad().learning_rate();
+    case OptimizerDef::kAdam: return def.adam().learning_rate();
+    case OptimizerDef::kFtrl: return def.ftrl().learning_rate();
+    default: return 0;
+  }
+}
+
+absl::Status CheckSchedule(const LearningRateSchedule& s) {
+  if (s.warmup_steps() < 0) return absl::InvalidArgumentError("optimizer.schedule.warmup_steps must be >= 0");
+  if (s.kind() == LearningRateSchedule::CONSTANT) return absl::OkStatus();
+  if (s.decay_steps() <= 0) {
+    return absl::InvalidArgumentError("optimizer.schedule.decay_steps must be positive (0 is filled in by the chief)");
+  }
+  if (s.kind() == LearningRateSchedule::STEP && !(s.decay_rate() > 0 && s.decay_rate() <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.schedule.decay_rate must be in (0, 1], got ", s.decay_rate()));
+  }
+  if (s.kind() == LearningRateSchedule::COSINE) return CheckUnit(s.min_fraction(), "optimizer.schedule.min_fraction");
+  if (s.kind() != LearningRateSchedule::STEP) return absl::InvalidArgumentError("optimizer.schedule.kind is unknown");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerDef& def) {
+  absl::StatusOr<std::unique_ptr<Optimizer>> rule = CreateRule(def);
+  if (!rule.ok()) return rule.status();
+  if (auto s = CheckSchedule(def.schedule()); !s.ok()) return s;
+  (*rule)->base_lr_ = BaseLearningRate(def);
+  (*rule)->schedule_ = def.schedule();
+  return rule;
+}
+
+float Optimizer::LearningRate(int64_t t) const {
+  const LearningRateSchedule& s = schedule_;
+  const int64_t warmup = s.warmup_steps();
+  if (warmup > 0 && t < warmup) return base_lr_ * static_cast<float>(std::max<int64_t>(t, 1)) / warmup;
+  const double after = static_cast<double>(t - warmup);
+  switch (s.kind()) {
+    case LearningRateSchedule::STEP:
+      return base_lr_ * static_cast<float>(std::pow(s.decay_rate(), std::floor(after / s.decay_steps())));
+    case LearningRateSchedule::COSINE: {
+      const double p = std::min(1.0, std::max(0.0, after / s.decay_steps()));
+      return base_lr_ * static_cast<float>(s.min_fraction() + (1 - s.min_fraction()) * 0.5 * (1 + std::cos(M_PI * p)));
+    }
+    default:
+      return base_lr_;
+  }
+}
+
+OptimizerDef ResolveSchedule(OptimizerDef def, int64_t total_updates) {
+  LearningRateSchedule* s = def.mutable_schedule();
+  if (s->kind() != LearningRateSchedule::CONSTANT && s->decay_steps() == 0) {
+    s->set_decay_steps(std::max<int64_t>(1, total_updates - s->warmup_steps()));
+  }
+  if (def.schedule().ByteSizeLong() == 0) def.clear_schedule();
+  return def;
 }
 
 }  // namespace psrt

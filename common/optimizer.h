@@ -47,7 +47,19 @@ class Optimizer {
   // var[0..n) -= update(grad[0..n), slots[k][0..n)).
   virtual void Apply(float* var, const float* grad, int64_t n, float* const* slots,
                      int64_t t) const = 0;
+
+  // The learning rate at update t (1-based): the configured one shaped by
+  // the schedule (warm-up, then constant, step or cosine decay).
+  float LearningRate(int64_t t) const;
+
+ private:
+  float base_lr_ = 0;
+  LearningRateSchedule schedule_;
 };
+
+// The job's optimizer with a STEP or COSINE schedule's decay_steps = 0
+// replaced by `total_updates` (the whole run), as the PS applies it.
+OptimizerDef ResolveSchedule(OptimizerDef def, int64_t total_updates);
 
 }  // namespace psrt
 

@@ -99,5 +99,44 @@ TEST(OptimizerTest, RefusesBadDefinitions) {
   EXPECT_THAT(err("ftrl { learning_rate: 0.1 l1: -1 }"), HasSubstr("l1 and l2"));
 }
 
+TEST(OptimizerTest, LearningRateSchedules) {
+  auto constant = Make("adam { learning_rate: 0.01 }");
+  EXPECT_FLOAT_EQ(constant->LearningRate(1), 0.01f);
+  EXPECT_FLOAT_EQ(constant->LearningRate(1000000), 0.01f);
+
+  auto warm_cosine = Make("sgd { learning_rate: 1 } schedule { kind: COSINE warmup_steps: 10 decay_steps: 100 min_fraction: 0.1 }");
+  EXPECT_FLOAT_EQ(warm_cosine->LearningRate(1), 0.1f);   // 1/10 of the way up
+  EXPECT_FLOAT_EQ(warm_cosine->LearningRate(5), 0.5f);
+  EXPECT_FLOAT_EQ(warm_cosine->LearningRate(10), 1.0f);  // the top
+  EXPECT_NEAR(warm_cosine->LearningRate(60), 0.55f, 1e-6);  // half way down to 0.1
+  EXPECT_FLOAT_EQ(warm_cosine->LearningRate(110), 0.1f);
+  EXPECT_FLOAT_EQ(warm_cosine->LearningRate(1000), 0.1f);  // stays at the floor
+
+  auto step = Make("sgd { learning_rate: 1 } schedule { kind: STEP decay_steps: 10 decay_rate: 0.5 }");
+  EXPECT_FLOAT_EQ(step->LearningRate(9), 1.0f);
+  EXPECT_FLOAT_EQ(step->LearningRate(10), 0.5f);
+  EXPECT_FLOAT_EQ(step->LearningRate(25), 0.25f);
+  // The rate the rule applies is the scheduled one.
+  EXPECT_THAT(TwoSteps(*Make("sgd { learning_rate: 0.1 } schedule { kind: STEP decay_steps: 2 decay_rate: 0.5 }")),
+              testing::ElementsAre(testing::FloatNear(0.95f, 1e-6), testing::FloatNear(0.925f, 1e-6)));
+}
+
+TEST(OptimizerTest, ScheduleOverTheWholeJobAndBadSchedules) {
+  OptimizerDef def;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString("adam { learning_rate: 0.001 } schedule { kind: COSINE warmup_steps: 100 }", &def));
+  EXPECT_EQ(Optimizer::Create(def).status().code(), absl::StatusCode::kInvalidArgument);  // decay_steps 0: not resolved
+  OptimizerDef resolved = ResolveSchedule(def, 14070);
+  EXPECT_EQ(resolved.schedule().decay_steps(), 13970);
+  EXPECT_TRUE(Optimizer::Create(resolved).ok());
+  EXPECT_FALSE(ResolveSchedule(*std::make_unique<OptimizerDef>(), 10).has_schedule());
+  for (const char* bad : {"sgd { learning_rate: 1 } schedule { kind: STEP decay_steps: 10 decay_rate: 1.5 }",
+                          "sgd { learning_rate: 1 } schedule { kind: COSINE decay_steps: 10 min_fraction: 1 }",
+                          "sgd { learning_rate: 1 } schedule { warmup_steps: -1 }"}) {
+    OptimizerDef d;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(bad, &d));
+    EXPECT_EQ(Optimizer::Create(d).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace psrt

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/plan/job_planner.h"
 #include "common/daemon.h"
+#include "common/optimizer.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "ps/local_ps_client.h"
@@ -50,12 +51,16 @@ absl::Status Train() {
   if (absl::GetFlag(FLAGS_steps) > 0) job.set_steps(absl::GetFlag(FLAGS_steps));
   ASSIGN_OR_RETURN(JobPlan plan, PlanJob(job, 1));
 
+  ASSIGN_OR_RETURN(int64_t examples, CountExamples(job.input(), job.input().train()));
+  const int64_t per_epoch = (examples + job.input().batch_size() - 1) / job.input().batch_size();
+  const int64_t steps = job.steps() > 0 ? job.steps() : std::max(1, job.epochs()) * per_epoch;
+
   ServerCoreOptions ps_options;
   ps_options.incarnation = 1;
   ParameterServerCore ps(ps_options);
   CreateVariablesRequest create;
   for (const VariablePlacement& vp : plan.placement.variable()) *create.add_variable() = vp.variable();
-  *create.mutable_optimizer() = job.optimizer();
+  *create.mutable_optimizer() = ResolveSchedule(job.optimizer(), steps);
   create.mutable_consistency()->set_mode(ConsistencyDef::ASYNC);
   create.set_num_workers(1);
   RETURN_IF_ERROR(ps.CreateVariables(create).status());
@@ -70,9 +75,6 @@ absl::Status Train() {
   d.split = job.input().train();
   d.seed = job.seed();
   ASSIGN_OR_RETURN(auto data, Dataset::Create(d));
-  ASSIGN_OR_RETURN(int64_t examples, CountExamples(d.input, d.split));
-  const int64_t per_epoch = (examples + job.input().batch_size() - 1) / job.input().batch_size();
-  const int64_t steps = job.steps() > 0 ? job.steps() : std::max(1, job.epochs()) * per_epoch;
   Evaluator evaluate = MakeEvaluator(job, plan, threads);
   std::printf("training %s: %lld examples, batch %d, %lld steps (%lld per epoch), %s\n",
               job.name().c_str(), static_cast<long long>(examples), job.input().batch_size(),
