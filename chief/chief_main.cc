@@ -116,7 +116,6 @@ int Main(int argc, char** argv) {
   }
   Coordinator coordinator(o, &registry, &channels, planner, evaluator);
   ChiefServiceImpl service(&registry, incarnation);
-  service.on_failure = [&](const ReportFailureRequest& r) { coordinator.OnFailureReport(r); };
   service.job_status = [&] { return coordinator.Status(); };
 
   std::string listen = absl::GetFlag(FLAGS_listen);

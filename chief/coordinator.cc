@@ -64,11 +64,6 @@ JobStatusResponse Coordinator::Status() const {
   return status_;
 }
 
-void Coordinator::OnFailureReport(const ReportFailureRequest& report) {
-  absl::MutexLock lock(&mu_);
-  failure_reports_.push_back(report);
-}
-
 int64_t Coordinator::MinStep() const {
   int64_t m = end_step_;
   for (const WorkerView& w : workers_) {
@@ -317,7 +312,6 @@ absl::Status Coordinator::Watch(bool* done) {
   }
   {
     absl::MutexLock lock(&mu_);
-    failure_reports_.clear();  // the PS' own answers above are what counts
     status_.set_waiting_for(waiting);
   }
   if (!lost.empty()) return Recover(lost);

@@ -33,7 +33,9 @@
 // (FailurePolicy: for ever by default). Run() returns an error only for a
 // job that cannot run (a bad job file, a worker that fails on its input).
 //
-// Status/OnFailureReport/CommandFor are thread-safe (gRPC threads).
+// Status is thread-safe (gRPC threads). Workers' failure reports are logged
+// by the chief service and not acted on here: what each PS answers the
+// watch loop decides, so a stale or forged report changes nothing.
 #ifndef PSRT_CHIEF_COORDINATOR_H_
 #define PSRT_CHIEF_COORDINATOR_H_
 
@@ -99,7 +101,6 @@ class Coordinator {
   absl::StatusOr<JobSummary> Run();
 
   JobStatusResponse Status() const;
-  void OnFailureReport(const ReportFailureRequest& report);
 
  private:
   struct WorkerView {
@@ -192,7 +193,6 @@ class Coordinator {
 
   mutable absl::Mutex mu_;
   JobStatusResponse status_ ABSL_GUARDED_BY(mu_);
-  std::vector<ReportFailureRequest> failure_reports_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt

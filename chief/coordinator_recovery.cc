@@ -263,7 +263,6 @@ absl::Status Coordinator::Recover(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
     status_.set_state(JobStatusResponse::RUNNING);
-    failure_reports_.clear();
   }
   report_(absl::StrCat("recovered to the checkpoint of step ", last_checkpoint_step_, " in ",
                        absl::FormatDuration(absl::Now() - start), "; failures survived: ",

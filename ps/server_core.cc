@@ -531,29 +531,26 @@ void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage) {
   absl::MutexLock lock(&snap_mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return !writing_; };
   snap_mu_.Await(absl::Condition(&idle));
-  for (auto& [path, owned] : stores_) {
-    if (owned.get() != store) continue;
-    // Queued writes name the store about to be replaced: they fail, and the
-    // chief abandons those checkpoints and takes new ones.
-    for (WriteJob& job : jobs_) {
-      if (job.store == store) job.store = nullptr;
-    }
-    std::string report = absl::StrCat("reopened the snapshot store ", path, " after a failed write");
-    absl::StatusOr<std::unique_ptr<SnapshotStore>> fresh =
-        salvage ? SnapshotStore::Salvage(std::move(owned), &report) : SnapshotStore::Reopen(std::move(owned));
-    if (!fresh.ok()) {
-      LOG(ERROR) << "replacing the snapshot store " << path << ": " << fresh.status();
-      stores_.erase(path);  // opened afresh by the next snapshot or restore
-    } else {
-      LOG(ERROR) << report;
-      owned = *std::move(fresh);
-    }
-    durable_.clear();
-    if (fresh.ok()) {
-      for (int64_t step : stores_[path]->Steps()) durable_.insert(step);
-    }
+  auto it = std::find_if(stores_.begin(), stores_.end(), [store](const auto& s) { return s.second.get() == store; });
+  if (it == stores_.end()) return;  // replaced already
+  const std::string path = it->first;
+  // Queued writes name the store about to be replaced: they fail, and the
+  // chief abandons those checkpoints and takes new ones.
+  for (WriteJob& job : jobs_) {
+    if (job.store == store) job.store = nullptr;
+  }
+  std::string report = absl::StrCat("reopened the snapshot store ", path, " after a failed write");
+  absl::StatusOr<std::unique_ptr<SnapshotStore>> fresh =
+      salvage ? SnapshotStore::Salvage(std::move(it->second), &report) : SnapshotStore::Reopen(std::move(it->second));
+  durable_.clear();
+  if (!fresh.ok()) {
+    LOG(ERROR) << "replacing the snapshot store " << path << ": " << fresh.status();
+    stores_.erase(it);  // opened afresh by the next snapshot or restore
     return;
   }
+  LOG(ERROR) << report;
+  for (int64_t step : (*fresh)->Steps()) durable_.insert(step);
+  it->second = *std::move(fresh);
 }
 
 absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotRequest& req) {

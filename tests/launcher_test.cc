@@ -31,18 +31,27 @@ int ProcessesMentioning(const std::string& text) {
   return n;
 }
 
-TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
-  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/launcher");
+// The MLP example as a job file beside `dir`: `steps` steps, a checkpoint
+// every `every` steps, evaluation on `eval_examples` test examples.
+std::string WriteMlpJob(const std::string& dir, int64_t steps, int64_t every, int64_t eval_examples) {
   auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
-  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return "";
   job->set_epochs(0);
-  job->set_steps(1500);
-  job->mutable_checkpoint()->set_every_steps(200);
-  job->mutable_eval()->set_max_examples(2000);
+  job->set_steps(steps);
+  job->mutable_checkpoint()->set_every_steps(every);
+  job->mutable_eval()->set_max_examples(eval_examples);
   std::string text;
   google::protobuf::TextFormat::PrintToString(*job, &text);
   std::string job_path = dir + ".pbtxt";
   std::ofstream(job_path) << text;
+  return job_path;
+}
+
+TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/launcher");
+  const std::string job_path = WriteMlpJob(dir, 1500, 200, 2000);
+  ASSERT_FALSE(job_path.empty());
 
   auto launcher = testing::Daemon::Start(
       "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir,
@@ -82,16 +91,8 @@ TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
 // dies) are all within their callers' roles.
 TEST(LauncherTest, TrainsAndRecoversUnderTlsAndRoleTokens) {
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/roles");
-  auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
-  ASSERT_TRUE(job.ok()) << job.status();
-  job->set_epochs(0);
-  job->set_steps(3000);
-  job->mutable_checkpoint()->set_every_steps(100);
-  job->mutable_eval()->set_max_examples(1000);
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(*job, &text);
-  std::string job_path = dir + ".pbtxt";
-  std::ofstream(job_path) << text;
+  const std::string job_path = WriteMlpJob(dir, 3000, 100, 1000);
+  ASSERT_FALSE(job_path.empty());
 
   auto launcher = testing::Daemon::Start(
       "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir,
