@@ -18,7 +18,7 @@
 #include "common/optimizer.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "ps/local_ps_client.h"
+#include "common/store/local_ps_client.h"
 #include "worker/device_select.h"
 #include "common/compute/graph_step_runner.h"
 #include "common/input/dataset.h"

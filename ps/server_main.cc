@@ -20,8 +20,8 @@
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
-#include "ps/ps_service.h"
-#include "ps/server_core.h"
+#include "common/store/ps_service.h"
+#include "common/store/server_core.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to listen on (default: this task's address in the spec; a host name there "

@@ -14,7 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "ps/server_core.h"
+#include "common/store/server_core.h"
 
 ABSL_FLAG(double, gib, 1.0, "Variables + slots over both PS, GiB.");
 ABSL_FLAG(std::string, dir, "/tmp/psrt-ckpt-bench", "Checkpoint directory (on the disk to measure).");

@@ -18,7 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "common/graph/graph_builder.h"
 #include "common/plan/job_planner.h"
-#include "ps/local_ps_client.h"
+#include "common/store/local_ps_client.h"
 #include "common/compute/graph_step_runner.h"
 #include "common/input/dataset.h"
 #include "common/compute/kernels/kernel.h"

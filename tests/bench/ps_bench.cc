@@ -39,9 +39,9 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "ps/ps_service.h"
+#include "common/store/ps_service.h"
 #include "common/transport/ps_wire.h"
-#include "ps/server_core.h"
+#include "common/store/server_core.h"
 
 ABSL_FLAG(double, seconds, 0.25, "Seconds per measurement.");
 ABSL_FLAG(std::string, channel_args, "",

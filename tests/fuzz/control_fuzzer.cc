@@ -18,7 +18,7 @@
 #include "glog/logging.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
-#include "ps/server_core.h"
+#include "common/store/server_core.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "worker/assignment_validator.h"
 

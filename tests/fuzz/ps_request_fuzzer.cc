@@ -18,7 +18,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
 #include "common/transport/ps_wire.h"
-#include "ps/server_core.h"
+#include "common/store/server_core.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using psrt::fuzz::Check;

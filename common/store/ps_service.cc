@@ -1,4 +1,4 @@
-#include "ps/ps_service.h"
+#include "common/store/ps_service.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

@@ -1,4 +1,4 @@
-#include "ps/variable.h"
+#include "common/store/variable.h"
 
 #include <cstring>
 

@@ -9,8 +9,8 @@
 // Readers never see a half-applied update: reads copy under a reader lock,
 // updates run under the writer lock. Bad input (wrong shape or dtype, an id
 // out of range) is refused before anything changes. Thread-safe.
-#ifndef PSRT_PS_VARIABLE_H_
-#define PSRT_PS_VARIABLE_H_
+#ifndef PSRT_COMMON_STORE_VARIABLE_H_
+#define PSRT_COMMON_STORE_VARIABLE_H_
 
 #include <cstdint>
 #include <memory>
@@ -112,4 +112,4 @@ class Variable {
 
 }  // namespace psrt
 
-#endif  // PSRT_PS_VARIABLE_H_
+#endif  // PSRT_COMMON_STORE_VARIABLE_H_

@@ -1,10 +1,10 @@
 // LocalPsClient: the worker's ParameterClient over a ParameterServerCore in
 // the same process — the in-process trainer's parameter server, running the
 // very same variable, optimizer and consistency code as the daemon.
-#ifndef PSRT_PS_LOCAL_PS_CLIENT_H_
-#define PSRT_PS_LOCAL_PS_CLIENT_H_
+#ifndef PSRT_COMMON_STORE_LOCAL_PS_CLIENT_H_
+#define PSRT_COMMON_STORE_LOCAL_PS_CLIENT_H_
 
-#include "ps/server_core.h"
+#include "common/store/server_core.h"
 #include "common/transport/parameter_client.h"
 
 namespace psrt {
@@ -26,4 +26,4 @@ class LocalPsClient : public ParameterClient {
 
 }  // namespace psrt
 
-#endif  // PSRT_PS_LOCAL_PS_CLIENT_H_
+#endif  // PSRT_COMMON_STORE_LOCAL_PS_CLIENT_H_

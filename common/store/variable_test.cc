@@ -1,4 +1,4 @@
-#include "ps/variable.h"
+#include "common/store/variable.h"
 
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"

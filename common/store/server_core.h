@@ -1,4 +1,6 @@
-// ParameterServerCore: everything a parameter server does, without gRPC.
+// ParameterServerCore: everything a parameter server does, without gRPC. It
+// lives below the daemons because two serve it: a PS holds its shards of the
+// variables in one, and a worker of a mirrored strategy its full replica.
 // The gRPC service (ps_service.h) is a thin edge over it, and unit tests
 // drive it directly.
 //
@@ -23,8 +25,8 @@
 // reads and checks a whole snapshot before it replaces anything.
 //
 // Thread-safe.
-#ifndef PSRT_PS_SERVER_CORE_H_
-#define PSRT_PS_SERVER_CORE_H_
+#ifndef PSRT_COMMON_STORE_SERVER_CORE_H_
+#define PSRT_COMMON_STORE_SERVER_CORE_H_
 
 #include <atomic>
 #include <deque>
@@ -43,7 +45,7 @@
 #include "common/optimizer.h"
 #include "common/transport/ps_types.h"
 #include "common/snapshot/snapshot_store.h"
-#include "ps/variable.h"
+#include "common/store/variable.h"
 #include "proto/ps_service.pb.h"
 
 namespace psrt {
@@ -199,4 +201,4 @@ class ParameterServerCore {
 
 }  // namespace psrt
 
-#endif  // PSRT_PS_SERVER_CORE_H_
+#endif  // PSRT_COMMON_STORE_SERVER_CORE_H_

@@ -1,4 +1,4 @@
-#include "ps/server_core.h"
+#include "common/store/server_core.h"
 
 #include <algorithm>
 #include <limits>

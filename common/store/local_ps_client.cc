@@ -1,4 +1,4 @@
-#include "ps/local_ps_client.h"
+#include "common/store/local_ps_client.h"
 
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"

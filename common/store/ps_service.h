@@ -5,15 +5,15 @@
 // must wait (SYNC, bounded staleness) parks a callback in the core instead
 // of a thread. The control methods are ordinary callback methods. Status is
 // converted to gRPC here only.
-#ifndef PSRT_PS_PS_SERVICE_H_
-#define PSRT_PS_PS_SERVICE_H_
+#ifndef PSRT_COMMON_STORE_PS_SERVICE_H_
+#define PSRT_COMMON_STORE_PS_SERVICE_H_
 
 #include <atomic>
 #include <memory>
 
 #include "common/rpc/security.h"
 #include "proto/ps_service.grpc.pb.h"
-#include "ps/server_core.h"
+#include "common/store/server_core.h"
 
 namespace psrt {
 
@@ -65,4 +65,4 @@ class PsServiceImpl final : public PsServiceBase {
 
 }  // namespace psrt
 
-#endif  // PSRT_PS_PS_SERVICE_H_
+#endif  // PSRT_COMMON_STORE_PS_SERVICE_H_

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "ps/server_core.h"
+#include "common/store/server_core.h"
 #include "rocksdb/db.h"
 
 namespace psrt {
