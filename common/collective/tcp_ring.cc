@@ -250,6 +250,9 @@ absl::Status TcpRingCollective::Transfer(const Plan& plan) {
   size_t hr = plan.recvs.empty() ? kHeader : 0, ri = 0, ro = 0, rc = 0;
   const size_t S = plan.sends.size(), R = plan.recvs.size();
   absl::Time last_progress = absl::Now();
+  // Set when a socket said EAGAIN; cleared when poll says it is ready, so a
+  // blocked side costs no system calls while the other one moves.
+  bool out_blocked = false, in_blocked = false;
 
   for (;;) {
     while (si < S && so == plan.sends[si].bytes) ++si, so = 0;
@@ -271,8 +274,10 @@ absl::Status TcpRingCollective::Transfer(const Plan& plan) {
                                                            : 0;
       }
     }
-    bool progress = false, want_out = false, want_in = false;
-    if (!send_done && (hs < kHeader ? hs : so) < send_limit) {
+    bool progress = false;
+    const bool want_out = !send_done && (hs < kHeader ? hs : so) < send_limit;
+    const bool want_in = !recv_done;
+    if (want_out && !out_blocked) {
       const char* src = hs < kHeader ? reinterpret_cast<const char*>(plan.header) + hs : plan.sends[si].base + so;
       size_t len = std::min(send_limit - (hs < kHeader ? hs : so), 4 * chunk);
       ssize_t k = ::send(next_.get(), src, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -282,10 +287,10 @@ absl::Status TcpRingCollective::Transfer(const Plan& plan) {
       } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         return absl::UnavailableError(absl::StrCat("send to ", next_name_, ": ", ErrnoText(errno)));
       } else {
-        want_out = true;
+        out_blocked = true;
       }
     }
-    if (!recv_done) {
+    if (want_in && !in_blocked) {
       char* dst;
       size_t len;
       const bool reduce = hr == kHeader && ri < plan.reduce_steps;
@@ -323,12 +328,11 @@ absl::Status TcpRingCollective::Transfer(const Plan& plan) {
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         return absl::UnavailableError(absl::StrCat("recv from ", prev_name_, ": ", ErrnoText(errno)));
       } else {
-        want_in = true;
+        in_blocked = true;
       }
     }
-    const absl::Time now = progress ? absl::Now() : absl::InfinitePast();
     if (progress) {
-      last_progress = now;
+      last_progress = absl::Now();
       continue;
     }
     // Nothing moved: wait for the sockets, the abort pipe or the deadline.
@@ -345,6 +349,8 @@ absl::Status TcpRingCollective::Transfer(const Plan& plan) {
     }
     int rcp = ::poll(fds, 3, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1000)));
     if (rcp < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("poll: ", ErrnoText(errno)));
+    if (rcp > 0 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) out_blocked = false;
+    if (rcp > 0 && (fds[2].revents & (POLLIN | POLLERR | POLLHUP))) in_blocked = false;
     if (rcp > 0 && (fds[1].revents & (POLLIN | POLLERR | POLLHUP))) {
       char b;
       ssize_t k = ::recv(next_.get(), &b, 1, MSG_DONTWAIT);
