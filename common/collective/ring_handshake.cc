@@ -1,0 +1,276 @@
+#include "common/collective/ring_handshake.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace psrt {
+namespace collective_internal {
+namespace {
+
+constexpr uint64_t kMagic = 0x474e495254525350ull;  // "PSRTRING" little-endian
+constexpr uint32_t kVersion = 1;
+constexpr size_t kNonce = 32, kMac = 32;
+constexpr size_t kServerHello = 8 + 4 + 4 + 4 + 8 + kNonce;
+constexpr size_t kClientHello = kServerHello + kMac;
+constexpr size_t kVerdict = 4 + kMac;
+// A connection that sends nothing may hold up the acceptor this long at most.
+constexpr absl::Duration kPerConnection = absl::Seconds(5);
+
+enum Verdict : uint32_t { kOk = 0, kOtherGroup = 1, kBadRank = 2, kBadToken = 3 };
+
+void Put32(unsigned char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+void Put64(unsigned char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+uint32_t Get32(const unsigned char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+uint64_t Get64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// The fields both hellos share, in wire order.
+struct Hello {
+  uint64_t magic = kMagic;
+  uint32_t version = kVersion, size = 0, rank = 0;
+  uint64_t group_id = 0;
+  unsigned char nonce[kNonce] = {};
+};
+
+void PutHello(const Hello& h, unsigned char* p) {
+  Put64(p, h.magic);
+  Put32(p + 8, h.version);
+  Put32(p + 12, h.size);
+  Put32(p + 16, h.rank);
+  Put64(p + 20, h.group_id);
+  std::memcpy(p + 28, h.nonce, kNonce);
+}
+Hello GetHello(const unsigned char* p) {
+  Hello h;
+  h.magic = Get64(p);
+  h.version = Get32(p + 8);
+  h.size = Get32(p + 12);
+  h.rank = Get32(p + 16);
+  h.group_id = Get64(p + 20);
+  std::memcpy(h.nonce, p + 28, kNonce);
+  return h;
+}
+
+absl::Status Mac(const std::string& token, const char* label, const unsigned char* their_nonce,
+                 const unsigned char* our_nonce, uint64_t group_id, uint32_t from, uint32_t to,
+                 unsigned char out[kMac]) {
+  unsigned char msg[16 + 2 * kNonce + 16] = {};
+  std::memcpy(msg, label, std::min<size_t>(16, std::strlen(label)));
+  std::memcpy(msg + 16, their_nonce, kNonce);
+  std::memcpy(msg + 16 + kNonce, our_nonce, kNonce);
+  Put64(msg + 16 + 2 * kNonce, group_id);
+  Put32(msg + 24 + 2 * kNonce, from);
+  Put32(msg + 28 + 2 * kNonce, to);
+  unsigned int len = 0;
+  static const unsigned char kEmpty = 0;
+  const void* key = token.empty() ? &kEmpty : static_cast<const void*>(token.data());
+  if (HMAC(EVP_sha256(), key, static_cast<int>(token.size()), msg, sizeof(msg), out, &len) == nullptr ||
+      len != kMac) {
+    return absl::InternalError("HMAC-SHA256 failed");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Nonce(unsigned char out[kNonce]) {
+  if (RAND_bytes(out, kNonce) != 1) return absl::InternalError("RAND_bytes failed");
+  return absl::OkStatus();
+}
+
+bool IsFinal(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnauthenticated || s.code() == absl::StatusCode::kCancelled ||
+         s.code() == absl::StatusCode::kInternal;
+}
+
+// One attempt on a connected socket; non-final errors mean "try again".
+absl::Status ClientHandshake(int fd, const HandshakeParams& p, const std::string& who,
+                             absl::Time deadline, const std::atomic<bool>* cancel) {
+  unsigned char in[kServerHello];
+  absl::Status st = IoExact(fd, in, sizeof(in), false, deadline, cancel, who);
+  if (!st.ok()) return st;
+  Hello server = GetHello(in);
+  const uint32_t next = static_cast<uint32_t>((p.rank + 1) % p.size);
+  if (server.magic != kMagic || server.version != kVersion) {
+    return absl::UnavailableError(absl::StrCat(who, " is not a psrt collective listener (version ",
+                                               kVersion, ")"));
+  }
+  if (server.group_id != p.group_id) {
+    return absl::AbortedError(absl::StrCat(who, " is in group ", server.group_id, ", we are in ",
+                                           p.group_id));
+  }
+  if (server.size != static_cast<uint32_t>(p.size) || server.rank != next) {
+    return absl::FailedPreconditionError(absl::StrCat(who, " says it is rank ", server.rank, " of ",
+                                                      server.size, "; expected rank ", next, " of ",
+                                                      p.size));
+  }
+  Hello ours;
+  ours.size = p.size;
+  ours.rank = p.rank;
+  ours.group_id = p.group_id;
+  if (!(st = Nonce(ours.nonce)).ok()) return st;
+  unsigned char out[kClientHello];
+  PutHello(ours, out);
+  st = Mac(p.token, "psrt-ring-c", server.nonce, ours.nonce, p.group_id, p.rank, next, out + kServerHello);
+  if (!st.ok()) return st;
+  if (!(st = IoExact(fd, out, sizeof(out), true, deadline, cancel, who)).ok()) return st;
+  unsigned char verdict[kVerdict];
+  if (!(st = IoExact(fd, verdict, sizeof(verdict), false, deadline, cancel, who)).ok()) return st;
+  switch (Get32(verdict)) {
+    case kOk:
+      break;
+    case kBadToken:
+      return absl::UnauthenticatedError(absl::StrCat(who, " refused our token"));
+    case kOtherGroup:
+      return absl::AbortedError(absl::StrCat(who, " refused our group ", p.group_id));
+    default:
+      return absl::FailedPreconditionError(absl::StrCat(who, " refused our rank ", p.rank));
+  }
+  unsigned char expect[kMac];
+  st = Mac(p.token, "psrt-ring-s", ours.nonce, server.nonce, p.group_id, next, p.rank, expect);
+  if (!st.ok()) return st;
+  if (CRYPTO_memcmp(expect, verdict + 4, kMac) != 0) {
+    return absl::UnauthenticatedError(absl::StrCat(who, " does not hold our token"));
+  }
+  return absl::OkStatus();
+}
+
+std::string PeerName(const sockaddr_storage& addr) {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
+    port = ntohs(a->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
+    port = ntohs(a->sin6_port);
+  }
+  return absl::StrCat(buf, ":", port);
+}
+
+absl::Status ServerHandshake(int fd, const HandshakeParams& p, const std::string& addr,
+                             absl::Time deadline, const std::atomic<bool>* cancel) {
+  const uint32_t prev = static_cast<uint32_t>((p.rank + p.size - 1) % p.size);
+  const std::string who = absl::StrCat("rank ", prev, " connecting from ", addr);
+  Hello ours;
+  ours.size = p.size;
+  ours.rank = p.rank;
+  ours.group_id = p.group_id;
+  absl::Status st = Nonce(ours.nonce);
+  if (!st.ok()) return st;
+  unsigned char out[kServerHello];
+  PutHello(ours, out);
+  if (!(st = IoExact(fd, out, sizeof(out), true, deadline, cancel, who)).ok()) return st;
+  unsigned char in[kClientHello];
+  if (!(st = IoExact(fd, in, sizeof(in), false, deadline, cancel, who)).ok()) return st;
+  Hello client = GetHello(in);
+  unsigned char verdict[kVerdict] = {};
+  auto refuse = [&](Verdict v, absl::Status why) {
+    Put32(verdict, v);
+    // Best effort: the peer learns why; we go on either way.
+    (void)IoExact(fd, verdict, sizeof(verdict), true, std::min(deadline, absl::Now() + absl::Seconds(1)),
+                  cancel, who);
+    return why;
+  };
+  if (client.magic != kMagic || client.version != kVersion) {
+    return absl::UnavailableError(absl::StrCat(addr, " is not a psrt collective peer"));
+  }
+  if (client.group_id != p.group_id) {
+    return refuse(kOtherGroup, absl::AbortedError(absl::StrCat(addr, " is in group ", client.group_id,
+                                                               ", we are in ", p.group_id)));
+  }
+  if (client.size != static_cast<uint32_t>(p.size) || client.rank != prev) {
+    return refuse(kBadRank, absl::FailedPreconditionError(
+                                absl::StrCat(addr, " says it is rank ", client.rank, " of ",
+                                             client.size, "; expected rank ", prev, " of ", p.size)));
+  }
+  unsigned char expect[kMac];
+  st = Mac(p.token, "psrt-ring-c", ours.nonce, client.nonce, p.group_id, prev, p.rank, expect);
+  if (!st.ok()) return st;
+  if (CRYPTO_memcmp(expect, in + kServerHello, kMac) != 0) {
+    return refuse(kBadToken, absl::UnauthenticatedError(absl::StrCat(who, " presented a wrong token")));
+  }
+  Put32(verdict, kOk);
+  st = Mac(p.token, "psrt-ring-s", client.nonce, ours.nonce, p.group_id, p.rank, prev, verdict + 4);
+  if (!st.ok()) return st;
+  return IoExact(fd, verdict, sizeof(verdict), true, deadline, cancel, who);
+}
+
+}  // namespace
+
+absl::StatusOr<Fd> ConnectToNext(const HandshakeParams& params, const std::string& hostport,
+                                 absl::Time deadline, const std::atomic<bool>* cancel) {
+  auto hp = SplitHostPort(hostport);
+  if (!hp.ok()) return hp.status();
+  const std::string who = absl::StrCat("rank ", (params.rank + 1) % params.size, " (", hostport, ")");
+  absl::Status last = absl::UnavailableError("no attempt made");
+  absl::Duration backoff = absl::Milliseconds(10);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<Fd> fd = ConnectOnce(hp->first, hp->second, params.socket_buffer_bytes, deadline, cancel);
+    absl::Status st = fd.status();
+    if (fd.ok()) st = ClientHandshake(fd->get(), params, who, deadline, cancel);
+    if (st.ok()) return fd;
+    if (IsFinal(st)) return st;
+    last = st;
+    SleepUnlessCancelled(std::min(backoff, deadline - absl::Now()), cancel);
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("rank ", params.rank, " could not connect to ", who,
+                                                  " in time; last error: ", last.message()));
+}
+
+absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params, absl::Time deadline,
+                                  const std::atomic<bool>* cancel) {
+  absl::Status last = absl::UnavailableError("nobody connected");
+  while (absl::Now() < deadline) {
+    if (cancel != nullptr && cancel->load()) return absl::CancelledError("cancelled");
+    pollfd pf{listen_fd, POLLIN, 0};
+    int ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()), 0, 50));
+    if (::poll(&pf, 1, ms) <= 0) continue;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    Fd fd(::accept(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len));
+    if (!fd.valid()) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
+      return absl::InternalError(absl::StrCat("accept: ", ErrnoText(errno)));
+    }
+    absl::Status st = ConfigureSocket(fd.get(), params.socket_buffer_bytes);
+    if (st.ok()) {
+      st = ServerHandshake(fd.get(), params, PeerName(addr), std::min(deadline, absl::Now() + kPerConnection),
+                           cancel);
+    }
+    if (st.ok()) return fd;
+    if (IsFinal(st)) return st;
+    last = st;  // a stale or broken connection: skip it
+  }
+  return absl::DeadlineExceededError(absl::StrCat("rank ", params.rank, ": rank ",
+                                                  (params.rank + params.size - 1) % params.size,
+                                                  " did not connect in time; last error: ", last.message()));
+}
+
+}  // namespace collective_internal
+}  // namespace psrt

@@ -1,0 +1,51 @@
+// The TCP ring's connection handshake (private to this package).
+//
+// Acceptor (rank r+1)                     Connector (rank r)
+//   ServerHello: magic, version, size,  ->
+//     rank, group_id, nonce_s
+//                                       <-  ClientHello: magic, version, size, rank,
+//                                             group_id, nonce_c, mac_c
+//   Verdict: code, mac_s                ->
+//
+// mac_c = HMAC-SHA256(token, "psrt-ring-c" nonce_s nonce_c group_id r r+1),
+// mac_s = HMAC-SHA256(token, "psrt-ring-s" nonce_c nonce_s group_id r+1 r),
+// compared in constant time. Every message has a fixed size; all integers
+// are little-endian. Connections that fail for reasons a stale or slow peer
+// explains (other group_id, EOF, garbage) are closed and skipped until the
+// deadline; a wrong token is final (UNAUTHENTICATED naming the peer).
+#ifndef PSRT_COMMON_COLLECTIVE_RING_HANDSHAKE_H_
+#define PSRT_COMMON_COLLECTIVE_RING_HANDSHAKE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/collective/ring_socket.h"
+
+namespace psrt {
+namespace collective_internal {
+
+struct HandshakeParams {
+  int rank = 0;
+  int size = 1;
+  uint64_t group_id = 0;
+  std::string token;
+  int socket_buffer_bytes = 0;
+};
+
+// Connects to rank+1 at `hostport`, retrying with backoff until `deadline`
+// or `cancel`. Returns the authenticated, configured socket.
+absl::StatusOr<Fd> ConnectToNext(const HandshakeParams& params, const std::string& hostport,
+                                 absl::Time deadline, const std::atomic<bool>* cancel);
+
+// Accepts rank-1 on the listening socket `listen_fd`, skipping stale or
+// broken connections, until `deadline` or `cancel`.
+absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params,
+                                  absl::Time deadline, const std::atomic<bool>* cancel);
+
+}  // namespace collective_internal
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_COLLECTIVE_RING_HANDSHAKE_H_

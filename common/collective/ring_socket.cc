@@ -1,0 +1,165 @@
+#include "common/collective/ring_socket.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace psrt {
+namespace collective_internal {
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+void Fd::Reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
+
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& hostport) {
+  size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("peer address '", hostport, "' is not host:port"));
+  }
+  std::string host = hostport.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  if (!absl::SimpleAtoi(hostport.substr(colon + 1), &port) || port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("peer address '", hostport, "' has no valid port"));
+  }
+  return std::make_pair(host, port);
+}
+
+absl::Status ConfigureSocket(int fd, int buffer_bytes) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+      ::fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+    return absl::InternalError(absl::StrCat("fcntl: ", ErrnoText(errno)));
+  }
+  int one = 1;
+  // Best effort: TCP_NODELAY fails on non-TCP sockets, which we never have.
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (buffer_bytes > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Milliseconds until `deadline`, clamped to [0, cap_ms].
+int PollMillis(absl::Time deadline, int cap_ms) {
+  absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return 0;
+  return static_cast<int>(std::min<int64_t>(cap_ms, absl::ToInt64Milliseconds(left) + 1));
+}
+
+bool Cancelled(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+absl::StatusOr<Fd> ConnectOnce(const std::string& host, int port, int buffer_bytes,
+                               absl::Time deadline, const std::atomic<bool>* cancel) {
+  const std::string what = absl::StrCat(host, ":", port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (gai != 0 || res == nullptr) {
+    return absl::UnavailableError(absl::StrCat("resolve ", what, ": ", ::gai_strerror(gai)));
+  }
+  Fd fd(::socket(res->ai_family, SOCK_STREAM, 0));
+  if (!fd.valid()) {
+    ::freeaddrinfo(res);
+    return absl::InternalError(absl::StrCat("socket: ", ErrnoText(errno)));
+  }
+  absl::Status st = ConfigureSocket(fd.get(), buffer_bytes);
+  int rc = st.ok() ? ::connect(fd.get(), res->ai_addr, res->ai_addrlen) : -1;
+  int err = errno;
+  ::freeaddrinfo(res);
+  if (!st.ok()) return st;
+  if (rc != 0 && err != EINPROGRESS) {
+    return absl::UnavailableError(absl::StrCat("connect ", what, ": ", ErrnoText(err)));
+  }
+  while (rc != 0) {
+    if (Cancelled(cancel)) return absl::CancelledError("cancelled");
+    pollfd p{fd.get(), POLLOUT, 0};
+    int ms = PollMillis(deadline, 50);
+    if (ms == 0) return absl::DeadlineExceededError(absl::StrCat("connect ", what, ": timed out"));
+    int n = ::poll(&p, 1, ms);
+    if (n < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("poll: ", ErrnoText(errno)));
+    if (n <= 0) continue;
+    int so_error = 0;
+    socklen_t len = sizeof(so_error);
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len);
+    if (so_error != 0) {
+      return absl::UnavailableError(absl::StrCat("connect ", what, ": ", ErrnoText(so_error)));
+    }
+    rc = 0;
+  }
+  return fd;
+}
+
+absl::Status IoExact(int fd, void* buf, size_t len, bool write, absl::Time deadline,
+                     const std::atomic<bool>* cancel, absl::string_view what) {
+  char* p = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = write ? ::send(fd, p + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                      : ::recv(fd, p + done, len - done, MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 && !write) return absl::UnavailableError(absl::StrCat(what, " closed the connection"));
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat(write ? "send to " : "recv from ", what, ": ",
+                                                 ErrnoText(errno)));
+    }
+    if (Cancelled(cancel)) return absl::CancelledError("cancelled");
+    int ms = PollMillis(deadline, 50);
+    if (ms == 0) {
+      return absl::DeadlineExceededError(absl::StrCat(what, " did not ", write ? "read" : "send",
+                                                      " the handshake in time"));
+    }
+    pollfd pf{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
+    if (::poll(&pf, 1, ms) < 0 && errno != EINTR) {
+      return absl::InternalError(absl::StrCat("poll: ", ErrnoText(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SleepUnlessCancelled(absl::Duration d, const std::atomic<bool>* cancel) {
+  absl::Time end = absl::Now() + d;
+  while (!Cancelled(cancel)) {
+    absl::Duration left = end - absl::Now();
+    if (left <= absl::ZeroDuration()) return;
+    absl::SleepFor(std::min(left, absl::Milliseconds(20)));
+  }
+}
+
+}  // namespace collective_internal
+}  // namespace psrt

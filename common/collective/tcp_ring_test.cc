@@ -1,0 +1,293 @@
+#include "common/collective/tcp_ring.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+using RingOrError = absl::StatusOr<std::unique_ptr<TcpRingCollective>>;
+
+struct Listeners {
+  std::vector<std::unique_ptr<CollectiveListener>> l;
+  std::vector<std::string> peers;
+};
+
+Listeners BindAll(int n) {
+  Listeners out;
+  for (int i = 0; i < n; ++i) {
+    auto l = CollectiveListener::Bind("127.0.0.1", 0);
+    EXPECT_TRUE(l.ok()) << l.status();
+    out.peers.push_back(absl::StrCat("127.0.0.1:", (*l)->port()));
+    out.l.push_back(std::move(*l));
+  }
+  return out;
+}
+
+TcpRingOptions Options(const Listeners& ls, int rank) {
+  TcpRingOptions o;
+  o.rank = rank;
+  o.size = static_cast<int>(ls.peers.size());
+  o.peers = ls.peers;
+  o.group_id = 42;
+  o.token = "a-token-of-sixteen-chars";
+  o.connect_timeout = absl::Seconds(20);
+  return o;
+}
+
+// Forms the ring with one thread per rank; `tweak` may edit each rank's options.
+std::vector<RingOrError> FormAll(Listeners& ls, std::function<void(TcpRingOptions&)> tweak = nullptr) {
+  const int n = static_cast<int>(ls.peers.size());
+  std::vector<RingOrError> out;
+  for (int r = 0; r < n; ++r) out.emplace_back(absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      TcpRingOptions o = Options(ls, r);
+      if (tweak) tweak(o);
+      out[r] = TcpRingCollective::Create(ls.l[r].get(), o);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::vector<std::unique_ptr<TcpRingCollective>> MustForm(Listeners& ls,
+                                                         std::function<void(TcpRingOptions&)> tweak = nullptr) {
+  std::vector<std::unique_ptr<TcpRingCollective>> ranks;
+  for (auto& r : FormAll(ls, tweak)) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) ranks.push_back(std::move(*r));
+  }
+  return ranks;
+}
+
+// Runs fn(rank) on one thread per rank and returns the statuses.
+std::vector<absl::Status> OnEachRank(int n, std::function<absl::Status(int)> fn) {
+  std::vector<absl::Status> st(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { st[r] = fn(r); });
+  for (auto& t : threads) t.join();
+  return st;
+}
+
+float Value(int rank, size_t i) { return std::sin(0.37f * i + rank) * (rank + 1) * 1000.0f + 1e-3f * i; }
+
+// The exact float the ring computes from `in`: segment j summed from rank j on.
+float Expected(const std::vector<std::vector<float>>& in, size_t i) {
+  const int N = static_cast<int>(in.size());
+  const size_t n = in[0].size();
+  int j = 0;
+  while (!(i >= n * j / N && i < n * (j + 1) / N)) ++j;
+  float sum = in[j][i];
+  for (int k = 1; k < N; ++k) sum += in[(j + k) % N][i];
+  return sum;
+}
+
+class RingSizeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(RingSizeTest, AllReduceIsExactAndBitIdentical) {
+  const int N = GetParam();
+  Listeners ls = BindAll(N);
+  auto ranks = MustForm(ls);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(N));
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{13}, size_t{1001}, size_t{65537}, size_t{1} << 20}) {
+    std::vector<std::vector<float>> data(N, std::vector<float>(n));
+    for (int r = 0; r < N; ++r)
+      for (size_t i = 0; i < n; ++i) data[r][i] = Value(r, i);
+    const std::vector<std::vector<float>> in = data;
+    auto st = OnEachRank(N, [&](int r) { return ranks[r]->AllReduceSum(data[r].data(), n); });
+    for (int r = 0; r < N; ++r) ASSERT_TRUE(st[r].ok()) << "n=" << n << " rank " << r << ": " << st[r];
+    for (int r = 1; r < N; ++r) {
+      ASSERT_EQ(0, std::memcmp(data[0].data(), data[r].data(), n * sizeof(float))) << "n=" << n << " rank " << r;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(data[0][i], Expected(in, i)) << "n=" << n << " i=" << i;
+      double exact = 0;
+      for (int r = 0; r < N; ++r) exact += in[r][i];
+      ASSERT_NEAR(data[0][i], exact, 1e-3 * (1 + std::fabs(exact)));
+    }
+  }
+}
+
+TEST_P(RingSizeTest, BroadcastFromEveryRoot) {
+  const int N = GetParam();
+  Listeners ls = BindAll(N);
+  auto ranks = MustForm(ls);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(N));
+  for (size_t n : {size_t{1}, size_t{7}, size_t{300001}}) {
+    for (int root = 0; root < N; ++root) {
+      std::vector<std::vector<float>> data(N, std::vector<float>(n));
+      for (int r = 0; r < N; ++r)
+        for (size_t i = 0; i < n; ++i) data[r][i] = Value(r, i);
+      auto st = OnEachRank(N, [&](int r) { return ranks[r]->Broadcast(data[r].data(), n, root); });
+      for (int r = 0; r < N; ++r) {
+        ASSERT_TRUE(st[r].ok()) << st[r];
+        ASSERT_EQ(0, std::memcmp(data[root].data(), data[r].data(), n * sizeof(float)));
+      }
+      
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, RingSizeTest, ::testing::Values(2, 3, 4));
+
+TEST(TcpRingTest, SizeOneIsANoOp) {
+  TcpRingOptions o;
+  auto ring = TcpRingCollective::Create(nullptr, o);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<float> v = {1, 2, 3};
+  ASSERT_TRUE((*ring)->AllReduceSum(v.data(), v.size()).ok());
+  ASSERT_TRUE((*ring)->Broadcast(v.data(), v.size(), 0).ok());
+  EXPECT_EQ(v, (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ((*ring)->Broadcast(v.data(), 3, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TcpRingTest, BadOptionsAreInvalidArgument) {
+  Listeners ls = BindAll(2);
+  TcpRingOptions o = Options(ls, 0);
+  o.rank = 2;
+  EXPECT_EQ(TcpRingCollective::Create(ls.l[0].get(), o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Options(ls, 0);
+  o.peers.pop_back();
+  EXPECT_EQ(TcpRingCollective::Create(ls.l[0].get(), o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TcpRingTest, WrongTokenIsRefusedNamingThePeer) {
+  Listeners ls = BindAll(2);
+  auto out = FormAll(ls, [](TcpRingOptions& o) {
+    if (o.rank == 1) o.token = "another-token-entirely";
+  });
+  for (auto& r : out) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("rank "));
+  }
+}
+
+TEST(TcpRingTest, OtherGroupIsSkippedAndTheRightOneForms) {
+  Listeners ls = BindAll(2);
+  RingOrError rank1 = absl::UnknownError("not run");
+  std::thread t([&] { rank1 = TcpRingCollective::Create(ls.l[1].get(), Options(ls, 1)); });
+  TcpRingOptions stale = Options(ls, 0);
+  stale.group_id = 41;
+  stale.connect_timeout = absl::Seconds(1);
+  RingOrError rank0 = TcpRingCollective::Create(ls.l[0].get(), stale);
+  ASSERT_FALSE(rank0.ok());
+  EXPECT_THAT(std::string(rank0.status().message()), HasSubstr("group"));
+  rank0 = TcpRingCollective::Create(ls.l[0].get(), Options(ls, 0));
+  t.join();
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  std::vector<float> a = {1, 2}, b = {10, 20};
+  auto st = OnEachRank(2, [&](int r) { return (r == 0 ? *rank0 : *rank1)->AllReduceSum(r == 0 ? a.data() : b.data(), 2); });
+  ASSERT_TRUE(st[0].ok() && st[1].ok()) << st[0] << st[1];
+  EXPECT_EQ(a, (std::vector<float>{11, 22}));
+}
+
+TEST(TcpRingTest, GarbageConnectionsDoNotStopTheGroup) {
+  Listeners ls = BindAll(2);
+  // A hostile client: connects to rank 1's listener and sends junk.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(ls.l[1]->port());
+  ASSERT_EQ(0, ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+  std::string junk(200, '\xff');
+  ASSERT_EQ(static_cast<ssize_t>(junk.size()), ::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL));
+  auto ranks = MustForm(ls);
+  ::close(fd);
+  ASSERT_EQ(ranks.size(), 2u);
+  std::vector<float> a = {1}, b = {2};
+  auto st = OnEachRank(2, [&](int r) { return ranks[r]->AllReduceSum(r == 0 ? a.data() : b.data(), 1); });
+  EXPECT_TRUE(st[0].ok() && st[1].ok());
+  EXPECT_EQ(a[0], 3);
+}
+
+TEST(TcpRingTest, MismatchedCallsFail) {
+  Listeners ls = BindAll(2);
+  auto ranks = MustForm(ls, [](TcpRingOptions& o) { o.timeout = absl::Seconds(5); });
+  ASSERT_EQ(ranks.size(), 2u);
+  std::vector<float> a(100), b(101);
+  auto st = OnEachRank(2, [&](int r) { return r == 0 ? ranks[0]->AllReduceSum(a.data(), 100)
+                                                     : ranks[1]->AllReduceSum(b.data(), 101); });
+  EXPECT_FALSE(st[0].ok());
+  EXPECT_FALSE(st[1].ok());
+}
+
+TEST(TcpRingTest, PeerThatClosesGivesUnavailableQuickly) {
+  Listeners ls = BindAll(3);
+  const absl::Duration timeout = absl::Seconds(10);
+  auto ranks = MustForm(ls, [&](TcpRingOptions& o) { o.timeout = timeout; });
+  ASSERT_EQ(ranks.size(), 3u);
+  const size_t n = 4 << 20;
+  std::vector<std::vector<float>> data(2, std::vector<float>(n, 1.0f));
+  absl::Time start = absl::Now();
+  std::vector<absl::Status> st(2);
+  std::thread t0([&] { st[0] = ranks[0]->AllReduceSum(data[0].data(), n); });
+  std::thread t1([&] { st[1] = ranks[1]->AllReduceSum(data[1].data(), n); });
+  ranks[2].reset();  // rank 2 dies: its sockets close
+  t0.join();
+  t1.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), absl::StatusCode::kUnavailable) << st[r];
+  }
+  EXPECT_LT(absl::Now() - start, timeout / 2);
+  // Broken for good: later calls fail at once with the same status.
+  EXPECT_EQ(ranks[0]->AllReduceSum(data[0].data(), 1).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(TcpRingTest, PeerThatStopsGivesDeadlineExceeded) {
+  Listeners ls = BindAll(2);
+  const absl::Duration timeout = absl::Milliseconds(500);
+  auto ranks = MustForm(ls, [&](TcpRingOptions& o) { o.timeout = timeout; });
+  ASSERT_EQ(ranks.size(), 2u);
+  const size_t n = 4 << 20;  // more than the socket buffers hold
+  std::vector<float> data(n, 1.0f);
+  absl::Time start = absl::Now();
+  absl::Status st = ranks[0]->AllReduceSum(data.data(), n);  // rank 1 never calls
+  absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("rank 1"));
+  EXPECT_GE(took, timeout * 0.9);
+  EXPECT_LT(took, timeout * 4);
+  EXPECT_EQ(ranks[0]->AllReduceSum(data.data(), n).code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(TcpRingTest, AbortFromAnotherThread) {
+  Listeners ls = BindAll(3);
+  auto ranks = MustForm(ls, [](TcpRingOptions& o) { o.timeout = absl::Seconds(30); });
+  ASSERT_EQ(ranks.size(), 3u);
+  const size_t n = 1 << 20;
+  std::vector<std::vector<float>> data(2, std::vector<float>(n, 1.0f));
+  std::vector<absl::Status> st(2);
+  absl::Time start = absl::Now();
+  // Rank 2 never calls, so ranks 0 and 1 block until something gives.
+  std::thread t0([&] { st[0] = ranks[0]->AllReduceSum(data[0].data(), n); });
+  std::thread t1([&] { st[1] = ranks[1]->AllReduceSum(data[1].data(), n); });
+  ranks[0]->Abort();
+  t0.join();
+  ranks[1]->Abort();
+  t1.join();
+  EXPECT_EQ(st[0].code(), absl::StatusCode::kAborted) << st[0];
+  // Rank 1 sees either rank 0's teardown (UNAVAILABLE) or its own Abort.
+  EXPECT_TRUE(absl::IsUnavailable(st[1]) || absl::IsAborted(st[1])) << st[1];
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(ranks[0]->Broadcast(data[0].data(), n, 0).code(), absl::StatusCode::kAborted);
+}
+
+}  // namespace
+}  // namespace psrt
