@@ -42,10 +42,15 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
       report_(options_.report ? options_.report
                               : [](const std::string& line) { LOG(INFO) << line; }),
       manifests_(CheckpointDir(options_)) {
-  for (int i = 0; i < options_.cluster.NumTasks(kPsJob); ++i) {
-    TaskId t = MakeTaskId(kPsJob, i);
+  // The parameter stores: the PS tasks, or under a mirrored strategy each
+  // worker's replica (served on the worker's own port). Checkpoints and
+  // recoveries treat both alike.
+  const absl::string_view store_job = Mirrored() ? kWorkerJob : kPsJob;
+  for (int i = 0; i < options_.cluster.NumTasks(store_job); ++i) {
+    TaskId t = MakeTaskId(store_job, i);
     PsView v;
-    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)), TaskName(t));
+    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)),
+                                        Mirrored() ? TaskName(t) + " (replica)" : TaskName(t));
     ps_.push_back(std::move(v));
   }
   for (int i = 0; i < options_.cluster.NumTasks(kWorkerJob); ++i) {
@@ -102,6 +107,19 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
   for (const TaskState& t : registry_->All()) {
     if (t.info.task().job() == kPsJob) *a.add_ps() = t.info;
   }
+  if (Mirrored()) {
+    // Synchronous by construction; a new group (id = generation) at every
+    // start, so a member restarted since cannot join an old formation.
+    a.mutable_consistency()->set_mode(ConsistencyDef::SYNC);
+    CollectiveGroup* g = a.mutable_collective();
+    g->set_rank(i);
+    g->set_size(NumWorkers());
+    for (int w = 0; w < NumWorkers(); ++w) {
+      g->add_peer(registry_->Get(MakeTaskId(kWorkerJob, w)).info.collective_address());
+    }
+    g->set_group_id(static_cast<uint64_t>(generation_));
+    g->set_timeout_ms(options_.job.strategy().multi_worker_mirrored().collective_timeout_ms());
+  }
   return a;
 }
 
@@ -109,7 +127,8 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   CreateVariablesRequest req;
   for (const VariablePlacement& vp : plan_.placement.variable()) {
     for (const VariablePlacement::Shard& shard : vp.shard()) {
-      if (shard.ps_task() != ps) continue;
+      // A mirrored plan puts everything on store 0; every replica holds it.
+      if (shard.ps_task() != (Mirrored() ? 0 : ps)) continue;
       VariableDef* v = req.add_variable();
       *v = vp.variable();
       if (vp.shard_size() > 1) {
@@ -124,6 +143,12 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : NumWorkers()));
   *req.mutable_consistency() = options_.job.consistency();
   req.set_num_workers(ActiveWorkers());
+  if (Mirrored()) {
+    // A replica has one writer, its worker, which applies each step's
+    // all-reduced mean at once.
+    req.mutable_consistency()->set_mode(ConsistencyDef::ASYNC);
+    req.set_num_workers(1);
+  }
   req.set_chief_incarnation(options_.incarnation);
   req.set_generation(generation_);
   req.set_reinitialize(reinitialize);
@@ -158,6 +183,7 @@ absl::Status Coordinator::WaitForRegistration() {
 
 absl::Status Coordinator::Setup() {
   const TrainingJob& job = options_.job;
+  RETURN_IF_ERROR(CheckStrategy(job, options_.cluster.NumTasks(kPsJob), NumWorkers()));
   Report(true);
   RETURN_IF_ERROR(WaitForRegistration());
   {
@@ -333,7 +359,9 @@ absl::Status Coordinator::Watch(bool* done) {
         w.down_since = absl::Now();
       }
       w.reachable = false;
-      if (!w.removed && absl::Now() - w.down_since > (Sync() ? sync_wait : heartbeat_timeout)) {
+      // A mirrored group cannot go on without a member: its replica is
+      // waited for like a PS (above), and the group re-formed when it is back.
+      if (!Mirrored() && !w.removed && absl::Now() - w.down_since > (Sync() ? sync_wait : heartbeat_timeout)) {
         w.removed = true;
         if (Sync()) {
           report_(absl::StrCat(w.control->name(), " did not come back within ",
@@ -378,6 +406,11 @@ absl::Status Coordinator::Watch(bool* done) {
     eps += w.examples_per_sec;
     if (w.state == WorkerStatusResponse::FAILED) {
       return absl::AbortedError(absl::StrCat(w.control->name(), " failed: ", st->error()));
+    }
+    if (Mirrored() && w.state == WorkerStatusResponse::PAUSED && all_ps_answer && !st->error().empty()) {
+      // Parked on a failed all-reduce: the group is broken and the replicas
+      // may differ by a step. Re-form it from the last checkpoint.
+      return Recover(absl::StrCat(w.control->name(), " left the collective group: ", st->error()));
     }
     if (w.state == WorkerStatusResponse::PAUSED && all_ps_answer) {
       // Parked on its own (a PS call failed, or it lost the chief), and

@@ -50,6 +50,7 @@
 #include "chief/checkpoint_manifest.h"
 #include "chief/cluster_clients.h"
 #include "common/plan/job_plan.h"
+#include "common/plan/job_planner.h"
 #include "chief/task_registry.h"
 #include "common/cluster_spec.h"
 #include "common/rpc/channel_cache.h"
@@ -166,7 +167,9 @@ class Coordinator {
   int ActiveWorkers() const;
   // Tells every PS how many workers a SYNC step waits for.
   absl::Status ResizeSyncGroup();
-  bool Sync() const { return options_.job.consistency().mode() == ConsistencyDef::SYNC; }
+  bool Mirrored() const { return IsMirrored(options_.job); }
+  // Mirrored strategies are synchronous whatever the job's consistency says.
+  bool Sync() const { return Mirrored() || options_.job.consistency().mode() == ConsistencyDef::SYNC; }
 
   const CoordinatorOptions options_;
   TaskRegistry* const registry_;

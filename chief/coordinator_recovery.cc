@@ -246,8 +246,10 @@ absl::Status Coordinator::Recover(const std::string& why) {
   std::vector<absl::Status> resumed = ForEachWorker([this](int i) {
     WorkerView& w = workers_[i];
     if (!w.reachable) return absl::UnavailableError(absl::StrCat(w.control->name(), " is down"));
-    // A worker that had finished redoes the steps since the checkpoint.
-    if (w.state == WorkerStatusResponse::DONE) return w.control->Start(AssignmentFor(i, w.step));
+    // A worker that had finished redoes the steps since the checkpoint; a
+    // mirrored group is formed anew (its old one is broken, and a restarted
+    // member listens on another port).
+    if (w.state == WorkerStatusResponse::DONE || Mirrored()) return w.control->Start(AssignmentFor(i, w.step));
     return w.control->Resume(w.step, generation_);
   });
   for (int i = 0; i < NumWorkers(); ++i) {

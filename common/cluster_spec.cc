@@ -268,7 +268,8 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromClusterDef(const ClusterDef& def,
                    count(kChiefJob) == 0 ? "missing (a cluster needs exactly one chief)"
                                          : "a cluster has exactly one chief");
   }
-  if (count(kPsJob) == 0) return Invalid(source, "ps", "missing (at least one ps task)");
+  // No ps is a cluster of a mirrored strategy; the chief checks the job's
+  // strategy against the tasks it has.
   if (count(kWorkerJob) == 0) return Invalid(source, "worker", "missing (at least one worker)");
   ClusterSpec spec;
   for (absl::string_view name : KnownJobs()) {

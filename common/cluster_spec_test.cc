@@ -45,11 +45,17 @@ TEST(ClusterSpecTest, ParsesBareClusterAndTfConfigForms) {
   EXPECT_EQ(again->def().DebugString(), spec->def().DebugString());
 }
 
+TEST(ClusterSpecTest, AcceptsAClusterWithoutPsForMirroredStrategies) {
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromJson(R"({"chief": ["a:1"], "worker": ["b:2", "c:3"]})", "spec");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->NumTasks("ps"), 0);
+  EXPECT_EQ(spec->NumTasks("worker"), 2);
+}
+
 TEST(ClusterSpecTest, RefusesBadSpecsNamingTheField) {
   EXPECT_THAT(ErrorOf(R"({"ps": ["a:1"], "worker": ["b:2"]})"), HasSubstr("chief: missing"));
   EXPECT_THAT(ErrorOf(R"({"chief": ["a:1", "c:3"], "ps": ["b:2"], "worker": ["d:4"]})"),
               HasSubstr("exactly one chief"));
-  EXPECT_THAT(ErrorOf(R"({"chief": ["a:1"], "worker": ["b:2"]})"), HasSubstr("ps: missing"));
   EXPECT_THAT(ErrorOf(R"({"chief": ["a:1"], "ps": ["b:2"]})"), HasSubstr("worker: missing"));
   EXPECT_THAT(ErrorOf(R"({"chief": ["a:1"], "ps": ["a:1"], "worker": ["b:2"]})"),
               HasSubstr("ps[0]: duplicate address a:1 (also chief[0])"));

@@ -45,9 +45,11 @@ absl::Status CheckPlacement(const VariablePlacement& vp, int index, const std::m
   int64_t next_row = 0;
   for (int s = 0; s < vp.shard_size(); ++s) {
     const VariablePlacement::Shard& shard = vp.shard(s);
-    if (shard.ps_task() < 0 || shard.ps_task() >= limits.num_ps) {
+    // A mirrored worker's variables all live in its own replica ("PS 0").
+    const int stores = limits.mirrored ? 1 : limits.num_ps;
+    if (shard.ps_task() < 0 || shard.ps_task() >= stores) {
       return Bad(absl::StrCat(field, ".shard[", s, "].ps_task"),
-                 absl::StrCat(shard.ps_task(), " is not a PS of this cluster (it has ", limits.num_ps, ")"));
+                 absl::StrCat(shard.ps_task(), " is not a PS of this cluster (it has ", stores, ")"));
     }
     if (!by_rows) continue;
     // Row shards tile [0, rows) in order: the client joins them by offset.
@@ -64,9 +66,35 @@ absl::Status CheckPlacement(const VariablePlacement& vp, int index, const std::m
   return absl::OkStatus();
 }
 
+absl::Status CheckCollective(const CollectiveGroup& g, const AssignmentLimits& limits) {
+  if (g.size() < 1 || g.size() > limits.max_shards) {
+    return Bad("collective.size", absl::StrCat(g.size(), " is not in [1, ", limits.max_shards, "]"));
+  }
+  if (g.rank() < 0 || g.rank() >= g.size()) {
+    return Bad("collective.rank", absl::StrCat(g.rank(), " is not in [0, ", g.size(), ")"));
+  }
+  if (g.peer_size() != g.size()) {
+    return Bad("collective.peer", absl::StrCat(g.peer_size(), " peers for a group of ", g.size()));
+  }
+  for (int i = 0; i < g.peer_size(); ++i) {
+    const std::string& p = g.peer(i);
+    size_t colon = p.rfind(':');
+    if (p.size() > 512 || colon == std::string::npos || colon == 0 || colon + 1 == p.size()) {
+      return Bad(absl::StrCat("collective.peer[", i, "]"), "not host:port");
+    }
+  }
+  if (g.timeout_ms() < 0) return Bad("collective.timeout_ms", "negative");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimits& limits) {
+absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimits& limits_in) {
+  AssignmentLimits limits = limits_in;
+  if (a.has_collective()) {
+    RETURN_IF_ERROR(CheckCollective(a.collective(), limits));
+    limits.mirrored = true;
+  }
   if (a.num_shards() < 1 || a.num_shards() > limits.max_shards) {
     return Bad("num_shards", absl::StrCat(a.num_shards(), " is not in [1, ", limits.max_shards, "]"));
   }

@@ -6,6 +6,14 @@
 // Registers with the chief, waits for its assignment, then runs the pull /
 // compute / push loop against the parameter servers. SIGTERM, SIGINT or the
 // chief's Shutdown stops it.
+//
+// For a mirrored strategy the worker holds a full replica of the variables
+// in a parameter store of its own, served to the chief on the same port as
+// the Worker service (CreateVariables, Snapshot, Restore, Status), and sums
+// gradients with its group over TCP on a second, collective port that it
+// reports to the chief when it registers (--collective_port).
+#include <unistd.h>
+
 #include <iostream>
 #include <thread>
 
@@ -19,8 +27,12 @@
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
+#include "common/collective/tcp_ring.h"
+#include "common/store/ps_service.h"
+#include "common/store/server_core.h"
 #include "common/transport/ps_client.h"
 #include "worker/device_select.h"
+#include "worker/mirrored_client.h"
 #include "common/compute/graph_step_runner.h"
 #include "worker/worker_runtime.h"
 #include "worker/worker_service.h"
@@ -31,6 +43,15 @@ ABSL_FLAG(bool, overlap_pull, true,
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the step's kernels run.");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: this task's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
+ABSL_FLAG(int, collective_port, 0,
+          "Mirrored strategies: the TCP port this worker's ring neighbour connects to "
+          "(0 = any free port; it is reported to the chief when the worker registers).");
+ABSL_FLAG(std::string, snapshot_dir, "",
+          "Mirrored strategies: the replica's snapshots go only to checkpoint directories "
+          "inside this one.");
+ABSL_FLAG(int64_t, max_memory_mb, -1,
+          "Mirrored strategies: most MiB of variables and optimizer slots the replica holds "
+          "(-1 = 3/4 of the machine's memory, 0 = no limit).");
 ABSL_FLAG(int64_t, kill_at_step, 0,
           "Fault injection: SIGKILL this worker when it is about to run this step (0 = never).");
 ABSL_FLAG(int64_t, fault_stop_before_push_at_step, 0,
@@ -63,7 +84,34 @@ int Main(int argc, char** argv) {
   *self.mutable_task() = config->task;
   self.set_address(config->address);
   self.set_incarnation(incarnation);
+  // A mirrored strategy's collective port, bound before registering so the
+  // chief can tell every member where its neighbour listens.
+  // It binds where the gRPC server does: a loopback or numeric address as
+  // given, a host name on every interface.
+  std::string collective_host = config->address.substr(0, config->address.rfind(':'));
+  if (collective_host == "localhost") collective_host = "127.0.0.1";
+  const std::string listen_host = ListenAddressFor(collective_host + ":0");
+  absl::StatusOr<std::unique_ptr<CollectiveListener>> collective_listener = CollectiveListener::Bind(
+      listen_host.substr(0, listen_host.rfind(':')) == "0.0.0.0" ? "" : collective_host,
+      absl::GetFlag(FLAGS_collective_port));
+  if (!collective_listener.ok()) return ExitWithError(collective_listener.status());
+  self.set_collective_address(absl::StrCat(collective_host, ":", (*collective_listener)->port()));
   ChiefLink link(channels.Get(chief), chief, self, ChiefLinkOptions());
+
+  // The replica of a mirrored strategy (idle otherwise).
+  ServerCoreOptions replica_options;
+  replica_options.task_index = config->task.index();
+  replica_options.incarnation = incarnation;
+  replica_options.store_name = absl::StrCat("worker-", config->task.index());
+  replica_options.snapshot_root = absl::GetFlag(FLAGS_snapshot_dir);
+  int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
+  if (max_memory_mb < 0) {
+    max_memory_mb = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) / 4 * 3 >> 20;
+  }
+  if (max_memory_mb > 0) replica_options.max_memory_bytes = max_memory_mb << 20;
+  ParameterServerCore replica(replica_options);
+  PsServiceImpl replica_service(&replica);
+  replica_service.set_authenticator(RequestAuthenticator(rpc.security));
 
   std::vector<std::string> ps_addresses;
   for (int i = 0; i < config->cluster.NumTasks(kPsJob); ++i) {
@@ -73,6 +121,22 @@ int Main(int argc, char** argv) {
   const int threads = absl::GetFlag(FLAGS_threads);
   WorkerDeps deps;
   deps.make_client = [&](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
+    if (a.has_collective()) {
+      TcpRingOptions o;
+      o.rank = a.collective().rank();
+      o.size = a.collective().size();
+      o.peers.assign(a.collective().peer().begin(), a.collective().peer().end());
+      o.group_id = a.collective().group_id();
+      o.token = rpc.security.token;
+      if (a.collective().timeout_ms() > 0) o.timeout = absl::Milliseconds(a.collective().timeout_ms());
+      CollectiveListener* listener = collective_listener->get();
+      return std::unique_ptr<ParameterClient>(new MirroredClient(
+          &replica, [listener, o]() -> absl::StatusOr<std::unique_ptr<Collective>> {
+            absl::StatusOr<std::unique_ptr<TcpRingCollective>> ring = TcpRingCollective::Create(listener, o);
+            if (!ring.ok()) return ring.status();
+            return std::unique_ptr<Collective>(std::move(*ring));
+          }));
+    }
     PsClientOptions o;
     o.worker = index;
     return std::unique_ptr<ParameterClient>(new PsClient(a.placement(), ps_addresses, &channels, o));
@@ -109,7 +173,7 @@ int Main(int argc, char** argv) {
   limits.num_ps = static_cast<int>(ps_addresses.size());
   service.set_assignment_limits(limits);
   service.set_authenticator(RequestAuthenticator(rpc.security));
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service, &replica_service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex
             << incarnation << std::dec << ")";

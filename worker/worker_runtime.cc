@@ -99,6 +99,7 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   stop_ = false;
   error_.clear();
   device_ = runner_->device();
+  lockstep_ = client_->lockstep();
   ++interruptions_;
   LOG(INFO) << "worker " << options_.index << " starts steps [" << assignment.start_step() << ", "
             << assignment.end_step() << ") on " << device_ << ", generation " << generation_;
@@ -114,6 +115,17 @@ absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration 
                                            " but the worker is at ", generation_));
   }
   pause_requested_ = true;
+  if (lockstep_ && state_ == WorkerStatusResponse::RUNNING) {
+    // The wish rides this worker's next all-reduce; the whole group stops
+    // after that step (see Loop and RunStep).
+    auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return state_ != WorkerStatusResponse::RUNNING;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&stopped), timeout)) {
+      return absl::DeadlineExceededError("the collective group has not reached a step boundary");
+    }
+    return next_step_;
+  }
   ++interruptions_;
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !pushing_; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
@@ -160,8 +172,10 @@ void WorkerRuntime::Loop() {
     bool rewind;
     {
       absl::MutexLock lock(&mu_);
+      // In lockstep a requested pause is not a reason to stop here: the
+      // group agrees on the step to stop after in its all-reduce.
       auto runnable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || (state_ == WorkerStatusResponse::RUNNING && !pause_requested_);
+        return stop_ || (state_ == WorkerStatusResponse::RUNNING && (!pause_requested_ || lockstep_));
       };
       mu_.Await(absl::Condition(&runnable));
       if (stop_) return;
@@ -217,10 +231,11 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     ::raise(SIGKILL);
   }
   int64_t seen, end_step;
-  bool overlap;
+  bool overlap, lockstep;
   {
     absl::MutexLock lock(&mu_);
     seen = interruptions_;
+    lockstep = lockstep_;
     end_step = assignment_.end_step();
     overlap = options_.overlap_pull && assignment_.consistency().mode() == ConsistencyDef::ASYNC;
   }
@@ -243,11 +258,13 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     status = r.status();
     if (r.ok()) result = *std::move(r);
   }
+  bool pause_wanted = false;
   if (status.ok()) {
     {
       absl::MutexLock lock(&mu_);
       if (interruptions_ != seen || stop_) return;  // paused or resumed under us: drop it
       pushing_ = true;
+      pause_wanted = pause_requested_;
     }
     if (options_.stop_before_push_at_step > 0 && step == options_.stop_before_push_at_step &&
         !stopped_for_fault_.exchange(true)) {
@@ -260,11 +277,24 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     id.set_worker_incarnation(options_.incarnation);
     id.set_step(step);
     id.set_generation(generation);
-    status = client_->Push(id, result.dense_gradients, result.sparse_gradients);
+    bool pause_agreed = false;
+    if (lockstep) {
+      absl::StatusOr<bool> agreed =
+          client_->PushAgreeing(id, result.dense_gradients, result.sparse_gradients, pause_wanted);
+      status = agreed.status();
+      pause_agreed = agreed.ok() && *agreed;
+    } else {
+      status = client_->Push(id, result.dense_gradients, result.sparse_gradients);
+    }
     absl::MutexLock lock(&mu_);
     pushing_ = false;
     if (status.ok()) {
       if (next_step_ == step) next_step_ = step + 1;
+      if (pause_agreed && state_ == WorkerStatusResponse::RUNNING) {
+        // A member of the group asked to pause: all stop after this step.
+        pause_requested_ = true;
+        state_ = WorkerStatusResponse::PAUSED;
+      }
       double dt = absl::ToDoubleSeconds(absl::Now() - start);
       double eps = dt > 0 ? batch.size / dt : 0;
       examples_per_sec_ = examples_per_sec_ == 0 ? eps : 0.9 * examples_per_sec_ + 0.1 * eps;

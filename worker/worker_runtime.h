@@ -107,6 +107,10 @@ class WorkerRuntime {
   bool pause_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool pushing_ ABSL_GUARDED_BY(mu_) = false;
+  // The client runs steps in lockstep with a collective group (mirrored
+  // strategies): a Pause is agreed in the step's all-reduce, never taken
+  // alone between steps (ParameterClient::PushAgreeing).
+  bool lockstep_ ABSL_GUARDED_BY(mu_) = false;
   // Bumped by every Pause and Resume: a step that saw another value between
   // its pull and its push is dropped.
   int64_t interruptions_ ABSL_GUARDED_BY(mu_) = 0;

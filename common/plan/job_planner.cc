@@ -54,8 +54,45 @@ absl::StatusOr<TrainingJob> LoadJob(const std::string& path) {
   return ParseJob(ss.str(), path);
 }
 
+bool IsMirrored(const TrainingJob& job) { return job.strategy().has_multi_worker_mirrored(); }
+
+absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) {
+  if (IsMirrored(job)) {
+    if (num_ps > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job.strategy.multi_worker_mirrored: the cluster has ", num_ps,
+          " ps tasks, which this strategy does not use (workers hold the variables); remove them "
+          "from the cluster spec"));
+    }
+    if (num_workers < 1) {
+      return absl::InvalidArgumentError("job.strategy.multi_worker_mirrored: the cluster has no worker");
+    }
+    if (job.strategy().multi_worker_mirrored().collective_timeout_ms() < 0) {
+      return absl::InvalidArgumentError(
+          "job.strategy.multi_worker_mirrored.collective_timeout_ms: negative");
+    }
+    return absl::OkStatus();
+  }
+  if (num_ps < 1) {
+    return absl::InvalidArgumentError(
+        "job.strategy: parameter_server (the default) needs at least one ps task in the cluster spec; "
+        "for a cluster of workers only, set strategy { multi_worker_mirrored {} }");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps) {
   ASSIGN_OR_RETURN(CompiledModel model, CompileModel(job));
+  if (IsMirrored(job)) {
+    for (const VariableDef& v : model.variables) {
+      if (v.kind() != VariableDef::DENSE) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "job.strategy.multi_worker_mirrored: ", v.name(),
+            " is an embedding table; mirrored strategies all-reduce dense variables only"));
+      }
+    }
+    num_ps = 1;
+  }
   JobPlan plan;
   plan.graph = std::move(model.graph);
   plan.loss_node = model.loss;

@@ -17,7 +17,14 @@ namespace psrt {
 absl::StatusOr<TrainingJob> LoadJob(const std::string& path);
 absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source);
 
-// The Planner of chief/job_plan.h.
+// The job's strategy against the cluster it runs on: the PS strategy needs
+// PS tasks, a mirrored one has none (its workers hold the variables).
+// INVALID_ARGUMENT naming the field.
+absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers);
+bool IsMirrored(const TrainingJob& job);
+
+// The Planner of chief/job_plan.h. A mirrored job's variables all go to
+// "PS 0", whole: each worker's replica holds every one.
 absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps);
 
 // A worker assignment of the plan (graph, placement, input, loss, metrics);

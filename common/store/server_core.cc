@@ -500,7 +500,7 @@ absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& 
   // created there (issue #17: stores were made in any directory, '../..'
   // included, and a caller could restore a model it had prepared).
   RETURN_IF_ERROR(CheckSnapshotDir(dir, options_.snapshot_root));
-  std::string path = absl::StrCat(dir, "/ps-", options_.task_index);
+  std::string path = absl::StrCat(dir, "/", StoreName());
   absl::MutexLock lock(&snap_mu_);
   auto it = stores_.find(path);
   if (it != stores_.end()) return it->second.get();
@@ -594,7 +594,7 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   SnapshotResponse resp;
   resp.set_step(req.step());
   resp.set_bytes(bytes);
-  resp.set_path(absl::StrCat("ps-", options_.task_index));
+  resp.set_path(StoreName());
   if (req.wait_durable()) {
     absl::MutexLock lock(&snap_mu_);
     int64_t step = req.step();

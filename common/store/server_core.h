@@ -65,6 +65,9 @@ struct ServerCoreOptions {
   // When set, every snapshot and restore directory a request names must be
   // inside it (--snapshot_dir).
   std::string snapshot_root;
+  // The snapshot store's name under a checkpoint directory; empty =
+  // "ps-<task_index>". A mirrored worker's replica is "worker-<index>".
+  std::string store_name;
 };
 
 // A checkpoint directory from a request: absolute, without '.' or '..'
@@ -106,6 +109,9 @@ class ParameterServerCore {
   // the variable's storage, copy-on-write.)
   BufferPool* pool() const { return pool_.get(); }
   uint64_t incarnation() const { return options_.incarnation; }
+  std::string StoreName() const {
+    return options_.store_name.empty() ? "ps-" + std::to_string(options_.task_index) : options_.store_name;
+  }
 
  private:
   struct Waiter {

@@ -40,6 +40,21 @@ class ParameterClient {
   // carry it from now on (pushes carry theirs in the RequestId), and a PS at
   // another generation refuses them. Clients of a PS with no chief ignore it.
   virtual void SetGeneration(int64_t generation) {}
+
+  // Clients of a mirrored strategy run every step in lockstep with the
+  // other workers of their group: a worker that stopped between steps on
+  // its own would stall the others inside the step's all-reduce. For them
+  // the worker pushes with PushAgreeing(), which carries its wish to pause
+  // after this step and returns whether any member of the group had it, so
+  // that the whole group pauses after the same step.
+  virtual bool lockstep() const { return false; }
+  virtual absl::StatusOr<bool> PushAgreeing(
+      const RequestId& id, const TensorMap& dense,
+      const std::map<std::string, std::pair<Tensor, Tensor>>& sparse, bool pause) {
+    absl::Status s = Push(id, dense, sparse);
+    if (!s.ok()) return s;
+    return pause;
+  }
 };
 
 }  // namespace psrt
