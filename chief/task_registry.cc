@@ -1,5 +1,7 @@
 #include "chief/task_registry.h"
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -20,6 +22,20 @@ absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo
   if (task.incarnation() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(TaskName(task.task()), ": incarnation 0"));
   }
+  if (!task.collective_address().empty()) {
+    // Peer-controlled: a worker's collective listener, handed to the other
+    // members of its group. host:port, bounded, nothing else.
+    const std::string& a = task.collective_address();
+    size_t colon = a.rfind(':');
+    int port = 0;
+    if (task.task().job() != kWorkerJob || a.size() > 256 || colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(a.substr(colon + 1), &port) || port < 1 || port > 65535 ||
+        a.find_first_of(" \t\r\n/") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(TaskName(task.task()), ": collective_address \"",
+                                                     absl::CEscape(a.substr(0, 64)),
+                                                     "\" is not a worker's host:port"));
+    }
+  }
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(Key(task.task()));
   if (it == tasks_.end()) {
@@ -36,6 +52,7 @@ absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo
   }
   if (r == Registration::kRestarted) ++s.restarts;
   s.info.set_incarnation(task.incarnation());
+  s.info.set_collective_address(task.collective_address());
   s.last_seen = env_->Now();
   ++version_;
   return r;

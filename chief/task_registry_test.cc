@@ -54,6 +54,26 @@ TEST(TaskRegistryTest, RegistrationTellsFirstAgainAndRestart) {
   EXPECT_EQ(r.Register(Info("ps:0", 0)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TaskRegistryTest, AWorkersCollectiveAddressIsKeptAndCheckedAtTheEdge) {
+  TaskRegistry r(Spec(), absl::Seconds(10));
+  TaskInfo w = Info("worker:0", 5);
+  w.set_collective_address("10.0.0.7:41000");
+  ASSERT_TRUE(r.Register(w).ok());
+  EXPECT_EQ(r.Get(*ParseTaskId("worker:0")).info.collective_address(), "10.0.0.7:41000");
+  for (const char* bad : {"10.0.0.7", "10.0.0.7:0", "10.0.0.7:70000", ":41000", "a b:1", "h:1\nforged"}) {
+    TaskInfo b = Info("worker:0", 6);
+    b.set_collective_address(bad);
+    absl::StatusOr<TaskRegistry::Registration> refused = r.Register(b);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("collective_address")) << bad;
+  }
+  // Nothing changed by the refused ones; a PS may not name one at all.
+  EXPECT_EQ(r.Get(*ParseTaskId("worker:0")).info.incarnation(), 5u);
+  TaskInfo p = Info("ps:0", 9);
+  p.set_collective_address("10.0.0.8:41000");
+  EXPECT_FALSE(r.Register(p).ok());
+}
+
 TEST(TaskRegistryTest, HeartbeatsFromUnknownIncarnationsAreAborted) {
   TaskRegistry r(Spec(), absl::Seconds(10));
   ASSERT_TRUE(r.Register(Info("worker:0", 5)).ok());

@@ -2,6 +2,7 @@
 //
 //   bazel run //deploy:local_cluster -- [--job=FILE] [--cluster_spec=FILE]
 //       [--ps=2] [--workers=2] [--kill=ps:1@800] [--run_dir=DIR]
+//       [--strategy=parameter_server|multi_worker_mirrored]
 //
 // Starts the parameter servers, the workers and the chief, supervises them
 // as Kubernetes would (a daemon that dies is restarted with backoff, up to
@@ -37,7 +38,12 @@
 
 ABSL_FLAG(std::string, job, "", "Training job (default: examples/fashion_mnist_mlp.pbtxt).");
 ABSL_FLAG(std::string, cluster_spec, "", "Cluster spec (default: a chief, --ps PS and --workers workers on free loopback ports).");
-ABSL_FLAG(int, ps, 2, "Parameter servers, without --cluster_spec.");
+ABSL_FLAG(std::string, strategy, "parameter_server",
+          "parameter_server or multi_worker_mirrored: picks the default job "
+          "(examples/fashion_mnist_mlp.pbtxt or examples/fashion_mnist_mlp_mirrored.pbtxt) and, "
+          "without --cluster_spec, the cluster's shape (a mirrored cluster has no ps tasks). "
+          "With --job, the job's own strategy decides.");
+ABSL_FLAG(int, ps, 2, "Parameter servers, without --cluster_spec (none with --strategy=multi_worker_mirrored).");
 ABSL_FLAG(int, workers, 2, "Workers, without --cluster_spec.");
 ABSL_FLAG(std::vector<std::string>, kill, {},
           "TASK@STEP[,...]: SIGKILL that daemon once the job reaches the step (e.g. ps:1@800), to watch recovery.");
@@ -133,8 +139,10 @@ absl::StatusOr<std::string> DefaultSpec(const std::string& run_dir, int ps, int 
   for (int i = 0; i < ps; ++i) p.push_back(*addr());
   for (int i = 0; i < workers; ++i) w.push_back(*addr());
   std::string path = run_dir + "/cluster.json";
-  std::ofstream(path) << "{\"chief\": [" << *chief << "], \"ps\": [" << absl::StrJoin(p, ", ")
-                      << "], \"worker\": [" << absl::StrJoin(w, ", ") << "]}\n";
+  std::ofstream out(path);
+  out << "{\"chief\": [" << *chief << "], ";
+  if (!p.empty()) out << "\"ps\": [" << absl::StrJoin(p, ", ") << "], ";
+  out << "\"worker\": [" << absl::StrJoin(w, ", ") << "]}\n";
   return path;
 }
 
@@ -148,9 +156,16 @@ int Run(int argc, char** argv) {
   std::system(absl::StrCat("mkdir -p '", run_dir, "'").c_str());
   Launcher launcher(run_dir, absl::GetFlag(FLAGS_verbose));
 
+  const std::string strategy = absl::GetFlag(FLAGS_strategy);
+  if (strategy != "parameter_server" && strategy != "multi_worker_mirrored") {
+    std::cerr << "error: --strategy=" << strategy << ": expected parameter_server or multi_worker_mirrored\n";
+    return 2;
+  }
+  const bool mirrored = strategy == "multi_worker_mirrored";
   std::string spec_path = Here(absl::GetFlag(FLAGS_cluster_spec));
   if (spec_path.empty()) {
-    absl::StatusOr<std::string> p = DefaultSpec(run_dir, absl::GetFlag(FLAGS_ps), absl::GetFlag(FLAGS_workers));
+    absl::StatusOr<std::string> p =
+        DefaultSpec(run_dir, mirrored ? 0 : absl::GetFlag(FLAGS_ps), absl::GetFlag(FLAGS_workers));
     if (!p.ok()) {
       std::cerr << "error: " << p.status().message() << "\n";
       return 2;
@@ -163,7 +178,9 @@ int Run(int argc, char** argv) {
     return 2;
   }
   std::string job = Here(absl::GetFlag(FLAGS_job));
-  if (job.empty()) job = Binary(argv[0], "examples/fashion_mnist_mlp.pbtxt");
+  if (job.empty()) {
+    job = Binary(argv[0], mirrored ? "examples/fashion_mnist_mlp_mirrored.pbtxt" : "examples/fashion_mnist_mlp.pbtxt");
+  }
   if (access(job.c_str(), R_OK) != 0) {
     std::cerr << "error: cannot read job file " << job << "\n";
     return 2;
@@ -225,7 +242,10 @@ int Run(int argc, char** argv) {
     if (t.job() == kPsJob) {
       c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir + "/checkpoints"};
     }
-    if (t.job() == kWorkerJob) c.argv = {Binary(argv[0], "worker/main"), base, task};
+    if (t.job() == kWorkerJob) {
+      // A mirrored worker's replica snapshots beside the PS's would.
+      c.argv = {Binary(argv[0], "worker/main"), base, task, "--snapshot_dir=" + run_dir + "/checkpoints"};
+    }
     if (t.job() == kChiefJob) {
       c.argv = {Binary(argv[0], "chief/main"), base, task, "--job=" + job,
                 "--checkpoint_dir=" + run_dir + "/checkpoints", "--summary=" + run_dir + "/summary.json",
