@@ -1,0 +1,155 @@
+// multi_worker_mirrored end to end, through the local launcher: real worker
+// processes holding replicas, a TCP ring all-reduce between them, a worker
+// SIGKILLed and one SIGSTOPped for longer than the collective deadline.
+#include <dirent.h>
+#include <signal.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/plan/job_planner.h"
+#include "common/snapshot/snapshot_store.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "tests/harness/process_harness.h"
+
+namespace psrt {
+namespace {
+
+// The mirrored MLP example, whole (15 epochs: the accuracy bar needs them),
+// with a short collective deadline so a stopped worker is noticed quickly.
+std::string WriteJob(const std::string& dir) {
+  auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp_mirrored.pbtxt"));
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return "";
+  job->mutable_strategy()->mutable_multi_worker_mirrored()->set_collective_timeout_ms(2000);
+  job->clear_summary_path();
+  job->clear_log_dir();
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(*job, &text);
+  std::string path = dir + ".pbtxt";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The pid of the process whose command line holds both strings, or -1.
+pid_t PidOf(const std::string& a, const std::string& b) {
+  DIR* d = opendir("/proc");
+  pid_t found = -1;
+  while (dirent* e = readdir(d)) {
+    if (!isdigit(e->d_name[0])) continue;
+    std::ifstream f(absl::StrCat("/proc/", e->d_name, "/cmdline"));
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cmd.find(a) != std::string::npos && cmd.find(b) != std::string::npos) found = std::stoi(e->d_name);
+  }
+  closedir(d);
+  return found;
+}
+
+struct Result {
+  double accuracy = -1;
+  int failures = -1;
+  std::string dir;
+};
+
+double Field(const std::string& summary, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(summary, m, std::regex(pattern))) return -1;
+  return std::stod(m[1]);
+}
+
+// Runs the launcher to the end; `during` may act on it while it runs.
+Result RunLauncher(const std::string& name, std::vector<std::string> extra,
+           const std::function<void(testing::Daemon*, const std::string& dir)>& during = nullptr) {
+  Result r;
+  r.dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  const std::string job = WriteJob(r.dir);
+  std::vector<std::string> argv = {testing::RunfilePath("deploy/local_cluster"), "--job=" + job,
+                                   "--run_dir=" + r.dir, "--strategy=multi_worker_mirrored", "--workers=2"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto launcher = testing::Daemon::Start(name, argv);
+  EXPECT_TRUE(launcher.ok()) << launcher.status();
+  if (!launcher.ok()) return r;
+  if (during) during(launcher->get(), r.dir);
+  auto status = (*launcher)->Wait(absl::Minutes(6));
+  EXPECT_TRUE(status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << (status.ok() ? DescribeWaitStatus(*status) : std::string(status.status().message()));
+  std::ifstream in(r.dir + "/summary.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.accuracy = Field(ss.str(), "\"accuracy\": ([0-9.]+)");
+  r.failures = static_cast<int>(Field(ss.str(), "\"failures_survived\": ([0-9]+)"));
+  std::cerr << "FIGURE: " << name << " accuracy " << r.accuracy << " failures_survived " << r.failures
+            << " summary " << ss.str() << std::endl;
+  return r;
+}
+
+std::string Bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.raw_data()), t.TotalBytes()); }
+
+// Every variable, slot and update count of two replicas' snapshots of `step`.
+void ExpectBitIdentical(const std::string& checkpoints, int64_t step) {
+  auto a = SnapshotStore::OpenReadOnly(checkpoints + "/worker-0");
+  auto b = SnapshotStore::OpenReadOnly(checkpoints + "/worker-1");
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  auto sa = (*a)->Read(step);
+  auto sb = (*b)->Read(step);
+  ASSERT_TRUE(sa.ok() && sb.ok()) << sa.status() << " " << sb.status();
+  ASSERT_EQ(sa->variables.size(), sb->variables.size());
+  ASSERT_GE(sa->variables.size(), 6u);  // 3 dense layers: kernels and biases
+  for (size_t i = 0; i < sa->variables.size(); ++i) {
+    const VariableState& x = sa->variables[i];
+    const VariableState& y = sb->variables[i];
+    ASSERT_EQ(x.def.name(), y.def.name());
+    EXPECT_EQ(x.updates, y.updates) << x.def.name();
+    EXPECT_EQ(x.updates, step) << x.def.name() << ": one update a step";
+    EXPECT_TRUE(Bytes(x.value) == Bytes(y.value)) << x.def.name() << " differs between the replicas";
+    ASSERT_EQ(x.slots.size(), y.slots.size());
+    for (size_t s = 0; s < x.slots.size(); ++s) {
+      EXPECT_TRUE(Bytes(x.slots[s]) == Bytes(y.slots[s])) << x.def.name() << " slot " << s;
+    }
+  }
+}
+
+TEST(MirroredTest, TrainsToTheBarAndSurvivesAWorkerKilledAndOneStopped) {
+  // Unfailed: the bar, and replicas bit-identical at the end.
+  Result clean = RunLauncher("clean", {});
+  EXPECT_GE(clean.accuracy, 0.8833);
+  EXPECT_EQ(clean.failures, 0);
+  ExpectBitIdentical(clean.dir + "/checkpoints", 7035);
+
+  // worker:1 SIGKILLed mid-run (mid-collective: every step is one): the
+  // survivor's all-reduce fails at once, the launcher restarts worker:1, the
+  // chief re-forms the group from the last checkpoint.
+  Result killed = RunLauncher("killed", {"--kill=worker:1@3000"}, [](testing::Daemon* l, const std::string&) {
+    EXPECT_TRUE(l->WaitForLine("killed worker:1 with SIGKILL", absl::Minutes(3)));
+    EXPECT_TRUE(l->WaitForLine("recovered to the checkpoint", absl::Minutes(2)));
+  });
+  EXPECT_GE(killed.failures, 1);
+  EXPECT_NEAR(killed.accuracy, clean.accuracy, 0.01);
+  ExpectBitIdentical(killed.dir + "/checkpoints", 7035);
+
+  // worker:1 SIGSTOPped past the collective deadline (2 s): worker:0's
+  // all-reduce fails with a deadline instead of hanging; after SIGCONT the
+  // group is re-formed and the job finishes.
+  Result stopped = RunLauncher("stopped", {}, [](testing::Daemon* l, const std::string& dir) {
+    ASSERT_TRUE(l->WaitForLine("checkpoint of step 2", absl::Minutes(3)));
+    pid_t pid = PidOf(dir + "/", "--task=worker:1");
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    const absl::Time stopped_at = absl::Now();
+    bool noticed = l->WaitForLine("no progress", absl::Minutes(1));
+    const absl::Duration noticed_after = absl::Now() - stopped_at;
+    ::kill(pid, SIGCONT);
+    ASSERT_TRUE(noticed) << "worker:0 never gave up on the stopped worker";
+    std::cerr << "FIGURE: stopped worker noticed after " << absl::FormatDuration(noticed_after) << std::endl;
+    EXPECT_GE(noticed_after, absl::Milliseconds(1500));
+    EXPECT_TRUE(l->WaitForLine("recovered to the checkpoint", absl::Minutes(2)));
+  });
+  EXPECT_GE(stopped.failures, 1);
+  EXPECT_NEAR(stopped.accuracy, clean.accuracy, 0.01);
+}
+
+}  // namespace
+}  // namespace psrt
