@@ -336,10 +336,12 @@ absl::Status TcpRingCollective::Transfer(const Plan& plan) {
       continue;
     }
     // Nothing moved: wait for the sockets, the abort pipe or the deadline.
-    // The send socket is also watched for input: rank+1 never sends on it,
-    // so readability there means it closed or reset.
+    // While this rank still owes rank+1 bytes, the send socket is also
+    // watched for input: rank+1 never sends on it, so readability there
+    // means it closed or reset. Once everything is sent, rank+1 may finish
+    // and close first; that is no error.
     pollfd fds[3] = {{wake_read_.get(), POLLIN, 0},
-                     {next_.get(), static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0},
+                     {send_done ? -1 : next_.get(), static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0},
                      {prev_.get(), static_cast<short>(want_in ? POLLIN : 0), 0}};
     const absl::Duration left = last_progress + options_.timeout - absl::Now();
     if (left <= absl::ZeroDuration()) {

@@ -144,6 +144,25 @@ TEST_P(RingSizeTest, BroadcastFromEveryRoot) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, RingSizeTest, ::testing::Values(2, 3, 4));
 
+TEST(TcpRingTest, RanksThatFinishFirstMayCloseAtOnce) {
+  // A rank that is done closes its sockets while its neighbours may still
+  // be receiving their last bytes: that must not fail them.
+  Listeners ls = BindAll(3);
+  const size_t n = 1 << 18;
+  for (int round = 0; round < 10; ++round) {
+    auto ranks = MustForm(ls, [&](TcpRingOptions& o) { o.group_id = 100 + round; });
+    ASSERT_EQ(ranks.size(), 3u);
+    std::vector<std::vector<float>> data(3, std::vector<float>(n, 1.0f));
+    auto st = OnEachRank(3, [&](int r) {
+      absl::Status s = ranks[r]->AllReduceSum(data[r].data(), n);
+      ranks[r].reset();
+      return s;
+    });
+    for (int r = 0; r < 3; ++r) ASSERT_TRUE(st[r].ok()) << "round " << round << " rank " << r << ": " << st[r];
+    for (int r = 0; r < 3; ++r) ASSERT_EQ(data[r][n - 1], 3.0f);
+  }
+}
+
 TEST(TcpRingTest, SizeOneIsANoOp) {
   TcpRingOptions o;
   auto ring = TcpRingCollective::Create(nullptr, o);
