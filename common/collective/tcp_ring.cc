@@ -342,7 +342,7 @@ absl::Status TcpRingCollective::Transfer(const Plan& plan) {
     // and close first; that is no error.
     pollfd fds[3] = {{wake_read_.get(), POLLIN, 0},
                      {send_done ? -1 : next_.get(), static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0},
-                     {prev_.get(), static_cast<short>(want_in ? POLLIN : 0), 0}};
+                     {recv_done ? -1 : prev_.get(), static_cast<short>(want_in ? POLLIN : 0), 0}};
     const absl::Duration left = last_progress + options_.timeout - absl::Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat(
