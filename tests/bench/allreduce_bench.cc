@@ -73,24 +73,35 @@ std::vector<int> ParseInts(const std::string& s) {
   return out;
 }
 
+// CPU seconds used by this process, all threads (Gloo's included).
+double CpuNow() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Times `call(floats)` for each size; returns the median seconds per size.
+// Times `call(floats)` for each size; returns the median seconds per size,
+// then the mean CPU seconds per call per size.
 std::vector<double> TimeSizes(const std::vector<size_t>& floats, const std::function<void(size_t, int)>& call) {
-  std::vector<double> out;
+  std::vector<double> out, cpu;
   for (size_t si = 0; si < floats.size(); ++si) {
     for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) call(si, -1);
     std::vector<double> t;
+    const double cpu_start = CpuNow();
     for (int i = 0; i < absl::GetFlag(FLAGS_iters); ++i) {
       double start = Now();
       call(si, i);
       t.push_back(Now() - start);
     }
     out.push_back(Median(t));
+    cpu.push_back((CpuNow() - cpu_start) / std::max(1, absl::GetFlag(FLAGS_iters)));
   }
+  out.insert(out.end(), cpu.begin(), cpu.end());
   return out;
 }
 
@@ -200,7 +211,7 @@ std::vector<double> RunTcp(int rank, int P, CollectiveListener* listener, const 
   });
 }
 
-// Forks P ranks running `impl`; returns rank 0's medians per size.
+// Forks P ranks running `impl`; returns rank 0's TimeSizes.
 std::vector<double> RunGroup(const std::string& impl, int P, const std::vector<size_t>& floats) {
   std::vector<std::unique_ptr<CollectiveListener>> listeners;
   std::vector<std::string> peers;
@@ -233,7 +244,7 @@ std::vector<double> RunGroup(const std::string& impl, int P, const std::vector<s
     pids.push_back(pid);
   }
   ::close(fds[1]);
-  std::vector<double> t(floats.size(), 0);
+  std::vector<double> t(2 * floats.size(), 0);
   size_t got = 0;
   char* p = reinterpret_cast<char*>(t.data());
   for (ssize_t k; got < t.size() * sizeof(double) && (k = ::read(fds[0], p + got, t.size() * sizeof(double) - got)) > 0;) got += k;
@@ -281,6 +292,17 @@ int Main() {
       const double ours = busbw("ours"), tcp = busbw("tcp");
       std::printf(" %10.2f %9.2f\n", gloo > 0 ? ours / gloo : 0.0, tcp > 0 ? ours / tcp : 0.0);
       std::fflush(stdout);
+    }
+    // The same bytes per CPU-second of rank 0: what the bandwidth would be
+    // if the CPU were the only limit; much less sensitive to other load.
+    for (size_t si = 0; si < floats.size(); ++si) {
+      const double bytes = floats[si] * 4.0;
+      std::printf("%2d %6.0f", P, bytes / (1 << 20));
+      for (const auto& impl : impls) {
+        const double cpu = t[impl][floats.size() + si];
+        std::printf(" %12.2f", cpu > 0 ? 2.0 * (P - 1) / P * bytes / cpu / 1e9 : 0.0);
+      }
+      std::printf("   (GB per CPU-second, rank 0)\n");
     }
   }
   return 0;
