@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/collective/collective_testing.h"
 #include "common/collective/tcp_ring.h"
 #include "gtest/gtest.h"
 
@@ -59,21 +60,15 @@ bool ReadWithin(int fd, void* out, size_t len, absl::Time deadline) {
 class RingProcesses : public ::testing::Test {
  protected:
   void Start(int n, absl::Duration timeout) {
-    std::vector<std::unique_ptr<CollectiveListener>> listeners;
-    std::vector<std::string> peers;
-    for (int r = 0; r < n; ++r) {
-      auto l = CollectiveListener::Bind("127.0.0.1", 0);
-      ASSERT_TRUE(l.ok()) << l.status();
-      peers.push_back(absl::StrCat("127.0.0.1:", (*l)->port()));
-      listeners.push_back(std::move(*l));
-    }
+    auto ls = testing::BindLoopback(n);
+    ASSERT_TRUE(ls.ok()) << ls.status();
     for (int r = 0; r < n; ++r) {
       int fds[2];
       ASSERT_EQ(0, ::pipe(fds));
       TcpRingOptions o;
       o.rank = r;
       o.size = n;
-      o.peers = peers;
+      o.peers = ls->peers;
       o.group_id = 9;
       o.token = "fault-test-token-0123";
       o.timeout = timeout;
@@ -82,7 +77,7 @@ class RingProcesses : public ::testing::Test {
       ASSERT_GE(pid, 0);
       if (pid == 0) {
         ::close(fds[0]);
-        RunRank(listeners[r].get(), o, fds[1]);
+        RunRank(ls->l[r].get(), o, fds[1]);
       }
       ::close(fds[1]);
       children_.push_back({pid, fds[0]});

@@ -6,18 +6,13 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "common/collective/collective_testing.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
 namespace {
 
-std::vector<absl::Status> OnEachRank(int n, std::function<absl::Status(int)> fn) {
-  std::vector<absl::Status> st(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { st[r] = fn(r); });
-  for (auto& t : threads) t.join();
-  return st;
-}
+using testing::OnEachRank;
 
 float Value(int rank, size_t i) { return std::sin(0.37f * i + rank) * (rank + 1) * 1000.0f; }
 

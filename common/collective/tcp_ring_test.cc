@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/collective/collective_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,20 +21,13 @@ namespace {
 using ::testing::HasSubstr;
 using RingOrError = absl::StatusOr<std::unique_ptr<TcpRingCollective>>;
 
-struct Listeners {
-  std::vector<std::unique_ptr<CollectiveListener>> l;
-  std::vector<std::string> peers;
-};
+using Listeners = testing::LoopbackListeners;
+using testing::OnEachRank;
 
 Listeners BindAll(int n) {
-  Listeners out;
-  for (int i = 0; i < n; ++i) {
-    auto l = CollectiveListener::Bind("127.0.0.1", 0);
-    EXPECT_TRUE(l.ok()) << l.status();
-    out.peers.push_back(absl::StrCat("127.0.0.1:", (*l)->port()));
-    out.l.push_back(std::move(*l));
-  }
-  return out;
+  auto ls = testing::BindLoopback(n);
+  EXPECT_TRUE(ls.ok()) << ls.status();
+  return ls.ok() ? std::move(*ls) : Listeners();
 }
 
 TcpRingOptions Options(const Listeners& ls, int rank) {
@@ -72,15 +66,6 @@ std::vector<std::unique_ptr<TcpRingCollective>> MustForm(Listeners& ls,
     if (r.ok()) ranks.push_back(std::move(*r));
   }
   return ranks;
-}
-
-// Runs fn(rank) on one thread per rank and returns the statuses.
-std::vector<absl::Status> OnEachRank(int n, std::function<absl::Status(int)> fn) {
-  std::vector<absl::Status> st(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { st[r] = fn(r); });
-  for (auto& t : threads) t.join();
-  return st;
 }
 
 float Value(int rank, size_t i) { return std::sin(0.37f * i + rank) * (rank + 1) * 1000.0f + 1e-3f * i; }
