@@ -10,7 +10,8 @@
 //   busbw = 2 * (P-1) / P * bytes / seconds.
 // The raw-TCP baseline is the ring's data movement without any reduction:
 // each rank streams 2*(P-1)/P * bytes to rank+1 while receiving the same
-// from rank-1 (non-blocking sockets + poll, same buffer sizes as ours).
+// from rank-1 (non-blocking sockets + poll, same buffer sizes as ours;
+// `tcp_thread` does the same with a sender thread and blocking calls).
 //
 //   bazel build //tests/bench:allreduce_bench
 //   bazel-bin/tests/bench/allreduce_bench --procs=2,3,4 --sizes_mib=1,4,16,64
@@ -31,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -48,7 +50,9 @@
 
 ABSL_FLAG(std::string, procs, "2,3,4", "Process counts.");
 ABSL_FLAG(std::string, sizes_mib, "1,4,16,64", "All-reduce sizes in MiB of float32.");
-ABSL_FLAG(std::string, impls, "ours,gloo_ring,gloo_chunked,tcp", "Implementations to run.");
+ABSL_FLAG(std::string, impls, "ours,gloo_ring,gloo_chunked,tcp",
+          "Implementations to run: ours, gloo_ring, gloo_chunked, tcp (one thread + poll), "
+          "tcp_thread (a sender thread + blocking receive).");
 ABSL_FLAG(int, warmup, 2, "Untimed calls per size.");
 ABSL_FLAG(int, iters, 9, "Timed calls per size (the median is reported).");
 ABSL_FLAG(int, repeats, 3,
@@ -165,8 +169,10 @@ int Tune(int fd) {
   return fd;
 }
 
+// `threaded`: blocking sockets, a sender thread per call and the receive
+// loop on the calling thread (the design alternative to one thread + poll).
 std::vector<double> RunTcp(int rank, int P, CollectiveListener* listener, const std::vector<int>& ports,
-                           const std::vector<size_t>& floats) {
+                           bool threaded, const std::vector<size_t>& floats) {
   // Connect to rank+1 (retrying until it listens: the listeners were bound
   // before fork, so connect succeeds at once) and accept rank-1.
   int out = Tune(::socket(AF_INET, SOCK_STREAM, 0));
@@ -180,14 +186,33 @@ std::vector<double> RunTcp(int rank, int P, CollectiveListener* listener, const 
   int in = ::accept(listener->fd(), nullptr, nullptr);
   if (in < 0) Die("accept");
   Tune(in);
-  ::fcntl(out, F_SETFL, ::fcntl(out, F_GETFL, 0) | O_NONBLOCK);
-  ::fcntl(in, F_SETFL, ::fcntl(in, F_GETFL, 0) | O_NONBLOCK);
   const size_t max_bytes = *std::max_element(floats.begin(), floats.end()) * sizeof(float);
   std::vector<char> src(max_bytes, 1), dst(max_bytes);
+  const size_t piece = 1 << 20;
+  if (threaded) {
+    return TimeSizes(floats, [&](size_t si, int) {
+      const size_t total = 2 * (P - 1) * (floats[si] * sizeof(float) / P);
+      std::thread sender([&] {
+        for (size_t sent = 0; sent < total;) {
+          ssize_t k = ::send(out, src.data() + sent % max_bytes,
+                             std::min({piece, total - sent, max_bytes - sent % max_bytes}), MSG_NOSIGNAL);
+          if (k <= 0) Die("send");
+          sent += k;
+        }
+      });
+      for (size_t got = 0; got < total;) {
+        ssize_t k = ::recv(in, dst.data() + got % max_bytes, std::min({piece, total - got, max_bytes - got % max_bytes}), 0);
+        if (k <= 0) Die("recv");
+        got += k;
+      }
+      sender.join();
+    });
+  }
+  ::fcntl(out, F_SETFL, ::fcntl(out, F_GETFL, 0) | O_NONBLOCK);
+  ::fcntl(in, F_SETFL, ::fcntl(in, F_GETFL, 0) | O_NONBLOCK);
   return TimeSizes(floats, [&](size_t si, int) {
     const size_t total = 2 * (P - 1) * (floats[si] * sizeof(float) / P);
     size_t sent = 0, got = 0;
-    const size_t piece = 1 << 20;
     while (sent < total || got < total) {
       bool progress = false;
       if (sent < total) {
@@ -237,7 +262,9 @@ std::vector<double> RunGroup(const std::string& impl, int P, const std::vector<s
       if (impl == "ours") t = RunOurs(r, P, listeners[r].get(), peers, floats);
       else if (impl == "gloo_ring") t = RunGloo(r, P, dir, false, floats);
       else if (impl == "gloo_chunked") t = RunGloo(r, P, dir, true, floats);
-      else t = RunTcp(r, P, listeners[r].get(), ports, floats);
+      else if (impl == "tcp") t = RunTcp(r, P, listeners[r].get(), ports, false, floats);
+      else if (impl == "tcp_thread") t = RunTcp(r, P, listeners[r].get(), ports, true, floats);
+      else Die(absl::StrCat("unknown implementation ", impl));
       if (r == 0 && ::write(fds[1], t.data(), t.size() * sizeof(double)) < 0) Die("write");
       _exit(0);
     }
