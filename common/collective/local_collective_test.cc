@@ -27,7 +27,7 @@ TEST(LocalCollectiveTest, AllReduceSumsInRankOrderOnEveryRank) {
       auto st = OnEachRank(N, [&](int r) { return ranks[r]->AllReduceSum(data[r].data(), n); });
       for (int r = 0; r < N; ++r) {
         ASSERT_TRUE(st[r].ok()) << st[r];
-        ASSERT_EQ(0, std::memcmp(data[0].data(), data[r].data(), n * sizeof(float)));
+        ASSERT_TRUE(n == 0 || std::memcmp(data[0].data(), data[r].data(), n * sizeof(float)) == 0);
       }
       for (size_t i = 0; i < n; ++i) {
         float sum = in[0][i];
