@@ -43,6 +43,7 @@
 #include "common/collective/tcp_ring.h"
 #include "gloo/allreduce_ring.h"
 #include "gloo/allreduce_ring_chunked.h"
+#include "gloo/barrier_all_to_all.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/prefix_store.h"
@@ -155,7 +156,10 @@ std::vector<double> RunGloo(int rank, int P, const std::string& dir, bool chunke
           ctx, std::vector<float*>{data.data()}, static_cast<int>(n)));
     }
   }
-  return TimeSizes(floats, [&](size_t si, int) { algos[si]->run(); });
+  std::vector<double> t = TimeSizes(floats, [&](size_t si, int) { algos[si]->run(); });
+  // Gloo's pairs throw when a peer closes first: leave together.
+  gloo::BarrierAllToAll(ctx).run();
+  return t;
 }
 
 // ---------------------------------------------------------------- raw TCP
