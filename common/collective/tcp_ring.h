@@ -88,7 +88,9 @@ class TcpRingCollective : public Collective {
   // (not owned; may be null only when size == 1). Errors: INVALID_ARGUMENT
   // for bad options, UNAUTHENTICATED for a wrong token, DEADLINE_EXCEEDED
   // when the neighbours did not join within connect_timeout (the message
-  // says the last thing that went wrong).
+  // says the last thing that went wrong). Success means this rank's two
+  // links are up; a neighbour whose own Create failed shows up as
+  // UNAVAILABLE on the first call.
   static absl::StatusOr<std::unique_ptr<TcpRingCollective>> Create(CollectiveListener* listener,
                                                                    TcpRingOptions options);
   ~TcpRingCollective() override;
