@@ -15,7 +15,6 @@ namespace {
 
 enum class Op { kAllReduceSum, kBroadcast };
 
-absl::Status NoOp() { return absl::OkStatus(); }
 
 // State shared by the ranks of one group.
 class SharedGroup {
@@ -29,7 +28,7 @@ class SharedGroup {
       return broken_;
     }
     // Phase 1: arrive, publish the buffer, check that every rank agrees.
-    absl::Status st = Barrier(rank, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status st = Arrive(rank, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (arrived_ == 0) {
         op_ = op;
         count_ = n;
@@ -50,15 +49,15 @@ class SharedGroup {
       std::memcpy(out, ptrs_[0] + begin, (end - begin) * sizeof(float));
       for (int i = 1; i < n_; ++i) AddFloats(out, ptrs_[i] + begin, end - begin);
     }
-    st = Barrier(rank, NoOp);
-    if (!st.ok()) return st;
-    // Phase 3: every buffer gets the result. The next call's first barrier
-    // keeps result_ and ptrs_ alive until every rank has copied.
+    (void)Rejoin();  // the status is reported by the last Rejoin
+    // Phase 3: every buffer gets the result (even if the group broke in the
+    // meantime: the bytes are ready). The last Rejoin keeps every rank's
+    // buffer, result_ and ptrs_ alive until every rank has copied.
     if (n > 0) {
       const float* src = op == Op::kAllReduceSum ? result_.data() : ptrs_[root];
       if (src != data) std::memcpy(data, src, n * sizeof(float));
     }
-    return Barrier(rank, NoOp);
+    return Rejoin();
   }
 
   void Abort(int rank) {
@@ -67,11 +66,12 @@ class SharedGroup {
   }
 
  private:
-  // Waits until all n ranks reach the same barrier, the group breaks, or
-  // the timeout passes (which breaks the group).
-  // `on_arrive` runs under the lock before this rank counts as arrived.
+  // The call's first barrier: waits until all n ranks arrive, the group
+  // breaks, or the timeout passes (which breaks the group). Either every
+  // rank passes or none does. `on_arrive` runs under the lock before this
+  // rank counts as arrived.
   template <typename F>
-  absl::Status Barrier(int rank, F on_arrive) {
+  absl::Status Arrive(int rank, F on_arrive) {
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
     absl::Status st = on_arrive();
@@ -90,6 +90,24 @@ class SharedGroup {
           "rank ", rank, " waited ", absl::FormatDuration(timeout_), " for the other ranks")));
     }
     return generation_ != gen ? absl::OkStatus() : broken_;
+  }
+
+  // The later barriers of a call that every rank passed Arrive for. Each
+  // rank gets here after bounded in-process work, so this waits with no
+  // timeout, and it waits even when the group broke meanwhile: returning
+  // early would let a caller free a buffer another rank still reads.
+  // Returns the group's status.
+  absl::Status Rejoin() {
+    absl::MutexLock lock(&mu_);
+    const uint64_t gen = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++generation_;
+    } else {
+      auto released = [this, gen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return generation_ != gen; };
+      mu_.Await(absl::Condition(&released));
+    }
+    return broken_;
   }
 
   absl::Status BreakLocked(absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -4,10 +4,12 @@
 //
 // Each call is a rendezvous: when all N ranks have arrived, rank i sums the
 // i-th slice of the buffer over ranks 0, 1, ..., N-1 (in that order) into
-// a shared result, and after a second barrier every rank copies the result
-// into its own buffer, so all ranks get the same bits. Ranks must make the
+// a shared result; after a second barrier every rank copies the result
+// into its own buffer, and a third one keeps every buffer alive until all
+// ranks have copied. So all ranks get the same bits. Ranks must make the
 // same calls with the same n (and root); a mismatch fails the group with
-// INVALID_ARGUMENT.
+// INVALID_ARGUMENT. Only the arrival waits on other ranks (with the
+// timeout); the later barriers wait for bounded in-process work.
 //
 // Threads: each rank object is used by one thread at a time; Abort from
 // any thread. A failure on any rank (timeout, Abort, mismatch) breaks the

@@ -26,12 +26,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/collective/float_add.h"
 #include "common/collective/ring_handshake.h"
+#include "common/status_macros.h"
 
 namespace psrt {
 
@@ -51,6 +53,16 @@ void PutHeader(unsigned char* p, uint32_t op, uint64_t seq, uint64_t n, int32_t 
   std::memcpy(p + 8, &seq, 8);
   std::memcpy(p + 16, &n, 8);
   std::memcpy(p + 24, &root, 4);
+}
+
+// A caller's mistake: fails this call only (the peers then time out or
+// see a mismatch), the object stays usable.
+absl::Status CheckBuffer(const float* data, size_t n, int ranks) {
+  if (data == nullptr) return absl::InvalidArgumentError("data is null");
+  if (n > std::numeric_limits<size_t>::max() / sizeof(float) / static_cast<size_t>(ranks)) {
+    return absl::InvalidArgumentError(absl::StrCat(n, " floats is more than a collective can address"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -187,7 +199,7 @@ absl::Status TcpRingCollective::AllReduceSum(float* data, size_t n) {
   const uint64_t seq = seq_++;
   const int N = options_.size, r = options_.rank;
   if (N == 1 || n == 0) return absl::OkStatus();
-  if (data == nullptr) return absl::InvalidArgumentError("data is null");
+  RETURN_IF_ERROR(CheckBuffer(data, n, N));
   Plan plan;
   PutHeader(plan.header, kAllReduceSum, seq, n, -1);
   auto seg = [&](int j) {
@@ -220,7 +232,7 @@ absl::Status TcpRingCollective::Broadcast(float* data, size_t n, int root) {
   if (!broken.ok()) return broken;
   const uint64_t seq = seq_++;
   if (N == 1 || n == 0) return absl::OkStatus();
-  if (data == nullptr) return absl::InvalidArgumentError("data is null");
+  RETURN_IF_ERROR(CheckBuffer(data, n, N));
   // A chain root -> root+1 -> ... -> root-1, pipelined by chunks: each rank
   // forwards what it has received so far.
   Plan plan;
@@ -336,11 +348,13 @@ absl::Status TcpRingCollective::Transfer(const Plan& plan) {
       continue;
     }
     // Nothing moved: wait for the sockets, the abort pipe or the deadline.
-    // The send socket is also watched for input: rank+1 never sends on it,
-    // so readability there means it closed or reset.
+    // While this rank still owes rank+1 bytes, the send socket is also
+    // watched for input: rank+1 never sends on it, so readability there
+    // means it closed or reset. Once everything is sent, rank+1 may finish
+    // and close first; that is no error.
     pollfd fds[3] = {{wake_read_.get(), POLLIN, 0},
-                     {next_.get(), static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0},
-                     {prev_.get(), static_cast<short>(want_in ? POLLIN : 0), 0}};
+                     {send_done ? -1 : next_.get(), static_cast<short>(POLLIN | (want_out ? POLLOUT : 0)), 0},
+                     {recv_done ? -1 : prev_.get(), static_cast<short>(want_in ? POLLIN : 0), 0}};
     const absl::Duration left = last_progress + options_.timeout - absl::Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat(

@@ -19,13 +19,15 @@
 // a wrong token fails Create with UNAUTHENTICATED naming the peer.
 //
 // Threads: AllReduceSum/Broadcast from one thread at a time; Abort from
-// any thread. Everything a peer sends is validated (per-call headers name
+// any thread while the object is alive (the destructor must not race a
+// call or an Abort). Everything a peer sends is validated (per-call headers name
 // the operation, sequence number and size), nothing waits without a
 // deadline, and SIGPIPE is never raised (MSG_NOSIGNAL).
 //
 //   ASSIGN_OR_RETURN(auto listener, CollectiveListener::Bind("0.0.0.0", 0));
 //   ReportPortToChief(listener->port());                   // chief answers with peers
-//   TcpRingOptions o{.rank = r, .size = n, .peers = peers, .group_id = gid, .token = tok};
+//   TcpRingOptions o;
+//   o.rank = r; o.size = n; o.peers = peers; o.group_id = gid; o.token = tok;
 //   ASSIGN_OR_RETURN(auto ring, TcpRingCollective::Create(listener.get(), o));
 //   RETURN_IF_ERROR(ring->AllReduceSum(grads, count));
 #ifndef PSRT_COMMON_COLLECTIVE_TCP_RING_H_
@@ -56,8 +58,10 @@ struct TcpRingOptions {
   absl::Duration timeout = absl::Seconds(10);          // no progress this long => DEADLINE_EXCEEDED
   absl::Duration connect_timeout = absl::Seconds(30);  // forming the group
   // Tuning (the defaults are what tests/bench/allreduce_bench measured best).
-  size_t chunk_bytes = 512 << 10;    // pipelining unit; rounded to a multiple of 4
-  int socket_buffer_bytes = 4 << 20; // SO_SNDBUF/SO_RCVBUF; 0 = kernel autotuning
+  size_t chunk_bytes = 512 << 10;    // pipelining unit (receive/reduce piece); a multiple of 4, >= 4 KiB
+  // SO_SNDBUF/SO_RCVBUF; 0 = kernel autotuning. The kernel caps it at
+  // net.core.{w,r}mem_max (4 MiB on our hosts, 208 KiB on a stock kernel).
+  int socket_buffer_bytes = 4 << 20;
 };
 
 // A bound, listening socket. Bind it before the group forms so its port can
@@ -68,6 +72,8 @@ class CollectiveListener {
   // Binds host:port (port 0: any free port) and listens.
   static absl::StatusOr<std::unique_ptr<CollectiveListener>> Bind(const std::string& host, int port);
   int port() const { return port_; }
+  // The listening socket (non-blocking), for TcpRingCollective::Create and
+  // benchmarks; still owned by this object.
   int fd() const { return fd_.get(); }
 
  private:
@@ -82,7 +88,9 @@ class TcpRingCollective : public Collective {
   // (not owned; may be null only when size == 1). Errors: INVALID_ARGUMENT
   // for bad options, UNAUTHENTICATED for a wrong token, DEADLINE_EXCEEDED
   // when the neighbours did not join within connect_timeout (the message
-  // says the last thing that went wrong).
+  // says the last thing that went wrong). Success means this rank's two
+  // links are up; a neighbour whose own Create failed shows up as
+  // UNAVAILABLE on the first call.
   static absl::StatusOr<std::unique_ptr<TcpRingCollective>> Create(CollectiveListener* listener,
                                                                    TcpRingOptions options);
   ~TcpRingCollective() override;
