@@ -31,6 +31,13 @@ ABSL_FLAG(int64_t, max_rows_per_request, 1 << 22, "Most rows in one PullRows or 
 ABSL_FLAG(int64_t, max_inflight_requests, 4096,
           "Most pulls, and most pushes, served at once (parked SYNC pulls included); more are "
           "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_inflight_per_caller, 1024,
+          "Most pulls, and most pushes, one caller (its certificate's task, else the worker id "
+          "in the request) may have in flight at once; more are refused with RESOURCE_EXHAUSTED "
+          "while other callers are still served.");
+ABSL_FLAG(int64_t, max_pull_response_mb, 1024,
+          "Largest answer one Pull or PullRows may make, in MiB; a bigger one is refused with "
+          "RESOURCE_EXHAUSTED before anything is copied.");
 ABSL_FLAG(int64_t, max_variables, 100000, "Most variables (and partitions) this PS holds.");
 ABSL_FLAG(int64_t, max_memory_mb, -1,
           "Most MiB of variables and optimizer slots this PS holds (-1 = three quarters of this "
@@ -70,6 +77,7 @@ int Main(int argc, char** argv) {
   o.max_request_bytes = absl::GetFlag(FLAGS_max_request_mb) << 20;
   o.max_rows_per_request = absl::GetFlag(FLAGS_max_rows_per_request);
   o.max_variables = absl::GetFlag(FLAGS_max_variables);
+  o.max_pull_response_bytes = absl::GetFlag(FLAGS_max_pull_response_mb) << 20;
   // A PS with no flags must refuse a variable larger than the machine
   // rather than abort in the allocator (a float [2^40, 256] did).
   int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
@@ -102,6 +110,7 @@ int Main(int argc, char** argv) {
   rpc.max_message_bytes = static_cast<int>(std::min<int64_t>(o.max_request_bytes + (1 << 20), INT32_MAX));
   service.set_authenticator(RequestAuthenticator(rpc.security));
   service.set_max_inflight_requests(absl::GetFlag(FLAGS_max_inflight_requests));
+  service.set_max_inflight_per_caller(absl::GetFlag(FLAGS_max_inflight_per_caller));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex

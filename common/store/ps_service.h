@@ -10,6 +10,10 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 
 #include "common/rpc/security.h"
 #include "proto/ps_service.grpc.pb.h"
@@ -20,6 +24,12 @@ namespace psrt {
 using PsServiceBase = ParameterServer::WithRawCallbackMethod_Pull<
     ParameterServer::WithRawCallbackMethod_Push<ParameterServer::WithRawCallbackMethod_PullRows<
         ParameterServer::WithRawCallbackMethod_PushRows<ParameterServer::CallbackService>>>>;
+
+// Calls in flight per caller; an entry lives while its count is above 0.
+struct CallerCounts {
+  absl::Mutex mu;
+  absl::flat_hash_map<std::string, int64_t> in_flight ABSL_GUARDED_BY(mu);
+};
 
 class PsServiceImpl final : public PsServiceBase {
  public:
@@ -34,6 +44,12 @@ class PsServiceImpl final : public PsServiceBase {
   // pulls from refusing the pushes that would release them. Control calls
   // (create, snapshot, restore, status) are not limited.
   void set_max_inflight_requests(int64_t n) { max_inflight_ = n; }
+  // Most pulls, and most pushes, one caller may have in flight here (the
+  // certificate's task when TLS names one, else the worker id the request
+  // carries). A caller over it is refused with RESOURCE_EXHAUSTED naming
+  // --max_inflight_per_caller while the others are still served: one
+  // flooding worker cannot take every slot of --max_inflight_requests.
+  void set_max_inflight_per_caller(int64_t n) { max_per_caller_ = n; }
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
@@ -58,9 +74,13 @@ class PsServiceImpl final : public PsServiceBase {
   ParameterServerCore* const core_;
   RequestAuthenticator auth_;
   int64_t max_inflight_ = 4096;
+  int64_t max_per_caller_ = 1024;
   // Shared with parked pulls' callbacks, which may outlive this object.
   std::shared_ptr<std::atomic<int64_t>> pulls_ = std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<std::atomic<int64_t>> pushes_ = std::make_shared<std::atomic<int64_t>>(0);
+  // In-flight calls by caller, pulls and pushes apart (as above).
+  std::shared_ptr<CallerCounts> pull_callers_ = std::make_shared<CallerCounts>();
+  std::shared_ptr<CallerCounts> push_callers_ = std::make_shared<CallerCounts>();
 };
 
 }  // namespace psrt

@@ -20,6 +20,16 @@ constexpr size_t kRecentPushes = 512;
 
 std::string PsName(int task) { return absl::StrCat("ps:", task); }
 
+// Sizes of answers from request counts: INT64_MAX instead of overflowing.
+int64_t SaturatingMul(int64_t a, int64_t b) {
+  int64_t r;
+  return (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) ? INT64_MAX : r;
+}
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 }  // namespace
 
 ParameterServerCore::ParameterServerCore(ServerCoreOptions options) : options_(std::move(options)) {
@@ -128,6 +138,13 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   return resp;
 }
 
+absl::Status ParameterServerCore::CheckPullResponse(absl::string_view method, int64_t bytes) const {
+  if (bytes <= options_.max_pull_response_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      method, " refused: its answer would be ", bytes, " bytes, over --max_pull_response_mb (",
+      options_.max_pull_response_bytes, " bytes); pull fewer variables or rows at once"));
+}
+
 absl::StatusOr<Variable*> ParameterServerCore::Find(const std::string& name) const {
   auto it = variables_.find(name);
   if (it == variables_.end()) {
@@ -229,10 +246,21 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
     NamedTensors out;
     {
       absl::ReaderMutexLock lock(&mu_);
+      // The whole answer's size first: nothing is read for one over the
+      // bound (issue #17: a pull response was bounded by memory alone).
+      std::vector<Variable*> vars;
+      int64_t bytes = 0;
       for (const std::string& name : names) {
         absl::StatusOr<Variable*> v = Find(name);
         if (!v.ok()) return done(v.status(), {}, 0);
-        absl::StatusOr<Tensor> t = (*v)->Read();
+        vars.push_back(*v);
+        bytes = SaturatingAdd(bytes, SaturatingMul((*v)->shape().num_elements(),
+                                                   DataTypeSize((*v)->def().dtype())));
+      }
+      if (absl::Status b = CheckPullResponse("Pull", bytes); !b.ok()) return done(b, {}, 0);
+      for (size_t i = 0; i < names.size(); ++i) {
+        const std::string& name = names[i];
+        absl::StatusOr<Tensor> t = vars[i]->Read();
         if (!t.ok()) return done(t.status(), {}, 0);
         out.emplace_back(name, *std::move(t));
       }
@@ -265,10 +293,22 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
     NamedTensors out;
     {
       absl::ReaderMutexLock lock(&mu_);
+      // Size first, before any row is copied or made.
+      std::vector<Variable*> vars;
+      int64_t bytes = 0;
       for (const auto& [name, t] : ids) {
         absl::StatusOr<Variable*> v = Find(name);
         if (!v.ok()) return done(v.status(), {}, 0);
-        absl::StatusOr<Tensor> r = (*v)->ReadRows(t, pool_.get());
+        vars.push_back(*v);
+        const TensorShape& shape = (*v)->shape();
+        const int64_t row = shape.rank() == 0 ? 1 : shape.row_elements();
+        bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(t.NumElements(), row),
+                                                   DataTypeSize((*v)->def().dtype())));
+      }
+      if (absl::Status b = CheckPullResponse("PullRows", bytes); !b.ok()) return done(b, {}, 0);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const auto& [name, t] = ids[i];
+        absl::StatusOr<Tensor> r = vars[i]->ReadRows(t, pool_.get());
         if (!r.ok()) return done(r.status(), {}, 0);
         out.emplace_back(name, *std::move(r));
       }

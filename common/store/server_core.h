@@ -55,6 +55,10 @@ struct ServerCoreOptions {
   uint64_t incarnation = 0;
   int64_t max_request_bytes = int64_t{1} << 30;
   int64_t max_rows_per_request = 1 << 22;
+  // Largest answer one Pull or PullRows may make (--max_pull_response_mb):
+  // a bigger one is refused with RESOURCE_EXHAUSTED before anything is
+  // read or copied.
+  int64_t max_pull_response_bytes = INT64_MAX;
   // Limits on what clients may make here, refused with RESOURCE_EXHAUSTED:
   // variables held, bytes of variables and optimizer slots, rows of each
   // hash table.
@@ -125,6 +129,9 @@ class ParameterServerCore {
   };
 
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED naming --max_pull_response_mb when an answer of
+  // `bytes` is over options_.max_pull_response_bytes.
+  absl::Status CheckPullResponse(absl::string_view method, int64_t bytes) const;
   absl::Status CheckGenerationLocked(int64_t generation, absl::string_view what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Step counters and SYNC aggregation back to `step`, nothing seen.

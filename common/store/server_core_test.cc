@@ -111,6 +111,45 @@ TEST(ServerCoreTest, BadPushesChangeNothing) {
   EXPECT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
 }
 
+// Issue #17: a pull's answer is bounded by --max_pull_response_mb, checked
+// before any row is read or made.
+TEST(ServerCoreTest, PullAnswersOverTheBoundAreRefusedBeforeAnyCopy) {
+  ServerCoreOptions o = Options();
+  o.max_pull_response_bytes = 16;  // "w" is 8 bytes, a row of "emb" 8
+  ParameterServerCore ps(o);
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  EXPECT_TRUE(PullW(&ps, 0, 0).ok());
+  auto pull_rows = [&](std::vector<int64_t> v) {
+    absl::Status status;
+    absl::Notification done;
+    Tensor ids = Tensor::FromVector<int64_t>(v, TensorShape({static_cast<int64_t>(v.size())}));
+    ps.PullRows({{"emb", ids}}, 0, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors, int64_t) {
+      status = s;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  };
+  EXPECT_TRUE(pull_rows({1, 2}).ok());  // 16 bytes: at the bound
+  EXPECT_EQ(ps.Status().rows(), 2);
+  absl::Status over = pull_rows({3, 4, 5});
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(over.message()), HasSubstr("--max_pull_response_mb"));
+  EXPECT_THAT(std::string(over.message()), HasSubstr("24 bytes"));
+  EXPECT_EQ(ps.Status().rows(), 2);  // no row made for the refused pull
+  o.max_pull_response_bytes = 4;
+  ParameterServerCore small(o);
+  ASSERT_TRUE(small.CreateVariables(Create("ASYNC", 1)).ok());
+  absl::Notification done;
+  small.Pull({"w"}, 0, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors t, int64_t) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("Pull refused: its answer would be 8 bytes"));
+    EXPECT_TRUE(t.empty());
+    done.Notify();
+  });
+  done.WaitForNotification();
+}
+
 // Found by tests/fuzz/ps_request_fuzzer: worker 2^31-1 sized a vector of
 // 2^31 steps (16 GiB), and step INT64_MAX overflowed computing the next.
 TEST(ServerCoreTest, WorkerIdsAndStepsFromTheWireAllocateNothing) {
