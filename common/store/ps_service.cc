@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/parsed_unary.h"
 #include "common/rpc/status_util.h"
 #include "common/transport/ps_wire.h"
 
@@ -188,35 +189,62 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* c
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CreateVariables(grpc::CallbackServerContext* ctx,
-                                                         const CreateVariablesRequest* req,
-                                                         CreateVariablesResponse* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsCreateVariables); !a.ok()) return Finish(ctx, a);
+                                                         const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  return ServeParsed<CreateVariablesRequest, CreateVariablesResponse>(
+      ctx, req, resp, "CreateVariables", [&] { return auth_.Authorize(*ctx, Rpc::kPsCreateVariables); },
+      [&](const CreateVariablesRequest& r, CreateVariablesResponse* out) { return CreateVariables(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<SnapshotRequest, SnapshotResponse>(
+      ctx, req, resp, "Snapshot", [&] { return auth_.Authorize(*ctx, Rpc::kPsSnapshot); },
+      [&](const SnapshotRequest& r, SnapshotResponse* out) { return Snapshot(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<RestoreRequest, RestoreResponse>(
+      ctx, req, resp, "Restore", [&] { return auth_.Authorize(*ctx, Rpc::kPsRestore); },
+      [&](const RestoreRequest& r, RestoreResponse* out) { return Restore(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<PsStatusRequest, PsStatusResponse>(
+      ctx, req, resp, "Status", [&] { return auth_.Authorize(*ctx, Rpc::kPsStatus); },
+      [&](const PsStatusRequest& r, PsStatusResponse* out) { return Status(ctx, &r, out); });
+}
+
+grpc::Status PsServiceImpl::CreateVariables(grpc::ServerContextBase* ctx, const CreateVariablesRequest* req,
+                                            CreateVariablesResponse* resp) {
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsCreateVariables); !a.ok()) return a;
   absl::StatusOr<CreateVariablesResponse> r = core_->CreateVariables(*req);
   if (r.ok()) *resp = *r;
-  return Done(ctx, r.status());
+  return ToGrpcStatus(r.status());
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Snapshot(grpc::CallbackServerContext* ctx,
-                                                  const SnapshotRequest* req, SnapshotResponse* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsSnapshot); !a.ok()) return Finish(ctx, a);
+grpc::Status PsServiceImpl::Snapshot(grpc::ServerContextBase* ctx, const SnapshotRequest* req,
+                                     SnapshotResponse* resp) {
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsSnapshot); !a.ok()) return a;
   absl::StatusOr<SnapshotResponse> r = core_->Snapshot(*req);
   if (r.ok()) *resp = *r;
-  return Done(ctx, r.status());
+  return ToGrpcStatus(r.status());
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* ctx,
-                                                 const RestoreRequest* req, RestoreResponse* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsRestore); !a.ok()) return Finish(ctx, a);
+grpc::Status PsServiceImpl::Restore(grpc::ServerContextBase* ctx, const RestoreRequest* req,
+                                    RestoreResponse* resp) {
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsRestore); !a.ok()) return a;
   absl::StatusOr<RestoreResponse> r = core_->Restore(*req);
   if (r.ok()) *resp = *r;
-  return Done(ctx, r.status());
+  return ToGrpcStatus(r.status());
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx,
-                                                const PsStatusRequest*, PsStatusResponse* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsStatus); !a.ok()) return Finish(ctx, a);
+grpc::Status PsServiceImpl::Status(grpc::ServerContextBase* ctx, const PsStatusRequest*,
+                                   PsStatusResponse* resp) {
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsStatus); !a.ok()) return a;
   *resp = core_->Status();
-  return Done(ctx, absl::OkStatus());
+  return grpc::Status::OK;
 }
 
 }  // namespace psrt

@@ -21,9 +21,14 @@
 
 namespace psrt {
 
+// Every method is raw: the data path is read by ps_wire.h, the control
+// methods are parsed by ServeParsed (common/rpc/parsed_unary.h) so that
+// unparsable bytes get INVALID_ARGUMENT naming the method.
 using PsServiceBase = ParameterServer::WithRawCallbackMethod_Pull<
     ParameterServer::WithRawCallbackMethod_Push<ParameterServer::WithRawCallbackMethod_PullRows<
-        ParameterServer::WithRawCallbackMethod_PushRows<ParameterServer::CallbackService>>>>;
+        ParameterServer::WithRawCallbackMethod_PushRows<ParameterServer::WithRawCallbackMethod_CreateVariables<
+            ParameterServer::WithRawCallbackMethod_Snapshot<ParameterServer::WithRawCallbackMethod_Restore<
+                ParameterServer::WithRawCallbackMethod_Status<ParameterServer::Service>>>>>>>>;
 
 // Calls in flight per caller; an entry lives while its count is above 0.
 struct CallerCounts {
@@ -60,15 +65,21 @@ class PsServiceImpl final : public PsServiceBase {
   grpc::ServerUnaryReactor* PushRows(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                      grpc::ByteBuffer* resp) override;
 
-  grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx,
-                                            const CreateVariablesRequest* req,
-                                            CreateVariablesResponse* resp) override;
-  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const SnapshotRequest* req,
-                                     SnapshotResponse* resp) override;
-  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* ctx, const RestoreRequest* req,
-                                    RestoreResponse* resp) override;
-  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const PsStatusRequest* req,
-                                   PsStatusResponse* resp) override;
+  // The control methods as gRPC calls them (raw bytes, parsed here)...
+  grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                            grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                    grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  // ...and parsed, as in-process callers (benchmarks, fuzzers) use them.
+  grpc::Status CreateVariables(grpc::ServerContextBase* ctx, const CreateVariablesRequest* req,
+                               CreateVariablesResponse* resp);
+  grpc::Status Snapshot(grpc::ServerContextBase* ctx, const SnapshotRequest* req, SnapshotResponse* resp);
+  grpc::Status Restore(grpc::ServerContextBase* ctx, const RestoreRequest* req, RestoreResponse* resp);
+  grpc::Status Status(grpc::ServerContextBase* ctx, const PsStatusRequest* req, PsStatusResponse* resp);
 
  private:
   ParameterServerCore* const core_;
