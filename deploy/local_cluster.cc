@@ -223,7 +223,7 @@ int Run(int argc, char** argv) {
     std::string base = "--cluster_spec=" + spec_path;
     std::string task = "--task=" + TaskName(t);
     if (t.job() == kPsJob) {
-      c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir + "/checkpoints"};
+      c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir};
     }
     if (t.job() == kWorkerJob) c.argv = {Binary(argv[0], "worker/main"), base, task};
     if (t.job() == kChiefJob) {

@@ -8,6 +8,7 @@
 // not the chief is up. SIGTERM or SIGINT drains and stops it.
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -46,9 +47,10 @@ ABSL_FLAG(int64_t, max_hash_table_rows, 0,
           "Most rows one hash embedding table may make on first touch (0 = as many as "
           "--max_memory_mb holds).");
 ABSL_FLAG(std::string, snapshot_dir, "",
-          "Snapshots and restores only inside this directory (the chief's --checkpoint_dir or "
-          "a directory above it). Empty: wherever the chief says, as long as the path is "
-          "absolute and has no '..' (logged as a warning).");
+          "Directory of this PS's snapshots: the chief's checkpoint NAME (the last component of "
+          "its --checkpoint_dir) is kept in DIR/NAME/ps-N, so give the directory above the "
+          "chief's --checkpoint_dir. Requests name checkpoints, never paths. Empty: "
+          "./psrt_snapshots under the working directory (logged).");
 ABSL_FLAG(int64_t, fault_pause_snapshot_after_chunks, 0,
           "Fault injection for tests: stall the background snapshot writer after this many "
           "chunks (logs a line, then waits to be killed).");
@@ -88,8 +90,13 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_hash_table_rows) > 0) o.max_hash_table_rows = absl::GetFlag(FLAGS_max_hash_table_rows);
   o.snapshot_root = absl::GetFlag(FLAGS_snapshot_dir);
   if (o.snapshot_root.empty()) {
-    LOG(WARNING) << "no --snapshot_dir: snapshots go to any absolute directory a caller names; "
-                    "set it to confine them";
+    std::error_code ec;
+    o.snapshot_root = (std::filesystem::current_path(ec) / "psrt_snapshots").string();
+    LOG(WARNING) << "no --snapshot_dir: snapshots go under " << o.snapshot_root
+                 << " (give the directory above the chief's --checkpoint_dir to share it)";
+  } else {
+    o.snapshot_root = std::filesystem::absolute(o.snapshot_root).lexically_normal().string();
+    LOG(INFO) << "snapshots under " << o.snapshot_root << "/CHECKPOINT/ps-" << o.task_index;
   }
   o.snapshot.fault_pause_after_chunks = absl::GetFlag(FLAGS_fault_pause_snapshot_after_chunks);
   o.snapshot.on_fault_pause = [number = absl::GetFlag(FLAGS_fault_pause_snapshot_number),

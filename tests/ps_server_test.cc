@@ -35,7 +35,8 @@ struct Ps {
 
   void Start(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {testing::RunfilePath("ps/server"),
-                                     "--cluster_spec=" + cluster.spec_path, "--task=ps:0"};
+                                     "--cluster_spec=" + cluster.spec_path, "--task=ps:0",
+                                     absl::StrCat("--snapshot_dir=", std::getenv("TEST_TMPDIR"))};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto d = Daemon::Start("ps:0", argv);
     ASSERT_TRUE(d.ok()) << d.status();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -17,6 +18,9 @@ namespace {
 constexpr int kMaxWorkers = 1 << 16;
 
 constexpr size_t kRecentPushes = 512;
+
+// Most snapshots one checkpoint's store keeps (SnapshotRequest.keep).
+constexpr int kMaxKeep = 100;
 
 std::string PsName(int task) { return absl::StrCat("ps:", task); }
 
@@ -513,34 +517,31 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   return resp;
 }
 
-absl::Status CheckSnapshotDir(const std::string& dir, const std::string& root) {
+absl::Status CheckCheckpointName(absl::string_view name) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint_dir: ", why));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", why, " (a name of [A-Za-z0-9._-], not a path)"));
   };
-  if (dir.empty()) return bad("empty");
-  if (dir.size() > 4096) return bad(absl::StrCat("a path of ", dir.size(), " characters"));
-  if (dir[0] != '/') return bad("not an absolute path");
-  for (char ch : dir) {
-    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return bad("control characters in the path");
-  }
-  for (absl::string_view part : absl::StrSplit(dir, '/')) {
-    if (part == "." || part == "..") return bad("'.' or '..' in the path");
-  }
-  if (!root.empty()) {
-    absl::string_view r = absl::StripSuffix(root, "/");
-    if (!(dir == r || (absl::StartsWith(dir, r) && dir.size() > r.size() && dir[r.size()] == '/'))) {
-      return absl::PermissionDeniedError(absl::StrCat("checkpoint_dir is outside this PS's --snapshot_dir ", root));
+  if (name.empty()) return bad("empty");
+  if (name.size() > 255) return bad(absl::StrCat("a name of ", name.size(), " characters"));
+  if (name == "." || name == "..") return bad(absl::StrCat("'", name, "'"));
+  for (char ch : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-') {
+      return bad(absl::StrCat("character 0x", absl::Hex(static_cast<unsigned char>(ch), absl::kZeroPad2)));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& dir) {
-  // The directory comes from the network: confined before anything is
-  // created there (issue #17: stores were made in any directory, '../..'
+absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& checkpoint) {
+  // The request names a checkpoint; the directory is this PS's own (issue
+  // #17: stores were made in any directory a request named, '../..'
   // included, and a caller could restore a model it had prepared).
-  RETURN_IF_ERROR(CheckSnapshotDir(dir, options_.snapshot_root));
-  std::string path = absl::StrCat(dir, "/ps-", options_.task_index);
+  RETURN_IF_ERROR(CheckCheckpointName(checkpoint));
+  if (options_.snapshot_root.empty()) {
+    return absl::FailedPreconditionError("this PS has no snapshot directory (--snapshot_dir)");
+  }
+  std::string path =
+      absl::StrCat(absl::StripSuffix(options_.snapshot_root, "/"), "/", checkpoint, "/ps-", options_.task_index);
   absl::MutexLock lock(&snap_mu_);
   auto it = stores_.find(path);
   if (it != stores_.end()) return it->second.get();
@@ -594,7 +595,13 @@ void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage) {
 }
 
 absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotRequest& req) {
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint_dir()));
+  // Each kept snapshot is a copy of every variable on disk: a caller may not
+  // make the PS keep without bound.
+  if (req.keep() > kMaxKeep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keep: ", req.keep(), " snapshots; at most ", kMaxKeep, " are kept"));
+  }
+  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
   WriteJob job;
   job.store = store;
   job.keep = req.keep() > 0 ? req.keep() : 3;
@@ -698,7 +705,7 @@ void ParameterServerCore::WriterLoop() {
 }
 
 absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreRequest& req) {
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint_dir()));
+  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
   {
     // Let a write of this very step finish first.
     absl::MutexLock lock(&snap_mu_);

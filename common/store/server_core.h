@@ -66,16 +66,16 @@ struct ServerCoreOptions {
   int64_t max_memory_bytes = INT64_MAX;
   int64_t max_hash_table_rows = INT64_MAX;
   SnapshotStoreOptions snapshot;
-  // When set, every snapshot and restore directory a request names must be
-  // inside it (--snapshot_dir).
+  // Where snapshots live (--snapshot_dir): checkpoint NAME of a request in
+  // <snapshot_root>/NAME/ps-<task_index>. Requests name checkpoints, never
+  // paths. Empty: Snapshot and Restore are refused (FAILED_PRECONDITION).
   std::string snapshot_root;
 };
 
-// A checkpoint directory from a request: absolute, without '.' or '..'
-// parts or control characters, and inside `root` when it is not empty.
-// INVALID_ARGUMENT or PERMISSION_DENIED naming what was wrong.
-absl::Status CheckSnapshotDir(const std::string& dir, const std::string& root);
-
+// A checkpoint's name from a request: one path component of [A-Za-z0-9._-],
+// at most 255 characters, not "." or "..". INVALID_ARGUMENT naming the
+// field `checkpoint` and what was wrong.
+absl::Status CheckCheckpointName(absl::string_view name);
 
 class ParameterServerCore {
  public:
@@ -144,10 +144,10 @@ class ParameterServerCore {
   bool SeenLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The store for a request's directory, opened on first use; at most
+  // The store of a request's checkpoint, opened on first use; at most
   // kMaxOpenStores stay open.
   static constexpr size_t kMaxOpenStores = 4;
-  absl::StatusOr<SnapshotStore*> StoreFor(const std::string& dir);
+  absl::StatusOr<SnapshotStore*> StoreFor(const std::string& checkpoint);
   // Replaces a store found corrupt by a fresh one holding what could be
   // saved of it (SnapshotStore::Salvage), or one a write failed on by the
   // same store reopened. Waits for the writer to be idle.
