@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -21,6 +22,8 @@ constexpr size_t kRecentPushes = 512;
 
 // Most snapshots one checkpoint's store keeps (SnapshotRequest.keep).
 constexpr int kMaxKeep = 100;
+// Most snapshots copied in memory and waiting for the writer.
+constexpr size_t kMaxQueuedSnapshots = 4;
 
 std::string PsName(int task) { return absl::StrCat("ps:", task); }
 
@@ -544,12 +547,15 @@ absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& 
       absl::StrCat(absl::StripSuffix(options_.snapshot_root, "/"), "/", checkpoint, "/ps-", options_.task_index);
   absl::MutexLock lock(&snap_mu_);
   auto it = stores_.find(path);
-  if (it != stores_.end()) return it->second.get();
+  if (it != stores_.end()) {
+    ++store_uses_[it->second.get()];
+    return it->second.get();
+  }
   if (stores_.size() >= kMaxOpenStores) {
     // Close a store nothing is writing to or queued for: requests naming
     // ever new directories no longer leak a RocksDB (and its files) each.
     for (auto victim = stores_.begin(); victim != stores_.end(); ++victim) {
-      bool busy = writing_;
+      bool busy = writing_ || store_uses_.count(victim->second.get()) > 0;
       for (const WriteJob& job : jobs_) busy = busy || job.store == victim->second.get();
       if (busy) continue;
       LOG(INFO) << "closing the snapshot store " << victim->first;
@@ -565,16 +571,26 @@ absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& 
   for (int64_t step : store->Steps()) durable_.insert(step);
   SnapshotStore* raw = store.get();
   stores_[path] = std::move(store);
+  ++store_uses_[raw];
   return raw;
 }
 
-void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage) {
+void ParameterServerCore::ReleaseStore(SnapshotStore* store) {
   absl::MutexLock lock(&snap_mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return !writing_; };
+  auto it = store_uses_.find(store);
+  if (it != store_uses_.end() && --it->second == 0) store_uses_.erase(it);
+}
+
+void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage, bool wait_for_uses) {
+  absl::MutexLock lock(&snap_mu_);
+  auto idle = [this, store, wait_for_uses]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) {
+    return !writing_ && (!wait_for_uses || store_uses_.count(store) == 0);
+  };
   snap_mu_.Await(absl::Condition(&idle));
   auto it = std::find_if(stores_.begin(), stores_.end(), [store](const auto& s) { return s.second.get() == store; });
   if (it == stores_.end()) return;  // replaced already
   const std::string path = it->first;
+  store_uses_.erase(store);  // a writer's replacement: readers' uses end with the old store
   // Queued writes name the store about to be replaced: they fail, and the
   // chief abandons those checkpoints and takes new ones.
   for (WriteJob& job : jobs_) {
@@ -601,7 +617,17 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     return absl::InvalidArgumentError(
         absl::StrCat("keep: ", req.keep(), " snapshots; at most ", kMaxKeep, " are kept"));
   }
+  {
+    // Each queued snapshot is a copy of every variable in memory: a flood of
+    // requests not waiting for durability grew the queue without bound.
+    absl::MutexLock lock(&snap_mu_);
+    if (jobs_.size() >= kMaxQueuedSnapshots) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "snapshot of step ", req.step(), " refused: ", jobs_.size(), " snapshots are already waiting to be written"));
+    }
+  }
   ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
+  absl::Cleanup release = [this, store] { ReleaseStore(store); };
   WriteJob job;
   job.store = store;
   job.keep = req.keep() > 0 ? req.keep() : 3;
@@ -706,6 +732,7 @@ void ParameterServerCore::WriterLoop() {
 
 absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreRequest& req) {
   ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
+  absl::Cleanup release = [this, store] { ReleaseStore(store); };
   {
     // Let a write of this very step finish first.
     absl::MutexLock lock(&snap_mu_);
@@ -713,7 +740,10 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     snap_mu_.Await(absl::Condition(&idle));
   }
   absl::StatusOr<PsSnapshot> read = store->Read(req.step());
-  if (read.status().code() == absl::StatusCode::kDataLoss) ReplaceStore(store, /*salvage=*/true);
+  if (read.status().code() == absl::StatusCode::kDataLoss) {
+    std::move(release).Invoke();
+    ReplaceStore(store, /*salvage=*/true, /*wait_for_uses=*/true);
+  }
   if (!read.ok()) return read.status();
   PsSnapshot snap = *std::move(read);
   RestoreResponse resp;

@@ -145,13 +145,20 @@ class ParameterServerCore {
   void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The store of a request's checkpoint, opened on first use; at most
-  // kMaxOpenStores stay open.
+  // kMaxOpenStores stay open. The caller holds a use of it until it calls
+  // ReleaseStore: a store in use is never closed to make room (a restore
+  // read a store another request's checkpoint had closed: found by
+  // tests/control_soak_test).
   static constexpr size_t kMaxOpenStores = 4;
   absl::StatusOr<SnapshotStore*> StoreFor(const std::string& checkpoint);
+  void ReleaseStore(SnapshotStore* store);
   // Replaces a store found corrupt by a fresh one holding what could be
   // saved of it (SnapshotStore::Salvage), or one a write failed on by the
   // same store reopened. Waits for the writer to be idle.
-  void ReplaceStore(SnapshotStore* store, bool salvage);
+  // With `wait_for_uses`, also until no request uses the store (the caller
+  // holds none). The writer does not wait: a restore holding a use may be
+  // waiting for the writer's queue to empty.
+  void ReplaceStore(SnapshotStore* store, bool salvage, bool wait_for_uses = false);
   void SweepLoop();
   void WriterLoop();
 
@@ -194,6 +201,7 @@ class ParameterServerCore {
   // Snapshots: stores by directory, a queue for the writer thread.
   absl::Mutex snap_mu_;
   std::map<std::string, std::unique_ptr<SnapshotStore>> stores_ ABSL_GUARDED_BY(snap_mu_);
+  std::map<const SnapshotStore*, int> store_uses_ ABSL_GUARDED_BY(snap_mu_);  // see StoreFor
   std::deque<WriteJob> jobs_ ABSL_GUARDED_BY(snap_mu_);
   std::set<int64_t> durable_ ABSL_GUARDED_BY(snap_mu_);
   std::string snapshot_error_ ABSL_GUARDED_BY(snap_mu_);

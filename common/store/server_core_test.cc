@@ -470,6 +470,48 @@ int OpenFds() {
   return n;
 }
 
+// Snapshots not waiting for durability are copies in memory queued for the
+// writer: at most a few, then RESOURCE_EXHAUSTED (found by
+// tests/control_soak_test: the queue grew with every request).
+TEST(ServerCoreTest, SnapshotsWaitingForTheWriterAreBounded) {
+  absl::Mutex mu;
+  bool go = false;
+  int stalled = 0;
+  ServerCoreOptions o = Options();
+  o.snapshot.fault_pause_after_chunks = 1;
+  o.snapshot.on_fault_pause = [&] {
+    absl::MutexLock lock(&mu);
+    ++stalled;
+    mu.Await(absl::Condition(&go));
+  };
+  ParameterServerCore ps(o);
+  struct Release {  // after ps: the writer is let go before ps joins it
+    absl::Mutex* mu;
+    bool* go;
+    ~Release() {
+      absl::MutexLock lock(mu);
+      *go = true;
+    }
+  } release{&mu, &go};
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  auto snapshot = [&](int64_t step) {
+    SnapshotRequest req;
+    req.set_step(step);
+    req.set_checkpoint("queue");
+    return ps.Snapshot(req).status();
+  };
+  ASSERT_TRUE(snapshot(1).ok());
+  {
+    absl::MutexLock lock(&mu);  // the writer holds step 1 at its first chunk
+    auto in = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stalled == 1; };
+    mu.Await(absl::Condition(&in));
+  }
+  for (int64_t step = 2; step <= 5; ++step) ASSERT_TRUE(snapshot(step).ok()) << step;
+  absl::Status refused = snapshot(6);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("waiting to be written"));
+}
+
 // Requests naming ever new directories used to leave a RocksDB open for
 // each (descriptors 9 -> 429 after 60, issue #17).
 TEST(ServerCoreTest, StoresOpenedForRequestsAreClosedBeyondAFew) {
