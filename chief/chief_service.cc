@@ -2,6 +2,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/parsed_unary.h"
 #include "common/rpc/status_util.h"
 #include "glog/logging.h"
 
@@ -19,13 +20,41 @@ grpc::Status Denied(const Caller& caller, absl::string_view what, const TaskId& 
 
 }  // namespace
 
+grpc::ServerUnaryReactor* ChiefServiceImpl::Register(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<RegisterRequest, RegisterResponse>(
+      ctx, req, resp, "Register", [&] { return auth_.Authorize(*ctx, Rpc::kChiefRegister); },
+      [&](const RegisterRequest& r, RegisterResponse* out) { return Register(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* ChiefServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<HeartbeatRequest, HeartbeatResponse>(
+      ctx, req, resp, "Heartbeat", [&] { return auth_.Authorize(*ctx, Rpc::kChiefHeartbeat); },
+      [&](const HeartbeatRequest& r, HeartbeatResponse* out) { return Heartbeat(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* ChiefServiceImpl::ReportFailure(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<ReportFailureRequest, ReportFailureResponse>(
+      ctx, req, resp, "ReportFailure", [&] { return auth_.Authorize(*ctx, Rpc::kChiefReportFailure); },
+      [&](const ReportFailureRequest& r, ReportFailureResponse* out) { return ReportFailure(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* ChiefServiceImpl::JobStatus(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<JobStatusRequest, JobStatusResponse>(
+      ctx, req, resp, "JobStatus", [&] { return auth_.Authorize(*ctx, Rpc::kChiefJobStatus); },
+      [&](const JobStatusRequest& r, JobStatusResponse* out) { return JobStatus(ctx, &r, out); });
+}
+
 std::string PrintableText(absl::string_view text, size_t max_bytes) {
   std::string out = absl::CHexEscape(text.substr(0, max_bytes));
   if (text.size() > max_bytes) absl::StrAppend(&out, "... (", text.size() - max_bytes, " more bytes)");
   return out;
 }
 
-grpc::Status ChiefServiceImpl::Register(grpc::ServerContext* ctx, const RegisterRequest* req,
+grpc::Status ChiefServiceImpl::Register(grpc::ServerContextBase* ctx, const RegisterRequest* req,
                                         RegisterResponse* resp) {
   Caller caller;
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kChiefRegister, &caller); !a.ok()) return a;
@@ -44,7 +73,7 @@ grpc::Status ChiefServiceImpl::Register(grpc::ServerContext* ctx, const Register
   return grpc::Status::OK;
 }
 
-grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
+grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContextBase* ctx, const HeartbeatRequest* req,
                                          HeartbeatResponse* resp) {
   Caller caller;
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kChiefHeartbeat, &caller); !a.ok()) return a;
@@ -59,7 +88,7 @@ grpc::Status ChiefServiceImpl::Heartbeat(grpc::ServerContext* ctx, const Heartbe
   return grpc::Status::OK;
 }
 
-grpc::Status ChiefServiceImpl::ReportFailure(grpc::ServerContext* ctx, const ReportFailureRequest* req,
+grpc::Status ChiefServiceImpl::ReportFailure(grpc::ServerContextBase* ctx, const ReportFailureRequest* req,
                                              ReportFailureResponse*) {
   Caller caller;
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kChiefReportFailure, &caller); !a.ok()) return a;
@@ -84,7 +113,7 @@ grpc::Status ChiefServiceImpl::ReportFailure(grpc::ServerContext* ctx, const Rep
   return grpc::Status::OK;
 }
 
-grpc::Status ChiefServiceImpl::JobStatus(grpc::ServerContext* ctx, const JobStatusRequest*,
+grpc::Status ChiefServiceImpl::JobStatus(grpc::ServerContextBase* ctx, const JobStatusRequest*,
                                          JobStatusResponse* resp) {
   Caller caller;
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kChiefJobStatus, &caller); !a.ok()) return a;

@@ -24,7 +24,12 @@ std::string PrintableText(absl::string_view text, size_t max_bytes);
 // ReportFailure are accepted only from the task they name (its certificate,
 // or its role's token) and ReportFailure only from a registered incarnation.
 // JobStatus shows incarnations to the chief's own identity only.
-class ChiefServiceImpl final : public Chief::Service {
+// Every method is raw and parsed by ServeParsed (common/rpc/parsed_unary.h):
+// unparsable bytes get INVALID_ARGUMENT naming the method.
+using ChiefServiceBase = Chief::WithRawCallbackMethod_Register<Chief::WithRawCallbackMethod_Heartbeat<
+    Chief::WithRawCallbackMethod_ReportFailure<Chief::WithRawCallbackMethod_JobStatus<Chief::Service>>>>;
+
+class ChiefServiceImpl final : public ChiefServiceBase {
  public:
   // `registry` is not owned and must outlive the service.
   ChiefServiceImpl(TaskRegistry* registry, uint64_t chief_incarnation)
@@ -38,16 +43,22 @@ class ChiefServiceImpl final : public Chief::Service {
   std::function<void(const TaskInfo&, TaskRegistry::Registration)> on_register;
   std::function<JobStatusResponse()> job_status;
 
-  grpc::Status Register(grpc::ServerContext*, const RegisterRequest* req,
-                        RegisterResponse* resp) override;
-  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* req,
-                         HeartbeatResponse* resp) override;
-  grpc::Status ReportFailure(grpc::ServerContext*, const ReportFailureRequest* req,
-                             ReportFailureResponse* resp) override;
-  grpc::Status JobStatus(grpc::ServerContext*, const JobStatusRequest* req,
-                         JobStatusResponse* resp) override;
+  // As gRPC calls them: raw bytes, parsed, then the methods below.
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                          grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* JobStatus(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
 
-  // Every call is checked by `auth` first (set before the server starts).
+  grpc::Status Register(grpc::ServerContextBase*, const RegisterRequest* req, RegisterResponse* resp);
+  grpc::Status Heartbeat(grpc::ServerContextBase*, const HeartbeatRequest* req, HeartbeatResponse* resp);
+  grpc::Status ReportFailure(grpc::ServerContextBase*, const ReportFailureRequest* req,
+                             ReportFailureResponse* resp);
+  grpc::Status JobStatus(grpc::ServerContextBase*, const JobStatusRequest* req, JobStatusResponse* resp);
+
   void set_authenticator(RequestAuthenticator auth) { auth_ = std::move(auth); }
 
  private:

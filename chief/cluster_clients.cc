@@ -1,5 +1,6 @@
 #include "chief/cluster_clients.h"
 
+#include "absl/strings/strip.h"
 #include "common/rpc/unary_call.h"
 #include "common/status_macros.h"
 
@@ -23,11 +24,17 @@ absl::StatusOr<CreateVariablesResponse> PsAdmin::CreateVariables(const CreateVar
                    name_, "CreateVariables");
 }
 
+std::string CheckpointName(absl::string_view checkpoint_dir) {
+  absl::string_view d = absl::StripSuffix(checkpoint_dir, "/");
+  size_t slash = d.rfind('/');
+  return std::string(slash == absl::string_view::npos ? d : d.substr(slash + 1));
+}
+
 absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::string& dir,
                                                    bool wait_durable, int keep) {
   SnapshotRequest req;
   req.set_step(step);
-  req.set_checkpoint_dir(dir);
+  req.set_checkpoint(CheckpointName(dir));
   req.set_wait_durable(wait_durable);
   req.set_keep(keep);
   // Without wait_durable a snapshot is an in-memory copy: a PS that takes
@@ -41,7 +48,7 @@ absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string
   RestoreRequest req;
   req.set_step(step);
   req.set_generation(generation);
-  req.set_checkpoint_dir(dir);
+  req.set_checkpoint(CheckpointName(dir));
   return CallUnary(stub_.get(), &ParameterServer::Stub::Restore, req, kStorageTimeout, name_,
                    "Restore");
 }

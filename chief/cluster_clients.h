@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/rpc/channel_cache.h"
 #include "common/tensor.h"
@@ -20,14 +21,22 @@
 
 namespace psrt {
 
+// The checkpoint a PS request names for the chief's `checkpoint_dir`: its
+// last component ("/ckpt/job1/" -> "job1"). The PS keeps its shard in
+// <its --snapshot_dir>/NAME/ps-N, the same directory as the chief's when its
+// --snapshot_dir is the one above (manifests name shards relative to it).
+std::string CheckpointName(absl::string_view checkpoint_dir);
+
 class PsAdmin {
  public:
   PsAdmin(std::shared_ptr<grpc::Channel> channel, std::string name);
 
   absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req);
+  // `dir` is the chief's checkpoint directory; the PS is sent only its name
+  // (CheckpointName), never the path.
   absl::StatusOr<SnapshotResponse> Snapshot(int64_t step, const std::string& dir, bool wait_durable,
                                             int keep);
-  // Restores step and moves the PS to `generation` with it.
+  // Restores step and moves the PS to `generation` with it; `dir` as above.
   absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir, int64_t generation = 0);
   absl::StatusOr<PsStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   // Whole tensors (or slices this PS holds) by name, over the protobuf path.

@@ -240,11 +240,11 @@ int Run(int argc, char** argv) {
     std::string base = "--cluster_spec=" + spec_path;
     std::string task = "--task=" + TaskName(t);
     if (t.job() == kPsJob) {
-      c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir + "/checkpoints"};
+      c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir};
     }
     if (t.job() == kWorkerJob) {
       // A mirrored worker's replica snapshots beside the PS's would.
-      c.argv = {Binary(argv[0], "worker/main"), base, task, "--snapshot_dir=" + run_dir + "/checkpoints"};
+      c.argv = {Binary(argv[0], "worker/main"), base, task, "--snapshot_dir=" + run_dir};
     }
     if (t.job() == kChiefJob) {
       c.argv = {Binary(argv[0], "chief/main"), base, task, "--job=" + job,

@@ -8,6 +8,7 @@
 // not the chief is up. SIGTERM or SIGINT drains and stops it.
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -31,6 +32,13 @@ ABSL_FLAG(int64_t, max_rows_per_request, 1 << 22, "Most rows in one PullRows or 
 ABSL_FLAG(int64_t, max_inflight_requests, 4096,
           "Most pulls, and most pushes, served at once (parked SYNC pulls included); more are "
           "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_inflight_per_caller, 1024,
+          "Most pulls, and most pushes, one caller (its certificate's task, else the worker id "
+          "in the request) may have in flight at once; more are refused with RESOURCE_EXHAUSTED "
+          "while other callers are still served.");
+ABSL_FLAG(int64_t, max_pull_response_mb, 1024,
+          "Largest answer one Pull or PullRows may make, in MiB; a bigger one is refused with "
+          "RESOURCE_EXHAUSTED before anything is copied.");
 ABSL_FLAG(int64_t, max_variables, 100000, "Most variables (and partitions) this PS holds.");
 ABSL_FLAG(int64_t, max_memory_mb, -1,
           "Most MiB of variables and optimizer slots this PS holds (-1 = three quarters of this "
@@ -39,9 +47,10 @@ ABSL_FLAG(int64_t, max_hash_table_rows, 0,
           "Most rows one hash embedding table may make on first touch (0 = as many as "
           "--max_memory_mb holds).");
 ABSL_FLAG(std::string, snapshot_dir, "",
-          "Snapshots and restores only inside this directory (the chief's --checkpoint_dir or "
-          "a directory above it). Empty: wherever the chief says, as long as the path is "
-          "absolute and has no '..' (logged as a warning).");
+          "Directory of this PS's snapshots: the chief's checkpoint NAME (the last component of "
+          "its --checkpoint_dir) is kept in DIR/NAME/ps-N, so give the directory above the "
+          "chief's --checkpoint_dir. Requests name checkpoints, never paths. Empty: "
+          "./psrt_snapshots under the working directory (logged).");
 ABSL_FLAG(int64_t, fault_pause_snapshot_after_chunks, 0,
           "Fault injection for tests: stall the background snapshot writer after this many "
           "chunks (logs a line, then waits to be killed).");
@@ -70,6 +79,7 @@ int Main(int argc, char** argv) {
   o.max_request_bytes = absl::GetFlag(FLAGS_max_request_mb) << 20;
   o.max_rows_per_request = absl::GetFlag(FLAGS_max_rows_per_request);
   o.max_variables = absl::GetFlag(FLAGS_max_variables);
+  o.max_pull_response_bytes = absl::GetFlag(FLAGS_max_pull_response_mb) << 20;
   // A PS with no flags must refuse a variable larger than the machine
   // rather than abort in the allocator (a float [2^40, 256] did).
   int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
@@ -78,11 +88,7 @@ int Main(int argc, char** argv) {
   }
   if (max_memory_mb > 0) o.max_memory_bytes = max_memory_mb << 20;
   if (absl::GetFlag(FLAGS_max_hash_table_rows) > 0) o.max_hash_table_rows = absl::GetFlag(FLAGS_max_hash_table_rows);
-  o.snapshot_root = absl::GetFlag(FLAGS_snapshot_dir);
-  if (o.snapshot_root.empty()) {
-    LOG(WARNING) << "no --snapshot_dir: snapshots go to any absolute directory a caller names; "
-                    "set it to confine them";
-  }
+  o.snapshot_root = SnapshotRootFor(absl::GetFlag(FLAGS_snapshot_dir), absl::StrCat("ps-", o.task_index));
   o.snapshot.fault_pause_after_chunks = absl::GetFlag(FLAGS_fault_pause_snapshot_after_chunks);
   o.snapshot.on_fault_pause = [number = absl::GetFlag(FLAGS_fault_pause_snapshot_number),
                                seen = 0]() mutable {
@@ -102,6 +108,7 @@ int Main(int argc, char** argv) {
   rpc.max_message_bytes = static_cast<int>(std::min<int64_t>(o.max_request_bytes + (1 << 20), INT32_MAX));
   service.set_authenticator(RequestAuthenticator(rpc.security));
   service.set_max_inflight_requests(absl::GetFlag(FLAGS_max_inflight_requests));
+  service.set_max_inflight_per_caller(absl::GetFlag(FLAGS_max_inflight_per_caller));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex

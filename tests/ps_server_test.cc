@@ -4,6 +4,7 @@
 // restore takes the previous complete snapshot, never the partial one.
 #include <signal.h>
 
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -34,7 +35,8 @@ struct Ps {
 
   void Start(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {testing::RunfilePath("ps/server"),
-                                     "--cluster_spec=" + cluster.spec_path, "--task=ps:0"};
+                                     "--cluster_spec=" + cluster.spec_path, "--task=ps:0",
+                                     absl::StrCat("--snapshot_dir=", std::getenv("TEST_TMPDIR"))};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto d = Daemon::Start("ps:0", argv);
     ASSERT_TRUE(d.ok()) << d.status();
@@ -304,6 +306,112 @@ TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
   for (auto& t : parked) t.join();
   for (const absl::Status& s : parked_status) EXPECT_TRUE(s.ok()) << s;
   EXPECT_TRUE(probe.Pull({"w"}, 1).ok());  // the slots are free again
+}
+
+// Issue #17: --max_inflight_requests is the PS's; --max_inflight_per_caller
+// keeps one caller from taking all of it. Worker 0 parks SYNC pulls until
+// it holds its share and is refused, naming the flag; worker 1 is served.
+// --max_pull_response_mb refuses a pull whose answer is larger, naming it.
+TEST(PsServerTest, OneFloodingCallerDoesNotStarveAnother) {
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "per_caller");
+  ps.Start({"--max_inflight_requests=8", "--max_inflight_per_caller=3", "--max_pull_response_mb=1"});
+  ps.Create("SYNC", 2);
+  std::vector<std::thread> flood;
+  std::vector<absl::Status> flood_status(3);
+  for (int i = 0; i < 3; ++i) {
+    flood.emplace_back([&, i] {
+      absl::Time end = absl::Now() + absl::Seconds(30);
+      do {  // until it holds a slot: the probe below may hold one a moment
+        flood_status[i] = ps.Client(0)->Pull({"w"}, 1).status();
+      } while (flood_status[i].code() == absl::StatusCode::kResourceExhausted && absl::Now() < end);
+    });
+  }
+  PsClientOptions quick;
+  quick.worker = 0;
+  quick.timeout = absl::Milliseconds(300);
+  PlacementMap w_only;
+  w_only.add_variable()->mutable_variable()->set_name("w");
+  w_only.mutable_variable(0)->add_shard()->set_ps_task(0);
+  PsClient probe(w_only, ps.cluster.ps, &ps.channels, quick);
+  absl::Status refused;
+  for (absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;) {
+    refused = probe.Pull({"w"}, 1).status();  // parks and times out until the 3 hold worker 0's share
+    if (refused.code() == absl::StatusCode::kResourceExhausted) break;
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("--max_inflight_per_caller"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("worker 0"));
+  // Worker 1 still gets its pulls and pushes served, the PS-wide budget (8)
+  // is not what refused worker 0.
+  auto other = ps.Client(1);
+  EXPECT_EQ(W0(other.get(), 0), 0.0f);
+  ASSERT_TRUE(other->Push(Id(1, 0), Grad(1), {}).ok());
+  ASSERT_TRUE(ps.Client(0)->Push(Id(0, 0), Grad(1), {}).ok());
+  for (auto& t : flood) t.join();
+  for (const absl::Status& s : flood_status) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(probe.Pull({"w"}, 1).ok());  // worker 0's slots are free again
+
+  absl::Status big = limits::CreateOne(ps.admin.get(), R"(
+      variable { name: "big" dtype: DT_FLOAT shape { dim: 300000 } initializer { kind: ZEROS } })");
+  ASSERT_TRUE(big.ok()) << big;
+  auto pulled = ps.admin->Pull({"big"}, 0);
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kResourceExhausted) << pulled.status();
+  EXPECT_THAT(std::string(pulled.status().message()), HasSubstr("--max_pull_response_mb"));
+  EXPECT_THAT(std::string(pulled.status().message()), HasSubstr("1200000 bytes"));
+  EXPECT_TRUE(ps.admin->Pull({"w"}, 0).ok());
+}
+
+namespace limits {
+
+int64_t StatusKb(pid_t pid, const char* field) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::atoll(line.c_str() + std::strlen(field));
+  }
+  return -1;
+}
+
+}  // namespace limits
+
+// Issue #17: memory per request is a small multiple of its size. The PS's
+// peak RSS (VmHWM, reset through /proc/PID/clear_refs) while it takes one
+// 64 MiB push stays within 3x the push above what it held before.
+TEST(PsServerTest, APushCostsASmallMultipleOfItsSize) {
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "push_memory");
+  ps.Start({"--max_request_mb=80"});
+  constexpr int64_t kFloats = 16 << 20;  // 64 MiB
+  CreateVariablesRequest req;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(absl::StrCat(R"(
+      variable { name: "w" dtype: DT_FLOAT shape { dim: )", kFloats, R"( } initializer { kind: ZEROS } }
+      optimizer { sgd { learning_rate: 0.001 } } num_workers: 1)"), &req));
+  ASSERT_TRUE(ps.admin->CreateVariables(req).ok());
+  PlacementMap placement;
+  placement.add_variable()->mutable_variable()->set_name("w");
+  placement.mutable_variable(0)->add_shard()->set_ps_task(0);
+  PsClient client(placement, ps.cluster.ps, &ps.channels, PsClientOptions());
+  Tensor grad(DT_FLOAT, TensorShape({kFloats}));
+  grad.flat<float>().setConstant(1);
+  const pid_t pid = ps.daemon->process()->pid();
+  const int64_t push_kb = kFloats * 4 / 1024;
+  // The first push (buffers and pools made) and the second (reused).
+  for (int64_t step : {0, 1}) {
+    {
+      std::ofstream clear(absl::StrCat("/proc/", pid, "/clear_refs"));
+      clear << "5" << std::flush;
+      if (!clear) GTEST_SKIP() << "cannot reset the peak RSS through /proc/" << pid << "/clear_refs";
+    }
+    const int64_t before_kb = limits::StatusKb(pid, "VmRSS:");
+    ASSERT_TRUE(client.Push(Id(0, step), {{"w", grad}}, {}).ok());
+    const int64_t peak_kb = limits::StatusKb(pid, "VmHWM:");
+    std::cout << "FIGURE: push " << step << " of " << push_kb << " KiB: PS RSS " << before_kb
+              << " KiB before, peak " << peak_kb << " KiB ("
+              << static_cast<double>(peak_kb - before_kb) / push_kb << "x the push)" << std::endl;
+    ASSERT_GT(before_kb, 0);
+    EXPECT_LE(peak_kb - before_kb, 3 * push_kb) << "push " << step;
+  }
 }
 
 // Many clients pushing as fast as they can: the PS serves what its limits

@@ -117,7 +117,7 @@ class SecurityTest : public ::testing::Test {
       EXPECT_TRUE(d.ok()) << d.status();
       return d.ok() ? *std::move(d) : nullptr;
     };
-    ps_ = start("ps/server", "ps:0", "ps-0", {});
+    ps_ = start("ps/server", "ps:0", "ps-0", {"--snapshot_dir=" + dir_});
     worker_ = start("worker/main", "worker:0", "worker-0", {"--threads=1"});
     chief_ = start("chief/main", "chief:0", "chief", {"--job=" + job_path_, "--threads=1"});
     ASSERT_TRUE(chief_ && ps_ && worker_);

@@ -262,7 +262,8 @@ class SoakTest : public ::testing::Test {
   void StartPs(int p) {
     auto d = Daemon::Start(absl::StrCat("ps:", p),
                            {testing::RunfilePath("ps/server"), "--cluster_spec=" + cluster_.spec_path,
-                            absl::StrCat("--task=ps:", p)});
+                            absl::StrCat("--task=ps:", p),
+                            "--snapshot_dir=" + std::filesystem::path(dir_).parent_path().string()});
     ASSERT_TRUE(d.ok()) << d.status();
     ps_[p] = *std::move(d);
     // Leaks are measured over each process's own life.

@@ -47,8 +47,9 @@ ABSL_FLAG(int, collective_port, 0,
           "Mirrored strategies: the TCP port this worker's ring neighbour connects to "
           "(0 = any free port; it is reported to the chief when the worker registers).");
 ABSL_FLAG(std::string, snapshot_dir, "",
-          "Mirrored strategies: the replica's snapshots go only to checkpoint directories "
-          "inside this one.");
+          "Mirrored strategies: directory of the replica's snapshots, kept in "
+          "DIR/CHECKPOINT/worker-N (give the directory above the chief's --checkpoint_dir). "
+          "Empty: ./psrt_snapshots under the working directory.");
 ABSL_FLAG(int64_t, max_memory_mb, -1,
           "Mirrored strategies: most MiB of variables and optimizer slots the replica holds "
           "(-1 = 3/4 of the machine's memory, 0 = no limit).");
@@ -103,7 +104,7 @@ int Main(int argc, char** argv) {
   replica_options.task_index = config->task.index();
   replica_options.incarnation = incarnation;
   replica_options.store_name = absl::StrCat("worker-", config->task.index());
-  replica_options.snapshot_root = absl::GetFlag(FLAGS_snapshot_dir);
+  replica_options.snapshot_root = SnapshotRootFor(absl::GetFlag(FLAGS_snapshot_dir), replica_options.store_name);
   int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
   if (max_memory_mb < 0) {
     max_memory_mb = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE) / 4 * 3 >> 20;

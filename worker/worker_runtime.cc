@@ -108,7 +108,12 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
 }
 
 absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration timeout) {
-  absl::MutexLock control(&control_mu_);
+  // Refused rather than queued: calls waiting here each held a server
+  // thread, and a flood of them left none for Status (tests/control_soak_test).
+  if (!control_mu_.TryLock()) {
+    return absl::FailedPreconditionError("another Start, Pause or Resume is under way; try again");
+  }
+  absl::Cleanup unlock = [this] { control_mu_.Unlock(); };
   absl::MutexLock lock(&mu_);
   if (generation < generation_) {
     return absl::AbortedError(absl::StrCat("pause for generation ", generation,
@@ -136,7 +141,10 @@ absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration 
 }
 
 absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
-  absl::MutexLock control(&control_mu_);
+  if (!control_mu_.TryLock()) {
+    return absl::FailedPreconditionError("another Start, Pause or Resume is under way; try again");
+  }
+  absl::Cleanup unlock = [this] { control_mu_.Unlock(); };
   absl::MutexLock lock(&mu_);
   if (state_ != WorkerStatusResponse::PAUSED && state_ != WorkerStatusResponse::RUNNING) {
     return absl::FailedPreconditionError(

@@ -72,6 +72,8 @@ class WorkerRuntime {
   // FAILED_PRECONDITION.
   absl::Status Start(const WorkerAssignment& assignment);
   // Stops before the next push. Returns the first step not pushed.
+  // Start, Pause and Resume are refused (FAILED_PRECONDITION) while another
+  // of them is under way.
   absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout);
   // Continues from `start_step` under `generation`.
   absl::Status Resume(int64_t start_step, int64_t generation);
@@ -95,9 +97,10 @@ class WorkerRuntime {
 
   const WorkerOptions options_;
   const WorkerDeps deps_;
-  // Held through Start, Pause and Resume: one at a time. A Start that finds
-  // another under way is refused (two once raced to reassign the loop's
-  // thread and crashed the worker).
+  // Held through Start, Pause and Resume: one at a time. One that finds
+  // another under way is refused with FAILED_PRECONDITION (two Starts once
+  // raced to reassign the loop's thread and crashed the worker; queued
+  // Pauses each held a server thread).
   absl::Mutex control_mu_;
   std::atomic<bool> stopped_for_fault_{false};  // stop_before_push_at_step fires once
 

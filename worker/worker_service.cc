@@ -1,17 +1,54 @@
 #include "worker/worker_service.h"
 
+#include "common/rpc/parsed_unary.h"
 #include "common/rpc/status_util.h"
 
 namespace psrt {
 
-grpc::Status WorkerServiceImpl::Start(grpc::ServerContext* ctx, const StartRequest* req,
+grpc::ServerUnaryReactor* WorkerServiceImpl::Start(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<StartRequest, StartResponse>(
+      ctx, req, resp, "Start", [&] { return auth_.Authorize(*ctx, Rpc::kWorkerStart); },
+      [&](const StartRequest& r, StartResponse* out) { return Start(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Pause(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<PauseRequest, PauseResponse>(
+      ctx, req, resp, "Pause", [&] { return auth_.Authorize(*ctx, Rpc::kWorkerPause); },
+      [&](const PauseRequest& r, PauseResponse* out) { return Pause(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Resume(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<ResumeRequest, ResumeResponse>(
+      ctx, req, resp, "Resume", [&] { return auth_.Authorize(*ctx, Rpc::kWorkerResume); },
+      [&](const ResumeRequest& r, ResumeResponse* out) { return Resume(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<WorkerStatusRequest, WorkerStatusResponse>(
+      ctx, req, resp, "Status", [&] { return auth_.Authorize(*ctx, Rpc::kWorkerStatus); },
+      [&](const WorkerStatusRequest& r, WorkerStatusResponse* out) { return Status(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Shutdown(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<ShutdownRequest, ShutdownResponse>(
+      ctx, req, resp, "Shutdown", [&] { return auth_.Authorize(*ctx, Rpc::kWorkerShutdown); },
+      [&](const ShutdownRequest& r, ShutdownResponse* out) { return Shutdown(ctx, &r, out); });
+}
+
+
+grpc::Status WorkerServiceImpl::Start(grpc::ServerContextBase* ctx, const StartRequest* req,
                                       StartResponse*) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerStart); !a.ok()) return a;
   if (absl::Status v = ValidateAssignment(req->assignment(), limits_); !v.ok()) return ToGrpcStatus(v);
   return ToGrpcStatus(worker_->Start(req->assignment()));
 }
 
-grpc::Status WorkerServiceImpl::Pause(grpc::ServerContext* ctx, const PauseRequest* req,
+grpc::Status WorkerServiceImpl::Pause(grpc::ServerContextBase* ctx, const PauseRequest* req,
                                       PauseResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerPause); !a.ok()) return a;
   absl::StatusOr<int64_t> step = worker_->Pause(req->generation(), absl::Seconds(30));
@@ -20,20 +57,20 @@ grpc::Status WorkerServiceImpl::Pause(grpc::ServerContext* ctx, const PauseReque
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::Resume(grpc::ServerContext* ctx, const ResumeRequest* req,
+grpc::Status WorkerServiceImpl::Resume(grpc::ServerContextBase* ctx, const ResumeRequest* req,
                                        ResumeResponse*) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerResume); !a.ok()) return a;
   return ToGrpcStatus(worker_->Resume(req->start_step(), req->generation()));
 }
 
-grpc::Status WorkerServiceImpl::Status(grpc::ServerContext* ctx, const WorkerStatusRequest*,
+grpc::Status WorkerServiceImpl::Status(grpc::ServerContextBase* ctx, const WorkerStatusRequest*,
                                        WorkerStatusResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerStatus); !a.ok()) return a;
   *resp = worker_->Status();
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::Shutdown(grpc::ServerContext* ctx, const ShutdownRequest*,
+grpc::Status WorkerServiceImpl::Shutdown(grpc::ServerContextBase* ctx, const ShutdownRequest*,
                                          ShutdownResponse*) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerShutdown); !a.ok()) return a;
   worker_->Shutdown();

@@ -12,7 +12,13 @@
 
 namespace psrt {
 
-class WorkerServiceImpl final : public Worker::Service {
+// Every method is raw and parsed by ServeParsed (common/rpc/parsed_unary.h):
+// unparsable bytes get INVALID_ARGUMENT naming the method.
+using WorkerServiceBase = Worker::WithRawCallbackMethod_Start<Worker::WithRawCallbackMethod_Pause<
+    Worker::WithRawCallbackMethod_Resume<Worker::WithRawCallbackMethod_Status<
+        Worker::WithRawCallbackMethod_Shutdown<Worker::Service>>>>>;
+
+class WorkerServiceImpl final : public WorkerServiceBase {
  public:
   // `worker` is not owned. `on_shutdown` runs after the loop stops (the
   // daemon then leaves its serving loop).
@@ -24,12 +30,23 @@ class WorkerServiceImpl final : public Worker::Service {
   // server starts; the number of PS comes from the cluster spec).
   void set_assignment_limits(AssignmentLimits limits) { limits_ = limits; }
 
-  grpc::Status Start(grpc::ServerContext*, const StartRequest* req, StartResponse*) override;
-  grpc::Status Pause(grpc::ServerContext*, const PauseRequest* req, PauseResponse* resp) override;
-  grpc::Status Resume(grpc::ServerContext*, const ResumeRequest* req, ResumeResponse*) override;
-  grpc::Status Status(grpc::ServerContext*, const WorkerStatusRequest*,
-                      WorkerStatusResponse* resp) override;
-  grpc::Status Shutdown(grpc::ServerContext*, const ShutdownRequest*, ShutdownResponse*) override;
+  // As gRPC calls them: raw bytes, parsed, then the methods below.
+  grpc::ServerUnaryReactor* Start(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                  grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Pause(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                  grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+
+  grpc::Status Start(grpc::ServerContextBase*, const StartRequest* req, StartResponse*);
+  grpc::Status Pause(grpc::ServerContextBase*, const PauseRequest* req, PauseResponse* resp);
+  grpc::Status Resume(grpc::ServerContextBase*, const ResumeRequest* req, ResumeResponse*);
+  grpc::Status Status(grpc::ServerContextBase*, const WorkerStatusRequest*, WorkerStatusResponse* resp);
+  grpc::Status Shutdown(grpc::ServerContextBase*, const ShutdownRequest*, ShutdownResponse*);
 
  private:
   WorkerRuntime* const worker_;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/parsed_unary.h"
 #include "common/rpc/status_util.h"
 #include "common/transport/ps_wire.h"
 
@@ -52,6 +53,49 @@ class InflightSlot {
   std::shared_ptr<std::atomic<int64_t>> counter_;
 };
 
+// Holds one of a caller's in-flight slots while it lives.
+class CallerSlot {
+ public:
+  CallerSlot(std::shared_ptr<CallerCounts> counts, std::string caller, int64_t limit)
+      : counts_(std::move(counts)), caller_(std::move(caller)) {
+    absl::MutexLock lock(&counts_->mu);
+    int64_t& n = counts_->in_flight[caller_];
+    if (n >= limit) {
+      if (n == 0) counts_->in_flight.erase(caller_);
+      counts_ = nullptr;
+      return;
+    }
+    ++n;
+  }
+  ~CallerSlot() {
+    if (counts_ == nullptr) return;
+    absl::MutexLock lock(&counts_->mu);
+    auto it = counts_->in_flight.find(caller_);
+    if (--it->second == 0) counts_->in_flight.erase(it);
+  }
+  CallerSlot(CallerSlot&& o) noexcept : counts_(std::move(o.counts_)), caller_(std::move(o.caller_)) {}
+  bool held() const { return counts_ != nullptr; }
+  const std::string& caller() const { return caller_; }
+
+ private:
+  std::shared_ptr<CallerCounts> counts_;
+  std::string caller_;
+};
+
+// Who a data-path call counts against: the task its certificate names, else
+// the worker id in the request (-1: the chief).
+std::string CallerKey(const Caller& caller, int worker) {
+  if (caller.index >= 0) return caller.name;
+  return worker < 0 ? std::string("the chief") : absl::StrCat("worker ", worker);
+}
+
+absl::Status CallerBusy(absl::string_view method, const CallerSlot& slot, int64_t limit) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      method, " refused: ", slot.caller(), " already has ", limit, " ",
+      absl::StartsWith(method, "Pull") ? "pulls" : "pushes",
+      " in flight on this PS (--max_inflight_per_caller); retry later"));
+}
+
 absl::Status Busy(absl::string_view method, int64_t limit) {
   return absl::ResourceExhaustedError(absl::StrCat(
       method, " refused: the PS is already serving ", limit, " ",
@@ -62,19 +106,24 @@ absl::Status Busy(absl::string_view method, int64_t limit) {
 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPull); !a.ok()) return Finish(ctx, a);
+  Caller caller;
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPull, &caller); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pulls_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("Pull", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Pull"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PullArgs> args = pswire::DecodePull(*req);
   if (!args.ok()) return Done(ctx, args.status());
+  CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
+  if (!mine.held()) return Done(ctx, CallerBusy("Pull", mine, max_per_caller_));
   if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   uint64_t incarnation = core_->incarnation();
   core_->Pull(std::move(args->variables), args->worker, args->step, PullDeadline(ctx),
-              [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot))](
+              [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
+               mine = std::make_shared<CallerSlot>(std::move(mine))](
                   absl::Status s, NamedTensors t, int64_t gs) mutable {
                 slot.reset();  // free before the client hears back
+                mine.reset();
                 if (s.ok()) *resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
                 reactor->Finish(ToGrpcStatus(s));
               });
@@ -83,19 +132,24 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPullRows); !a.ok()) return Finish(ctx, a);
+  Caller caller;
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPullRows, &caller); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pulls_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("PullRows", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "PullRows"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PullRowsArgs> args = pswire::DecodePullRows(*req);
   if (!args.ok()) return Done(ctx, args.status());
+  CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
+  if (!mine.held()) return Done(ctx, CallerBusy("PullRows", mine, max_per_caller_));
   if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   uint64_t incarnation = core_->incarnation();
   core_->PullRows(std::move(args->ids), args->worker, args->step, PullDeadline(ctx),
-                  [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot))](
-                  absl::Status s, NamedTensors t, int64_t gs) mutable {
-                slot.reset();  // free before the client hears back
+                  [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
+                   mine = std::make_shared<CallerSlot>(std::move(mine))](
+                      absl::Status s, NamedTensors t, int64_t gs) mutable {
+                    slot.reset();  // free before the client hears back
+                    mine.reset();
                     if (s.ok()) *resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
                     reactor->Finish(ToGrpcStatus(s));
                   });
@@ -104,12 +158,15 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPush); !a.ok()) return Finish(ctx, a);
+  Caller caller;
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPush, &caller); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("Push", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Push"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(*req, core_->pool()->Allocator());
   if (!args.ok()) return Done(ctx, args.status());
+  CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
+  if (!mine.held()) return Done(ctx, CallerBusy("Push", mine, max_per_caller_));
   absl::StatusOr<PushResponse> r = core_->Push(args->id, args->gradients);
   if (r.ok()) *resp = pswire::EncodePushResult(*r);
   return Done(ctx, r.status());
@@ -117,47 +174,77 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPushRows); !a.ok()) return Finish(ctx, a);
+  Caller caller;
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPushRows, &caller); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("PushRows", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "PushRows"); !s.ok()) return Done(ctx, s);
   absl::StatusOr<pswire::PushRowsArgs> args = pswire::DecodePushRows(*req);
   if (!args.ok()) return Done(ctx, args.status());
+  CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
+  if (!mine.held()) return Done(ctx, CallerBusy("PushRows", mine, max_per_caller_));
   absl::StatusOr<PushResponse> r = core_->PushRows(args->id, args->rows);
   if (r.ok()) *resp = pswire::EncodePushResult(*r);
   return Done(ctx, r.status());
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CreateVariables(grpc::CallbackServerContext* ctx,
-                                                         const CreateVariablesRequest* req,
-                                                         CreateVariablesResponse* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsCreateVariables); !a.ok()) return Finish(ctx, a);
+                                                         const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  return ServeParsed<CreateVariablesRequest, CreateVariablesResponse>(
+      ctx, req, resp, "CreateVariables", [&] { return auth_.Authorize(*ctx, Rpc::kPsCreateVariables); },
+      [&](const CreateVariablesRequest& r, CreateVariablesResponse* out) { return CreateVariables(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<SnapshotRequest, SnapshotResponse>(
+      ctx, req, resp, "Snapshot", [&] { return auth_.Authorize(*ctx, Rpc::kPsSnapshot); },
+      [&](const SnapshotRequest& r, SnapshotResponse* out) { return Snapshot(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<RestoreRequest, RestoreResponse>(
+      ctx, req, resp, "Restore", [&] { return auth_.Authorize(*ctx, Rpc::kPsRestore); },
+      [&](const RestoreRequest& r, RestoreResponse* out) { return Restore(ctx, &r, out); });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return ServeParsed<PsStatusRequest, PsStatusResponse>(
+      ctx, req, resp, "Status", [&] { return auth_.Authorize(*ctx, Rpc::kPsStatus); },
+      [&](const PsStatusRequest& r, PsStatusResponse* out) { return Status(ctx, &r, out); });
+}
+
+grpc::Status PsServiceImpl::CreateVariables(grpc::ServerContextBase* ctx, const CreateVariablesRequest* req,
+                                            CreateVariablesResponse* resp) {
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsCreateVariables); !a.ok()) return a;
   absl::StatusOr<CreateVariablesResponse> r = core_->CreateVariables(*req);
   if (r.ok()) *resp = *r;
-  return Done(ctx, r.status());
+  return ToGrpcStatus(r.status());
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Snapshot(grpc::CallbackServerContext* ctx,
-                                                  const SnapshotRequest* req, SnapshotResponse* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsSnapshot); !a.ok()) return Finish(ctx, a);
+grpc::Status PsServiceImpl::Snapshot(grpc::ServerContextBase* ctx, const SnapshotRequest* req,
+                                     SnapshotResponse* resp) {
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsSnapshot); !a.ok()) return a;
   absl::StatusOr<SnapshotResponse> r = core_->Snapshot(*req);
   if (r.ok()) *resp = *r;
-  return Done(ctx, r.status());
+  return ToGrpcStatus(r.status());
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* ctx,
-                                                 const RestoreRequest* req, RestoreResponse* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsRestore); !a.ok()) return Finish(ctx, a);
+grpc::Status PsServiceImpl::Restore(grpc::ServerContextBase* ctx, const RestoreRequest* req,
+                                    RestoreResponse* resp) {
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsRestore); !a.ok()) return a;
   absl::StatusOr<RestoreResponse> r = core_->Restore(*req);
   if (r.ok()) *resp = *r;
-  return Done(ctx, r.status());
+  return ToGrpcStatus(r.status());
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx,
-                                                const PsStatusRequest*, PsStatusResponse* resp) {
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsStatus); !a.ok()) return Finish(ctx, a);
+grpc::Status PsServiceImpl::Status(grpc::ServerContextBase* ctx, const PsStatusRequest*,
+                                   PsStatusResponse* resp) {
+  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsStatus); !a.ok()) return a;
   *resp = core_->Status();
-  return Done(ctx, absl::OkStatus());
+  return grpc::Status::OK;
 }
 
 }  // namespace psrt

@@ -10,6 +10,10 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 
 #include "common/rpc/security.h"
 #include "proto/ps_service.grpc.pb.h"
@@ -17,9 +21,20 @@
 
 namespace psrt {
 
+// Every method is raw: the data path is read by ps_wire.h, the control
+// methods are parsed by ServeParsed (common/rpc/parsed_unary.h) so that
+// unparsable bytes get INVALID_ARGUMENT naming the method.
 using PsServiceBase = ParameterServer::WithRawCallbackMethod_Pull<
     ParameterServer::WithRawCallbackMethod_Push<ParameterServer::WithRawCallbackMethod_PullRows<
-        ParameterServer::WithRawCallbackMethod_PushRows<ParameterServer::CallbackService>>>>;
+        ParameterServer::WithRawCallbackMethod_PushRows<ParameterServer::WithRawCallbackMethod_CreateVariables<
+            ParameterServer::WithRawCallbackMethod_Snapshot<ParameterServer::WithRawCallbackMethod_Restore<
+                ParameterServer::WithRawCallbackMethod_Status<ParameterServer::Service>>>>>>>>;
+
+// Calls in flight per caller; an entry lives while its count is above 0.
+struct CallerCounts {
+  absl::Mutex mu;
+  absl::flat_hash_map<std::string, int64_t> in_flight ABSL_GUARDED_BY(mu);
+};
 
 class PsServiceImpl final : public PsServiceBase {
  public:
@@ -34,6 +49,12 @@ class PsServiceImpl final : public PsServiceBase {
   // pulls from refusing the pushes that would release them. Control calls
   // (create, snapshot, restore, status) are not limited.
   void set_max_inflight_requests(int64_t n) { max_inflight_ = n; }
+  // Most pulls, and most pushes, one caller may have in flight here (the
+  // certificate's task when TLS names one, else the worker id the request
+  // carries). A caller over it is refused with RESOURCE_EXHAUSTED naming
+  // --max_inflight_per_caller while the others are still served: one
+  // flooding worker cannot take every slot of --max_inflight_requests.
+  void set_max_inflight_per_caller(int64_t n) { max_per_caller_ = n; }
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
@@ -44,23 +65,33 @@ class PsServiceImpl final : public PsServiceBase {
   grpc::ServerUnaryReactor* PushRows(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                      grpc::ByteBuffer* resp) override;
 
-  grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx,
-                                            const CreateVariablesRequest* req,
-                                            CreateVariablesResponse* resp) override;
-  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const SnapshotRequest* req,
-                                     SnapshotResponse* resp) override;
-  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* ctx, const RestoreRequest* req,
-                                    RestoreResponse* resp) override;
-  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const PsStatusRequest* req,
-                                   PsStatusResponse* resp) override;
+  // The control methods as gRPC calls them (raw bytes, parsed here)...
+  grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                            grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                    grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                   grpc::ByteBuffer* resp) override;
+  // ...and parsed, as in-process callers (benchmarks, fuzzers) use them.
+  grpc::Status CreateVariables(grpc::ServerContextBase* ctx, const CreateVariablesRequest* req,
+                               CreateVariablesResponse* resp);
+  grpc::Status Snapshot(grpc::ServerContextBase* ctx, const SnapshotRequest* req, SnapshotResponse* resp);
+  grpc::Status Restore(grpc::ServerContextBase* ctx, const RestoreRequest* req, RestoreResponse* resp);
+  grpc::Status Status(grpc::ServerContextBase* ctx, const PsStatusRequest* req, PsStatusResponse* resp);
 
  private:
   ParameterServerCore* const core_;
   RequestAuthenticator auth_;
   int64_t max_inflight_ = 4096;
+  int64_t max_per_caller_ = 1024;
   // Shared with parked pulls' callbacks, which may outlive this object.
   std::shared_ptr<std::atomic<int64_t>> pulls_ = std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<std::atomic<int64_t>> pushes_ = std::make_shared<std::atomic<int64_t>>(0);
+  // In-flight calls by caller, pulls and pushes apart (as above).
+  std::shared_ptr<CallerCounts> pull_callers_ = std::make_shared<CallerCounts>();
+  std::shared_ptr<CallerCounts> push_callers_ = std::make_shared<CallerCounts>();
 };
 
 }  // namespace psrt

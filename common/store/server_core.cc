@@ -1,12 +1,16 @@
 #include "common/store/server_core.h"
 
+#include <filesystem>
+
 #include <algorithm>
 #include <limits>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -18,7 +22,22 @@ constexpr int kMaxWorkers = 1 << 16;
 
 constexpr size_t kRecentPushes = 512;
 
+// Most snapshots one checkpoint's store keeps (SnapshotRequest.keep).
+constexpr int kMaxKeep = 100;
+// Most snapshots copied in memory and waiting for the writer.
+constexpr size_t kMaxQueuedSnapshots = 4;
+
 std::string PsName(int task) { return absl::StrCat("ps:", task); }
+
+// Sizes of answers from request counts: INT64_MAX instead of overflowing.
+int64_t SaturatingMul(int64_t a, int64_t b) {
+  int64_t r;
+  return (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) ? INT64_MAX : r;
+}
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
 
 }  // namespace
 
@@ -128,6 +147,13 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   return resp;
 }
 
+absl::Status ParameterServerCore::CheckPullResponse(absl::string_view method, int64_t bytes) const {
+  if (bytes <= options_.max_pull_response_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      method, " refused: its answer would be ", bytes, " bytes, over --max_pull_response_mb (",
+      options_.max_pull_response_bytes, " bytes); pull fewer variables or rows at once"));
+}
+
 absl::StatusOr<Variable*> ParameterServerCore::Find(const std::string& name) const {
   auto it = variables_.find(name);
   if (it == variables_.end()) {
@@ -229,10 +255,21 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
     NamedTensors out;
     {
       absl::ReaderMutexLock lock(&mu_);
+      // The whole answer's size first: nothing is read for one over the
+      // bound (issue #17: a pull response was bounded by memory alone).
+      std::vector<Variable*> vars;
+      int64_t bytes = 0;
       for (const std::string& name : names) {
         absl::StatusOr<Variable*> v = Find(name);
         if (!v.ok()) return done(v.status(), {}, 0);
-        absl::StatusOr<Tensor> t = (*v)->Read();
+        vars.push_back(*v);
+        bytes = SaturatingAdd(bytes, SaturatingMul((*v)->shape().num_elements(),
+                                                   DataTypeSize((*v)->def().dtype())));
+      }
+      if (absl::Status b = CheckPullResponse("Pull", bytes); !b.ok()) return done(b, {}, 0);
+      for (size_t i = 0; i < names.size(); ++i) {
+        const std::string& name = names[i];
+        absl::StatusOr<Tensor> t = vars[i]->Read();
         if (!t.ok()) return done(t.status(), {}, 0);
         out.emplace_back(name, *std::move(t));
       }
@@ -265,10 +302,22 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
     NamedTensors out;
     {
       absl::ReaderMutexLock lock(&mu_);
+      // Size first, before any row is copied or made.
+      std::vector<Variable*> vars;
+      int64_t bytes = 0;
       for (const auto& [name, t] : ids) {
         absl::StatusOr<Variable*> v = Find(name);
         if (!v.ok()) return done(v.status(), {}, 0);
-        absl::StatusOr<Tensor> r = (*v)->ReadRows(t, pool_.get());
+        vars.push_back(*v);
+        const TensorShape& shape = (*v)->shape();
+        const int64_t row = shape.rank() == 0 ? 1 : shape.row_elements();
+        bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(t.NumElements(), row),
+                                                   DataTypeSize((*v)->def().dtype())));
+      }
+      if (absl::Status b = CheckPullResponse("PullRows", bytes); !b.ok()) return done(b, {}, 0);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const auto& [name, t] = ids[i];
+        absl::StatusOr<Tensor> r = vars[i]->ReadRows(t, pool_.get());
         if (!r.ok()) return done(r.status(), {}, 0);
         out.emplace_back(name, *std::move(r));
       }
@@ -473,42 +522,55 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   return resp;
 }
 
-absl::Status CheckSnapshotDir(const std::string& dir, const std::string& root) {
+absl::Status CheckCheckpointName(absl::string_view name) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint_dir: ", why));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", why, " (a name of [A-Za-z0-9._-], not a path)"));
   };
-  if (dir.empty()) return bad("empty");
-  if (dir.size() > 4096) return bad(absl::StrCat("a path of ", dir.size(), " characters"));
-  if (dir[0] != '/') return bad("not an absolute path");
-  for (char ch : dir) {
-    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return bad("control characters in the path");
-  }
-  for (absl::string_view part : absl::StrSplit(dir, '/')) {
-    if (part == "." || part == "..") return bad("'.' or '..' in the path");
-  }
-  if (!root.empty()) {
-    absl::string_view r = absl::StripSuffix(root, "/");
-    if (!(dir == r || (absl::StartsWith(dir, r) && dir.size() > r.size() && dir[r.size()] == '/'))) {
-      return absl::PermissionDeniedError(absl::StrCat("checkpoint_dir is outside this PS's --snapshot_dir ", root));
+  if (name.empty()) return bad("empty");
+  if (name.size() > 255) return bad(absl::StrCat("a name of ", name.size(), " characters"));
+  if (name == "." || name == "..") return bad(absl::StrCat("'", name, "'"));
+  for (char ch : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-') {
+      return bad(absl::StrCat("character 0x", absl::Hex(static_cast<unsigned char>(ch), absl::kZeroPad2)));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& dir) {
-  // The directory comes from the network: confined before anything is
-  // created there (issue #17: stores were made in any directory, '../..'
+std::string SnapshotRootFor(const std::string& flag, const std::string& store_name) {
+  std::error_code ec;
+  if (flag.empty()) {
+    std::string root = (std::filesystem::current_path(ec) / "psrt_snapshots").string();
+    LOG(WARNING) << "no --snapshot_dir: snapshots go under " << root
+                 << " (give the directory above the chief's --checkpoint_dir to share it)";
+    return root;
+  }
+  std::string root = std::filesystem::absolute(flag, ec).lexically_normal().string();
+  LOG(INFO) << "snapshots under " << root << "/CHECKPOINT/" << store_name;
+  return root;
+}
+
+absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& checkpoint) {
+  // The request names a checkpoint; the directory is this PS's own (issue
+  // #17: stores were made in any directory a request named, '../..'
   // included, and a caller could restore a model it had prepared).
-  RETURN_IF_ERROR(CheckSnapshotDir(dir, options_.snapshot_root));
-  std::string path = absl::StrCat(dir, "/", StoreName());
+  RETURN_IF_ERROR(CheckCheckpointName(checkpoint));
+  if (options_.snapshot_root.empty()) {
+    return absl::FailedPreconditionError("this PS has no snapshot directory (--snapshot_dir)");
+  }
+  std::string path =
+      absl::StrCat(absl::StripSuffix(options_.snapshot_root, "/"), "/", checkpoint, "/", StoreName());
   absl::MutexLock lock(&snap_mu_);
   auto it = stores_.find(path);
-  if (it != stores_.end()) return it->second.get();
+  if (it != stores_.end()) {
+    ++store_uses_[it->second.get()];
+    return it->second.get();
+  }
   if (stores_.size() >= kMaxOpenStores) {
     // Close a store nothing is writing to or queued for: requests naming
     // ever new directories no longer leak a RocksDB (and its files) each.
     for (auto victim = stores_.begin(); victim != stores_.end(); ++victim) {
-      bool busy = writing_;
+      bool busy = writing_ || store_uses_.count(victim->second.get()) > 0;
       for (const WriteJob& job : jobs_) busy = busy || job.store == victim->second.get();
       if (busy) continue;
       LOG(INFO) << "closing the snapshot store " << victim->first;
@@ -524,16 +586,26 @@ absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& 
   for (int64_t step : store->Steps()) durable_.insert(step);
   SnapshotStore* raw = store.get();
   stores_[path] = std::move(store);
+  ++store_uses_[raw];
   return raw;
 }
 
-void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage) {
+void ParameterServerCore::ReleaseStore(SnapshotStore* store) {
   absl::MutexLock lock(&snap_mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return !writing_; };
+  auto it = store_uses_.find(store);
+  if (it != store_uses_.end() && --it->second == 0) store_uses_.erase(it);
+}
+
+void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage, bool wait_for_uses) {
+  absl::MutexLock lock(&snap_mu_);
+  auto idle = [this, store, wait_for_uses]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) {
+    return !writing_ && (!wait_for_uses || store_uses_.count(store) == 0);
+  };
   snap_mu_.Await(absl::Condition(&idle));
   auto it = std::find_if(stores_.begin(), stores_.end(), [store](const auto& s) { return s.second.get() == store; });
   if (it == stores_.end()) return;  // replaced already
   const std::string path = it->first;
+  store_uses_.erase(store);  // a writer's replacement: readers' uses end with the old store
   // Queued writes name the store about to be replaced: they fail, and the
   // chief abandons those checkpoints and takes new ones.
   for (WriteJob& job : jobs_) {
@@ -554,7 +626,23 @@ void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage) {
 }
 
 absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotRequest& req) {
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint_dir()));
+  // Each kept snapshot is a copy of every variable on disk: a caller may not
+  // make the PS keep without bound.
+  if (req.keep() > kMaxKeep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keep: ", req.keep(), " snapshots; at most ", kMaxKeep, " are kept"));
+  }
+  {
+    // Each queued snapshot is a copy of every variable in memory: a flood of
+    // requests not waiting for durability grew the queue without bound.
+    absl::MutexLock lock(&snap_mu_);
+    if (jobs_.size() >= kMaxQueuedSnapshots) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "snapshot of step ", req.step(), " refused: ", jobs_.size(), " snapshots are already waiting to be written"));
+    }
+  }
+  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
+  absl::Cleanup release = [this, store] { ReleaseStore(store); };
   WriteJob job;
   job.store = store;
   job.keep = req.keep() > 0 ? req.keep() : 3;
@@ -658,7 +746,8 @@ void ParameterServerCore::WriterLoop() {
 }
 
 absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreRequest& req) {
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint_dir()));
+  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
+  absl::Cleanup release = [this, store] { ReleaseStore(store); };
   {
     // Let a write of this very step finish first.
     absl::MutexLock lock(&snap_mu_);
@@ -666,7 +755,10 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     snap_mu_.Await(absl::Condition(&idle));
   }
   absl::StatusOr<PsSnapshot> read = store->Read(req.step());
-  if (read.status().code() == absl::StatusCode::kDataLoss) ReplaceStore(store, /*salvage=*/true);
+  if (read.status().code() == absl::StatusCode::kDataLoss) {
+    std::move(release).Invoke();
+    ReplaceStore(store, /*salvage=*/true, /*wait_for_uses=*/true);
+  }
   if (!read.ok()) return read.status();
   PsSnapshot snap = *std::move(read);
   RestoreResponse resp;

@@ -55,6 +55,10 @@ struct ServerCoreOptions {
   uint64_t incarnation = 0;
   int64_t max_request_bytes = int64_t{1} << 30;
   int64_t max_rows_per_request = 1 << 22;
+  // Largest answer one Pull or PullRows may make (--max_pull_response_mb):
+  // a bigger one is refused with RESOURCE_EXHAUSTED before anything is
+  // read or copied.
+  int64_t max_pull_response_bytes = INT64_MAX;
   // Limits on what clients may make here, refused with RESOURCE_EXHAUSTED:
   // variables held, bytes of variables and optimizer slots, rows of each
   // hash table.
@@ -62,19 +66,24 @@ struct ServerCoreOptions {
   int64_t max_memory_bytes = INT64_MAX;
   int64_t max_hash_table_rows = INT64_MAX;
   SnapshotStoreOptions snapshot;
-  // When set, every snapshot and restore directory a request names must be
-  // inside it (--snapshot_dir).
+  // Where snapshots live (--snapshot_dir): checkpoint NAME of a request in
+  // <snapshot_root>/NAME/ps-<task_index>. Requests name checkpoints, never
+  // paths. Empty: Snapshot and Restore are refused (FAILED_PRECONDITION).
   std::string snapshot_root;
   // The snapshot store's name under a checkpoint directory; empty =
   // "ps-<task_index>". A mirrored worker's replica is "worker-<index>".
   std::string store_name;
 };
 
-// A checkpoint directory from a request: absolute, without '.' or '..'
-// parts or control characters, and inside `root` when it is not empty.
-// INVALID_ARGUMENT or PERMISSION_DENIED naming what was wrong.
-absl::Status CheckSnapshotDir(const std::string& dir, const std::string& root);
+// A checkpoint's name from a request: one path component of [A-Za-z0-9._-],
+// at most 255 characters, not "." or "..". INVALID_ARGUMENT naming the
+// field `checkpoint` and what was wrong.
+absl::Status CheckCheckpointName(absl::string_view name);
 
+// The directory a daemon keeps its snapshots under: `flag` (--snapshot_dir)
+// made absolute, or ./psrt_snapshots when empty. Logs where
+// CHECKPOINT/`store_name` will go.
+std::string SnapshotRootFor(const std::string& flag, const std::string& store_name);
 
 class ParameterServerCore {
  public:
@@ -131,6 +140,9 @@ class ParameterServerCore {
   };
 
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED naming --max_pull_response_mb when an answer of
+  // `bytes` is over options_.max_pull_response_bytes.
+  absl::Status CheckPullResponse(absl::string_view method, int64_t bytes) const;
   absl::Status CheckGenerationLocked(int64_t generation, absl::string_view what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Step counters and SYNC aggregation back to `step`, nothing seen.
@@ -143,14 +155,21 @@ class ParameterServerCore {
   bool SeenLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The store for a request's directory, opened on first use; at most
-  // kMaxOpenStores stay open.
+  // The store of a request's checkpoint, opened on first use; at most
+  // kMaxOpenStores stay open. The caller holds a use of it until it calls
+  // ReleaseStore: a store in use is never closed to make room (a restore
+  // read a store another request's checkpoint had closed: found by
+  // tests/control_soak_test).
   static constexpr size_t kMaxOpenStores = 4;
-  absl::StatusOr<SnapshotStore*> StoreFor(const std::string& dir);
+  absl::StatusOr<SnapshotStore*> StoreFor(const std::string& checkpoint);
+  void ReleaseStore(SnapshotStore* store);
   // Replaces a store found corrupt by a fresh one holding what could be
   // saved of it (SnapshotStore::Salvage), or one a write failed on by the
   // same store reopened. Waits for the writer to be idle.
-  void ReplaceStore(SnapshotStore* store, bool salvage);
+  // With `wait_for_uses`, also until no request uses the store (the caller
+  // holds none). The writer does not wait: a restore holding a use may be
+  // waiting for the writer's queue to empty.
+  void ReplaceStore(SnapshotStore* store, bool salvage, bool wait_for_uses = false);
   void SweepLoop();
   void WriterLoop();
 
@@ -193,6 +212,7 @@ class ParameterServerCore {
   // Snapshots: stores by directory, a queue for the writer thread.
   absl::Mutex snap_mu_;
   std::map<std::string, std::unique_ptr<SnapshotStore>> stores_ ABSL_GUARDED_BY(snap_mu_);
+  std::map<const SnapshotStore*, int> store_uses_ ABSL_GUARDED_BY(snap_mu_);  // see StoreFor
   std::deque<WriteJob> jobs_ ABSL_GUARDED_BY(snap_mu_);
   std::set<int64_t> durable_ ABSL_GUARDED_BY(snap_mu_);
   std::string snapshot_error_ ABSL_GUARDED_BY(snap_mu_);

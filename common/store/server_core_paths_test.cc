@@ -265,6 +265,12 @@ TEST(ServerCorePathsTest, PulledRowsReusePooledStorage) {
 
 class CoreSnapshotTest : public ::testing::Test {
  protected:
+  // Checkpoint "ckpt" of these PS lives in dir_/ckpt/ps-0.
+  ServerCoreOptions Options() const {
+    ServerCoreOptions o = psrt::Options();
+    o.snapshot_root = dir_;
+    return o;
+  }
   void SetUp() override {
     dir_ = absl::StrCat(::testing::TempDir(), "/paths_",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -277,7 +283,7 @@ class CoreSnapshotTest : public ::testing::Test {
   absl::Status Snap(ParameterServerCore* ps, int64_t step, int keep) {
     SnapshotRequest r;
     r.set_step(step);
-    r.set_checkpoint_dir(dir_);
+    r.set_checkpoint("ckpt");
     r.set_wait_durable(true);
     r.set_keep(keep);
     return ps->Snapshot(r).status();
@@ -285,7 +291,7 @@ class CoreSnapshotTest : public ::testing::Test {
   absl::Status Restore(ParameterServerCore* ps, int64_t step) {
     RestoreRequest r;
     r.set_step(step);
-    r.set_checkpoint_dir(dir_);
+    r.set_checkpoint("ckpt");
     return ps->Restore(r).status();
   }
   std::string dir_;
@@ -308,7 +314,7 @@ TEST_F(CoreSnapshotTest, CorruptSnapshotIsDataLossAndChangesNothing) {
   }
   {
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_ + "/ps-0", &db).ok());
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_ + "/ckpt/ps-0", &db).ok());
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "s/00000000000000000001/0/value/000000", "bad!").ok());
     delete db;
   }

@@ -60,6 +60,7 @@ absl::StatusOr<std::vector<float>> PullW(ParameterServerCore* ps, int worker, in
 ServerCoreOptions Options() {
   ServerCoreOptions o;
   o.incarnation = 42;
+  o.snapshot_root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/snapshots");
   return o;
 }
 
@@ -109,6 +110,45 @@ TEST(ServerCoreTest, BadPushesChangeNothing) {
   other.mutable_variable(0)->mutable_shape()->set_dim(0, 3);
   EXPECT_EQ(ps.CreateVariables(other).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+}
+
+// Issue #17: a pull's answer is bounded by --max_pull_response_mb, checked
+// before any row is read or made.
+TEST(ServerCoreTest, PullAnswersOverTheBoundAreRefusedBeforeAnyCopy) {
+  ServerCoreOptions o = Options();
+  o.max_pull_response_bytes = 16;  // "w" is 8 bytes, a row of "emb" 8
+  ParameterServerCore ps(o);
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  EXPECT_TRUE(PullW(&ps, 0, 0).ok());
+  auto pull_rows = [&](std::vector<int64_t> v) {
+    absl::Status status;
+    absl::Notification done;
+    Tensor ids = Tensor::FromVector<int64_t>(v, TensorShape({static_cast<int64_t>(v.size())}));
+    ps.PullRows({{"emb", ids}}, 0, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors, int64_t) {
+      status = s;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  };
+  EXPECT_TRUE(pull_rows({1, 2}).ok());  // 16 bytes: at the bound
+  EXPECT_EQ(ps.Status().rows(), 2);
+  absl::Status over = pull_rows({3, 4, 5});
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(over.message()), HasSubstr("--max_pull_response_mb"));
+  EXPECT_THAT(std::string(over.message()), HasSubstr("24 bytes"));
+  EXPECT_EQ(ps.Status().rows(), 2);  // no row made for the refused pull
+  o.max_pull_response_bytes = 4;
+  ParameterServerCore small(o);
+  ASSERT_TRUE(small.CreateVariables(Create("ASYNC", 1)).ok());
+  absl::Notification done;
+  small.Pull({"w"}, 0, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors t, int64_t) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("Pull refused: its answer would be 8 bytes"));
+    EXPECT_TRUE(t.empty());
+    done.Notify();
+  });
+  done.WaitForNotification();
 }
 
 // Found by tests/fuzz/ps_request_fuzzer: worker 2^31-1 sized a vector of
@@ -182,7 +222,7 @@ TEST(ServerCoreTest, BoundedStalenessBlocksTheFastWorkerWithADeadline) {
 }
 
 TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
-  std::string dir = ::testing::TempDir() + "/core_snap";
+  const std::string dir = "core_snap";
   ParameterServerCore ps(Options());
   ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
   ASSERT_TRUE(ps.Push(Id(0, 0), Grad(1, 1)).ok());
@@ -190,7 +230,7 @@ TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
   ASSERT_TRUE(ps.PushRows(Id(0, 0), {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}}).ok());
   SnapshotRequest snap;
   snap.set_step(1);
-  snap.set_checkpoint_dir(dir);
+  snap.set_checkpoint(dir);
   snap.set_wait_durable(true);
   auto r = ps.Snapshot(snap);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -200,13 +240,13 @@ TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
   ASSERT_TRUE(ps.Push(Id(0, 1), Grad(5, 5)).ok());
   RestoreRequest missing;
   missing.set_step(99);
-  missing.set_checkpoint_dir(dir);
+  missing.set_checkpoint(dir);
   EXPECT_EQ(ps.Restore(missing).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-6, -6}));  // untouched
 
   RestoreRequest back;
   back.set_step(1);
-  back.set_checkpoint_dir(dir);
+  back.set_checkpoint(dir);
   ASSERT_TRUE(ps.Restore(back).ok());
   EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
   EXPECT_EQ(ps.Status().global_step(), 1);
@@ -226,7 +266,7 @@ TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
 // only once its new copy is written, even when another write completes
 // first (else the chief could commit the stale copy).
 TEST(ServerCoreTest, AStepSnapshottedAgainIsDurableOnlyOnceItsNewCopyIs) {
-  std::string dir = ::testing::TempDir() + "/core_again";
+  const std::string dir = "core_again";
   absl::Mutex mu;
   int entered = 0;  // writes that reached their first chunk
   int allowed = 1;  // writes let past it
@@ -258,7 +298,7 @@ TEST(ServerCoreTest, AStepSnapshottedAgainIsDurableOnlyOnceItsNewCopyIs) {
   auto snapshot = [&](int64_t step, bool wait) {
     SnapshotRequest req;
     req.set_step(step);
-    req.set_checkpoint_dir(dir);
+    req.set_checkpoint(dir);
     req.set_wait_durable(wait);
     return ps.Snapshot(req);
   };
@@ -275,7 +315,7 @@ TEST(ServerCoreTest, AStepSnapshottedAgainIsDurableOnlyOnceItsNewCopyIs) {
   let_write(3, 3);
   RestoreRequest back;  // waits for the writer
   back.set_step(2);
-  back.set_checkpoint_dir(dir);
+  back.set_checkpoint(dir);
   ASSERT_TRUE(ps.Restore(back).ok());
   EXPECT_THAT(ps.Status().durable_snapshots(), testing::ElementsAre(1, 2));
   EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-2, -2}));
@@ -310,14 +350,14 @@ TEST(ServerCoreTest, PushesAndPullsOfAnotherGenerationAreRefused) {
 }
 
 TEST(ServerCoreTest, ARestoreMovesToItsGenerationWithTheValues) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/generation");
+  const std::string dir = "generation";
   ParameterServerCore ps(Options());
   CreateVariablesRequest create = Create("ASYNC", 1);
   create.set_generation(1);
   ASSERT_TRUE(ps.CreateVariables(create).ok());
   SnapshotRequest snap;
   snap.set_step(0);
-  snap.set_checkpoint_dir(dir);
+  snap.set_checkpoint(dir);
   snap.set_wait_durable(true);
   ASSERT_TRUE(ps.Snapshot(snap).ok());
   RequestId old = Id(0, 0);
@@ -325,7 +365,7 @@ TEST(ServerCoreTest, ARestoreMovesToItsGenerationWithTheValues) {
   ASSERT_TRUE(ps.Push(old, Grad(1, 1)).ok());
   RestoreRequest back;
   back.set_step(0);
-  back.set_checkpoint_dir(dir);
+  back.set_checkpoint(dir);
   back.set_generation(2);
   ASSERT_TRUE(ps.Restore(back).ok());
   old.set_step(1);
@@ -378,23 +418,98 @@ TEST(ServerCoreTest, WithAMemoryLimitHashTablesAreBoundedByDefault) {
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
 }
 
-TEST(ServerCoreTest, SnapshotDirectoriesAreConfined) {
-  EXPECT_TRUE(CheckSnapshotDir("/data/ckpt", "").ok());
-  EXPECT_EQ(CheckSnapshotDir("ckpt", "").code(), absl::StatusCode::kInvalidArgument);  // relative
-  EXPECT_EQ(CheckSnapshotDir("/data/../etc", "").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckSnapshotDir("/data/./x", "").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckSnapshotDir(std::string("/data/a\nb"), "").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckSnapshotDir("", "").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(CheckSnapshotDir("/data/ckpt", "/data").ok());
-  EXPECT_TRUE(CheckSnapshotDir("/data/ckpt", "/data/ckpt/").ok());
-  EXPECT_EQ(CheckSnapshotDir("/data2/ckpt", "/data").code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(CheckSnapshotDir("/etc", "/data").code(), absl::StatusCode::kPermissionDenied);
+// Issue #17: requests name a checkpoint, never a path; the PS derives the
+// directory under its own --snapshot_dir.
+TEST(ServerCoreTest, RequestsNameACheckpointNeverAPath) {
+  EXPECT_TRUE(CheckCheckpointName("ckpt").ok());
+  EXPECT_TRUE(CheckCheckpointName("job-1.v2_final").ok());
+  for (const std::string& bad : std::vector<std::string>{"", ".", "..", "a/b", "/etc", "../etc", "a b", "a\nb", "caf\xc3\xa9",
+                          std::string(256, 'a'), std::string("a\0b", 3)}) {
+    absl::Status s = CheckCheckpointName(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("checkpoint: ")) << bad;
+  }
+  ServerCoreOptions o = Options();
+  o.snapshot_root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/named");
+  ParameterServerCore ps(o);
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  SnapshotRequest snap;
+  snap.set_step(1);
+  snap.set_checkpoint("job1");
+  snap.set_wait_durable(true);
+  auto r = ps.Snapshot(snap);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->path(), "ps-0");  // relative to the checkpoint, as manifests name shards
+  EXPECT_TRUE(std::filesystem::is_directory(o.snapshot_root + "/job1/ps-0"));
+  snap.set_checkpoint("../escape");
+  EXPECT_EQ(ps.Snapshot(snap).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(absl::StrCat(std::getenv("TEST_TMPDIR"), "/escape")));
+  snap.set_checkpoint("job1");
+  snap.set_keep(101);  // each kept snapshot is a copy on disk
+  auto keep = ps.Snapshot(snap);
+  EXPECT_EQ(keep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(keep.status().message()), HasSubstr("keep"));
+  snap.set_keep(0);
+  RestoreRequest back;
+  back.set_step(1);
+  back.set_checkpoint("/etc");
+  EXPECT_EQ(ps.Restore(back).status().code(), absl::StatusCode::kInvalidArgument);
+  back.set_checkpoint("job1");
+  EXPECT_TRUE(ps.Restore(back).ok());
+  // A PS without a snapshot directory refuses instead of guessing one.
+  ServerCoreOptions none = Options();
+  none.snapshot_root.clear();
+  ParameterServerCore bare(none);
+  ASSERT_TRUE(bare.CreateVariables(Create("ASYNC", 1)).ok());
+  EXPECT_EQ(bare.Snapshot(snap).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 int OpenFds() {
   int n = 0;
   for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator(); ++it) ++n;
   return n;
+}
+
+// Snapshots not waiting for durability are copies in memory queued for the
+// writer: at most a few, then RESOURCE_EXHAUSTED (found by
+// tests/control_soak_test: the queue grew with every request).
+TEST(ServerCoreTest, SnapshotsWaitingForTheWriterAreBounded) {
+  absl::Mutex mu;
+  bool go = false;
+  int stalled = 0;
+  ServerCoreOptions o = Options();
+  o.snapshot.fault_pause_after_chunks = 1;
+  o.snapshot.on_fault_pause = [&] {
+    absl::MutexLock lock(&mu);
+    ++stalled;
+    mu.Await(absl::Condition(&go));
+  };
+  ParameterServerCore ps(o);
+  struct Release {  // after ps: the writer is let go before ps joins it
+    absl::Mutex* mu;
+    bool* go;
+    ~Release() {
+      absl::MutexLock lock(mu);
+      *go = true;
+    }
+  } release{&mu, &go};
+  ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
+  auto snapshot = [&](int64_t step) {
+    SnapshotRequest req;
+    req.set_step(step);
+    req.set_checkpoint("queue");
+    return ps.Snapshot(req).status();
+  };
+  ASSERT_TRUE(snapshot(1).ok());
+  {
+    absl::MutexLock lock(&mu);  // the writer holds step 1 at its first chunk
+    auto in = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stalled == 1; };
+    mu.Await(absl::Condition(&in));
+  }
+  for (int64_t step = 2; step <= 5; ++step) ASSERT_TRUE(snapshot(step).ok()) << step;
+  absl::Status refused = snapshot(6);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("waiting to be written"));
 }
 
 // Requests naming ever new directories used to leave a RocksDB open for
@@ -408,7 +523,7 @@ TEST(ServerCoreTest, StoresOpenedForRequestsAreClosedBeyondAFew) {
   auto snapshot = [&](int i) {
     SnapshotRequest req;
     req.set_step(i);
-    req.set_checkpoint_dir(absl::StrCat(root, "/dir", i));
+    req.set_checkpoint(absl::StrCat("dir", i));
     req.set_wait_durable(true);
     return ps.Snapshot(req).status();
   };
@@ -418,10 +533,10 @@ TEST(ServerCoreTest, StoresOpenedForRequestsAreClosedBeyondAFew) {
   EXPECT_LE(OpenFds(), fds + 8);
   SnapshotRequest outside;
   outside.set_step(1);
-  outside.set_checkpoint_dir("/tmp/elsewhere");
-  EXPECT_EQ(ps.Snapshot(outside).status().code(), absl::StatusCode::kPermissionDenied);
+  outside.set_checkpoint("/tmp/elsewhere");
+  EXPECT_EQ(ps.Snapshot(outside).status().code(), absl::StatusCode::kInvalidArgument);
   RestoreRequest escape;
-  escape.set_checkpoint_dir(root + "/../../etc");
+  escape.set_checkpoint("../../etc");
   EXPECT_EQ(ps.Restore(escape).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

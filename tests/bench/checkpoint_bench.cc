@@ -39,6 +39,7 @@ int Main() {
   std::vector<std::unique_ptr<ParameterServerCore>> ps;
   for (int p = 0; p < 2; ++p) {
     ServerCoreOptions o;
+    o.snapshot_root = dir;  // checkpoint "bench" in DIR/bench/ps-N
     o.task_index = p;
     ps.push_back(std::make_unique<ParameterServerCore>(o));
     CreateVariablesRequest req;
@@ -82,7 +83,7 @@ int Main() {
   for (int64_t step = 1; step <= 2; ++step) {
     SnapshotRequest req;
     req.set_step(step);
-    req.set_checkpoint_dir(dir);
+    req.set_checkpoint("bench");
     req.set_keep(1);
     t0 = absl::Now();
     for (auto& p : ps) Check(p->Snapshot(req).status());

@@ -57,6 +57,9 @@ class TrainingClusterTest : public ::testing::Test {
   std::vector<std::string> Common(const std::string& task) {
     std::vector<std::string> flags = {"--cluster_spec=" + cluster_.spec_path, "--task=" + task};
     if (task.rfind("ps:", 0) != 0) flags.push_back("--threads=1");
+    // The directory above the job's checkpoint dir: the PS keeps its shards
+    // of checkpoint "ckpt" in dir_/ckpt/ps-N, beside the chief's manifests.
+    if (task.rfind("ps:", 0) == 0) flags.push_back("--snapshot_dir=" + dir_);
     return flags;
   }
   std::unique_ptr<Daemon> Start(const std::string& binary, const std::string& task,
