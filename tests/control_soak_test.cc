@@ -40,7 +40,7 @@
 #include "proto/chief_service.pb.h"
 #include "proto/ps_service.pb.h"
 #include "proto/worker_service.pb.h"
-#include "tests/harness/process_harness.h"
+#include "tests/harness/training_cluster.h"
 
 namespace psrt {
 namespace {
@@ -303,19 +303,8 @@ class ControlPlaneTest : public ::testing::Test {
     auto c = testing::MakeTestCluster(1, 1, name_);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = *c;
-    auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
-    ASSERT_TRUE(job.ok()) << job.status();
-    job->set_steps(1000000);  // runs until the test ends it
-    job->set_epochs(0);
-    job->mutable_checkpoint()->set_every_steps(0);
-    job->mutable_checkpoint()->set_dir(dir_ + "/ckpt");
-    job->mutable_eval()->set_every_steps(0);
-    job->clear_log_dir();
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(*job, &text);
-    const std::string job_path = dir_ + "/job.pbtxt";
     std::filesystem::create_directories(dir_);
-    std::ofstream(job_path) << text;
+    const std::string job_path = testing::WriteJobFile(testing::EndlessMlpJob(dir_ + "/ckpt"), dir_ + "/job.pbtxt");
     auto start = [&](const std::string& binary, const std::string& task, std::vector<std::string> extra) {
       std::vector<std::string> argv = {testing::RunfilePath(binary), "--cluster_spec=" + cluster_.spec_path,
                                        "--task=" + task};

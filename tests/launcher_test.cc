@@ -12,7 +12,7 @@
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
-#include "tests/harness/process_harness.h"
+#include "tests/harness/training_cluster.h"
 
 namespace psrt {
 namespace {
@@ -41,11 +41,7 @@ std::string WriteMlpJob(const std::string& dir, int64_t steps, int64_t every, in
   job->set_steps(steps);
   job->mutable_checkpoint()->set_every_steps(every);
   job->mutable_eval()->set_max_examples(eval_examples);
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(*job, &text);
-  std::string job_path = dir + ".pbtxt";
-  std::ofstream(job_path) << text;
-  return job_path;
+  return testing::WriteJobFile(*job, dir + ".pbtxt");
 }
 
 TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {

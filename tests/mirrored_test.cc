@@ -13,7 +13,7 @@
 #include "common/snapshot/snapshot_store.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "tests/harness/process_harness.h"
+#include "tests/harness/training_cluster.h"
 
 namespace psrt {
 namespace {
@@ -27,11 +27,7 @@ std::string WriteJob(const std::string& dir) {
   job->mutable_strategy()->mutable_multi_worker_mirrored()->set_collective_timeout_ms(2000);
   job->clear_summary_path();
   job->clear_log_dir();
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(*job, &text);
-  std::string path = dir + ".pbtxt";
-  std::ofstream(path) << text;
-  return path;
+  return testing::WriteJobFile(*job, dir + ".pbtxt");
 }
 
 // The pid of the process whose command line holds both strings, or -1.

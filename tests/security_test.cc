@@ -24,7 +24,7 @@
 #include "proto/worker_service.pb.h"
 #include "common/cluster_spec.h"
 #include "common/rpc/roles.h"
-#include "tests/harness/process_harness.h"
+#include "tests/harness/training_cluster.h"
 
 namespace psrt {
 namespace {
@@ -80,18 +80,7 @@ class SecurityTest : public ::testing::Test {
     auto c = testing::MakeTestCluster(1, 1, name_);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = *c;
-    auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
-    ASSERT_TRUE(job.ok()) << job.status();
-    job->set_steps(1000000);  // runs until the test ends it
-    job->set_epochs(0);
-    job->mutable_checkpoint()->set_every_steps(0);
-    job->mutable_checkpoint()->set_dir(dir_ + "/ckpt");
-    job->mutable_eval()->set_every_steps(0);
-    job->clear_log_dir();
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(*job, &text);
-    job_path_ = dir_ + "/job.pbtxt";
-    std::ofstream(job_path_) << text;
+    job_path_ = testing::WriteJobFile(testing::EndlessMlpJob(dir_ + "/ckpt"), dir_ + "/job.pbtxt");
   }
 
   std::string Pem(const std::string& dir, const std::string& task) const { return dir + "/" + task; }

@@ -104,56 +104,49 @@ absl::Status Busy(absl::string_view method, int64_t limit) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
-                                              const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+// Pull and PullRows: the same checks in the same order, then the core's
+// pull of variables or of rows, answered from its callback.
+template <typename Decode, typename Issue>
+grpc::ServerUnaryReactor* PsServiceImpl::ServePull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                   grpc::ByteBuffer* resp, Rpc rpc, const char* method,
+                                                   Decode decode, Issue issue) {
   Caller caller;
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPull, &caller); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(*ctx, rpc, &caller); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pulls_, max_inflight_);
-  if (!slot.held()) return Done(ctx, Busy("Pull", max_inflight_));
-  if (auto s = CheckSize(req, core_->max_request_bytes(), "Pull"); !s.ok()) return Done(ctx, s);
-  absl::StatusOr<pswire::PullArgs> args = pswire::DecodePull(*req);
+  if (!slot.held()) return Done(ctx, Busy(method, max_inflight_));
+  if (auto s = CheckSize(req, core_->max_request_bytes(), method); !s.ok()) return Done(ctx, s);
+  auto args = decode(*req);
   if (!args.ok()) return Done(ctx, args.status());
   CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
-  if (!mine.held()) return Done(ctx, CallerBusy("Pull", mine, max_per_caller_));
+  if (!mine.held()) return Done(ctx, CallerBusy(method, mine, max_per_caller_));
   if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   uint64_t incarnation = core_->incarnation();
-  core_->Pull(std::move(args->variables), args->worker, args->step, PullDeadline(ctx),
-              [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
-               mine = std::make_shared<CallerSlot>(std::move(mine))](
-                  absl::Status s, NamedTensors t, int64_t gs) mutable {
-                slot.reset();  // free before the client hears back
-                mine.reset();
-                if (s.ok()) *resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
-                reactor->Finish(ToGrpcStatus(s));
-              });
+  issue(*std::move(args), PullDeadline(ctx),
+        [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
+         mine = std::make_shared<CallerSlot>(std::move(mine))](absl::Status s, NamedTensors t, int64_t gs) mutable {
+          slot.reset();  // free before the client hears back
+          mine.reset();
+          if (s.ok()) *resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
+          reactor->Finish(ToGrpcStatus(s));
+        });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  return ServePull(ctx, req, resp, Rpc::kPsPull, "Pull", pswire::DecodePull,
+                   [this](pswire::PullArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
+                     core_->Pull(std::move(args.variables), args.worker, args.step, deadline, std::move(done));
+                   });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  Caller caller;
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPullRows, &caller); !a.ok()) return Finish(ctx, a);
-  InflightSlot slot(pulls_, max_inflight_);
-  if (!slot.held()) return Done(ctx, Busy("PullRows", max_inflight_));
-  if (auto s = CheckSize(req, core_->max_request_bytes(), "PullRows"); !s.ok()) return Done(ctx, s);
-  absl::StatusOr<pswire::PullRowsArgs> args = pswire::DecodePullRows(*req);
-  if (!args.ok()) return Done(ctx, args.status());
-  CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
-  if (!mine.held()) return Done(ctx, CallerBusy("PullRows", mine, max_per_caller_));
-  if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  uint64_t incarnation = core_->incarnation();
-  core_->PullRows(std::move(args->ids), args->worker, args->step, PullDeadline(ctx),
-                  [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
-                   mine = std::make_shared<CallerSlot>(std::move(mine))](
-                      absl::Status s, NamedTensors t, int64_t gs) mutable {
-                    slot.reset();  // free before the client hears back
-                    mine.reset();
-                    if (s.ok()) *resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
-                    reactor->Finish(ToGrpcStatus(s));
-                  });
-  return reactor;
+  return ServePull(ctx, req, resp, Rpc::kPsPullRows, "PullRows", pswire::DecodePullRows,
+                   [this](pswire::PullRowsArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
+                     core_->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done));
+                   });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,

@@ -82,6 +82,10 @@ class PsServiceImpl final : public PsServiceBase {
   grpc::Status Status(grpc::ServerContextBase* ctx, const PsStatusRequest* req, PsStatusResponse* resp);
 
  private:
+  template <typename Decode, typename Issue>
+  grpc::ServerUnaryReactor* ServePull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp, Rpc rpc, const char* method, Decode decode,
+                                      Issue issue);
   ParameterServerCore* const core_;
   RequestAuthenticator auth_;
   int64_t max_inflight_ = 4096;

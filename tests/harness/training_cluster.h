@@ -24,6 +24,29 @@
 namespace psrt {
 namespace testing {
 
+// Writes `job` as a text job file at `path` and returns `path`.
+inline std::string WriteJobFile(const TrainingJob& job, const std::string& path) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(job, &text);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The MLP example run until the test ends it, with no checkpoint or
+// evaluation of its own; checkpoints (when asked for) go to `checkpoint_dir`.
+inline TrainingJob EndlessMlpJob(const std::string& checkpoint_dir) {
+  auto job = LoadJob(RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return TrainingJob();
+  job->set_steps(1000000);
+  job->set_epochs(0);
+  job->mutable_checkpoint()->set_every_steps(0);
+  job->mutable_checkpoint()->set_dir(checkpoint_dir);
+  job->mutable_eval()->set_every_steps(0);
+  job->clear_log_dir();
+  return *job;
+}
+
 class TrainingClusterTest : public ::testing::Test {
  protected:
   void Setup(int ps, int workers, ConsistencyDef::Mode mode, int64_t steps) {
@@ -48,12 +71,7 @@ class TrainingClusterTest : public ::testing::Test {
     job_.set_summary_path(dir_ + "/summary.json");
     WriteJob();
   }
-  void WriteJob() {
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(job_, &text);
-    job_path_ = dir_ + ".pbtxt";
-    std::ofstream(job_path_) << text;
-  }
+  void WriteJob() { job_path_ = WriteJobFile(job_, dir_ + ".pbtxt"); }
   std::vector<std::string> Common(const std::string& task) {
     std::vector<std::string> flags = {"--cluster_spec=" + cluster_.spec_path, "--task=" + task};
     if (task.rfind("ps:", 0) != 0) flags.push_back("--threads=1");
