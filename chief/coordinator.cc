@@ -119,6 +119,7 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
     }
     g->set_group_id(static_cast<uint64_t>(generation_));
     g->set_timeout_ms(options_.job.strategy().multi_worker_mirrored().collective_timeout_ms());
+    a.set_local_devices(LocalDevices(options_.job));
   }
   return a;
 }

@@ -2,7 +2,7 @@
 //
 //   bazel run //deploy:local_cluster -- [--job=FILE] [--cluster_spec=FILE]
 //       [--ps=2] [--workers=2] [--kill=ps:1@800] [--run_dir=DIR]
-//       [--strategy=parameter_server|multi_worker_mirrored]
+//       [--strategy=parameter_server|multi_worker_mirrored|mirrored|central_storage]
 //
 // Starts the parameter servers, the workers and the chief, supervises them
 // as Kubernetes would (a daemon that dies is restarted with backoff, up to
@@ -39,10 +39,10 @@
 ABSL_FLAG(std::string, job, "", "Training job (default: examples/fashion_mnist_mlp.pbtxt).");
 ABSL_FLAG(std::string, cluster_spec, "", "Cluster spec (default: a chief, --ps PS and --workers workers on free loopback ports).");
 ABSL_FLAG(std::string, strategy, "parameter_server",
-          "parameter_server or multi_worker_mirrored: picks the default job "
-          "(examples/fashion_mnist_mlp.pbtxt or examples/fashion_mnist_mlp_mirrored.pbtxt) and, "
-          "without --cluster_spec, the cluster's shape (a mirrored cluster has no ps tasks). "
-          "With --job, the job's own strategy decides.");
+          "parameter_server, multi_worker_mirrored, mirrored or central_storage: picks the default "
+          "job (examples/fashion_mnist_mlp.pbtxt, _mirrored, _devices, _central_storage) and, without "
+          "--cluster_spec, the cluster's shape (mirrored strategies have no ps tasks; mirrored and "
+          "central_storage one worker). With --job, the job's own strategy decides.");
 ABSL_FLAG(int, ps, 2, "Parameter servers, without --cluster_spec (none with --strategy=multi_worker_mirrored).");
 ABSL_FLAG(int, workers, 2, "Workers, without --cluster_spec.");
 ABSL_FLAG(std::vector<std::string>, kill, {},
@@ -157,15 +157,22 @@ int Run(int argc, char** argv) {
   Launcher launcher(run_dir, absl::GetFlag(FLAGS_verbose));
 
   const std::string strategy = absl::GetFlag(FLAGS_strategy);
-  if (strategy != "parameter_server" && strategy != "multi_worker_mirrored") {
-    std::cerr << "error: --strategy=" << strategy << ": expected parameter_server or multi_worker_mirrored\n";
+  const std::map<std::string, std::string> default_jobs = {
+      {"parameter_server", "examples/fashion_mnist_mlp.pbtxt"},
+      {"multi_worker_mirrored", "examples/fashion_mnist_mlp_mirrored.pbtxt"},
+      {"mirrored", "examples/fashion_mnist_mlp_devices.pbtxt"},
+      {"central_storage", "examples/fashion_mnist_mlp_central_storage.pbtxt"}};
+  if (default_jobs.count(strategy) == 0) {
+    std::cerr << "error: --strategy=" << strategy
+              << ": expected parameter_server, multi_worker_mirrored, mirrored or central_storage\n";
     return 2;
   }
-  const bool mirrored = strategy == "multi_worker_mirrored";
+  const bool mirrored = strategy != "parameter_server";
+  const bool one_worker = strategy == "mirrored" || strategy == "central_storage";
   std::string spec_path = Here(absl::GetFlag(FLAGS_cluster_spec));
   if (spec_path.empty()) {
     absl::StatusOr<std::string> p =
-        DefaultSpec(run_dir, mirrored ? 0 : absl::GetFlag(FLAGS_ps), absl::GetFlag(FLAGS_workers));
+        DefaultSpec(run_dir, mirrored ? 0 : absl::GetFlag(FLAGS_ps), one_worker ? 1 : absl::GetFlag(FLAGS_workers));
     if (!p.ok()) {
       std::cerr << "error: " << p.status().message() << "\n";
       return 2;
@@ -178,9 +185,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   std::string job = Here(absl::GetFlag(FLAGS_job));
-  if (job.empty()) {
-    job = Binary(argv[0], mirrored ? "examples/fashion_mnist_mlp_mirrored.pbtxt" : "examples/fashion_mnist_mlp.pbtxt");
-  }
+  if (job.empty()) job = Binary(argv[0], default_jobs.at(strategy));
   if (access(job.c_str(), R_OK) != 0) {
     std::cerr << "error: cannot read job file " << job << "\n";
     return 2;

@@ -1,6 +1,7 @@
 // multi_worker_mirrored end to end, through the local launcher: real worker
 // processes holding replicas, a TCP ring all-reduce between them, a worker
-// SIGKILLed and one SIGSTOPped for longer than the collective deadline.
+// SIGKILLed and one SIGSTOPped for longer than the collective deadline; and
+// mirrored { devices: 2 } on one worker.
 #include <dirent.h>
 #include <signal.h>
 
@@ -20,11 +21,13 @@ namespace {
 
 // The mirrored MLP example, whole (15 epochs: the accuracy bar needs them),
 // with a short collective deadline so a stopped worker is noticed quickly.
-std::string WriteJob(const std::string& dir) {
-  auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp_mirrored.pbtxt"));
+std::string WriteJob(const std::string& dir, const std::string& example) {
+  auto job = LoadJob(testing::RunfilePath(example));
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return "";
-  job->mutable_strategy()->mutable_multi_worker_mirrored()->set_collective_timeout_ms(2000);
+  if (job->strategy().has_multi_worker_mirrored()) {
+    job->mutable_strategy()->mutable_multi_worker_mirrored()->set_collective_timeout_ms(2000);
+  }
   job->clear_summary_path();
   job->clear_log_dir();
   return testing::WriteJobFile(*job, dir + ".pbtxt");
@@ -61,9 +64,12 @@ Result RunLauncher(const std::string& name, std::vector<std::string> extra,
            const std::function<void(testing::Daemon*, const std::string& dir)>& during = nullptr) {
   Result r;
   r.dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-  const std::string job = WriteJob(r.dir);
+  const bool devices = name == "devices";
+  const std::string job =
+      WriteJob(r.dir, devices ? "examples/fashion_mnist_mlp_devices.pbtxt" : "examples/fashion_mnist_mlp_mirrored.pbtxt");
   std::vector<std::string> argv = {testing::RunfilePath("deploy/local_cluster"), "--job=" + job,
-                                   "--run_dir=" + r.dir, "--strategy=multi_worker_mirrored", "--workers=2"};
+                                   "--run_dir=" + r.dir,
+                                   devices ? "--strategy=mirrored" : "--strategy=multi_worker_mirrored", "--workers=2"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto launcher = testing::Daemon::Start(name, argv);
   EXPECT_TRUE(launcher.ok()) << launcher.status();
@@ -145,6 +151,18 @@ TEST(MirroredTest, TrainsToTheBarAndSurvivesAWorkerKilledAndOneStopped) {
   });
   EXPECT_GE(stopped.failures, 1);
   EXPECT_NEAR(stopped.accuracy, clean.accuracy, 0.01);
+}
+
+// mirrored { devices: 2 }: one worker, two device replicas splitting each
+// batch, reduced locally; the same bar as the other strategies.
+TEST(MirroredTest, TwoLocalDevicesTrainToTheBar) {
+  Result r = RunLauncher("devices", {});
+  EXPECT_GE(r.accuracy, 0.8833);
+  EXPECT_EQ(r.failures, 0);
+  std::ifstream log(r.dir + "/cluster.log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("starts steps [0, 14070) on 2 x cpu"), std::string::npos)
+      << "worker:0 did not run two device replicas";
 }
 
 }  // namespace

@@ -107,6 +107,9 @@ absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimit
   if (a.input().batch_size() < 1 || a.input().batch_size() > limits.max_batch_size) {
     return Bad("input.batch_size", absl::StrCat(a.input().batch_size(), " is not in [1, ", limits.max_batch_size, "]"));
   }
+  if (a.local_devices() < 0 || a.local_devices() > limits.max_local_devices) {
+    return Bad("local_devices", absl::StrCat(a.local_devices(), " is not in [0, ", limits.max_local_devices, "]"));
+  }
   std::map<std::string, std::string> ops;
   for (const NodeDef& n : a.graph().node()) {
     if (!ops.emplace(n.name(), n.op()).second) return Bad("graph", absl::StrCat("node \"", n.name(), "\" twice"));

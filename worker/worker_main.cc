@@ -14,6 +14,7 @@
 // reports to the chief when it registers (--collective_port).
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <thread>
 
@@ -34,6 +35,7 @@
 #include "worker/device_select.h"
 #include "worker/mirrored_client.h"
 #include "common/compute/graph_step_runner.h"
+#include "common/compute/mirrored_devices_runner.h"
 #include "worker/worker_runtime.h"
 #include "worker/worker_service.h"
 
@@ -143,7 +145,18 @@ int Main(int argc, char** argv) {
     return std::unique_ptr<ParameterClient>(new PsClient(a.placement(), ps_addresses, &channels, o));
   };
   deps.make_runner = [threads, device = *device](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
-    absl::StatusOr<std::unique_ptr<GraphStepRunner>> r = GraphStepRunner::Create(a, threads, ExecutorFactoryFor(device));
+    const int devices = std::max(1, a.local_devices());
+    // Device replicas share the kernel threads: one each at least.
+    const int cores = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int per_device = devices > 1 ? std::max(1, cores / devices) : threads;
+    auto make_device = [&a, per_device, device](int) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+      absl::StatusOr<std::unique_ptr<GraphStepRunner>> r =
+          GraphStepRunner::Create(a, per_device, ExecutorFactoryFor(device));
+      if (!r.ok()) return r.status();
+      return std::unique_ptr<StepRunner>(std::move(*r));
+    };
+    if (devices == 1) return make_device(0);
+    absl::StatusOr<std::unique_ptr<MirroredDevicesRunner>> r = MirroredDevicesRunner::Create(a, devices, make_device);
     if (!r.ok()) return r.status();
     return std::unique_ptr<StepRunner>(std::move(*r));
   };

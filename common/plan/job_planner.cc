@@ -1,5 +1,6 @@
 #include "common/plan/job_planner.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -54,22 +55,51 @@ absl::StatusOr<TrainingJob> LoadJob(const std::string& path) {
   return ParseJob(ss.str(), path);
 }
 
-bool IsMirrored(const TrainingJob& job) { return job.strategy().has_multi_worker_mirrored(); }
+bool IsMirrored(const TrainingJob& job) {
+  const StrategyDef& s = job.strategy();
+  return s.has_multi_worker_mirrored() || s.has_mirrored() || s.has_central_storage();
+}
+
+namespace {
+
+std::string StrategyName(const TrainingJob& job) {
+  const StrategyDef& s = job.strategy();
+  if (s.has_mirrored()) return "mirrored";
+  if (s.has_central_storage()) return "central_storage";
+  return "multi_worker_mirrored";
+}
+
+}  // namespace
+
+int LocalDevices(const TrainingJob& job) {
+  const StrategyDef& s = job.strategy();
+  if (s.has_mirrored()) return s.mirrored().devices() == 0 ? 2 : s.mirrored().devices();
+  if (s.has_central_storage()) return s.central_storage().devices() == 0 ? 2 : s.central_storage().devices();
+  if (s.has_multi_worker_mirrored()) return std::max(1, s.multi_worker_mirrored().devices());
+  return 1;
+}
 
 absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) {
   if (IsMirrored(job)) {
+    const std::string field = "job.strategy." + StrategyName(job);
     if (num_ps > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "job.strategy.multi_worker_mirrored: the cluster has ", num_ps,
+          field, ": the cluster has ", num_ps,
           " ps tasks, which this strategy does not use (workers hold the variables); remove them "
           "from the cluster spec"));
     }
-    if (num_workers < 1) {
-      return absl::InvalidArgumentError("job.strategy.multi_worker_mirrored: the cluster has no worker");
+    if (num_workers < 1) return absl::InvalidArgumentError(absl::StrCat(field, ": the cluster has no worker"));
+    if (!job.strategy().has_multi_worker_mirrored() && num_workers != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": runs on one worker, the cluster has ", num_workers,
+          " (for several, use multi_worker_mirrored with devices)"));
     }
     if (job.strategy().multi_worker_mirrored().collective_timeout_ms() < 0) {
-      return absl::InvalidArgumentError(
-          "job.strategy.multi_worker_mirrored.collective_timeout_ms: negative");
+      return absl::InvalidArgumentError(absl::StrCat(field, ".collective_timeout_ms: negative"));
+    }
+    const int devices = LocalDevices(job);
+    if (devices < 1 || devices > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".devices: ", devices, " is not in [1, 64]"));
     }
     return absl::OkStatus();
   }
@@ -87,7 +117,7 @@ absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps) {
     for (const VariableDef& v : model.variables) {
       if (v.kind() != VariableDef::DENSE) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "job.strategy.multi_worker_mirrored: ", v.name(),
+            "job.strategy.", StrategyName(job), ": ", v.name(),
             " is an embedding table; mirrored strategies all-reduce dense variables only"));
       }
     }

@@ -21,7 +21,11 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
 // PS tasks, a mirrored one has none (its workers hold the variables).
 // INVALID_ARGUMENT naming the field.
 absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers);
+// multi_worker_mirrored, mirrored or central_storage: the workers hold the
+// variables themselves.
 bool IsMirrored(const TrainingJob& job);
+// Local device replicas per worker the strategy asks for (1 for the PS).
+int LocalDevices(const TrainingJob& job);
 
 // The Planner of chief/job_plan.h. A mirrored job's variables all go to
 // "PS 0", whole: each worker's replica holds every one.
