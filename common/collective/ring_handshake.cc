@@ -264,8 +264,12 @@ absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params, 
                            cancel);
     }
     if (st.ok()) return fd;
-    if (IsFinal(st)) return st;
-    last = st;  // a stale or broken connection: skip it
+    // A stale or broken connection, or a stranger without the token: skip
+    // it and keep waiting for the real neighbour (a connection with a wrong
+    // token must not be able to stop a group from forming). The connecting
+    // side of a wrong token hears UNAUTHENTICATED and stops there.
+    if (IsFinal(st) && st.code() != absl::StatusCode::kUnauthenticated) return st;
+    last = st;
   }
   return absl::DeadlineExceededError(absl::StrCat("rank ", params.rank, ": rank ",
                                                   (params.rank + params.size - 1) % params.size,

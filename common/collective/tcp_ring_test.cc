@@ -181,6 +181,29 @@ TEST(TcpRingTest, WrongTokenIsRefusedNamingThePeer) {
   }
 }
 
+TEST(TcpRingTest, AStrangerWithAWrongTokenCannotStopTheGroupForming) {
+  Listeners ls = BindAll(2);
+  // The stranger dials rank 1's listener first, as rank 0 would.
+  TcpRingOptions stranger = Options(ls, 0);
+  stranger.token = "not-the-cluster-token";
+  stranger.connect_timeout = absl::Seconds(5);
+  RingOrError rank1 = absl::UnknownError("not run");
+  std::thread t([&] { rank1 = TcpRingCollective::Create(ls.l[1].get(), Options(ls, 1)); });
+  auto spare = CollectiveListener::Bind("127.0.0.1", 0);
+  ASSERT_TRUE(spare.ok());
+  RingOrError refused = TcpRingCollective::Create(spare->get(), stranger);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+  RingOrError rank0 = TcpRingCollective::Create(ls.l[0].get(), Options(ls, 0));
+  t.join();
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  std::vector<float> a = {1, 2}, b = {10, 20};
+  auto st = OnEachRank(2, [&](int r) { return (r == 0 ? *rank0 : *rank1)->AllReduceSum(r == 0 ? a.data() : b.data(), 2); });
+  ASSERT_TRUE(st[0].ok() && st[1].ok()) << st[0] << st[1];
+  EXPECT_EQ(a, std::vector<float>({11, 22}));
+}
+
 TEST(TcpRingTest, OtherGroupIsSkippedAndTheRightOneForms) {
   Listeners ls = BindAll(2);
   RingOrError rank1 = absl::UnknownError("not run");
