@@ -44,8 +44,10 @@ absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::stri
                    "Snapshot");
 }
 
-absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string& dir, int64_t generation) {
+absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string& dir, int64_t generation,
+                                                 const std::vector<std::string>& sources) {
   RestoreRequest req;
+  for (const std::string& s : sources) req.add_source(s);
   req.set_step(step);
   req.set_generation(generation);
   req.set_checkpoint(CheckpointName(dir));

@@ -37,7 +37,10 @@ class PsAdmin {
   absl::StatusOr<SnapshotResponse> Snapshot(int64_t step, const std::string& dir, bool wait_durable,
                                             int keep);
   // Restores step and moves the PS to `generation` with it; `dir` as above.
-  absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir, int64_t generation = 0);
+  // `sources`: the checkpoint's stores to assemble from when it was taken
+  // with another layout (RestoreRequest.source); empty = the PS's own.
+  absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir, int64_t generation = 0,
+                                          const std::vector<std::string>& sources = {});
   absl::StatusOr<PsStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   // Whole tensors (or slices this PS holds) by name, over the protobuf path.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Pull(

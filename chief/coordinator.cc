@@ -228,11 +228,9 @@ absl::Status Coordinator::Setup() {
     }
     ASSIGN_OR_RETURN(CheckpointManifest m, manifests_.Read(step));
     for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
-    for (int p = 0; p < NumPs(); ++p) {
-      RETURN_IF_ERROR(ps_[p].admin->Restore(m.step(), manifests_.dir(), generation_).status());
-    }
+    RETURN_IF_ERROR(RestoreAll(m));
     for (int i = 0; i < NumWorkers(); ++i) {
-      workers_[i].step = i < m.worker_step_size() ? m.worker_step(i) : m.step();
+      workers_[i].step = StepAfterRestore(m, i);
     }
     last_checkpoint_step_ = m.step();
     summary_.restored_from_step = m.step();

@@ -142,6 +142,17 @@ class Coordinator {
   // corrupt or missing ones and falling back to older ones. NOT_FOUND when
   // there is no manifest at all, FAILED_PRECONDITION when none restores.
   absl::StatusOr<CheckpointManifest> RestoreNewest();
+  // Restores checkpoint `m` on every store: each its own snapshot when `m`
+  // was taken with this layout, else every store assembles its variables
+  // from the checkpoint's stores (another strategy, or another number of
+  // PS or workers), which the manifest names.
+  absl::Status RestoreAll(const CheckpointManifest& m);
+  // The step worker i resumes from after restoring `m`: its own in ASYNC
+  // (workers run apart), the checkpoint's in a synchronous group (which may
+  // not be the group that wrote it).
+  int64_t StepAfterRestore(const CheckpointManifest& m, int i) const {
+    return !Sync() && i < m.worker_step_size() ? m.worker_step(i) : m.step();
+  }
   // RestoreNewest() until it succeeds or the job starts fresh (no
   // checkpoint, or none restorable and the policy says START_FRESH);
   // waits for the PS and backs off between tries. Sets the workers' steps.

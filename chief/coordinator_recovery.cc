@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "chief/coordinator.h"
@@ -281,7 +283,7 @@ absl::Status Coordinator::RestoreOrStartFresh() {
     absl::StatusOr<CheckpointManifest> m = RestoreNewest();
     if (m.ok()) {
       for (int i = 0; i < NumWorkers(); ++i) {
-        workers_[i].step = i < m->worker_step_size() ? m->worker_step(i) : m->step();
+        workers_[i].step = StepAfterRestore(*m, i);
       }
       last_checkpoint_step_ = m->step();
       summary_.restored_from_step = m->step();
@@ -318,6 +320,28 @@ absl::Status Coordinator::StartFresh() {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
+  std::set<std::string> theirs, ours;
+  for (const CheckpointManifest::Shard& shard : m.shard()) theirs.insert(shard.path());
+  for (int p = 0; p < NumPs(); ++p) ours.insert(absl::StrCat(Mirrored() ? "worker-" : "ps-", p));
+  std::vector<std::string> sources;
+  if (theirs != ours) {
+    // Replicas of a mirrored job hold the same state: one is enough.
+    bool replicas = !theirs.empty();
+    for (const std::string& t : theirs) replicas = replicas && absl::StartsWith(t, "worker-");
+    for (const CheckpointManifest::Shard& shard : m.shard()) {
+      sources.push_back(shard.path());
+      if (replicas) break;
+    }
+    report_(absl::StrCat("checkpoint of step ", m.step(), " was taken with another layout (",
+                         absl::StrJoin(theirs, ", "), "): assembling every store's variables from it"));
+  }
+  for (int p = 0; p < NumPs(); ++p) {
+    RETURN_IF_ERROR(ps_[p].admin->Restore(m.step(), manifests_.dir(), generation_, sources).status());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
   for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
   std::vector<int64_t> steps = manifests_.Steps();
@@ -328,10 +352,7 @@ absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
       report_(absl::StrCat("refused checkpoint: ", m.status().message()));
       continue;
     }
-    absl::Status restored;
-    for (int p = 0; p < NumPs() && restored.ok(); ++p) {
-      restored = ps_[p].admin->Restore(m->step(), manifests_.dir(), generation_).status();
-    }
+    absl::Status restored = RestoreAll(*m);
     if (restored.ok()) return m;
     if (restored.code() != absl::StatusCode::kDataLoss && restored.code() != absl::StatusCode::kNotFound) {
       return restored;

@@ -1,5 +1,8 @@
 #include "common/store/server_core.h"
 
+#include "absl/strings/escaping.h"
+#include "common/store/restore_assembly.h"
+
 #include <filesystem>
 
 #include <algorithm>
@@ -745,7 +748,66 @@ void ParameterServerCore::WriterLoop() {
   }
 }
 
+absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const RestoreRequest& req) {
+  constexpr int kMaxSources = 1024;
+  if (req.source_size() > kMaxSources) {
+    return absl::InvalidArgumentError(absl::StrCat("restore: ", req.source_size(), " sources, at most ", kMaxSources));
+  }
+  RETURN_IF_ERROR(CheckCheckpointName(req.checkpoint()));
+  for (const std::string& source : req.source()) {
+    absl::Status s = CheckCheckpointName(source);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("restore: source \"", absl::CEscape(source.substr(0, 64)), "\": ", s.message()));
+  }
+  if (options_.snapshot_root.empty()) {
+    return absl::FailedPreconditionError("this store has no snapshot directory (--snapshot_dir)");
+  }
+  // Every source read whole and checked (read-only: they may be other
+  // daemons' stores) before anything here changes.
+  std::vector<PsSnapshot> snaps;
+  for (const std::string& source : req.source()) {
+    const std::string dir =
+        absl::StrCat(absl::StripSuffix(options_.snapshot_root, "/"), "/", req.checkpoint(), "/", source);
+    ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> store, SnapshotStore::OpenReadOnly(dir));
+    absl::StatusOr<PsSnapshot> snap = store->Read(req.step());
+    if (!snap.ok()) {
+      return absl::Status(snap.status().code(), absl::StrCat(source, ": ", snap.status().message()));
+    }
+    snaps.push_back(*std::move(snap));
+  }
+  std::vector<VariableDef> wanted;
+  int num_slots = 0;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (optimizer_ == nullptr) return absl::FailedPreconditionError("restore before CreateVariables");
+    num_slots = optimizer_->num_slots();
+    for (const auto& [name, v] : variables_) wanted.push_back(v->def());
+  }
+  ASSIGN_OR_RETURN(std::vector<VariableState> states, AssembleVariables(wanted, num_slots, snaps));
+  RestoreResponse resp;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const VariableState& st : states) {
+      ASSIGN_OR_RETURN(Variable * v, Find(st.def.name()));
+      RETURN_IF_ERROR(v->CheckState(st));
+    }
+    for (const VariableState& st : states) RETURN_IF_ERROR(variables_[st.def.name()]->LoadState(st));
+    generation_ = req.generation();
+    absl::MutexLock sync(&sync_mu_);
+    ResetStepsLocked(req.step());
+    // Counters of another layout mean nothing here: start them at the step.
+    global_step_ = snaps.empty() ? 0 : snaps[0].global_step;
+    worker_next_step_.assign(std::max<size_t>(worker_next_step_.size(), num_workers_), req.step());
+    resp.set_step(req.step());
+    resp.set_variables(static_cast<int64_t>(states.size()));
+  }
+  LOG(INFO) << "restored " << resp.variables() << " variables of step " << req.step() << " from "
+            << req.source_size() << " stores of another layout";
+  WakeWaiters();
+  return resp;
+}
+
 absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreRequest& req) {
+  if (req.source_size() > 0) return RestoreFromSources(req);
   ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
   absl::Cleanup release = [this, store] { ReleaseStore(store); };
   {

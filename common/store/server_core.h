@@ -109,6 +109,8 @@ class ParameterServerCore {
   absl::Status CheckGeneration(int64_t generation, absl::string_view what) const;
 
   absl::StatusOr<SnapshotResponse> Snapshot(const SnapshotRequest& req);
+  // Restores this store's own snapshot, or with req.source the pieces of a
+  // checkpoint taken with another layout (restore_assembly.h).
   absl::StatusOr<RestoreResponse> Restore(const RestoreRequest& req);
   PsStatusResponse Status();
 
@@ -140,6 +142,7 @@ class ParameterServerCore {
   };
 
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<RestoreResponse> RestoreFromSources(const RestoreRequest& req);
   // RESOURCE_EXHAUSTED naming --max_pull_response_mb when an answer of
   // `bytes` is over options_.max_pull_response_bytes.
   absl::Status CheckPullResponse(absl::string_view method, int64_t bytes) const;

@@ -1,0 +1,177 @@
+// Restores across layouts: a checkpoint of two PS shards (one variable
+// partitioned by rows) restored into one full replica and back, through
+// real stores on disk; and the assembly's refusals.
+#include "common/store/restore_assembly.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "common/store/server_core.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+VariableDef Def(const std::string& text) {
+  VariableDef d;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &d)) << text;
+  return d;
+}
+
+// "w": float [5, 2], "b": float [2]; `w_rows` is the slice this store holds.
+CreateVariablesRequest Vars(int64_t w_begin, int64_t w_end, bool with_b) {
+  CreateVariablesRequest r;
+  google::protobuf::TextFormat::ParseFromString(R"(
+      optimizer { adam { learning_rate: 0.1 } } num_workers: 1)", &r);
+  VariableDef* w = r.add_variable();
+  *w = Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 5 dim: 2 } initializer { kind: GLOROT_UNIFORM })");
+  w->set_row_begin(w_begin);
+  w->set_row_end(w_end);
+  if (with_b) *r.add_variable() = Def(R"(name: "b" dtype: DT_FLOAT shape { dim: 2 } initializer { kind: ONES })");
+  return r;
+}
+
+class CrossLayoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/cross_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_EQ(std::system(absl::StrCat("rm -rf ", dir_).c_str()), 0);
+  }
+  std::unique_ptr<ParameterServerCore> Store(const std::string& name, const CreateVariablesRequest& vars) {
+    ServerCoreOptions o;
+    o.snapshot_root = dir_;
+    o.store_name = name;
+    auto core = std::make_unique<ParameterServerCore>(o);
+    EXPECT_TRUE(core->CreateVariables(vars).ok());
+    return core;
+  }
+  // A few Adam steps, so values and both slots differ from their initial ones.
+  static void Train(ParameterServerCore* core, const std::map<std::string, TensorShape>& shapes) {
+    for (int64_t s = 0; s < 3; ++s) {
+      NamedTensors grads;
+      for (const auto& [name, shape] : shapes) {
+        Tensor g(DT_FLOAT, shape);
+        for (int64_t i = 0; i < g.NumElements(); ++i) g.data<float>()[i] = 0.1f * (i + 1) * (s + 1);
+        grads.emplace_back(name, g);
+      }
+      RequestId id;
+      id.set_worker(0);
+      id.set_worker_incarnation(1);
+      id.set_step(s);
+      ASSERT_TRUE(core->Push(id, grads).ok());
+    }
+  }
+  static void Snap(ParameterServerCore* core, int64_t step) {
+    SnapshotRequest r;
+    r.set_step(step);
+    r.set_checkpoint("ckpt");
+    r.set_wait_durable(true);
+    ASSERT_TRUE(core->Snapshot(r).ok());
+  }
+  static absl::Status Restore(ParameterServerCore* core, int64_t step, std::vector<std::string> sources) {
+    RestoreRequest r;
+    r.set_step(step);
+    r.set_checkpoint("ckpt");
+    r.set_generation(9);
+    for (const std::string& s : sources) r.add_source(s);
+    return core->Restore(r).status();
+  }
+  // The state a store would snapshot, read back through a snapshot of its own.
+  PsSnapshot State(ParameterServerCore* core, const std::string& name, int64_t step) {
+    Snap(core, step);
+    auto store = SnapshotStore::OpenReadOnly(absl::StrCat(dir_, "/ckpt/", name));
+    EXPECT_TRUE(store.ok()) << store.status();
+    auto snap = (*store)->Read(step);
+    EXPECT_TRUE(snap.ok()) << snap.status();
+    return *snap;
+  }
+  std::string dir_;
+};
+
+std::string Bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.raw_data()), t.TotalBytes()); }
+
+const VariableState& Find(const PsSnapshot& s, const std::string& name) {
+  for (const VariableState& v : s.variables) {
+    if (v.def.name() == name) return v;
+  }
+  ADD_FAILURE() << "no " << name;
+  return s.variables[0];
+}
+
+TEST_F(CrossLayoutTest, TwoPsShardsRestoreIntoAReplicaAndBackBitIdentical) {
+  // Two PS: ps-0 holds w rows [0, 3) and b, ps-1 rows [3, 5).
+  auto ps0 = Store("ps-0", Vars(0, 3, true));
+  auto ps1 = Store("ps-1", Vars(3, 5, false));
+  Train(ps0.get(), {{"w", TensorShape({3, 2})}, {"b", TensorShape({2})}});
+  Train(ps1.get(), {{"w", TensorShape({2, 2})}});
+  Snap(ps0.get(), 100);
+  Snap(ps1.get(), 100);
+  PsSnapshot s0 = State(ps0.get(), "ps-0", 101), s1 = State(ps1.get(), "ps-1", 101);
+
+  // Into a full replica (a mirrored worker's store).
+  auto replica = Store("worker-0", Vars(0, 0, true));
+  ASSERT_TRUE(Restore(replica.get(), 100, {"ps-0", "ps-1"}).ok());
+  PsSnapshot r = State(replica.get(), "worker-0", 102);
+  const VariableState& w = Find(r, "w");
+  const VariableState& w0 = Find(s0, "w");
+  const VariableState& w1 = Find(s1, "w");
+  EXPECT_EQ(Bytes(w.value), Bytes(w0.value) + Bytes(w1.value));
+  ASSERT_EQ(w.slots.size(), 2u);  // Adam: m and v
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(Bytes(w.slots[k]), Bytes(w0.slots[k]) + Bytes(w1.slots[k])) << k;
+  EXPECT_EQ(w.updates, 3);
+  EXPECT_EQ(Bytes(Find(r, "b").value), Bytes(Find(s0, "b").value));
+  EXPECT_EQ(replica->Status().generation(), 9);
+
+  // And back onto three shards of another split (w rows [0,2), [2,4), [4,5)).
+  std::vector<std::pair<int64_t, int64_t>> split = {{0, 2}, {2, 4}, {4, 5}};
+  std::string whole_w = Bytes(w.value);
+  for (int i = 0; i < 3; ++i) {
+    auto shard = Store(absl::StrCat("ps-new-", i), Vars(split[i].first, split[i].second, i == 0));
+    ASSERT_TRUE(Restore(shard.get(), 102, {"worker-0"}).ok());
+    PsSnapshot back = State(shard.get(), absl::StrCat("ps-new-", i), 103);
+    EXPECT_EQ(Bytes(Find(back, "w").value), whole_w.substr(split[i].first * 8, (split[i].second - split[i].first) * 8))
+        << "shard " << i;
+  }
+}
+
+TEST_F(CrossLayoutTest, RefusalsNameTheVariableAndChangeNothing) {
+  auto ps0 = Store("ps-0", Vars(0, 3, true));
+  Snap(ps0.get(), 5);
+  auto replica = Store("worker-0", Vars(0, 0, true));
+  PsSnapshot before = State(replica.get(), "worker-0", 6);
+  // ps-1's rows are missing.
+  absl::Status s = Restore(replica.get(), 5, {"ps-0"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("lacks 2 rows of w (first: row 3)"));
+  // Names, not paths; a store that does not exist.
+  EXPECT_EQ(Restore(replica.get(), 5, {"../ps-0"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(Restore(replica.get(), 5, {"ps-9"}).ok());
+  PsSnapshot after = State(replica.get(), "worker-0", 7);
+  EXPECT_EQ(Bytes(Find(after, "w").value), Bytes(Find(before, "w").value));
+  EXPECT_NE(replica->Status().generation(), 9);
+}
+
+TEST(AssembleVariablesTest, RefusesOtherOptimizersShapesAndHashTables) {
+  PsSnapshot snap;
+  VariableState st;
+  st.def = Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 2 })");
+  st.value = Tensor::Zeros(DT_FLOAT, TensorShape({2}));
+  st.slots = {Tensor::Zeros(DT_FLOAT, TensorShape({2}))};
+  snap.variables.push_back(st);
+  auto other_optimizer = AssembleVariables({st.def}, 2, {snap});
+  EXPECT_EQ(other_optimizer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(other_optimizer.status().message()), HasSubstr("1 optimizer slots"));
+  auto other_shape = AssembleVariables({Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 3 })")}, 1, {snap});
+  EXPECT_EQ(other_shape.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto table = AssembleVariables({Def(R"(name: "t" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 })")}, 1, {snap});
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto ok = AssembleVariables({st.def}, 1, {snap});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)[0].value.shape(), TensorShape({2}));
+}
+
+}  // namespace
+}  // namespace psrt
