@@ -31,8 +31,10 @@ std::string CheckpointName(absl::string_view checkpoint_dir) {
 }
 
 absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::string& dir,
-                                                   bool wait_durable, int keep) {
+                                                   bool wait_durable, int keep,
+                                                   const std::vector<std::string>& variables) {
   SnapshotRequest req;
+  for (const std::string& v : variables) req.add_variable(v);
   req.set_step(step);
   req.set_checkpoint(CheckpointName(dir));
   req.set_wait_durable(wait_durable);

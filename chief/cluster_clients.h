@@ -34,8 +34,9 @@ class PsAdmin {
   absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req);
   // `dir` is the chief's checkpoint directory; the PS is sent only its name
   // (CheckpointName), never the path.
+  // `variables`: only these (a mirrored replica's share); empty = all.
   absl::StatusOr<SnapshotResponse> Snapshot(int64_t step, const std::string& dir, bool wait_durable,
-                                            int keep);
+                                            int keep, const std::vector<std::string>& variables = {});
   // Restores step and moves the PS to `generation` with it; `dir` as above.
   // `sources`: the checkpoint's stores to assemble from when it was taken
   // with another layout (RestoreRequest.source); empty = the PS's own.

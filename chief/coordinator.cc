@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "common/input/source.h"
+#include "common/plan/placement.h"
 
 namespace psrt {
 namespace {
@@ -192,6 +193,15 @@ absl::Status Coordinator::Setup() {
     status_.clear_waiting_for();
   }
   ASSIGN_OR_RETURN(plan_, planner_(job, NumPs()));
+  if (Mirrored()) {
+    std::vector<VariableDef> defs;
+    for (const VariablePlacement& vp : plan_.placement.variable()) defs.push_back(vp.variable());
+    ASSIGN_OR_RETURN(PlacementMap shares, PlaceVariables(defs, NumPs(), INT64_MAX));
+    replica_share_.assign(NumPs(), {});
+    for (const VariablePlacement& vp : shares.variable()) {
+      replica_share_[vp.shard(0).ps_task()].push_back(vp.variable().name());
+    }
+  }
 
   if (job.steps() > 0) {
     end_step_ = job.steps();

@@ -142,10 +142,11 @@ class Coordinator {
   // corrupt or missing ones and falling back to older ones. NOT_FOUND when
   // there is no manifest at all, FAILED_PRECONDITION when none restores.
   absl::StatusOr<CheckpointManifest> RestoreNewest();
-  // Restores checkpoint `m` on every store: each its own snapshot when `m`
-  // was taken with this layout, else every store assembles its variables
-  // from the checkpoint's stores (another strategy, or another number of
-  // PS or workers), which the manifest names.
+  // Restores checkpoint `m` on every store: each PS its own snapshot when
+  // `m` was taken with this layout, else (and always for mirrored replicas,
+  // which write only their share) every store assembles its variables from
+  // the checkpoint's stores the manifest names: another strategy, or
+  // another number of PS or workers.
   absl::Status RestoreAll(const CheckpointManifest& m);
   // The step worker i resumes from after restoring `m`: its own in ASYNC
   // (workers run apart), the checkpoint's in a synchronous group (which may
@@ -192,6 +193,9 @@ class Coordinator {
 
   // Coordinator-thread state.
   JobPlan plan_;
+  // Mirrored strategies: the variables each replica writes to a checkpoint
+  // (greedy by bytes, as PS placement), so a checkpoint costs 1/N a worker.
+  std::vector<std::vector<std::string>> replica_share_;
   std::vector<PsView> ps_;
   std::vector<WorkerView> workers_;
   int64_t end_step_ = 0;

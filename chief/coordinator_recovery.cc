@@ -52,7 +52,8 @@ absl::Status Coordinator::Checkpoint() {
   std::vector<SnapshotResponse> shards(NumPs());
   absl::Status copy_status = paused;
   for (int p = 0; p < NumPs() && copy_status.ok(); ++p) {
-    absl::StatusOr<SnapshotResponse> r = ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep);
+    absl::StatusOr<SnapshotResponse> r =
+        ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep, Mirrored() ? replica_share_[p] : std::vector<std::string>());
     if (r.ok()) {
       shards[p] = *r;
     } else {
@@ -324,15 +325,12 @@ absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
   std::set<std::string> theirs, ours;
   for (const CheckpointManifest::Shard& shard : m.shard()) theirs.insert(shard.path());
   for (int p = 0; p < NumPs(); ++p) ours.insert(absl::StrCat(Mirrored() ? "worker-" : "ps-", p));
+  // A mirrored replica wrote only its share: every replica reads them all.
   std::vector<std::string> sources;
+  if (theirs != ours || Mirrored()) {
+    for (const CheckpointManifest::Shard& shard : m.shard()) sources.push_back(shard.path());
+  }
   if (theirs != ours) {
-    // Replicas of a mirrored job hold the same state: one is enough.
-    bool replicas = !theirs.empty();
-    for (const std::string& t : theirs) replicas = replicas && absl::StartsWith(t, "worker-");
-    for (const CheckpointManifest::Shard& shard : m.shard()) {
-      sources.push_back(shard.path());
-      if (replicas) break;
-    }
     report_(absl::StrCat("checkpoint of step ", m.step(), " was taken with another layout (",
                          absl::StrJoin(theirs, ", "), "): assembling every store's variables from it"));
   }

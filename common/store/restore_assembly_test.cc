@@ -154,6 +154,42 @@ TEST_F(CrossLayoutTest, RefusalsNameTheVariableAndChangeNothing) {
   EXPECT_NE(replica->Status().generation(), 9);
 }
 
+// A mirrored replica writes only its share of a checkpoint; two shares
+// restore a replica whole.
+TEST_F(CrossLayoutTest, ReplicasWriteSharesThatRestoreWhole) {
+  auto a = Store("worker-0", Vars(0, 0, true));
+  auto b = Store("worker-1", Vars(0, 0, true));
+  Train(a.get(), {{"w", TensorShape({5, 2})}, {"b", TensorShape({2})}});
+  Train(b.get(), {{"w", TensorShape({5, 2})}, {"b", TensorShape({2})}});
+  auto share = [](ParameterServerCore* core, std::vector<std::string> vars) {
+    SnapshotRequest r;
+    r.set_step(50);
+    r.set_checkpoint("ckpt");
+    r.set_wait_durable(true);
+    for (const std::string& v : vars) r.add_variable(v);
+    return core->Snapshot(r);
+  };
+  EXPECT_EQ(share(a.get(), {"w", "w"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(share(a.get(), {"nope"}).ok());
+  ASSERT_TRUE(share(a.get(), {"w"}).ok());
+  ASSERT_TRUE(share(b.get(), {"b"}).ok());
+  auto only_w = SnapshotStore::OpenReadOnly(dir_ + "/ckpt/worker-0");
+  ASSERT_TRUE(only_w.ok());
+  auto snap = (*only_w)->Read(50);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->variables.size(), 1u);
+  EXPECT_EQ(snap->variables[0].def.name(), "w");
+  only_w->reset();
+  PsSnapshot want = State(a.get(), "worker-0", 51);
+  auto fresh = Store("worker-2", Vars(0, 0, true));
+  ASSERT_TRUE(Restore(fresh.get(), 50, {"worker-0", "worker-1"}).ok());
+  PsSnapshot got = State(fresh.get(), "worker-2", 52);
+  for (const char* v : {"w", "b"}) {
+    EXPECT_EQ(Bytes(Find(got, v).value), Bytes(Find(want, v).value)) << v;
+    EXPECT_EQ(Bytes(Find(got, v).slots[1]), Bytes(Find(want, v).slots[1])) << v;
+  }
+}
+
 TEST(AssembleVariablesTest, RefusesOtherOptimizersShapesAndHashTables) {
   PsSnapshot snap;
   VariableState st;

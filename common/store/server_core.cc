@@ -655,10 +655,19 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     // The pause: no push applies while every variable is copied.
     absl::MutexLock lock(&mu_);
     std::vector<const Variable*> vars;
-    for (const auto& [name, v] : variables_) {
-      vars.push_back(v.get());
-      bytes += v->bytes();
+    if (req.variable_size() == 0) {
+      for (const auto& [name, v] : variables_) vars.push_back(v.get());
+    } else {
+      std::set<std::string> named;
+      for (const std::string& name : req.variable()) {
+        if (!named.insert(name).second) {
+          return absl::InvalidArgumentError(absl::StrCat("snapshot: variable ", absl::CEscape(name.substr(0, 64)), " named twice"));
+        }
+        ASSIGN_OR_RETURN(Variable * v, Find(name));
+        vars.push_back(v);
+      }
     }
+    for (const Variable* v : vars) bytes += v->bytes();
     // Copy on every core: the pause is memory bandwidth, not one thread.
     job.snapshot.variables.resize(vars.size());
     const size_t threads = std::max<size_t>(1, std::min<size_t>(vars.size(), std::thread::hardware_concurrency()));
