@@ -2,6 +2,8 @@
 // TF_CONFIG (or spec and task) each replica would get is accepted by our
 // loader with the address the manifests give it.
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -27,8 +29,10 @@ std::vector<YAML::Node> Documents(const std::string& rel) {
   return docs;
 }
 
-TEST(DeployManifestsTest, TfJobReplicasGetAnAcceptedTfConfig) {
-  std::vector<YAML::Node> docs = Documents("deploy/k8s/tfjob.yaml");
+// Every replica of the TFJob in `rel` gets a TF_CONFIG we accept, with the
+// replica types `types`.
+void ExpectAcceptedTfConfigs(const std::string& rel, const std::set<std::string>& types) {
+  std::vector<YAML::Node> docs = Documents(rel);
   ASSERT_EQ(docs.size(), 1u);
   const YAML::Node& job = docs[0];
   ASSERT_EQ(job["kind"].as<std::string>(), "TFJob");
@@ -47,7 +51,9 @@ TEST(DeployManifestsTest, TfJobReplicasGetAnAcceptedTfConfig) {
     cluster += absl::StrCat(cluster.size() > 1 ? ", " : "", "\"", type, "\": [", absl::StrJoin(addrs, ", "), "]");
   }
   cluster += "}";
-  ASSERT_EQ(replicas.size(), 3u);
+  std::set<std::string> got;
+  for (const auto& [type, n] : replicas) got.insert(type);
+  ASSERT_EQ(got, types) << rel;
   for (const auto& [type, n] : replicas) {
     for (int i = 0; i < n; ++i) {
       std::string tf = absl::StrCat(R"({"cluster": )", cluster, R"(, "task": {"type": ")", type,
@@ -57,6 +63,22 @@ TEST(DeployManifestsTest, TfJobReplicasGetAnAcceptedTfConfig) {
       EXPECT_EQ(config->address, absl::StrCat(name, "-", type, "-", i, ".", ns, ".svc:2222"));
     }
   }
+}
+
+TEST(DeployManifestsTest, TfJobReplicasGetAnAcceptedTfConfig) {
+  ExpectAcceptedTfConfigs("deploy/k8s/tfjob.yaml", {"chief", "ps", "worker"});
+}
+
+// The PS-less cluster of multi_worker_mirrored: no ps, and every worker
+// declares its collective port and is given it.
+TEST(DeployManifestsTest, MirroredTfJobHasNoPsAndDeclaresTheCollectivePort) {
+  ExpectAcceptedTfConfigs("deploy/k8s/tfjob_mirrored.yaml", {"chief", "worker"});
+  YAML::Node worker = Documents("deploy/k8s/tfjob_mirrored.yaml")[0]["spec"]["tfReplicaSpecs"]["Worker"];
+  YAML::Node container = worker["template"]["spec"]["containers"][0];
+  EXPECT_NE(container["command"][2].as<std::string>().find("--collective_port=2223"), std::string::npos);
+  bool declared = false;
+  for (const auto& port : container["ports"]) declared = declared || port["containerPort"].as<int>() == 2223;
+  EXPECT_TRUE(declared);
 }
 
 TEST(DeployManifestsTest, StatefulSetPodsFindThemselvesInTheConfigMapSpec) {

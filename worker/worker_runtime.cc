@@ -266,6 +266,12 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     status = r.status();
     if (r.ok()) result = *std::move(r);
   }
+  // The pulled parameters are done with: an in-process store (a mirrored
+  // replica, the in-process trainer's PS) shares them copy-on-write, and
+  // holding them through the push would make every update copy the
+  // variable first.
+  in.dense.clear();
+  in.rows.clear();
   bool pause_wanted = false;
   if (status.ok()) {
     {
