@@ -43,15 +43,19 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
       report_(options_.report ? options_.report
                               : [](const std::string& line) { LOG(INFO) << line; }),
       manifests_(CheckpointDir(options_)) {
-  // The parameter stores: the PS tasks, or under a mirrored strategy each
-  // worker's replica (served on the worker's own port). Checkpoints and
-  // recoveries treat both alike.
-  const absl::string_view store_job = Mirrored() ? kWorkerJob : kPsJob;
-  for (int i = 0; i < options_.cluster.NumTasks(store_job); ++i) {
-    TaskId t = MakeTaskId(store_job, i);
+  // The parameter stores: the PS tasks, then under a collective strategy
+  // each worker's replica (served on the worker's own port). Checkpoints
+  // and recoveries treat them alike.
+  for (int i = 0; i < NumPsTasks(); ++i) {
+    TaskId t = MakeTaskId(kPsJob, i);
     PsView v;
-    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)),
-                                        Mirrored() ? TaskName(t) + " (replica)" : TaskName(t));
+    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)), TaskName(t));
+    ps_.push_back(std::move(v));
+  }
+  for (int i = 0; Collective() && i < options_.cluster.NumTasks(kWorkerJob); ++i) {
+    TaskId t = MakeTaskId(kWorkerJob, i);
+    PsView v;
+    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)), TaskName(t) + " (replica)");
     ps_.push_back(std::move(v));
   }
   for (int i = 0; i < options_.cluster.NumTasks(kWorkerJob); ++i) {
@@ -108,7 +112,7 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
   for (const TaskState& t : registry_->All()) {
     if (t.info.task().job() == kPsJob) *a.add_ps() = t.info;
   }
-  if (Mirrored()) {
+  if (Collective()) {
     // Synchronous by construction; a new group (id = generation) at every
     // start, so a member restarted since cannot join an old formation.
     a.mutable_consistency()->set_mode(ConsistencyDef::SYNC);
@@ -119,7 +123,7 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
       g->add_peer(registry_->Get(MakeTaskId(kWorkerJob, w)).info.collective_address());
     }
     g->set_group_id(static_cast<uint64_t>(generation_));
-    g->set_timeout_ms(options_.job.strategy().multi_worker_mirrored().collective_timeout_ms());
+    g->set_timeout_ms(CollectiveTimeoutMs(options_.job));
     a.set_local_devices(LocalDevices(options_.job));
   }
   return a;
@@ -129,8 +133,9 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   CreateVariablesRequest req;
   for (const VariablePlacement& vp : plan_.placement.variable()) {
     for (const VariablePlacement::Shard& shard : vp.shard()) {
-      // A mirrored plan puts everything on store 0; every replica holds it.
-      if (shard.ps_task() != (Mirrored() ? 0 : ps)) continue;
+      // Store index NumPsTasks() in the plan is "the worker's replica":
+      // every replica holds what is placed there.
+      if (shard.ps_task() != (IsReplica(ps) ? NumPsTasks() : ps)) continue;
       VariableDef* v = req.add_variable();
       *v = vp.variable();
       if (vp.shard_size() > 1) {
@@ -145,11 +150,15 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : NumWorkers()));
   *req.mutable_consistency() = options_.job.consistency();
   req.set_num_workers(ActiveWorkers());
-  if (Mirrored()) {
+  if (IsReplica(ps)) {
     // A replica has one writer, its worker, which applies each step's
     // all-reduced mean at once.
     req.mutable_consistency()->set_mode(ConsistencyDef::ASYNC);
     req.set_num_workers(1);
+  } else if (Collective()) {
+    // Hybrid's PS: every worker's rows of every step, applied as they come.
+    req.mutable_consistency()->set_mode(ConsistencyDef::ASYNC);
+    *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * NumWorkers());
   }
   req.set_chief_incarnation(options_.incarnation);
   req.set_generation(generation_);
@@ -192,12 +201,14 @@ absl::Status Coordinator::Setup() {
     absl::MutexLock lock(&mu_);
     status_.clear_waiting_for();
   }
-  ASSIGN_OR_RETURN(plan_, planner_(job, NumPs()));
-  if (Mirrored()) {
+  ASSIGN_OR_RETURN(plan_, planner_(job, NumPsTasks()));
+  if (Collective()) {
     std::vector<VariableDef> defs;
-    for (const VariablePlacement& vp : plan_.placement.variable()) defs.push_back(vp.variable());
-    ASSIGN_OR_RETURN(PlacementMap shares, PlaceVariables(defs, NumPs(), INT64_MAX));
-    replica_share_.assign(NumPs(), {});
+    for (const VariablePlacement& vp : plan_.placement.variable()) {
+      if (vp.shard(0).ps_task() == NumPsTasks()) defs.push_back(vp.variable());
+    }
+    ASSIGN_OR_RETURN(PlacementMap shares, PlaceVariables(defs, NumWorkers(), INT64_MAX));
+    replica_share_.assign(NumWorkers(), {});
     for (const VariablePlacement& vp : shares.variable()) {
       replica_share_[vp.shard(0).ps_task()].push_back(vp.variable().name());
     }
@@ -370,7 +381,7 @@ absl::Status Coordinator::Watch(bool* done) {
       w.reachable = false;
       // A mirrored group cannot go on without a member: its replica is
       // waited for like a PS (above), and the group re-formed when it is back.
-      if (!Mirrored() && !w.removed && absl::Now() - w.down_since > (Sync() ? sync_wait : heartbeat_timeout)) {
+      if (!Collective() && !w.removed && absl::Now() - w.down_since > (Sync() ? sync_wait : heartbeat_timeout)) {
         w.removed = true;
         if (Sync()) {
           report_(absl::StrCat(w.control->name(), " did not come back within ",
@@ -416,7 +427,7 @@ absl::Status Coordinator::Watch(bool* done) {
     if (w.state == WorkerStatusResponse::FAILED) {
       return absl::AbortedError(absl::StrCat(w.control->name(), " failed: ", st->error()));
     }
-    if (Mirrored() && w.state == WorkerStatusResponse::PAUSED && all_ps_answer && !st->error().empty()) {
+    if (Collective() && w.state == WorkerStatusResponse::PAUSED && all_ps_answer && !st->error().empty()) {
       // Parked on a failed all-reduce: the group is broken and the replicas
       // may differ by a step. Re-form it from the last checkpoint.
       return Recover(absl::StrCat(w.control->name(), " left the collective group: ", st->error()));

@@ -179,9 +179,18 @@ class Coordinator {
   int ActiveWorkers() const;
   // Tells every PS how many workers a SYNC step waits for.
   absl::Status ResizeSyncGroup();
-  bool Mirrored() const { return IsMirrored(options_.job); }
-  // Mirrored strategies are synchronous whatever the job's consistency says.
-  bool Sync() const { return Mirrored() || options_.job.consistency().mode() == ConsistencyDef::SYNC; }
+  // Workers all-reduce in a group (mirrored strategies, hybrid): then the
+  // stores are the PS tasks (hybrid's embeddings) followed by one replica
+  // per worker.
+  bool Collective() const { return IsCollective(options_.job); }
+  int NumPsTasks() const { return options_.cluster.NumTasks(kPsJob); }
+  bool IsReplica(int store) const { return store >= NumPsTasks(); }
+  // A store's snapshot name in a checkpoint: "ps-N", or "worker-N".
+  std::string StoreName(int store) const {
+    return IsReplica(store) ? "worker-" + std::to_string(store - NumPsTasks()) : "ps-" + std::to_string(store);
+  }
+  // Collective strategies are synchronous whatever the job's consistency says.
+  bool Sync() const { return Collective() || options_.job.consistency().mode() == ConsistencyDef::SYNC; }
 
   const CoordinatorOptions options_;
   TaskRegistry* const registry_;

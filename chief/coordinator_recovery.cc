@@ -53,7 +53,7 @@ absl::Status Coordinator::Checkpoint() {
   absl::Status copy_status = paused;
   for (int p = 0; p < NumPs() && copy_status.ok(); ++p) {
     absl::StatusOr<SnapshotResponse> r =
-        ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep, Mirrored() ? replica_share_[p] : std::vector<std::string>());
+        ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep, IsReplica(p) ? replica_share_[p - NumPsTasks()] : std::vector<std::string>());
     if (r.ok()) {
       shards[p] = *r;
     } else {
@@ -252,7 +252,7 @@ absl::Status Coordinator::Recover(const std::string& why) {
     // A worker that had finished redoes the steps since the checkpoint; a
     // mirrored group is formed anew (its old one is broken, and a restarted
     // member listens on another port).
-    if (w.state == WorkerStatusResponse::DONE || Mirrored()) return w.control->Start(AssignmentFor(i, w.step));
+    if (w.state == WorkerStatusResponse::DONE || Collective()) return w.control->Start(AssignmentFor(i, w.step));
     return w.control->Resume(w.step, generation_);
   });
   for (int i = 0; i < NumWorkers(); ++i) {
@@ -324,17 +324,22 @@ absl::Status Coordinator::StartFresh() {
 absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
   std::set<std::string> theirs, ours;
   for (const CheckpointManifest::Shard& shard : m.shard()) theirs.insert(shard.path());
-  for (int p = 0; p < NumPs(); ++p) ours.insert(absl::StrCat(Mirrored() ? "worker-" : "ps-", p));
-  // A mirrored replica wrote only its share: every replica reads them all.
-  std::vector<std::string> sources;
-  if (theirs != ours || Mirrored()) {
-    for (const CheckpointManifest::Shard& shard : m.shard()) sources.push_back(shard.path());
+  for (int p = 0; p < NumPs(); ++p) ours.insert(StoreName(p));
+  std::vector<std::string> all, replicas;
+  for (const CheckpointManifest::Shard& shard : m.shard()) {
+    all.push_back(shard.path());
+    if (absl::StartsWith(shard.path(), "worker-")) replicas.push_back(shard.path());
   }
   if (theirs != ours) {
     report_(absl::StrCat("checkpoint of step ", m.step(), " was taken with another layout (",
                          absl::StrJoin(theirs, ", "), "): assembling every store's variables from it"));
   }
   for (int p = 0; p < NumPs(); ++p) {
+    // Same layout: a PS reads its own snapshot, a replica the replicas'
+    // shares (each wrote 1/N). Another layout: every store reads them all.
+    std::vector<std::string> sources;
+    if (theirs != ours) sources = all;
+    if (theirs == ours && IsReplica(p)) sources = replicas;
     RETURN_IF_ERROR(ps_[p].admin->Restore(m.step(), manifests_.dir(), generation_, sources).status());
   }
   return absl::OkStatus();

@@ -2,7 +2,7 @@
 //
 //   bazel run //deploy:local_cluster -- [--job=FILE] [--cluster_spec=FILE]
 //       [--ps=2] [--workers=2] [--kill=ps:1@800] [--run_dir=DIR]
-//       [--strategy=parameter_server|multi_worker_mirrored|mirrored|central_storage]
+//       [--strategy=parameter_server|multi_worker_mirrored|mirrored|central_storage|hybrid]
 //
 // Starts the parameter servers, the workers and the chief, supervises them
 // as Kubernetes would (a daemon that dies is restarted with backoff, up to
@@ -39,8 +39,9 @@
 ABSL_FLAG(std::string, job, "", "Training job (default: examples/fashion_mnist_mlp.pbtxt).");
 ABSL_FLAG(std::string, cluster_spec, "", "Cluster spec (default: a chief, --ps PS and --workers workers on free loopback ports).");
 ABSL_FLAG(std::string, strategy, "parameter_server",
-          "parameter_server, multi_worker_mirrored, mirrored or central_storage: picks the default "
-          "job (examples/fashion_mnist_mlp.pbtxt, _mirrored, _devices, _central_storage) and, without "
+          "parameter_server, multi_worker_mirrored, mirrored, central_storage or hybrid: picks the "
+          "default job (examples/fashion_mnist_mlp.pbtxt, _mirrored, _devices, _central_storage; "
+          "examples/sparse_libsvm_hybrid.pbtxt, whose data make_sparse_data.py makes) and, without "
           "--cluster_spec, the cluster's shape (mirrored strategies have no ps tasks; mirrored and "
           "central_storage one worker). With --job, the job's own strategy decides.");
 ABSL_FLAG(int, ps, 2, "Parameter servers, without --cluster_spec (none with --strategy=multi_worker_mirrored).");
@@ -161,13 +162,14 @@ int Run(int argc, char** argv) {
       {"parameter_server", "examples/fashion_mnist_mlp.pbtxt"},
       {"multi_worker_mirrored", "examples/fashion_mnist_mlp_mirrored.pbtxt"},
       {"mirrored", "examples/fashion_mnist_mlp_devices.pbtxt"},
-      {"central_storage", "examples/fashion_mnist_mlp_central_storage.pbtxt"}};
+      {"central_storage", "examples/fashion_mnist_mlp_central_storage.pbtxt"},
+      {"hybrid", "examples/sparse_libsvm_hybrid.pbtxt"}};
   if (default_jobs.count(strategy) == 0) {
     std::cerr << "error: --strategy=" << strategy
-              << ": expected parameter_server, multi_worker_mirrored, mirrored or central_storage\n";
+              << ": expected parameter_server, multi_worker_mirrored, mirrored, central_storage or hybrid\n";
     return 2;
   }
-  const bool mirrored = strategy != "parameter_server";
+  const bool mirrored = strategy != "parameter_server" && strategy != "hybrid";
   const bool one_worker = strategy == "mirrored" || strategy == "central_storage";
   std::string spec_path = Here(absl::GetFlag(FLAGS_cluster_spec));
   if (spec_path.empty()) {

@@ -1,6 +1,7 @@
 // Whole clusters of real processes on loopback: a chief, parameter servers
 // and workers training the Fashion-MNIST MLP, with processes killed by
 // SIGKILL mid-run.
+#include <filesystem>
 #include <signal.h>
 
 #include <fstream>
@@ -68,6 +69,45 @@ TEST_F(ClusterTest, SparseModelTrainsWithRowsOnTwoPs) {
   auto chief = StartChief();
   ASSERT_EQ(ExitCode(chief.get()), 0);
   EXPECT_GT(Field(Summary(), "accuracy"), 0.8) << Summary();  // labels carry 5% noise
+}
+
+// strategy { hybrid }: dense layers all-reduced between the two workers'
+// replicas, the embedding table on two PS; ps:1 SIGKILLed mid-run and
+// restarted: every store (PS shards and replica shares) back to the last
+// checkpoint, the group re-formed, the job finished.
+TEST_F(ClusterTest, HybridTrainsTheSparseModelAndSurvivesAPsKill) {
+  Setup(2, 2, ConsistencyDef::SYNC, 1200);
+  ASSERT_TRUE(testing::RunPythonTool("examples/make_sparse_data.py", {dir_ + "/data"}).ok());
+  auto job = LoadJob(testing::RunfilePath("examples/sparse_libsvm.pbtxt"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  TrainingJob hybrid = *job;
+  hybrid.mutable_strategy()->mutable_hybrid()->set_collective_timeout_ms(3000);
+  hybrid.mutable_input()->mutable_train()->set_files(0, dir_ + "/data/train.svm");
+  hybrid.mutable_input()->mutable_test()->set_files(0, dir_ + "/data/test.svm");
+  hybrid.set_steps(1200);
+  hybrid.set_epochs(0);
+  *hybrid.mutable_checkpoint() = job_.checkpoint();
+  hybrid.set_summary_path(job_.summary_path());
+  hybrid.clear_eval();
+  job_ = hybrid;
+  WriteJob();
+  auto ps0 = StartPs(0), ps1 = StartPs(1);
+  auto w0 = StartWorker(0, {"--snapshot_dir=" + dir_}), w1 = StartWorker(1, {"--snapshot_dir=" + dir_});
+  auto chief = StartChief();
+  ASSERT_FALSE(chief->WaitForMatch("checkpoint of step ([3-9][0-9]{2}|1[01][0-9]{2}) committed", absl::Minutes(3)).empty());
+  ps1->Kill(SIGKILL);
+  ASSERT_TRUE(ps1->Wait(absl::Seconds(30)).ok());
+  ps1 = StartPs(1);
+  ASSERT_TRUE(chief->WaitForLine("recovered to the checkpoint of step", absl::Minutes(2)));
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  std::string s = Summary();
+  std::cerr << "FIGURE: hybrid " << s << std::endl;
+  EXPECT_GE(Field(s, "failures_survived"), 1) << s;
+  EXPECT_EQ(Field(s, "steps"), 1200) << s;
+  EXPECT_GT(Field(s, "accuracy"), 0.8) << s;  // labels carry 5% noise
+  // Each worker's replica wrote its share of the dense layers.
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt/worker-0")) << "no replica share";
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt/worker-1")) << "no replica share";
 }
 
 TEST_F(ClusterTest, PsKilledAndRestartedResumesFromTheLastCheckpoint) {

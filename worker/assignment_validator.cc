@@ -45,8 +45,8 @@ absl::Status CheckPlacement(const VariablePlacement& vp, int index, const std::m
   int64_t next_row = 0;
   for (int s = 0; s < vp.shard_size(); ++s) {
     const VariablePlacement::Shard& shard = vp.shard(s);
-    // A mirrored worker's variables all live in its own replica ("PS 0").
-    const int stores = limits.mirrored ? 1 : limits.num_ps;
+    // Store num_ps is a collective worker's own replica (mirrored: "PS 0").
+    const int stores = limits.mirrored ? limits.num_ps + 1 : limits.num_ps;
     if (shard.ps_task() < 0 || shard.ps_task() >= stores) {
       return Bad(absl::StrCat(field, ".shard[", s, "].ps_task"),
                  absl::StrCat(shard.ps_task(), " is not a PS of this cluster (it has ", stores, ")"));

@@ -7,14 +7,18 @@
 
 namespace psrt {
 
-MirroredClient::MirroredClient(ParameterServerCore* replica, CollectiveFactory make_collective)
-    : replica_(replica, /*worker=*/0), make_collective_(std::move(make_collective)) {}
+MirroredClient::MirroredClient(ParameterServerCore* replica, CollectiveFactory make_collective,
+                               std::unique_ptr<ParameterClient> embeddings)
+    : replica_(replica, /*worker=*/0),
+      embeddings_(std::move(embeddings)),
+      make_collective_(std::move(make_collective)) {}
 
 absl::StatusOr<TensorMap> MirroredClient::Pull(const std::vector<std::string>& variables, int64_t step) {
   return replica_.Pull(variables, step);
 }
 
 absl::StatusOr<TensorMap> MirroredClient::PullRows(const RowRequest& rows, int64_t step) {
+  if (embeddings_ != nullptr) return embeddings_->PullRows(rows, step);
   return replica_.PullRows(rows, step);
 }
 
@@ -26,7 +30,7 @@ absl::Status MirroredClient::Push(const RequestId& id, const TensorMap& dense,
 absl::StatusOr<bool> MirroredClient::PushAgreeing(
     const RequestId& id, const TensorMap& dense,
     const std::map<std::string, std::pair<Tensor, Tensor>>& sparse, bool pause) {
-  if (!sparse.empty()) {
+  if (!sparse.empty() && embeddings_ == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "multi_worker_mirrored all-reduces dense gradients only; ", sparse.begin()->first,
         " is sparse (an embedding): keep embeddings on parameter servers"));
@@ -77,6 +81,9 @@ absl::StatusOr<bool> MirroredClient::PushAgreeing(
   RequestId local = id;
   local.set_worker(0);  // the replica's only writer
   RETURN_IF_ERROR(replica_.Push(local, mean, {}));
+  // Hybrid: this worker's own row gradients to the PS, as the PS strategy
+  // pushes them (each worker's rows, applied there as they come).
+  if (!sparse.empty()) RETURN_IF_ERROR(embeddings_->Push(id, {}, sparse));
   return any_pause;
 }
 

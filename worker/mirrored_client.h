@@ -5,7 +5,9 @@
 // the replica; a push sums the step's dense gradients across the group in
 // one fused all-reduce, averages them and applies them to the replica. Every
 // member reduces in the same order and applies the same bytes with the same
-// optimizer, so replicas stay bit-identical.
+// optimizer, so replicas stay bit-identical. Under the hybrid strategy the
+// embedding tables stay on the PS: their rows are pulled from and pushed to
+// it as with the PS strategy.
 //
 // The group is formed on the first push (on the worker's loop thread, so a
 // Start returns at once). A failed all-reduce breaks the group for good:
@@ -35,13 +37,19 @@ class MirroredClient : public ParameterClient {
  public:
   using CollectiveFactory = std::function<absl::StatusOr<std::unique_ptr<Collective>>()>;
 
-  // `replica` is not owned and outlives the client.
-  MirroredClient(ParameterServerCore* replica, CollectiveFactory make_collective);
+  // `replica` is not owned and outlives the client. `embeddings` (hybrid:
+  // the PS holding the embedding tables; may be null) serves the row pulls,
+  // and takes the step's row gradients once the dense all-reduce is done.
+  MirroredClient(ParameterServerCore* replica, CollectiveFactory make_collective,
+                 std::unique_ptr<ParameterClient> embeddings = nullptr);
 
   absl::StatusOr<TensorMap> Pull(const std::vector<std::string>& variables, int64_t step) override;
   absl::StatusOr<TensorMap> PullRows(const RowRequest& rows, int64_t step) override;
   absl::Status Push(const RequestId& id, const TensorMap& dense,
                     const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) override;
+  void SetGeneration(int64_t generation) override {
+    if (embeddings_ != nullptr) embeddings_->SetGeneration(generation);
+  }
   bool lockstep() const override { return true; }
   absl::StatusOr<bool> PushAgreeing(const RequestId& id, const TensorMap& dense,
                                     const std::map<std::string, std::pair<Tensor, Tensor>>& sparse,
@@ -49,6 +57,7 @@ class MirroredClient : public ParameterClient {
 
  private:
   LocalPsClient replica_;
+  const std::unique_ptr<ParameterClient> embeddings_;
   const CollectiveFactory make_collective_;
   std::unique_ptr<Collective> collective_;
   absl::Status broken_;  // the first collective failure; sticky

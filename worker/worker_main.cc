@@ -133,12 +133,26 @@ int Main(int argc, char** argv) {
       o.token = rpc.security.token;
       if (a.collective().timeout_ms() > 0) o.timeout = absl::Milliseconds(a.collective().timeout_ms());
       CollectiveListener* listener = collective_listener->get();
+      // Hybrid: the embedding tables placed on PS tasks (the replica is
+      // store index num_ps) are pulled and pushed there.
+      PlacementMap on_ps;
+      for (const VariablePlacement& vp : a.placement().variable()) {
+        if (vp.shard(0).ps_task() < static_cast<int>(ps_addresses.size())) *on_ps.add_variable() = vp;
+      }
+      std::unique_ptr<ParameterClient> embeddings;
+      if (on_ps.variable_size() > 0) {
+        PsClientOptions po;
+        po.worker = index;
+        embeddings = std::make_unique<PsClient>(on_ps, ps_addresses, &channels, po);
+      }
       return std::unique_ptr<ParameterClient>(new MirroredClient(
-          &replica, [listener, o]() -> absl::StatusOr<std::unique_ptr<Collective>> {
+          &replica,
+          [listener, o]() -> absl::StatusOr<std::unique_ptr<Collective>> {
             absl::StatusOr<std::unique_ptr<TcpRingCollective>> ring = TcpRingCollective::Create(listener, o);
             if (!ring.ok()) return ring.status();
             return std::unique_ptr<Collective>(std::move(*ring));
-          }));
+          },
+          std::move(embeddings)));
     }
     PsClientOptions o;
     o.worker = index;

@@ -60,6 +60,13 @@ bool IsMirrored(const TrainingJob& job) {
   return s.has_multi_worker_mirrored() || s.has_mirrored() || s.has_central_storage();
 }
 
+bool IsHybrid(const TrainingJob& job) { return job.strategy().has_hybrid(); }
+bool IsCollective(const TrainingJob& job) { return IsMirrored(job) || IsHybrid(job); }
+int CollectiveTimeoutMs(const TrainingJob& job) {
+  return IsHybrid(job) ? job.strategy().hybrid().collective_timeout_ms()
+                       : job.strategy().multi_worker_mirrored().collective_timeout_ms();
+}
+
 namespace {
 
 std::string StrategyName(const TrainingJob& job) {
@@ -103,6 +110,15 @@ absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) 
     }
     return absl::OkStatus();
   }
+  if (IsHybrid(job)) {
+    if (num_ps < 1) {
+      return absl::InvalidArgumentError("job.strategy.hybrid: needs at least one ps task for the embeddings");
+    }
+    if (job.strategy().hybrid().collective_timeout_ms() < 0) {
+      return absl::InvalidArgumentError("job.strategy.hybrid.collective_timeout_ms: negative");
+    }
+    return absl::OkStatus();
+  }
   if (num_ps < 1) {
     return absl::InvalidArgumentError(
         "job.strategy: parameter_server (the default) needs at least one ps task in the cluster spec; "
@@ -123,13 +139,32 @@ absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps) {
     }
     num_ps = 1;
   }
+  std::vector<VariableDef> dense, sparse;
+  if (IsHybrid(job)) {
+    for (const VariableDef& v : model.variables) (v.kind() == VariableDef::DENSE ? dense : sparse).push_back(v);
+    if (sparse.empty()) {
+      return absl::InvalidArgumentError(
+          "job.strategy.hybrid: the model has no embedding table to keep on the PS; use multi_worker_mirrored");
+    }
+  }
   JobPlan plan;
   plan.graph = std::move(model.graph);
   plan.loss_node = model.loss;
   plan.gradient_node = model.gradients;
   for (const auto& [name, t] : model.metrics) plan.metric_nodes.push_back(t);
   int64_t threshold = job.partition_threshold_bytes() > 0 ? job.partition_threshold_bytes() : int64_t{64} << 20;
-  ASSIGN_OR_RETURN(plan.placement, PlaceVariables(model.variables, num_ps, threshold));
+  if (!IsHybrid(job)) {
+    ASSIGN_OR_RETURN(plan.placement, PlaceVariables(model.variables, num_ps, threshold));
+    return plan;
+  }
+  // Embeddings placed on the PS as usual; dense variables whole on store
+  // num_ps, the worker's own replica.
+  ASSIGN_OR_RETURN(plan.placement, PlaceVariables(sparse, num_ps, threshold));
+  for (const VariableDef& v : dense) {
+    VariablePlacement* vp = plan.placement.add_variable();
+    *vp->mutable_variable() = v;
+    vp->add_shard()->set_ps_task(num_ps);
+  }
   return plan;
 }
 

@@ -24,11 +24,19 @@ absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers);
 // multi_worker_mirrored, mirrored or central_storage: the workers hold the
 // variables themselves.
 bool IsMirrored(const TrainingJob& job);
+// hybrid: dense variables mirrored on the workers, embeddings on the PS.
+bool IsHybrid(const TrainingJob& job);
+// Whether workers all-reduce gradients in a collective group (mirrored
+// strategies and hybrid).
+bool IsCollective(const TrainingJob& job);
+// The collective deadline the job sets (0 = the default).
+int CollectiveTimeoutMs(const TrainingJob& job);
 // Local device replicas per worker the strategy asks for (1 for the PS).
 int LocalDevices(const TrainingJob& job);
 
-// The Planner of chief/job_plan.h. A mirrored job's variables all go to
-// "PS 0", whole: each worker's replica holds every one.
+// The Planner of chief/job_plan.h. The store index num_ps stands for the
+// worker's own replica: a mirrored job's variables all go there ("PS 0" of
+// no PS), whole; a hybrid job's dense ones too, its embeddings to the PS.
 absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps);
 
 // A worker assignment of the plan (graph, placement, input, loss, metrics);

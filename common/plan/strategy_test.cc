@@ -42,6 +42,15 @@ TEST(StrategyTest, EachStrategyIsCheckedAgainstItsCluster) {
   EXPECT_EQ(LocalDevices(Job("strategy { central_storage {} }")), 2);
   EXPECT_EQ(LocalDevices(mwm), 1);
   EXPECT_FALSE(IsMirrored(Job("")));
+  const TrainingJob hybrid = Job("strategy { hybrid {} }");
+  EXPECT_TRUE(CheckStrategy(hybrid, 2, 2).ok());
+  EXPECT_TRUE(IsCollective(hybrid));
+  EXPECT_FALSE(IsMirrored(hybrid));
+  EXPECT_THAT(Refusal(hybrid, 0, 2), HasSubstr("job.strategy.hybrid: needs at least one ps task"));
+  // A hybrid model needs an embedding to keep on the PS.
+  absl::Status none = PlanJob(hybrid, 2).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(none.message()), HasSubstr("job.strategy.hybrid: the model has no embedding"));
 }
 
 TEST(StrategyTest, MirroredPlansPutEveryVariableWholeOnTheReplicaAndRefuseEmbeddings) {
@@ -64,6 +73,18 @@ TEST(StrategyTest, MirroredPlansPutEveryVariableWholeOnTheReplicaAndRefuseEmbedd
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("job.strategy.mirrored: "));
   EXPECT_THAT(std::string(s.message()), HasSubstr("is an embedding table"));
+  // Hybrid: the table on the PS (0, 1), the dense layer on store 2, the
+  // workers' replicas.
+  sparse->mutable_strategy()->mutable_hybrid();
+  absl::StatusOr<JobPlan> hybrid = PlanJob(*sparse, 2);
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+  for (const VariablePlacement& vp : hybrid->placement.variable()) {
+    if (vp.variable().kind() == VariableDef::DENSE) {
+      EXPECT_EQ(vp.shard(0).ps_task(), 2) << vp.variable().name();
+    } else {
+      EXPECT_LT(vp.shard(0).ps_task(), 2) << vp.variable().name();
+    }
+  }
 }
 
 }  // namespace
