@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -49,11 +50,29 @@ absl::Status Verify(const ManifestStore& store, const CheckpointManifest& m) {
   return absl::OkStatus();
 }
 
+// The shape the checkpoint was taken with, from its stores' names: "2 PS",
+// "2 worker replicas" (a mirrored strategy), or both (hybrid). Any layout
+// restores onto any other (restore_assembly.h).
+std::string Layout(const CheckpointManifest& m) {
+  int ps = 0, replicas = 0;
+  for (const auto& shard : m.shard()) {
+    if (absl::StartsWith(shard.path(), "worker-")) {
+      ++replicas;
+    } else {
+      ++ps;
+    }
+  }
+  std::string out;
+  if (ps > 0) out = absl::StrCat(ps, " PS");
+  if (replicas > 0) absl::StrAppend(&out, out.empty() ? "" : " + ", replicas, " replicas");
+  return out;
+}
+
 int List(const ManifestStore& store, bool verify) {
   std::vector<int64_t> steps = store.Steps();
   if (steps.empty()) return Fail(absl::NotFoundError(absl::StrCat("no committed checkpoints in ", store.dir())));
-  std::printf("%-10s %-22s %-6s %-9s %-12s%s\n", "step", "committed (UTC)", "shards", "variables", "bytes",
-              verify ? " data" : "");
+  std::printf("%-10s %-22s %-6s %-22s %-9s %-12s%s\n", "step", "committed (UTC)", "shards", "taken with", "variables",
+              "bytes", verify ? " data" : "");
   int damaged = 0;
   for (int64_t step : steps) {
     absl::StatusOr<CheckpointManifest> m = store.Read(step);
@@ -70,9 +89,9 @@ int List(const ManifestStore& store, bool verify) {
       data = v.ok() ? " ok" : absl::StrCat(" DAMAGED: ", v.message());
       damaged += v.ok() ? 0 : 1;
     }
-    std::printf("%-10lld %-22s %-6d %-9d %-12lld%s\n", static_cast<long long>(step),
+    std::printf("%-10lld %-22s %-6d %-22s %-9d %-12lld%s\n", static_cast<long long>(step),
                 absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(m->commit_time_unix_ms()), absl::UTCTimeZone()).c_str(),
-                m->shard_size(), m->variable_size(), static_cast<long long>(bytes), data.c_str());
+                m->shard_size(), Layout(*m).c_str(), m->variable_size(), static_cast<long long>(bytes), data.c_str());
   }
   if (verify) std::printf("%d of %zu checkpoints damaged\n", damaged, steps.size());
   return damaged > 0 ? 1 : 0;

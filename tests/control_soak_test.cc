@@ -98,34 +98,40 @@ void CallAsync(grpc::GenericStub* stub, const std::string& method, const std::st
   call->request = grpc::ByteBuffer(&slice, 1);
   stub->UnaryCall(&call->ctx, method, grpc::StubOptions(), &call->request, &call->response,
                   [call, done = std::move(done)](grpc::Status s) {
-                    std::unique_ptr<Call> owned(call);
-                    done(std::move(s), Flatten(owned->response));
+                    // The call is gone before `done` runs: whoever waits on
+                    // it may then drop the stub and channel.
+                    std::string response = Flatten(call->response);
+                    delete call;
+                    done(std::move(s), response);
                   });
 }
 
 grpc::Status CallSync(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
                       const std::string& bytes, absl::Duration timeout = absl::Seconds(10),
                       std::string* response = nullptr) {
-  // Shared with the callback, which may still be finishing on gRPC's thread
-  // when this returns: nothing on this stack is touched by it.
-  struct Result {
-    absl::Mutex mu;
-    bool done ABSL_GUARDED_BY(mu) = false;
-    grpc::Status status ABSL_GUARDED_BY(mu);
-    std::string response ABSL_GUARDED_BY(mu);
-  };
-  auto result = std::make_shared<Result>();
+  // A completion queue, not a callback: the call, its context, the stub and
+  // the channel all end on this thread, in order. (With a callback, the
+  // channel could die here while gRPC was still finishing the call on its
+  // own thread: "assertion failed: prior > 0" in ref_counted.h, about one
+  // run in two.)
+  grpc::CompletionQueue cq;
   grpc::GenericStub stub(channel);
-  CallAsync(&stub, method, bytes, timeout, [result](grpc::Status s, const std::string& r) {
-    absl::MutexLock lock(&result->mu);
-    result->status = std::move(s);
-    result->response = r;
-    result->done = true;
-  });
-  absl::MutexLock lock(&result->mu);
-  result->mu.Await(absl::Condition(&result->done));
-  if (response != nullptr) *response = result->response;
-  return result->status;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), reply;
+  grpc::Status status;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc = stub.PrepareUnaryCall(&ctx, method, request, &cq);
+  rpc->StartCall();
+  rpc->Finish(&reply, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (response != nullptr) *response = Flatten(reply);
+  return status;
 }
 
 int64_t RssKb(pid_t pid) {

@@ -15,7 +15,7 @@ struct AssignmentLimits {
   int num_ps = 0;                   // PS tasks in this worker's cluster spec
   int max_batch_size = 1 << 20;     // examples
   int max_shards = 1 << 16;         // workers sharing the data
-  int max_local_devices = 64;       // device replicas of a mirrored strategy
+  int max_local_devices = 64;       // device replicas of a mirrored strategy (the daemon: its cores)
   // Set by ValidateAssignment for an assignment with a collective group:
   // every variable is in the worker's own replica.
   bool mirrored = false;

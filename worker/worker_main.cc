@@ -199,6 +199,9 @@ int Main(int argc, char** argv) {
   if (listen.empty()) listen = ListenAddressFor(config->address);
   AssignmentLimits limits;
   limits.num_ps = static_cast<int>(ps_addresses.size());
+  // CPU device replicas beyond the cores only cost memory (an executor
+  // each): a Start may not ask for more.
+  limits.max_local_devices = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   service.set_assignment_limits(limits);
   service.set_authenticator(RequestAuthenticator(rpc.security));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service, &replica_service});
