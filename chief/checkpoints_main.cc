@@ -64,7 +64,7 @@ std::string Layout(const CheckpointManifest& m) {
   }
   std::string out;
   if (ps > 0) out = absl::StrCat(ps, " PS");
-  if (replicas > 0) absl::StrAppend(&out, out.empty() ? "" : " + ", replicas, " replicas");
+  if (replicas > 0) absl::StrAppend(&out, out.empty() ? "" : " + ", replicas, replicas == 1 ? " replica" : " replicas");
   return out;
 }
 
