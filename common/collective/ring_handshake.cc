@@ -271,9 +271,12 @@ absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params, 
     if (IsFinal(st) && st.code() != absl::StatusCode::kUnauthenticated) return st;
     last = st;
   }
-  return absl::DeadlineExceededError(absl::StrCat("rank ", params.rank, ": rank ",
-                                                  (params.rank + params.size - 1) % params.size,
-                                                  " did not connect in time; last error: ", last.message()));
+  std::string why = absl::StrCat("rank ", params.rank, ": rank ", (params.rank + params.size - 1) % params.size,
+                                 " did not connect in time; last error: ", last.message());
+  // A neighbour that only ever presented a wrong token is a misconfigured
+  // token, not a slow peer: say so with the code that names it.
+  if (absl::IsUnauthenticated(last)) return absl::UnauthenticatedError(why);
+  return absl::DeadlineExceededError(why);
 }
 
 }  // namespace collective_internal

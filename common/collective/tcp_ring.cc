@@ -138,7 +138,9 @@ absl::StatusOr<std::unique_ptr<TcpRingCollective>> TcpRingCollective::Create(Col
         collective_internal::ConnectToNext(hp, o.peers[(o.rank + 1) % o.size], deadline, &cancel);
     if (!connected.ok()) cancel = true;
     acceptor.join();
-    // Report the cause, not the cancellation it triggered on the other side.
+    // Report the cause, not the cancellation it triggered on the other side;
+    // a refused token first (the other side then often only times out).
+    if (!accepted.ok() && absl::IsUnauthenticated(accepted.status())) return accepted.status();
     if (!connected.ok() && !absl::IsCancelled(connected.status())) return connected.status();
     if (!accepted.ok()) return accepted.status();
     if (!connected.ok()) return connected.status();
