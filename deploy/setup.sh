@@ -66,4 +66,18 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "${PY_PACKAGES[*]}" ]; then
   $SUDO "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
   echo "${PY_PACKAGES[*]}" | $SUDO tee "$STAMP" >/dev/null
 fi
+# Real TensorFlow and ONNX Runtime, in their own environment (TensorFlow
+# 2.21 needs NumPy 2 and a newer tensorboard than the pins above): the
+# readers that check what //chief:export writes and the writers of the
+# TFRecord files our input pipeline must read.
+VENV_TF=/opt/psrt/venv-tf
+PY_TF_PACKAGES=("tensorflow-cpu==2.21.*" "onnxruntime==1.32.*" "onnx==1.23.*")
+STAMP_TF="$VENV_TF/.psrt-packages"
+if [ "$(cat "$STAMP_TF" 2>/dev/null)" != "${PY_TF_PACKAGES[*]}" ]; then
+  echo "setup: making $VENV_TF with ${PY_TF_PACKAGES[*]}"
+  $SUDO mkdir -p "$(dirname "$VENV_TF")"
+  [ -x "$VENV_TF/bin/python" ] || $SUDO /usr/bin/python3 -m venv "$VENV_TF"
+  $SUDO "$VENV_TF/bin/pip" install -q --disable-pip-version-check "${PY_TF_PACKAGES[@]}"
+  echo "${PY_TF_PACKAGES[*]}" | $SUDO tee "$STAMP_TF" >/dev/null
+fi
 echo "setup: done"
