@@ -131,18 +131,10 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
 
 absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   CreateVariablesRequest req;
-  for (const VariablePlacement& vp : plan_.placement.variable()) {
-    for (const VariablePlacement::Shard& shard : vp.shard()) {
-      // Store index NumPsTasks() in the plan is "the worker's replica":
-      // every replica holds what is placed there.
-      if (shard.ps_task() != (IsReplica(ps) ? NumPsTasks() : ps)) continue;
-      VariableDef* v = req.add_variable();
-      *v = vp.variable();
-      if (vp.shard_size() > 1) {
-        v->set_row_begin(shard.row_begin());
-        v->set_row_end(shard.row_end());
-      }
-    }
+  // Store index NumPsTasks() in the plan is "the worker's replica": every
+  // replica holds what is placed there.
+  for (VariableDef& v : VariablesOnStore(plan_.placement, IsReplica(ps) ? NumPsTasks() : ps)) {
+    *req.add_variable() = std::move(v);
   }
   // A schedule over "the whole job" in updates of a variable: every
   // worker's pushes in ASYNC, one a step in SYNC (all workers of the spec,

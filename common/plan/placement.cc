@@ -52,4 +52,24 @@ absl::StatusOr<PlacementMap> PlaceVariables(const std::vector<VariableDef>& vari
   return map;
 }
 
+std::vector<VariableDef> VariablesOnStore(const PlacementMap& placement, int store) {
+  std::vector<VariableDef> out;
+  for (const VariablePlacement& vp : placement.variable()) {
+    for (int k = 0; k < vp.shard_size(); ++k) {
+      const VariablePlacement::Shard& shard = vp.shard(k);
+      if (shard.ps_task() != store) continue;
+      VariableDef v = vp.variable();
+      if (vp.shard_size() > 1 && v.kind() == VariableDef::HASH_TABLE) {
+        v.set_hash_shard(k);
+        v.set_hash_shards(vp.shard_size());
+      } else if (vp.shard_size() > 1) {
+        v.set_row_begin(shard.row_begin());
+        v.set_row_end(shard.row_end());
+      }
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
 }  // namespace psrt

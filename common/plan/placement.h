@@ -16,6 +16,12 @@ namespace psrt {
 absl::StatusOr<PlacementMap> PlaceVariables(const std::vector<VariableDef>& variables, int num_ps,
                                             int64_t partition_threshold_bytes);
 
+// The definitions store `store` creates (CreateVariablesRequest.variable):
+// each variable placed there, with its row slice when split by rows, or
+// its hash shard (hash_shard of hash_shards, the index in the shard list
+// that workers route ids by) when a hash table is split.
+std::vector<VariableDef> VariablesOnStore(const PlacementMap& placement, int store);
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_PLAN_PLACEMENT_H_

@@ -1,5 +1,7 @@
 #include "common/plan/placement.h"
 
+#include <map>
+
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -43,6 +45,21 @@ TEST(PlacementTest, LargeVariablesArePartitionedByRowsAndHashTablesSpread) {
   EXPECT_EQ(p->variable(1).shard_size(), 3);
   EXPECT_EQ(p->variable(2).shard_size(), 1);
   EXPECT_FALSE(PlaceVariables({}, 0, 1).ok());
+
+  // What each PS creates: its row slice, or its hash shard by list index.
+  for (int ps = 0; ps < 3; ++ps) {
+    std::map<std::string, VariableDef> on;
+    for (const VariableDef& v : VariablesOnStore(*p, ps)) on[v.name()] = v;
+    EXPECT_EQ(on["emb"].row_begin(), emb.shard(ps).row_begin());
+    EXPECT_EQ(on["emb"].row_end(), emb.shard(ps).row_end());
+    EXPECT_EQ(on["h"].hash_shard(), ps);
+    EXPECT_EQ(on["h"].hash_shards(), 3);
+    EXPECT_EQ(on["h"].row_end(), 0);
+    EXPECT_EQ(on.count("w"), p->variable(2).shard(0).ps_task() == ps ? 1u : 0u);
+    if (on.count("w")) {
+      EXPECT_EQ(on["w"].row_end(), 0);  // whole: no slice
+    }
+  }
 }
 
 }  // namespace

@@ -3,8 +3,11 @@
 #include <cstring>
 #include <map>
 
+#include "absl/container/flat_hash_set.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/store/variable.h"
 
 namespace psrt {
 namespace {
@@ -13,6 +16,73 @@ namespace {
 std::pair<int64_t, int64_t> RowsOf(const VariableDef& def, int64_t total_rows) {
   if (def.row_begin() == 0 && def.row_end() == 0) return {0, total_rows};
   return {def.row_begin(), def.row_end()};
+}
+
+using Pieces = std::pair<std::multimap<std::string, const VariableState*>::const_iterator,
+                         std::multimap<std::string, const VariableState*>::const_iterator>;
+
+// Our shard of a hash table: every piece's rows whose id routes here, in
+// the order the pieces list them, an id seen twice (replicas) taken once.
+absl::StatusOr<VariableState> AssembleHashTable(const VariableDef& def, int num_slots, Pieces pieces) {
+  if (def.shape().dim_size() != 2 || def.shape().dim(1) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(def.name(), ": a hash table is [any, dim]"));
+  }
+  const int64_t dim = def.shape().dim(1);
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+  VariableState st;
+  st.def = def;
+  std::vector<int64_t> ids;
+  std::vector<std::vector<char>> rows(1 + num_slots);  // value, then each slot
+  absl::flat_hash_set<int64_t> seen;
+  bool any = false;
+  for (auto it = pieces.first; it != pieces.second; ++it) {
+    const VariableState& p = *it->second;
+    if (p.def.kind() != VariableDef::HASH_TABLE || p.def.dtype() != def.dtype() || p.def.shape().dim_size() != 2 ||
+        p.def.shape().dim(1) != dim) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          def.name(), ": the checkpoint holds it with another kind, dtype or row width (another model?)"));
+    }
+    if (p.slots.size() != static_cast<size_t>(num_slots)) {
+      return absl::FailedPreconditionError(absl::StrCat(def.name(), ": the checkpoint has ", p.slots.size(),
+                                                        " optimizer slots, the job's optimizer ", num_slots));
+    }
+    const int64_t n = p.ids.NumElements();
+    bool fits = p.ids.dtype() == DT_INT64 && p.ids.shape().rank() == 1 && p.value.dtype() == DT_FLOAT &&
+                p.value.NumElements() == n * dim;
+    for (const Tensor& t : p.slots) fits = fits && t.dtype() == DT_FLOAT && t.NumElements() == n * dim;
+    if (!fits) {
+      return absl::DataLossError(absl::StrCat(def.name(), ": a piece of ", n, " ids does not have [", n, ", ",
+                                              dim, "] values and slots"));
+    }
+    any = true;
+    // Adam's bias correction counts updates per shard; the shards of one
+    // table see nearly the same pushes, and the most advanced count is the
+    // one its rows' moments were last corrected with.
+    st.updates = std::max(st.updates, p.updates);
+    const int64_t* pid = p.ids.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (HashShardOf(pid[i], def.hash_shards()) != def.hash_shard() || !seen.insert(pid[i]).second) continue;
+      ids.push_back(pid[i]);
+      const size_t from = static_cast<size_t>(i) * row_bytes;
+      for (int k = 0; k <= num_slots; ++k) {
+        const char* src = static_cast<const char*>(k == 0 ? p.value.raw_data() : p.slots[k - 1].raw_data()) + from;
+        rows[k].insert(rows[k].end(), src, src + row_bytes);
+      }
+    }
+  }
+  if (!any) return absl::DataLossError(absl::StrCat("the checkpoint lacks hash table ", def.name()));
+  const TensorShape shape({static_cast<int64_t>(ids.size()), dim});
+  st.ids = Tensor::FromVector<int64_t>(ids, TensorShape({static_cast<int64_t>(ids.size())}));
+  for (int k = 0; k <= num_slots; ++k) {
+    Tensor t(DT_FLOAT, shape);
+    if (!rows[k].empty()) std::memcpy(t.raw_data(), rows[k].data(), rows[k].size());
+    if (k == 0) {
+      st.value = std::move(t);
+    } else {
+      st.slots.push_back(std::move(t));
+    }
+  }
+  return st;
 }
 
 }  // namespace
@@ -27,8 +97,9 @@ absl::StatusOr<std::vector<VariableState>> AssembleVariables(const std::vector<V
   std::vector<VariableState> out;
   for (const VariableDef& def : wanted) {
     if (def.kind() == VariableDef::HASH_TABLE) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          def.name(), " is a hash table: it restores only onto the layout it was saved with"));
+      ASSIGN_OR_RETURN(VariableState table, AssembleHashTable(def, num_slots, pieces.equal_range(def.name())));
+      out.push_back(std::move(table));
+      continue;
     }
     ASSIGN_OR_RETURN(TensorShape whole, TensorShape::FromProto(def.shape()));
     if (whole.rank() < 1) whole = TensorShape({1});  // a scalar: one row

@@ -5,8 +5,9 @@
 // checkpoint's snapshots, whichever store wrote them: rows of values and of
 // every optimizer slot are copied where the pieces overlap ours, the first
 // piece to cover a row wins (replicas hold the same rows several times).
-// Hash tables restore only onto the same layout (re-sharding them by id is
-// the elastic issue's).
+// A hash table is re-sharded by id: this store takes, from every piece,
+// the rows whose id routes to its shard (VariableDef.hash_shard of
+// hash_shards), each id once, with its optimizer slots.
 #ifndef PSRT_COMMON_STORE_RESTORE_ASSEMBLY_H_
 #define PSRT_COMMON_STORE_RESTORE_ASSEMBLY_H_
 
@@ -21,7 +22,7 @@ namespace psrt {
 // One VariableState per entry of `wanted`, in order. DATA_LOSS naming the
 // variable and the rows no piece covers; FAILED_PRECONDITION for a piece
 // whose shape, dtype or slot count does not fit (another model or
-// optimizer), or a hash table. `sources` are read, not changed.
+// optimizer). `sources` are read, not changed.
 absl::StatusOr<std::vector<VariableState>> AssembleVariables(const std::vector<VariableDef>& wanted,
                                                              int num_slots,
                                                              const std::vector<PsSnapshot>& sources);

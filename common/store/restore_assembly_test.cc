@@ -190,7 +190,106 @@ TEST_F(CrossLayoutTest, ReplicasWriteSharesThatRestoreWhole) {
   }
 }
 
-TEST(AssembleVariablesTest, RefusesOtherOptimizersShapesAndHashTables) {
+// Hash table "h" [any, 3], shard `k` of `n`, trained with Adam.
+CreateVariablesRequest HashVars(int k, int n) {
+  CreateVariablesRequest r;
+  google::protobuf::TextFormat::ParseFromString(R"(
+      optimizer { adam { learning_rate: 0.1 } } num_workers: 1
+      variable { name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 3 }
+                 initializer { kind: GLOROT_UNIFORM } seed: 11 })", &r);
+  r.mutable_variable(0)->set_hash_shard(n > 1 ? k : 0);
+  r.mutable_variable(0)->set_hash_shards(n > 1 ? n : 0);
+  return r;
+}
+
+// Every id's value row and slot rows, from a store's own snapshot.
+std::map<int64_t, std::string> RowsById(const VariableState& v) {
+  std::map<int64_t, std::string> out;
+  const int64_t n = v.ids.NumElements();
+  const size_t row = v.value.TotalBytes() / std::max<int64_t>(n, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    std::string r = Bytes(v.value).substr(i * row, row);
+    for (const Tensor& t : v.slots) r += Bytes(t).substr(i * row, row);
+    EXPECT_TRUE(out.emplace(v.ids.data<int64_t>()[i], r).second) << "id twice: " << v.ids.data<int64_t>()[i];
+  }
+  return out;
+}
+
+TEST_F(CrossLayoutTest, HashTableReShardsByIdOntoThreeAndOneBitIdentical) {
+  // Two shards as workers route them (negative ids included), a few Adam
+  // steps of rows on each.
+  std::vector<std::unique_ptr<ParameterServerCore>> two;
+  for (int k = 0; k < 2; ++k) two.push_back(Store(absl::StrCat("ps-", k), HashVars(k, 2)));
+  std::vector<int64_t> all_ids;
+  for (int64_t id = -7; id < 40; id += 3) all_ids.push_back(id * 1000003);
+  for (int64_t s = 0; s < 3; ++s) {
+    for (int k = 0; k < 2; ++k) {
+      std::vector<int64_t> mine;
+      for (int64_t id : all_ids) {
+        if (HashShardOf(id, 2) == k && (id + s) % 2 != 0) mine.push_back(id);
+      }
+      if (s == 0) {  // every id touched once at least
+        mine.clear();
+        for (int64_t id : all_ids) {
+          if (HashShardOf(id, 2) == k) mine.push_back(id);
+        }
+      }
+      const int64_t m = static_cast<int64_t>(mine.size());
+      Tensor g(DT_FLOAT, TensorShape({m, 3}));
+      for (int64_t i = 0; i < g.NumElements(); ++i) g.data<float>()[i] = 0.01f * (i + 1) * (s + 2);
+      RequestId id;
+      id.set_worker(0);
+      id.set_worker_incarnation(1);
+      id.set_step(s);
+      ASSERT_TRUE(two[k]->PushRows(id, {{"h", Tensor::FromVector<int64_t>(mine, TensorShape({m})), g}}).ok());
+    }
+  }
+  for (auto& ps : two) Snap(ps.get(), 200);
+  std::map<int64_t, std::string> want;
+  for (int k = 0; k < 2; ++k) {
+    for (auto& [id, row] : RowsById(Find(State(two[k].get(), absl::StrCat("ps-", k), 201), "h"))) {
+      want.emplace(id, row);
+    }
+  }
+  ASSERT_EQ(want.size(), all_ids.size());
+
+  for (int n : {3, 1}) {
+    std::map<int64_t, std::string> got;
+    for (int k = 0; k < n; ++k) {
+      const std::string name = absl::StrCat("ps-of-", n, "-", k);
+      auto shard = Store(name, HashVars(k, n));
+      ASSERT_TRUE(Restore(shard.get(), 200, {"ps-0", "ps-1"}).ok());
+      const PsSnapshot snap = State(shard.get(), name, 202);
+      const VariableState& h = Find(snap, "h");
+      EXPECT_EQ(h.updates, 3);
+      for (auto& [id, row] : RowsById(h)) {
+        EXPECT_EQ(HashShardOf(id, n), k) << "id " << id << " on shard " << k << " of " << n;
+        EXPECT_TRUE(got.emplace(id, row).second) << "id " << id << " restored twice";
+      }
+    }
+    EXPECT_EQ(got, want) << "onto " << n;
+  }
+}
+
+TEST_F(CrossLayoutTest, HashShardsAreCheckedAtTheEdge) {
+  ServerCoreOptions o;
+  o.snapshot_root = dir_;
+  o.store_name = "ps-0";
+  ParameterServerCore core(o);
+  CreateVariablesRequest bad = HashVars(3, 3);
+  auto s = core.CreateVariables(bad);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("hash shard 3 of 3"));
+  bad = HashVars(0, 2);
+  bad.mutable_variable(0)->set_kind(VariableDef::DENSE);
+  bad.mutable_variable(0)->mutable_shape()->set_dim(0, 4);
+  EXPECT_EQ(core.CreateVariables(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  // Created as shard 0 of 2: shard 1 of 2 is another variable.
+  ASSERT_TRUE(core.CreateVariables(HashVars(0, 2)).ok());
+  EXPECT_EQ(core.CreateVariables(HashVars(1, 2)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AssembleVariablesTest, RefusesOtherOptimizersShapesAndMissingTables) {
   PsSnapshot snap;
   VariableState st;
   st.def = Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 2 })");
@@ -203,7 +302,12 @@ TEST(AssembleVariablesTest, RefusesOtherOptimizersShapesAndHashTables) {
   auto other_shape = AssembleVariables({Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 3 })")}, 1, {snap});
   EXPECT_EQ(other_shape.status().code(), absl::StatusCode::kFailedPrecondition);
   auto table = AssembleVariables({Def(R"(name: "t" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 })")}, 1, {snap});
-  EXPECT_EQ(table.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(table.status().message()), HasSubstr("lacks hash table t"));
+  // A dense piece under a hash table's name: another model.
+  auto as_table = AssembleVariables({Def(R"(name: "w" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 })")},
+                                    1, {snap});
+  EXPECT_EQ(as_table.status().code(), absl::StatusCode::kFailedPrecondition);
   auto ok = AssembleVariables({st.def}, 1, {snap});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ((*ok)[0].value.shape(), TensorShape({2}));

@@ -16,7 +16,18 @@ absl::Status Bad(const VariableDef& def, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("variable ", def.name(), ": ", what));
 }
 
+std::string HashShardText(const VariableDef& def) {
+  if (def.hash_shards() == 0) return "";
+  return absl::StrCat(", hash shard ", def.hash_shard(), " of ", def.hash_shards());
+}
+
 }  // namespace
+
+int HashShardOf(int64_t id, int shards) {
+  if (shards <= 1) return 0;
+  const int64_t n = shards;
+  return static_cast<int>(((id % n) + n) % n);
+}
 
 absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def,
                                                            const Optimizer* optimizer) {
@@ -35,6 +46,14 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
     return Bad(def, absl::StrCat("an embedding table is [rows, dim], not ", full.ToString()));
   }
   std::vector<int64_t> dims = full.dims();
+  if (def.hash_shards() < 0 || def.hash_shard() < 0 ||
+      (def.hash_shards() == 0 ? def.hash_shard() != 0 : def.hash_shard() >= def.hash_shards())) {
+    return Bad(def, absl::StrCat("hash shard ", def.hash_shard(), " of ", def.hash_shards(),
+                                 " (want 0 <= hash_shard < hash_shards, or both 0)"));
+  }
+  if (def.kind() != VariableDef::HASH_TABLE && def.hash_shards() != 0) {
+    return Bad(def, "hash_shard/hash_shards are for a HASH_TABLE");
+  }
   if (def.kind() == VariableDef::HASH_TABLE) {
     dims[0] = 0;
   } else if (def.row_begin() != 0 || def.row_end() != 0) {
@@ -99,14 +118,15 @@ Variable::Variable(const VariableDef& def, TensorShape shape, const Optimizer* o
 absl::Status Variable::SameAs(const VariableDef& other) const {
   if (other.kind() != def_.kind() || other.dtype() != def_.dtype() ||
       other.shape().SerializeAsString() != def_.shape().SerializeAsString() ||
-      other.row_begin() != def_.row_begin() || other.row_end() != def_.row_end()) {
+      other.row_begin() != def_.row_begin() || other.row_end() != def_.row_end() ||
+      other.hash_shard() != def_.hash_shard() || other.hash_shards() != def_.hash_shards()) {
     ASSIGN_OR_RETURN(TensorShape theirs, TensorShape::FromProto(other.shape()));
     ASSIGN_OR_RETURN(TensorShape ours, TensorShape::FromProto(def_.shape()));
     return Bad(def_, absl::StrCat("exists as ", VariableDef::Kind_Name(def_.kind()), " ",
                                   ours.ToString(), " rows [", def_.row_begin(), ",", def_.row_end(),
                                   "), asked for ", VariableDef::Kind_Name(other.kind()), " ",
                                   theirs.ToString(), " rows [", other.row_begin(), ",",
-                                  other.row_end(), ")"));
+                                  other.row_end(), ")", HashShardText(other), " (ours", HashShardText(def_), ")"));
   }
   return absl::OkStatus();
 }
@@ -312,7 +332,14 @@ VariableState Variable::CopyState(BufferPool* pool) const {
 }
 
 absl::Status Variable::CheckState(const VariableState& state) const {
-  RETURN_IF_ERROR(SameAs(state.def));
+  VariableDef saved = state.def;
+  // A hash table saved before its shard was recorded: the same layout
+  // (the chief restores a store's own snapshot only then) is its shard.
+  if (saved.kind() == VariableDef::HASH_TABLE && saved.hash_shards() == 0) {
+    saved.set_hash_shard(def_.hash_shard());
+    saved.set_hash_shards(def_.hash_shards());
+  }
+  RETURN_IF_ERROR(SameAs(saved));
   if (state.slots.size() != static_cast<size_t>(optimizer_->num_slots())) {
     return Bad(def_, absl::StrCat("snapshot has ", state.slots.size(), " optimizer slots, ",
                                   optimizer_->name(), " needs ", optimizer_->num_slots()));
@@ -324,6 +351,13 @@ absl::Status Variable::CheckState(const VariableState& state) const {
       return Bad(def_, "snapshot of a hash table has no int64 [n] ids");
     }
     expected = TensorShape({state.ids.NumElements(), def_.shape().dim(1)});
+    const int64_t* ids = state.ids.data<int64_t>();
+    for (int64_t i = 0; i < state.ids.NumElements(); ++i) {
+      if (HashShardOf(ids[i], def_.hash_shards()) != def_.hash_shard()) {
+        return absl::DataLossError(absl::StrCat("variable ", def_.name(), ": snapshot row ", i, " has id ", ids[i],
+                                                ", which is not this store's", HashShardText(def_)));
+      }
+    }
   }
   if (state.value.dtype() != DT_FLOAT || state.value.shape() != expected) {
     return Bad(def_, absl::StrCat("snapshot value is ", DataTypeName(state.value.dtype()),

@@ -36,6 +36,10 @@ struct VariableLimits {
   int64_t max_hash_rows = INT64_MAX;
 };
 
+// The shard of a hash table that holds `id` when it is split `shards` ways
+// (workers route by the same rule; 0 for one shard or none).
+int HashShardOf(int64_t id, int shards);
+
 class Variable {
  public:
   // `optimizer` is not owned and outlives the variable; `seed` seeds the
