@@ -89,7 +89,9 @@ int Coordinator::ActiveWorkers() const {
 }
 
 absl::Status Coordinator::ResizeSyncGroup() {
-  for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
+  for (int p = 0; p < NumPs(); ++p) {
+    if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p));
+  }
   return absl::OkStatus();
 }
 
@@ -114,12 +116,18 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
   }
   if (Collective()) {
     // Synchronous by construction; a new group (id = generation) at every
-    // start, so a member restarted since cannot join an old formation.
+    // start, so a member restarted since cannot join an old formation. Its
+    // members are the workers not removed; each reads the data shard of its
+    // rank, so a smaller group still reads all the data.
     a.mutable_consistency()->set_mode(ConsistencyDef::SYNC);
+    const std::vector<int> members = GroupMembers();
+    const int rank = static_cast<int>(std::find(members.begin(), members.end(), i) - members.begin());
+    a.set_shard_index(rank);
+    a.set_num_shards(static_cast<int>(members.size()));
     CollectiveGroup* g = a.mutable_collective();
-    g->set_rank(i);
-    g->set_size(NumWorkers());
-    for (int w = 0; w < NumWorkers(); ++w) {
+    g->set_rank(rank);
+    g->set_size(static_cast<int>(members.size()));
+    for (int w : members) {
       g->add_peer(registry_->Get(MakeTaskId(kWorkerJob, w)).info.collective_address());
     }
     g->set_group_id(static_cast<uint64_t>(generation_));
@@ -194,17 +202,7 @@ absl::Status Coordinator::Setup() {
     status_.clear_waiting_for();
   }
   ASSIGN_OR_RETURN(plan_, planner_(job, NumPsTasks()));
-  if (Collective()) {
-    std::vector<VariableDef> defs;
-    for (const VariablePlacement& vp : plan_.placement.variable()) {
-      if (vp.shard(0).ps_task() == NumPsTasks()) defs.push_back(vp.variable());
-    }
-    ASSIGN_OR_RETURN(PlacementMap shares, PlaceVariables(defs, NumWorkers(), INT64_MAX));
-    replica_share_.assign(NumWorkers(), {});
-    for (const VariablePlacement& vp : shares.variable()) {
-      replica_share_[vp.shard(0).ps_task()].push_back(vp.variable().name());
-    }
-  }
+  RETURN_IF_ERROR(ShareReplicaVariables());
 
   if (job.steps() > 0) {
     end_step_ = job.steps();
@@ -240,7 +238,9 @@ absl::Status Coordinator::Setup() {
           absl::StrCat("--restore must be auto, never or a step, not \"", options_.restore, "\""));
     }
     ASSIGN_OR_RETURN(CheckpointManifest m, manifests_.Read(step));
-    for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
+    for (int p = 0; p < NumPs(); ++p) {
+      if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p));
+    }
     RETURN_IF_ERROR(RestoreAll(m));
     for (int i = 0; i < NumWorkers(); ++i) {
       workers_[i].step = StepAfterRestore(m, i);
@@ -318,6 +318,7 @@ absl::Status Coordinator::Watch(bool* done) {
   // cut off), and workers park on their own failed calls meanwhile.
   std::string lost, waiting;
   for (int p = 0; p < NumPs(); ++p) {
+    if (!StoreActive(p)) continue;
     PsView& ps = ps_[p];
     absl::StatusOr<PsStatusResponse> st = ps.admin->Status(absl::Seconds(2));
     if (st.ok()) {
@@ -336,6 +337,10 @@ absl::Status Coordinator::Watch(bool* done) {
     }
     if (ps.down_since == absl::InfiniteFuture()) ps.down_since = absl::Now();
     const absl::Duration down = absl::Now() - ps.down_since;
+    if (MaybeShrinkGroup(p, down)) {
+      ps.down_since = absl::InfiniteFuture();
+      return Recover(absl::StrCat(ps.admin->name(), " is gone: re-forming the collective group without it"));
+    }
     waiting = absl::StrCat(ps.admin->name(), " (not answering for ",
                            absl::FormatDuration(absl::Trunc(down, absl::Seconds(1))), ": ", st.status().message(), ")");
     if (absl::Now() - ps.last_said >= absl::Minutes(1)) {
@@ -396,6 +401,10 @@ absl::Status Coordinator::Watch(bool* done) {
       // The same incarnation with no restore since (a restore zeroes the
       // incarnation of workers it could not reach): what it pushed stands.
       int64_t step = st->incarnation() == w.incarnation ? std::max(w.step, st->step()) : w.step;
+      if (w.removed && Collective()) {
+        w.state = st->state();
+        return RejoinGroup(i);
+      }
       if (w.removed) {
         w.removed = false;
         if (Sync()) {

@@ -113,8 +113,9 @@ class Coordinator {
     float loss = 0;
     double examples_per_sec = 0;
     absl::Time down_since = absl::InfiniteFuture();
-    // Gone long enough that training went on without it (ASYNC) or the
-    // SYNC group shrank; it rejoins when it answers again.
+    // Gone long enough that training went on without it (ASYNC), the SYNC
+    // group shrank, or (collective strategies) the all-reduce group was
+    // re-formed without it; it rejoins when it answers again.
     bool removed = false;
   };
   struct PsView {
@@ -136,7 +137,10 @@ class Coordinator {
   absl::Status WaitDurable(int64_t step);
   // Checkpoint(), and on failure the backoff and the loud warnings.
   void TryCheckpoint();
-  absl::Status Recover(const std::string& why);
+  // Back to the last checkpoint, every store restored and every worker
+  // started again; `failure`: counted as a failure survived (a member
+  // rejoining a collective group is not one).
+  absl::Status Recover(const std::string& why, bool failure = true);
   // Creates the variables on every PS and restores the newest committed
   // checkpoint that every PS can restore whole, refusing (and reporting)
   // corrupt or missing ones and falling back to older ones. NOT_FOUND when
@@ -179,6 +183,23 @@ class Coordinator {
   int ActiveWorkers() const;
   // Tells every PS how many workers a SYNC step waits for.
   absl::Status ResizeSyncGroup();
+
+  // Collective group membership (coordinator_membership.cc). The members
+  // are the workers not removed, in task order: rank r is the r-th of them,
+  // and it reads data shard r of the members' count.
+  std::vector<int> GroupMembers() const;
+  // A store the chief uses: every PS, and the replicas of members.
+  bool StoreActive(int store) const { return !IsReplica(store) || !workers_[store - NumPsTasks()].removed; }
+  // Which variables each member's replica writes to a checkpoint (1/N of
+  // them, greedy by bytes); recomputed when the membership changes.
+  absl::Status ShareReplicaVariables();
+  // Replica `store` has not answered for `down`: past
+  // failure.sync_wait_for_worker_ms, and with more members than
+  // failure.min_workers, its worker is removed from the group (true).
+  bool MaybeShrinkGroup(int store, absl::Duration down);
+  // Removed worker i answers again: the group's progress is checkpointed,
+  // then the group is re-formed with it from that checkpoint.
+  absl::Status RejoinGroup(int i);
   // Workers all-reduce in a group (mirrored strategies, hybrid): then the
   // stores are the PS tasks (hybrid's embeddings) followed by one replica
   // per worker.

@@ -52,6 +52,7 @@ absl::Status Coordinator::Checkpoint() {
   std::vector<SnapshotResponse> shards(NumPs());
   absl::Status copy_status = paused;
   for (int p = 0; p < NumPs() && copy_status.ok(); ++p) {
+    if (!StoreActive(p)) continue;
     absl::StatusOr<SnapshotResponse> r =
         ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep, IsReplica(p) ? replica_share_[p - NumPsTasks()] : std::vector<std::string>());
     if (r.ok()) {
@@ -85,6 +86,7 @@ absl::Status Coordinator::Checkpoint() {
   m.set_failures_survived(summary_.failures_survived);
   for (int64_t s : steps) m.add_worker_step(s);
   for (int p = 0; p < NumPs(); ++p) {
+    if (!StoreActive(p)) continue;  // a removed member's replica: not in this checkpoint
     CheckpointManifest::Shard* sh = m.add_shard();
     sh->set_ps_task(p);
     sh->set_path(shards[p].path());
@@ -109,6 +111,7 @@ absl::Status Coordinator::Checkpoint() {
 absl::Status Coordinator::WaitDurable(int64_t step) {
   absl::Time deadline = absl::Now() + absl::Minutes(10);
   for (int p = 0; p < NumPs(); ++p) {
+    if (!StoreActive(p)) continue;
     while (true) {
       ASSIGN_OR_RETURN(PsStatusResponse st, ps_[p].admin->Status());
       if (st.incarnation() != ps_[p].incarnation) {
@@ -173,9 +176,11 @@ absl::Status Coordinator::WaitForAllPs() {
   const absl::Time start = absl::Now();
   absl::Time said = start;
   for (int p = 0; p < NumPs(); ++p) {
-    while (true) {
+    while (StoreActive(p)) {
       absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(absl::Seconds(1));
       if (st.ok()) break;
+      // A member's replica that stays away: the group goes on without it.
+      if (MaybeShrinkGroup(p, absl::Now() - std::min(start, ps_[p].down_since))) break;
       std::string what = absl::StrCat(ps_[p].admin->name(), " (not answering: ", st.status().message(), ")");
       if (wait_ms > 0 && absl::Now() - start > absl::Milliseconds(wait_ms)) {
         return absl::UnavailableError(absl::StrCat(ps_[p].admin->name(), " did not come back within ps_wait_ms ",
@@ -223,14 +228,14 @@ void Coordinator::CountFailure() {
   SaveJobState(true);
 }
 
-absl::Status Coordinator::Recover(const std::string& why) {
+absl::Status Coordinator::Recover(const std::string& why, bool failure) {
   const absl::Time start = absl::Now();
   report_(absl::StrCat("recovering: ", why));
   {
     absl::MutexLock lock(&mu_);
     status_.set_state(JobStatusResponse::RECOVERING);
   }
-  CountFailure();
+  if (failure) CountFailure();
   // Workers known to be down are not waited on, and the others at once: the
   // generation fence keeps whatever a worker we could not pause still
   // pushes out of the restored parameters.
@@ -248,6 +253,7 @@ absl::Status Coordinator::Recover(const std::string& why) {
   RETURN_IF_ERROR(RestoreOrStartFresh());
   std::vector<absl::Status> resumed = ForEachWorker([this](int i) {
     WorkerView& w = workers_[i];
+    if (w.removed) return absl::OkStatus();  // not in the group it re-forms
     if (!w.reachable) return absl::UnavailableError(absl::StrCat(w.control->name(), " is down"));
     // A worker that had finished redoes the steps since the checkpoint; a
     // mirrored group is formed anew (its old one is broken, and a restarted
@@ -257,8 +263,12 @@ absl::Status Coordinator::Recover(const std::string& why) {
   });
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
+    if (w.removed) continue;
     if (resumed[i].ok()) {
       w.state = WorkerStatusResponse::RUNNING;
+      // Started afresh: the incarnation it was started in is the one the
+      // watch expects (a member restarted since is started again there).
+      if (Collective()) w.incarnation = registry_->Get(MakeTaskId(kWorkerJob, i)).info.incarnation();
     } else {
       // Down or restarted: the watch loop starts it when it answers.
       LOG(WARNING) << "resume after recovery: " << resumed[i];
@@ -315,7 +325,9 @@ absl::Status Coordinator::RestoreOrStartFresh() {
 }
 
 absl::Status Coordinator::StartFresh() {
-  for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p, /*reinitialize=*/true));
+  for (int p = 0; p < NumPs(); ++p) {
+    if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p, /*reinitialize=*/true));
+  }
   for (WorkerView& w : workers_) w.step = 0;
   last_checkpoint_step_ = -1;
   return absl::OkStatus();
@@ -324,7 +336,9 @@ absl::Status Coordinator::StartFresh() {
 absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
   std::set<std::string> theirs, ours;
   for (const CheckpointManifest::Shard& shard : m.shard()) theirs.insert(shard.path());
-  for (int p = 0; p < NumPs(); ++p) ours.insert(StoreName(p));
+  for (int p = 0; p < NumPs(); ++p) {
+    if (StoreActive(p)) ours.insert(StoreName(p));
+  }
   std::vector<std::string> all, replicas;
   for (const CheckpointManifest::Shard& shard : m.shard()) {
     all.push_back(shard.path());
@@ -335,6 +349,7 @@ absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
                          absl::StrJoin(theirs, ", "), "): assembling every store's variables from it"));
   }
   for (int p = 0; p < NumPs(); ++p) {
+    if (!StoreActive(p)) continue;
     // Same layout: a PS reads its own snapshot, a replica the replicas'
     // shares (each wrote 1/N). Another layout: every store reads them all.
     std::vector<std::string> sources;
@@ -346,7 +361,9 @@ absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
 }
 
 absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
-  for (int p = 0; p < NumPs(); ++p) RETURN_IF_ERROR(CreateVariablesOn(p));
+  for (int p = 0; p < NumPs(); ++p) {
+    if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p));
+  }
   std::vector<int64_t> steps = manifests_.Steps();
   if (steps.empty()) return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", manifests_.dir()));
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {

@@ -1,7 +1,7 @@
 // The local launcher: a whole cluster on this machine, as separate processes.
 //
 //   bazel run //deploy:local_cluster -- [--job=FILE] [--cluster_spec=FILE]
-//       [--ps=2] [--workers=2] [--kill=ps:1@800] [--run_dir=DIR]
+//       [--ps=2] [--workers=2] [--kill=ps:1@800] [--remove=worker:1@3000] [--run_dir=DIR]
 //       [--strategy=parameter_server|multi_worker_mirrored|mirrored|central_storage|hybrid]
 //
 // Starts the parameter servers, the workers and the chief, supervises them
@@ -48,6 +48,9 @@ ABSL_FLAG(int, ps, 2, "Parameter servers, without --cluster_spec (none with --st
 ABSL_FLAG(int, workers, 2, "Workers, without --cluster_spec.");
 ABSL_FLAG(std::vector<std::string>, kill, {},
           "TASK@STEP[,...]: SIGKILL that daemon once the job reaches the step (e.g. ps:1@800), to watch recovery.");
+ABSL_FLAG(std::vector<std::string>, remove, {},
+          "TASK@STEP[,...]: SIGKILL that daemon once the job reaches the step and never restart it (a machine "
+          "gone for good), to watch a collective group shrink.");
 ABSL_FLAG(std::string, run_dir, "", "Where logs, checkpoints and the summary go (default: /tmp/psrt-run-TIME).");
 ABSL_FLAG(int, max_restarts, 5, "Give up after restarting one daemon this many times.");
 ABSL_FLAG(bool, tls, false,
@@ -86,7 +89,7 @@ struct Child {
   std::unique_ptr<Subprocess> process;
   int restarts = 0;
   absl::Time restart_at = absl::InfinitePast();
-  bool finished = false;  // exited 0 at the end of the job
+  bool finished = false;  // exited 0 at the end of the job, or removed (--remove)
 };
 
 class Launcher {
@@ -192,17 +195,25 @@ int Run(int argc, char** argv) {
     std::cerr << "error: cannot read job file " << job << "\n";
     return 2;
   }
-  // --kill=TASK@STEP
-  std::map<std::string, int64_t> kills;
-  for (const std::string& k : absl::GetFlag(FLAGS_kill)) {
-    std::vector<std::string> parts = absl::StrSplit(k, '@');
-    int64_t step;
-    absl::StatusOr<TaskId> t = parts.size() == 2 ? ParseTaskId(parts[0]) : absl::InvalidArgumentError("");
-    if (!t.ok() || !absl::SimpleAtoi(parts[1], &step) || !spec->AddressOf(*t).ok()) {
-      std::cerr << "error: --kill=" << k << ": expected TASK@STEP with a task of the spec, e.g. ps:1@800\n";
-      return 2;
+  // --kill=TASK@STEP and --remove=TASK@STEP: task -> (step, for good).
+  std::map<std::string, std::pair<int64_t, bool>> kills;
+  for (const bool for_good : {false, true}) {
+    const char* flag = for_good ? "--remove=" : "--kill=";
+    for (const std::string& k : absl::GetFlag(for_good ? FLAGS_remove : FLAGS_kill)) {
+      std::vector<std::string> parts = absl::StrSplit(k, '@');
+      int64_t step;
+      absl::StatusOr<TaskId> t = parts.size() == 2 ? ParseTaskId(parts[0]) : absl::InvalidArgumentError("");
+      if (!t.ok() || !absl::SimpleAtoi(parts[1], &step) || !spec->AddressOf(*t).ok()) {
+        std::cerr << "error: " << flag << k << ": expected TASK@STEP with a task of the spec, e.g. "
+                  << (for_good ? "worker:1@3000" : "ps:1@800") << "\n";
+        return 2;
+      }
+      if (for_good && t->job() == kChiefJob) {
+        std::cerr << "error: " << flag << k << ": the chief cannot be removed (kill it to watch a takeover)\n";
+        return 2;
+      }
+      kills[TaskName(*t)] = {step, for_good};
     }
-    kills[TaskName(*t)] = step;
   }
 
   absl::StatusOr<int> http_port = PickFreePort();
@@ -298,14 +309,22 @@ int Run(int argc, char** argv) {
         chief = std::make_unique<ChiefClient>(channels.Get(chief_address), chief_address, absl::Seconds(1));
       }
       for (auto it = kills.begin(); st.ok() && it != kills.end();) {
-        if (st->step() < it->second) {
+        if (st->step() < it->second.first) {
           ++it;
           continue;
         }
         for (Child& c : children) {
           if (TaskName(c.task) == it->first && c.process && c.process->Running()) {
             c.process->Signal(SIGKILL);
-            launcher.Say(absl::StrCat("killed ", it->first, " with SIGKILL at step ", st->step()));
+            if (it->second.second) {
+              (void)c.process->Wait(absl::Seconds(10));
+              c.process.reset();
+              c.finished = true;  // never restarted
+              launcher.Say(absl::StrCat("removed ", it->first, " for good (SIGKILL, not restarted) at step ",
+                                        st->step()));
+            } else {
+              launcher.Say(absl::StrCat("killed ", it->first, " with SIGKILL at step ", st->step()));
+            }
           }
         }
         it = kills.erase(it);

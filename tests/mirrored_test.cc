@@ -26,13 +26,14 @@ namespace {
 
 // The mirrored MLP example, whole (15 epochs: the accuracy bar needs them),
 // with a short collective deadline so a stopped worker is noticed quickly.
-std::string WriteJob(const std::string& dir, const std::string& example) {
+std::string WriteJob(const std::string& dir, const std::string& example, int sync_wait_ms = 0) {
   auto job = LoadJob(testing::RunfilePath(example));
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return "";
   if (job->strategy().has_multi_worker_mirrored()) {
     job->mutable_strategy()->mutable_multi_worker_mirrored()->set_collective_timeout_ms(2000);
   }
+  if (sync_wait_ms > 0) job->mutable_failure()->set_sync_wait_for_worker_ms(sync_wait_ms);
   job->clear_summary_path();
   job->clear_log_dir();
   return testing::WriteJobFile(*job, dir + ".pbtxt");
@@ -66,12 +67,14 @@ double Field(const std::string& summary, const std::string& pattern) {
 
 // Runs the launcher to the end; `during` may act on it while it runs.
 Result RunLauncher(const std::string& name, std::vector<std::string> extra,
-           const std::function<void(testing::Daemon*, const std::string& dir)>& during = nullptr) {
+           const std::function<void(testing::Daemon*, const std::string& dir)>& during = nullptr,
+           int sync_wait_ms = 0) {
   Result r;
   r.dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
   const bool devices = name == "devices";
   const std::string job =
-      WriteJob(r.dir, devices ? "examples/fashion_mnist_mlp_devices.pbtxt" : "examples/fashion_mnist_mlp_mirrored.pbtxt");
+      WriteJob(r.dir, devices ? "examples/fashion_mnist_mlp_devices.pbtxt" : "examples/fashion_mnist_mlp_mirrored.pbtxt",
+               sync_wait_ms);
   std::vector<std::string> argv = {testing::RunfilePath("deploy/local_cluster"), "--job=" + job,
                                    "--run_dir=" + r.dir,
                                    devices ? "--strategy=mirrored" : "--strategy=multi_worker_mirrored", "--workers=2"};
@@ -207,6 +210,41 @@ TEST(MirroredTest, TrainsToTheBarAndSurvivesAWorkerKilledAndOneStopped) {
   });
   EXPECT_GE(stopped.failures, 1);
   EXPECT_NEAR(stopped.accuracy, clean.accuracy, 0.01);
+}
+
+// A member that stays away longer than failure.sync_wait_for_worker_ms
+// (3 s here) is removed and the group re-formed without it from the last
+// checkpoint; one that answers again is taken back (the group's progress
+// checkpointed first). Both runs finish every step at the bar.
+TEST(MirroredTest, AWorkerGoneForGoodShrinksTheGroupAndOneThatReturnsGrowsIt) {
+  Result removed = RunLauncher(
+      "removed", {"--remove=worker:1@3000"},
+      [](testing::Daemon* l, const std::string&) {
+        EXPECT_TRUE(l->WaitForLine("removed worker:1 for good", absl::Minutes(3)));
+        EXPECT_TRUE(l->WaitForLine("the collective group shrinks to 1", absl::Minutes(1)));
+        EXPECT_TRUE(l->WaitForLine("recovered to the checkpoint", absl::Minutes(1)));
+      },
+      /*sync_wait_ms=*/3000);
+  EXPECT_GE(removed.failures, 1);
+  EXPECT_GE(removed.accuracy, 0.8833);
+
+  Result back = RunLauncher(
+      "back", {},
+      [](testing::Daemon* l, const std::string& dir) {
+        ASSERT_TRUE(l->WaitForLine("checkpoint of step 2", absl::Minutes(3)));
+        pid_t pid = PidOf(dir + "/", "--task=worker:1");
+        ASSERT_GT(pid, 0);
+        ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+        const bool shrank = l->WaitForLine("the collective group shrinks to 1", absl::Minutes(1));
+        ::kill(pid, SIGCONT);
+        ASSERT_TRUE(shrank) << "the group never went on without the stopped worker";
+        EXPECT_TRUE(l->WaitForLine("worker:1 is back: the collective group grows to 2", absl::Minutes(1)));
+      },
+      /*sync_wait_ms=*/3000);
+  EXPECT_GE(back.failures, 1);
+  EXPECT_GE(back.accuracy, 0.8833);
+  // Both members wrote their share of the final checkpoint again.
+  ExpectSharesOfTheState(back.dir + "/checkpoints", 7035);
 }
 
 // mirrored { devices: 2 }: one worker, two device replicas splitting each

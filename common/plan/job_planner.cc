@@ -87,6 +87,11 @@ int LocalDevices(const TrainingJob& job) {
 }
 
 absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) {
+  const int min_workers = job.failure().min_workers();
+  if (min_workers < 0 || (min_workers > num_workers && num_workers > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("job.failure.min_workers: ", min_workers, " is not in [0, ",
+                                                   num_workers, "] (the cluster's workers)"));
+  }
   if (IsMirrored(job)) {
     const std::string field = "job.strategy." + StrategyName(job);
     if (num_ps > 0) {
