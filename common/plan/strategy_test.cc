@@ -30,6 +30,10 @@ TEST(StrategyTest, EachStrategyIsCheckedAgainstItsCluster) {
   EXPECT_THAT(Refusal(Job(""), 0, 2), HasSubstr("job.strategy: parameter_server (the default) needs at least one ps"));
   const TrainingJob mwm = Job("strategy { multi_worker_mirrored {} }");
   EXPECT_TRUE(CheckStrategy(mwm, 0, 3).ok());
+  EXPECT_TRUE(CheckStrategy(Job("strategy { multi_worker_mirrored {} } failure { min_workers: 3 }"), 0, 3).ok());
+  EXPECT_THAT(Refusal(Job("strategy { multi_worker_mirrored {} } failure { min_workers: 4 }"), 0, 3),
+              HasSubstr("job.failure.min_workers: 4 is not in [0, 3]"));
+  EXPECT_THAT(Refusal(Job("failure { min_workers: -1 }"), 1, 2), HasSubstr("job.failure.min_workers: -1"));
   EXPECT_THAT(Refusal(mwm, 1, 2), HasSubstr("job.strategy.multi_worker_mirrored: the cluster has 1 ps tasks"));
   const TrainingJob mirrored = Job("strategy { mirrored { devices: 3 } }");
   EXPECT_TRUE(CheckStrategy(mirrored, 0, 1).ok());
