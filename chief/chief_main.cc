@@ -108,10 +108,11 @@ int Main(int argc, char** argv) {
   Planner planner = PlanJob;
   Evaluator evaluator;
   if (job->input().test().files_size() > 0) {
-    evaluator = [job = *job, threads](const std::map<std::string, Tensor>& vars) -> absl::StatusOr<std::map<std::string, float>> {
+    evaluator = [job = *job, threads](const std::map<std::string, Tensor>& vars,
+                                      const RowReader& rows) -> absl::StatusOr<std::map<std::string, float>> {
       absl::StatusOr<JobPlan> plan = PlanJob(job, 1);
       if (!plan.ok()) return plan.status();
-      return MakeEvaluator(job, *plan, threads)(vars);
+      return MakeEvaluator(job, *plan, threads)(vars, rows);
     };
   }
   Coordinator coordinator(o, &registry, &channels, planner, evaluator);

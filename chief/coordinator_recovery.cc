@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "chief/coordinator.h"
 #include "common/status_macros.h"
+#include "common/transport/ps_client.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -385,14 +386,22 @@ absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
 
 absl::Status Coordinator::Evaluate(int64_t step) {
   // Every dense variable, whole: shards of a partitioned one are joined by rows.
+  // Hash tables are read by rows as the test batches need them, from the
+  // PS, without making rows for ids training never saw.
   std::map<std::string, Tensor> variables;
+  PlacementMap tables;
   for (const VariablePlacement& vp : plan_.placement.variable()) {
-    if (vp.variable().kind() == VariableDef::HASH_TABLE) continue;
+    if (vp.variable().kind() == VariableDef::HASH_TABLE) {
+      *tables.add_variable() = vp;
+      continue;
+    }
     std::vector<Tensor> parts;
     for (const VariablePlacement::Shard& shard : vp.shard()) {
-      ASSIGN_OR_RETURN(auto pulled, ps_[shard.ps_task()].admin->Pull({vp.variable().name()}, generation_));
+      // A replica's variables from the first member (all hold the same).
+      const int store = IsReplica(shard.ps_task()) ? NumPsTasks() + GroupMembers().front() : shard.ps_task();
+      ASSIGN_OR_RETURN(auto pulled, ps_[store].admin->Pull({vp.variable().name()}, generation_));
       if (pulled.size() != 1) {
-        return absl::InternalError(absl::StrCat(ps_[shard.ps_task()].admin->name(), " returned ",
+        return absl::InternalError(absl::StrCat(ps_[store].admin->name(), " returned ",
                                                 pulled.size(), " tensors for ", vp.variable().name()));
       }
       parts.push_back(pulled[0].second);
@@ -410,7 +419,27 @@ absl::Status Coordinator::Evaluate(int64_t step) {
     }
     variables[vp.variable().name()] = whole;
   }
-  ASSIGN_OR_RETURN(auto metrics, evaluator_(variables));
+  RowReader read_rows;
+  std::unique_ptr<PsClient> rows_client;
+  if (tables.variable_size() > 0) {
+    std::vector<std::string> addresses;
+    for (int p = 0; p < NumPsTasks(); ++p) {
+      ASSIGN_OR_RETURN(std::string a, options_.cluster.AddressOf(MakeTaskId(kPsJob, p)));
+      addresses.push_back(a);
+    }
+    PsClientOptions o;
+    o.worker = -1;  // the chief: never waits for a SYNC step
+    o.read_only_rows = true;
+    rows_client = std::make_unique<PsClient>(tables, addresses, channels_, o);
+    rows_client->SetGeneration(generation_);
+    read_rows = [&rows_client, step](const std::string& table, const Tensor& ids) -> absl::StatusOr<Tensor> {
+      ASSIGN_OR_RETURN(TensorMap rows, rows_client->PullRows({{table, ids}}, step));
+      auto it = rows.find(table);
+      if (it == rows.end()) return absl::InternalError(absl::StrCat("no rows of ", table, " came back"));
+      return it->second;
+    };
+  }
+  ASSIGN_OR_RETURN(auto metrics, evaluator_(variables, read_rows));
   summary_.metrics = metrics;
   last_eval_step_ = step;
   std::vector<std::string> parts;

@@ -97,7 +97,7 @@ absl::Status Train() {
   }
   auto eval = [&](int64_t step) -> absl::Status {
     ASSIGN_OR_RETURN(TensorMap vars, client.Pull(whole, step));
-    ASSIGN_OR_RETURN(last_eval, evaluate(vars));
+    ASSIGN_OR_RETURN(last_eval, evaluate(vars, nullptr));
     std::printf("eval after step %lld: test loss %.4f accuracy %.4f (%d examples)\n",
                 static_cast<long long>(step), last_eval["loss"], last_eval["accuracy"],
                 static_cast<int>(last_eval["examples"]));

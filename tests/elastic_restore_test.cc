@@ -249,12 +249,8 @@ TEST(ElasticRestoreTest, AHashTableModelContinuesOnThreePsThenOne) {
     std::cerr << "FIGURE: leg " << i << " (" << leg.ps << " PS) summary " << ss.str() << std::endl;
     EXPECT_EQ(Field(ss.str(), "\"restored_from_step\": (-?[0-9]+)"), leg.restored_from) << "leg " << i;
     EXPECT_EQ(Field(ss.str(), "\"steps\": ([0-9]+)"), leg.steps) << "leg " << i;
-    // The chief cannot evaluate a hash-table model yet (its evaluator takes
-    // whole variables): the training loss says the model did not start
-    // over or diverge (0.16-0.37 measured over one batch; ln 2 = 0.69 at the start).
-    const double loss = Field(ss.str(), "\"final_loss\": ([0-9.]+)");
-    EXPECT_GT(loss, 0) << "leg " << i;
-    EXPECT_LT(loss, 0.55) << "leg " << i;
+    // The chief evaluates the hash table by rows read without making any.
+    EXPECT_GT(Field(ss.str(), "\"accuracy\": ([0-9.]+)"), 0.8) << "leg " << i;  // labels carry 5% noise
   }
 }
 

@@ -149,6 +149,18 @@ absl::StatusOr<StepResult> GraphStepRunner::Run(const TensorMap& dense, const Te
 absl::StatusOr<std::map<std::string, float>> GraphStepRunner::Evaluate(const TensorMap& variables,
                                                                        const Batch& batch) {
   ASSIGN_OR_RETURN(auto feeds, Feeds(variables, variables, batch, true, nullptr));
+  return EvaluateFeeds(feeds);
+}
+
+absl::StatusOr<std::map<std::string, float>> GraphStepRunner::EvaluateRows(const TensorMap& dense,
+                                                                           const TensorMap& rows,
+                                                                           const Batch& batch) {
+  ASSIGN_OR_RETURN(auto feeds, Feeds(dense, rows, batch, false, nullptr));
+  return EvaluateFeeds(feeds);
+}
+
+absl::StatusOr<std::map<std::string, float>> GraphStepRunner::EvaluateFeeds(
+    const std::map<std::string, Tensor>& feeds) {
   std::vector<std::string> fetches = {loss_};
   for (const auto& [m, t] : metrics_) fetches.push_back(t);
   ASSIGN_OR_RETURN(std::vector<Tensor> out, exec_->Run(feeds, fetches, 0, false));

@@ -55,9 +55,14 @@ class GraphStepRunner : public StepRunner {
   // used as rows.
   absl::StatusOr<std::map<std::string, float>> Evaluate(const TensorMap& variables,
                                                         const Batch& batch);
+  // The same with each table's rows for the batch's unique ids, in the
+  // order SparseRows gives them (as a training step is fed).
+  absl::StatusOr<std::map<std::string, float>> EvaluateRows(const TensorMap& dense, const TensorMap& rows,
+                                                            const Batch& batch);
 
  private:
   GraphStepRunner() = default;
+  absl::StatusOr<std::map<std::string, float>> EvaluateFeeds(const std::map<std::string, Tensor>& feeds);
   absl::StatusOr<std::map<std::string, Tensor>> Feeds(const TensorMap& dense, const TensorMap& rows,
                                                       const Batch& batch, bool whole_tables,
                                                       std::map<std::string, Tensor>* unique_ids) const;

@@ -28,9 +28,15 @@ struct JobPlan {
 // library: layers -> graph, gradients, pruning, placement).
 using Planner = std::function<absl::StatusOr<JobPlan>(const TrainingJob& job, int num_ps)>;
 
-// Metrics of the model on the job's test split, given every variable whole.
+// Rows of a table by id, [n, dim], without making any (a hash table's
+// evaluation: its rows are never pulled whole).
+using RowReader = std::function<absl::StatusOr<Tensor>(const std::string& table, const Tensor& ids)>;
+
+// Metrics of the model on the job's test split, given every variable whole
+// but hash tables, whose rows `rows` reads as the batches need them (may be
+// null when the model has none).
 using Evaluator = std::function<absl::StatusOr<std::map<std::string, float>>(
-    const std::map<std::string, Tensor>& variables)>;
+    const std::map<std::string, Tensor>& variables, const RowReader& rows)>;
 
 }  // namespace psrt
 

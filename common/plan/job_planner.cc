@@ -1,5 +1,7 @@
 #include "common/plan/job_planner.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -187,9 +189,53 @@ WorkerAssignment AssignmentOf(const TrainingJob& job, const JobPlan& plan) {
   return a;
 }
 
+namespace {
+
+// One batch: with every table whole, as the variables hold them; with a
+// hash table among them, each table's rows for the batch's unique ids
+// (gathered from a whole table, or read by `read_rows`), as a step is fed.
+absl::StatusOr<std::map<std::string, float>> EvaluateBatch(GraphStepRunner* runner,
+                                                           const std::map<std::string, Tensor>& variables,
+                                                           const RowReader& read_rows, const Batch& batch) {
+  ASSIGN_OR_RETURN(RowRequest wanted, runner->SparseRows(batch));
+  bool all_whole = true;
+  for (const auto& [table, ids] : wanted) all_whole = all_whole && variables.count(table) > 0;
+  if (all_whole) return runner->Evaluate(variables, batch);
+  TensorMap rows;
+  for (const auto& [table, ids] : wanted) {
+    auto whole = variables.find(table);
+    if (whole == variables.end()) {
+      if (!read_rows) return absl::FailedPreconditionError(absl::StrCat("rows of ", table, " cannot be read here"));
+      ASSIGN_OR_RETURN(rows[table], read_rows(table, ids));
+      const int64_t dim = rows[table].shape().rank() == 2 ? rows[table].shape().dim(1) : -1;
+      if (rows[table].dtype() != DT_FLOAT || rows[table].shape() != TensorShape({ids.NumElements(), dim})) {
+        return absl::InternalError(absl::StrCat("rows of ", table, " came back as ", rows[table].shape().ToString()));
+      }
+      continue;
+    }
+    const Tensor& t = whole->second;
+    if (t.dtype() != DT_FLOAT || t.shape().rank() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(table, " is not a float [rows, dim] table"));
+    }
+    const int64_t n = ids.NumElements(), dim = t.shape().dim(1), total = t.shape().dim(0);
+    Tensor out(DT_FLOAT, TensorShape({n, dim}));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t id = ids.data<int64_t>()[i];
+      if (id < 0 || id >= total) {
+        return absl::InvalidArgumentError(absl::StrCat("id ", id, " is outside ", table, "'s ", total, " rows"));
+      }
+      std::memcpy(out.data<float>() + i * dim, t.data<float>() + id * dim, dim * sizeof(float));
+    }
+    rows[table] = std::move(out);
+  }
+  return runner->EvaluateRows(variables, rows, batch);
+}
+
+}  // namespace
+
 Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads) {
   WorkerAssignment a = AssignmentOf(job, plan);
-  return [job, a, threads](const std::map<std::string, Tensor>& variables)
+  return [job, a, threads](const std::map<std::string, Tensor>& variables, const RowReader& read_rows)
              -> absl::StatusOr<std::map<std::string, float>> {
     if (job.input().test().files_size() == 0) return absl::FailedPreconditionError("the job has no test split");
     ASSIGN_OR_RETURN(auto runner, GraphStepRunner::Create(a, threads));
@@ -206,7 +252,7 @@ Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads
     while (job.eval().max_examples() == 0 || n < job.eval().max_examples()) {
       ASSIGN_OR_RETURN(bool more, data->Next(&b));
       if (!more) break;
-      ASSIGN_OR_RETURN(auto m, runner->Evaluate(variables, b));
+      ASSIGN_OR_RETURN(auto m, EvaluateBatch(runner.get(), variables, read_rows, b));
       for (const auto& [k, v] : m) sums[k] += static_cast<double>(v) * b.size;
       n += b.size;
     }

@@ -145,7 +145,8 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* c
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
   return ServePull(ctx, req, resp, Rpc::kPsPullRows, "PullRows", pswire::DecodePullRows,
                    [this](pswire::PullRowsArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
-                     core_->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done));
+                     core_->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done),
+                                     args.read_only);
                    });
 }
 

@@ -287,7 +287,7 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
 }
 
 void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> ids, int worker,
-                                   int64_t step, absl::Time deadline, PullDone done) {
+                                   int64_t step, absl::Time deadline, PullDone done, bool read_only) {
   int64_t rows = 0;
   for (const auto& [name, t] : ids) rows += t.NumElements();
   if (rows > options_.max_rows_per_request) {
@@ -300,7 +300,7 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
     absl::MutexLock lock(&stats_mu_);
     ++pulls_;
   }
-  WaitOrRun(worker, step, deadline, [this, ids = std::move(ids), done = std::move(done)](absl::Status s) {
+  WaitOrRun(worker, step, deadline, [this, ids = std::move(ids), done = std::move(done), read_only](absl::Status s) {
     if (!s.ok()) return done(s, {}, 0);
     NamedTensors out;
     {
@@ -320,7 +320,7 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
       if (absl::Status b = CheckPullResponse("PullRows", bytes); !b.ok()) return done(b, {}, 0);
       for (size_t i = 0; i < ids.size(); ++i) {
         const auto& [name, t] = ids[i];
-        absl::StatusOr<Tensor> r = vars[i]->ReadRows(t, pool_.get());
+        absl::StatusOr<Tensor> r = vars[i]->ReadRows(t, pool_.get(), /*make_rows=*/!read_only);
         if (!r.ok()) return done(r.status(), {}, 0);
         out.emplace_back(name, *std::move(r));
       }

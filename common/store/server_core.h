@@ -98,8 +98,10 @@ class ParameterServerCore {
   // worker < 0 (the chief) never waits.
   void Pull(std::vector<std::string> names, int worker, int64_t step, absl::Time deadline,
             PullDone done);
+  // `read_only`: hash-table ids without a row are answered with their
+  // initial values and no row is made.
   void PullRows(std::vector<std::pair<std::string, Tensor>> ids, int worker, int64_t step,
-                absl::Time deadline, PullDone done);
+                absl::Time deadline, PullDone done, bool read_only = false);
   absl::StatusOr<PushResponse> Push(const RequestId& id, const NamedTensors& gradients);
   absl::StatusOr<PushResponse> PushRows(const RequestId& id, const std::vector<SparseUpdate>& rows);
 

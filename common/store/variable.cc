@@ -232,7 +232,7 @@ int64_t Variable::RowOfLocked(int64_t id) {
   return row;
 }
 
-absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids, BufferPool* pool) {
+absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids, BufferPool* pool, bool make_rows) {
   RETURN_IF_ERROR(CheckIds(ids));
   const int64_t n = ids.NumElements();
   const int64_t dim = def_.shape().dim(1);
@@ -240,6 +240,22 @@ absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids, BufferPool* pool) {
   Tensor out = pool != nullptr
                    ? Tensor(DT_FLOAT, shape, pool->Allocate(n * dim * sizeof(float)))
                    : Tensor(DT_FLOAT, shape);
+  if (!make_rows && def_.kind() == VariableDef::HASH_TABLE) {
+    absl::ReaderMutexLock lock(&mu_);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t id = ids.data<int64_t>()[i];
+      float* row = out.data<float>() + i * dim;
+      auto it = index_.find(id);
+      if (it != index_.end()) {
+        std::memcpy(row, value_.data<float>() + it->second * dim, dim * sizeof(float));
+      } else {
+        // What RowOfLocked would make (the initializer was checked when
+        // the variable was made).
+        (void)InitializeRow(def_.initializer(), TensorShape({0, dim}), def_.seed(), def_.name(), id, row);
+      }
+    }
+    return out;
+  }
   absl::MutexLock lock(&mu_);  // a hash table may grow
   RETURN_IF_ERROR(CheckRoomLocked(ids.data<int64_t>(), n));
   for (int64_t i = 0; i < n; ++i) {

@@ -67,8 +67,9 @@ class Variable {
   absl::Status ApplyDense(const Tensor& grad);
 
   // Rows of the ids, [n, dim] in their order. Fixed tables refuse ids out of
-  // range; hash tables make missing rows.
-  absl::StatusOr<Tensor> ReadRows(const Tensor& ids, BufferPool* pool = nullptr);
+  // range; hash tables make missing rows, or with !make_rows answer them
+  // with the initial values a new row would get, changing nothing.
+  absl::StatusOr<Tensor> ReadRows(const Tensor& ids, BufferPool* pool = nullptr, bool make_rows = true);
   // Row-wise lazy update; `ids` may repeat (their gradients are summed).
   absl::Status ApplyRows(const Tensor& ids, const Tensor& grads);
 

@@ -86,6 +86,28 @@ TEST(VariableTest, HashTableMakesRowsOnFirstTouchDeterministically) {
   EXPECT_EQ((*a)->Read().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Read-only rows (the chief's evaluation): a known id's row as it is, an
+// unknown one's initial value, and no row made.
+TEST(VariableTest, ReadOnlyRowsMakeNothing) {
+  auto opt = Sgd();
+  std::string def = R"(name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 } seed: 3
+                       initializer { kind: UNIFORM minval: -1 maxval: 1 })";
+  auto v = Variable::Create(Def(def), opt.get());
+  ASSERT_TRUE(v.ok()) << v.status();
+  Tensor seven = Tensor::FromVector<int64_t>({7}, TensorShape({1}));
+  ASSERT_TRUE((*v)->ApplyRows(seven, Tensor::FromVector<float>({1, 1}, TensorShape({1, 2}))).ok());
+  Tensor trained = *(*v)->ReadRows(seven);
+  auto ro = (*v)->ReadRows(Tensor::FromVector<int64_t>({7, 9}, TensorShape({2})), nullptr, /*make_rows=*/false);
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  EXPECT_EQ((*v)->rows(), 1);  // 9 was not made
+  EXPECT_EQ(ro->data<float>()[0], trained.data<float>()[0]);
+  EXPECT_EQ(ro->data<float>()[1], trained.data<float>()[1]);
+  Tensor made = *(*v)->ReadRows(Tensor::FromVector<int64_t>({9}, TensorShape({1})));
+  EXPECT_EQ((*v)->rows(), 2);
+  EXPECT_EQ(ro->data<float>()[2], made.data<float>()[0]);  // the value it would get
+  EXPECT_EQ(ro->data<float>()[3], made.data<float>()[1]);
+}
+
 // An Adam hash table with rows 5 and 7 updated once.
 struct AdamTable {
   AdamTable() {

@@ -194,6 +194,7 @@ absl::StatusOr<TensorMap> PsClient::PullRows(const RowRequest& rows, int64_t ste
     args.worker = options_.worker;
     args.step = step;
     args.generation = generation_;
+    args.read_only = options_.read_only_rows;
     calls.push_back({ps, {kPullRows, pswire::EncodePullRows(args)}});
   }
   auto responses = CallAll(calls);

@@ -31,6 +31,9 @@ namespace psrt {
 struct PsClientOptions {
   int worker = 0;
   absl::Duration timeout = absl::Seconds(30);
+  // PullRows never makes hash-table rows (PullRowsRequest.read_only): for
+  // readers that are not training, such as the chief's evaluation.
+  bool read_only_rows = false;
 };
 
 class PsClient : public ParameterClient {

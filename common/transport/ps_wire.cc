@@ -104,6 +104,7 @@ grpc::ByteBuffer EncodePullRows(const PullRowsArgs& a) {
   if (a.worker != 0) w.Varint(2, Signed(a.worker));
   if (a.step != 0) w.Varint(3, Signed(a.step));
   if (a.generation != 0) w.Varint(4, Signed(a.generation));
+  if (a.read_only) w.Varint(5, 1);
   return w.Finish();
 }
 
@@ -142,6 +143,8 @@ static absl::StatusOr<PullRowsArgs> DecodePullRowsInner(const grpc::ByteBuffer& 
       a.step = static_cast<int64_t>(v);
     } else if (f == 4 && t == wire::kVarint && r.ReadVarint(&v)) {
       a.generation = static_cast<int64_t>(v);
+    } else if (f == 5 && t == wire::kVarint && r.ReadVarint(&v)) {
+      a.read_only = v != 0;
     } else if (!r.Skip(t)) {
       break;
     }

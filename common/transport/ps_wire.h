@@ -27,6 +27,7 @@ struct PullRowsArgs {
   int worker = 0;
   int64_t step = 0;
   int64_t generation = 0;
+  bool read_only = false;  // PullRowsRequest.read_only
 };
 struct PullResult {
   NamedTensors tensors;
