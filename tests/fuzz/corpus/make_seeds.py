@@ -4,8 +4,10 @@ checked in as they are). Run from anywhere; rewrites the same bytes:
     python3 tests/fuzz/corpus/make_seeds.py
 Protobuf and TFRecord bytes are spelled out here by hand so the seeds do
 not depend on the code they test."""
+import gzip
 import os
 import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -98,6 +100,12 @@ write("record_io_fuzzer", "truncated", tfrecord([b"abcdef"])[:-3])
 # A length of 3 GiB whose CRC matches, and no data (regression seed).
 n = struct.pack("<Q", 3 << 30)
 write("record_io_fuzzer", "huge_length", n + struct.pack("<I", masked(n)) + b"abc")
+# Compressed as TensorFlow's compression_type="GZIP" / "ZLIB" (Python's own
+# gzip and zlib, mtime 0 so the bytes repeat), whole and cut short.
+gz = gzip.compress(tfrecord([b"first", b"second record"]), mtime=0)
+write("record_io_fuzzer", "gzip_two_records", gz)
+write("record_io_fuzzer", "gzip_truncated", gz[: len(gz) - 9])
+write("record_io_fuzzer", "zlib_two_records", zlib.compress(tfrecord([b"first", b"second record"])))
 
 # ---- input_source_fuzzer: selector byte, then the file(s).
 LIBSVM, CSV, IDX, TFRECORD, NAMED_LABEL, CLASSES = 0, 1, 2, 3, 4, 8
