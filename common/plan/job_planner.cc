@@ -43,6 +43,7 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
   if (job.input().batch_size() <= 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size must be positive"));
   if (job.input().train().files_size() == 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.train lists no files"));
   absl::Status s = FillDefaultFeatures(job.mutable_input());
+  if (s.ok()) s = CheckInput(job.input());
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
   return job;
 }
