@@ -96,14 +96,19 @@ TEST(RecordIoTest, EveryTruncationAndFlippedByteIsDataLossNamingFileAndRecord) {
   EXPECT_EQ(RecordReader::Open(TempPath("missing")).status().code(), absl::StatusCode::kNotFound);
 }
 
-// Found by tests/fuzz/record_io_fuzzer: a length with a matching CRC made
-// the reader allocate up to 4 GiB before finding the data missing.
-TEST(RecordIoTest, ALengthPastTheEndOfTheFileIsRefusedBeforeAllocating) {
+// A record header claiming `length` bytes, with the CRC that makes it pass.
+std::string ForgedHeader(uint64_t length) {
   std::string header(12, '\0');
-  const uint64_t length = uint64_t{3} << 30;
   for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
   const uint32_t crc = crc32c::Mask(crc32c::Value(header.data(), 8));
   for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  return header;
+}
+
+// Found by tests/fuzz/record_io_fuzzer: a length with a matching CRC made
+// the reader allocate up to 4 GiB before finding the data missing.
+TEST(RecordIoTest, ALengthPastTheEndOfTheFileIsRefusedBeforeAllocating) {
+  const std::string header = ForgedHeader(uint64_t{3} << 30);
   std::string path = TempPath("huge_length.tfrecord");
   Spit(path, header + "abc");
   auto recs = ReadAll(path);
@@ -231,11 +236,7 @@ TEST_F(CompressedRecordsTest, ConcatenatedGzipMembersReadAsOneStreamButNotZlibTr
 // In a compressed file the size of what is left is unknown: a forged
 // length grows the record only as its bytes arrive, then fails.
 TEST(RecordIoTest, AForgedLengthInAGzipStreamFailsWithoutAllocatingIt) {
-  std::string header(12, '\0');
-  const uint64_t length = uint64_t{3} << 30;
-  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
-  const uint32_t crc = crc32c::Mask(crc32c::Value(header.data(), 8));
-  for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  const std::string header = ForgedHeader(uint64_t{3} << 30);
   const std::string path = TempPath("huge_length.gz.tfrecord");
   Spit(path, testing::Compress(header + "abc", true));
   auto recs = ReadAll(path);

@@ -80,6 +80,8 @@ def example(feats):
     for key, (kind, values) in feats.items():
         if kind == "float":
             feat = ld(2, ld(1, floats(*values)))
+        elif kind == "bytes":
+            feat = ld(1, b"".join(ld(1, v) for v in values))
         else:
             feat = ld(3, ld(1, b"".join(varint(v) for v in values)))
         entries += ld(1, ld(1, key.encode()) + ld(2, feat))
@@ -129,6 +131,13 @@ write("input_source_fuzzer", "idx_overflow", bytes([IDX, len(wrap) & 0xFF, len(w
 ex1 = example({"x": ("float", [1.0, 2.0]), "ids": ("int64", [4, 5, 6]), "label": ("int64", [1])})
 ex2 = example({"x": ("int64", [3, 4]), "ids": ("int64", []), "label": ("float", [0.5])})
 write("input_source_fuzzer", "tfrecord", bytes([TFRECORD]) + tfrecord([ex1, ex2]))
+# "x" as raw uint8 pixels (selector bit 2), the file gzip-compressed and
+# GZIP configured (bit 4).
+RAW_UINT8, GZIP = 4, 16
+ex3 = example({"x": ("bytes", [bytes([0, 255])]), "ids": ("int64", [7]), "label": ("int64", [2])})
+ex4 = example({"x": ("bytes", [bytes([9])]), "ids": ("int64", []), "label": ("int64", [0])})
+write("input_source_fuzzer", "tfrecord_raw_uint8_gzip",
+      bytes([TFRECORD | RAW_UINT8 | GZIP]) + gzip.compress(tfrecord([ex3, ex4]), mtime=0))
 
 # ---- ps_request_fuzzer: selector byte (message | mode << 3), then the body.
 PULL, PULL_ROWS, PUSH, PUSH_ROWS, PULL_RESULT, PUSH_RESULT, CREATE = range(7)
