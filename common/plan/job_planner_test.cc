@@ -50,5 +50,16 @@ TEST(JobPlannerTest, InputCompressionAndDecodeAreCheckedAtParse) {
               HasSubstr("job.pbtxt: input.feature[1] (\"ids\").decode: RAW_UINT8 needs a DENSE feature"));
 }
 
+// The stricter parse still takes every job users copy (their schedules and
+// inputs included).
+TEST(JobPlannerTest, EveryExampleJobParses) {
+  for (const char* name : {"fashion_mnist_cnn", "fashion_mnist_mlp", "fashion_mnist_mlp_central_storage",
+                           "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",
+                           "sparse_libsvm_hybrid"}) {
+    absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
+    EXPECT_TRUE(job.ok()) << job.status();
+  }
+}
+
 }  // namespace
 }  // namespace psrt
