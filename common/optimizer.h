@@ -50,6 +50,14 @@ class Optimizer {
 
   // The learning rate at update t (1-based): the configured one shaped by
   // the schedule (warm-up, then constant, step or cosine decay).
+  //
+  // t is the variable's own update count, not the global step a push
+  // carries: under ASYNC pushes of different workers arrive out of step
+  // order, so a step-driven rate would move back and forth, while the count
+  // only rises; the store already keeps it (Adam's t) and saves and
+  // restores it with every checkpoint; and every mirrored replica applies
+  // the same all-reduced mean once a step, so their counts, rates and
+  // values stay bit-identical. (A sparse table's rows share its count.)
   float LearningRate(int64_t t) const;
 
  private:

@@ -18,7 +18,12 @@ CreateVariablesRequest Variables() {
   google::protobuf::TextFormat::ParseFromString(R"(
     variable { name: "w" dtype: DT_FLOAT shape { dim: 3 dim: 2 } initializer { kind: GLOROT_UNIFORM } }
     variable { name: "b" dtype: DT_FLOAT shape { dim: 2 } initializer { kind: ZEROS } }
-    optimizer { adam { learning_rate: 0.01 } }
+    optimizer {
+      adam { learning_rate: 0.01 }
+      # Warm-up, decay and floor within the tests' 20 steps: the rate follows
+      # each replica's own update count, the same on every replica.
+      schedule { kind: COSINE warmup_steps: 5 decay_steps: 10 min_fraction: 0.1 }
+    }
     num_workers: 1)", &req);
   return req;
 }

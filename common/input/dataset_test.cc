@@ -1,7 +1,9 @@
 #include "common/input/dataset.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <functional>
 #include <set>
 
 #include "common/testing/python_tool.h"
@@ -260,6 +262,114 @@ TEST(DatasetTest, TruncatedOrCorruptTfRecordNamesFileAndRecord) {
   s = (*Dataset::Create(TfRecordOptions(flipped)))->Next(&b).status();
   EXPECT_THAT(std::string(s.message()), HasSubstr("flip.tfrecord: record 0"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("CRC mismatch"));
+}
+
+// The first error of a dataset: from Create, else from its first batch.
+absl::Status FirstError(const DatasetOptions& o) {
+  auto d = Dataset::Create(o);
+  if (!d.ok()) return d.status();
+  Batch b;
+  return (*d)->Next(&b).status();
+}
+
+// tests/tools/write_with_tensorflow.py's pixels.gzip.tfrecord: 10 Examples
+// written by TensorFlow with compression_type="GZIP", "image" a 4x3 uint8
+// array's tobytes() (pixel k of example i is (20k + i) % 256), "short" the
+// same cut to 11 bytes in even examples, "label" i % 3.
+DatasetOptions PixelOptions(const std::string& feature) {
+  static const std::string* dir = [] {
+    auto* d = new std::string(::testing::TempDir() + "/tf_pixels");
+    EXPECT_EQ(std::system(("mkdir -p " + *d).c_str()), 0);
+    absl::Status s = testing::RunPythonTool("tests/tools/write_with_tensorflow.py", {*d}, "",
+                                            testing::kVenvTfPython);
+    EXPECT_TRUE(s.ok()) << s;
+    return d;
+  }();
+  DatasetOptions o;
+  o.input.set_format(InputDef::TFRECORD);
+  o.input.set_batch_size(10);
+  o.input.set_num_classes(3);
+  auto* image = o.input.add_feature();
+  image->set_name(feature);
+  image->add_shape(4);
+  image->add_shape(3);
+  image->set_decode(FeatureDef::RAW_UINT8);
+  image->set_scale(1.0f / 255);
+  o.split.add_files(*dir + "/pixels.gzip.tfrecord");
+  o.shuffle = false;
+  o.epochs = 1;
+  o.prefetch_batches = 0;
+  return o;
+}
+
+TEST(DatasetTest, DecodesRawUint8PixelsFromGzipTfRecordsTensorFlowWrote) {
+  for (const char* compression : {"GZIP", "", "AUTO"}) {
+    SCOPED_TRACE(compression);
+    DatasetOptions o = PixelOptions("image");
+    o.input.set_compression(compression);
+    auto d = Dataset::Create(o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    Batch b;
+    auto more = (*d)->Next(&b);
+    ASSERT_TRUE(more.ok()) << more.status();
+    const Tensor& image = b.tensors["image"];
+    ASSERT_EQ(image.shape(), TensorShape({10, 4, 3}));
+    EXPECT_EQ(image.data<float>()[0], 0.0f);
+    EXPECT_FLOAT_EQ(image.data<float>()[3 * 12 + 1], 23.0f / 255);
+    EXPECT_FLOAT_EQ(image.data<float>()[7 * 12 + 11], 227.0f / 255);  // row 3, column 2
+    EXPECT_FLOAT_EQ(image.data<float>()[9 * 12 + 5], 109.0f / 255);
+    EXPECT_EQ(b.tensors["label"].data<int64_t>()[7], 1);
+  }
+  // Compressed data told NONE is refused at its first record.
+  DatasetOptions none = PixelOptions("image");
+  none.input.set_compression("NONE");
+  EXPECT_THAT(std::string(FirstError(none).message()), HasSubstr("record 0 at byte 0: length CRC mismatch"));
+}
+
+TEST(DatasetTest, RawUint8OfTheWrongLengthOrKindNamesFeatureAndRecord) {
+  absl::Status s = FirstError(PixelOptions("short"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("pixels.gzip.tfrecord: record 0: feature \"short\" (decode: RAW_UINT8) has 11 bytes, "
+                        "its shape needs 12"));
+  s = FirstError(PixelOptions("label"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("record 0: feature \"label\" (decode: RAW_UINT8) is not a bytes_list of one value"));
+  // Without decode: RAW_UINT8 a bytes_list is not numbers.
+  DatasetOptions numbers = PixelOptions("image");
+  numbers.input.mutable_feature(0)->clear_decode();
+  numbers.input.mutable_feature(0)->clear_scale();
+  EXPECT_THAT(std::string(FirstError(numbers).message()), HasSubstr("feature \"image\" is not numeric"));
+}
+
+TEST(DatasetTest, BadCompressionOrDecodeIsRefusedNamingTheField) {
+  const std::vector<std::pair<std::function<void(InputDef*)>, std::string>> cases = {
+      {[](InputDef* i) { i->set_compression("LZ4"); },
+       "input.compression: unknown compression \"LZ4\" (AUTO, NONE, GZIP or ZLIB)"},
+      {[](InputDef* i) { i->set_format(InputDef::CSV); i->set_compression("GZIP"); },
+       "input.compression: only TFRecord input takes it"},
+      {[](InputDef* i) { i->mutable_feature(0)->set_kind(FeatureDef::SPARSE); },
+       "input.feature[0] (\"image\").decode: RAW_UINT8 needs a DENSE feature"},
+      {[](InputDef* i) { i->set_format(InputDef::CSV); },
+       "input.feature[0] (\"image\").decode: RAW_UINT8 needs TFRecord input"},
+      {[](InputDef* i) { i->mutable_feature(0)->set_scale(-1); },
+       "input.feature[0] (\"image\").scale: must be finite and positive, got -1"},
+      {[](InputDef* i) { i->mutable_feature(0)->set_scale(std::numeric_limits<float>::quiet_NaN()); },
+       "input.feature[0] (\"image\").scale: must be finite and positive, got nan"},
+      {[](InputDef* i) { i->mutable_feature(0)->clear_decode(); },
+       "input.feature[0] (\"image\").scale: only decode: RAW_UINT8 takes it"},
+      {[](InputDef* i) { i->mutable_feature(0)->set_shape(1, 0); },
+       "input.feature[0] (\"image\").shape: dimension 0 is not positive"},
+      {[](InputDef* i) { i->mutable_feature(0)->set_shape(1, int64_t{1} << 40); },
+       "makes over 2^31 bytes"},
+  };
+  for (const auto& [edit, message] : cases) {
+    DatasetOptions o = PixelOptions("image");
+    edit(&o.input);
+    absl::Status s = FirstError(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(message));
+  }
 }
 
 constexpr char kFashion[] = "/usr/share/datasets/fashion-mnist/";

@@ -1,5 +1,7 @@
 #include "common/input/source.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -25,6 +27,57 @@ absl::Status FillDefaultFeatures(InputDef* input) {
     default:
       return absl::InvalidArgumentError("TFRecord input must list its features (input.feature)");
   }
+}
+
+absl::Status CheckInput(const InputDef& input) {
+  if (!input.compression().empty()) {
+    absl::StatusOr<Compression> c = ParseCompression(input.compression());
+    if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("input.compression: ", c.status().message()));
+    if (input.format() != InputDef::TFRECORD) {
+      return absl::InvalidArgumentError(
+          "input.compression: only TFRecord input takes it (IDX reads .gz files as they are)");
+    }
+  }
+  for (int f = 0; f < input.feature_size(); ++f) {
+    const FeatureDef& def = input.feature(f);
+    const std::string field = absl::StrCat("input.feature[", f, "] (\"", def.name(), "\")");
+    if (def.decode() == FeatureDef::RAW_UINT8) {
+      if (def.kind() != FeatureDef::DENSE) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: RAW_UINT8 needs a DENSE feature"));
+      }
+      if (input.format() != InputDef::TFRECORD) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: RAW_UINT8 needs TFRecord input"));
+      }
+      // The byte count a record must match, computed without overflow.
+      int64_t bytes = 1;
+      for (int64_t d : def.shape()) {
+        if (d < 1 || d > (int64_t{1} << 31) / bytes) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(field, ".shape: dimension ", d, " is not positive or makes over 2^31 bytes"));
+        }
+        bytes *= d;
+      }
+    } else if (def.decode() != FeatureDef::NUMBERS) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".decode: unknown (", static_cast<int>(def.decode()), ")"));
+    }
+    if (def.scale() != 0) {
+      if (def.decode() != FeatureDef::RAW_UINT8) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".scale: only decode: RAW_UINT8 takes it (input.scale scales every feature)"));
+      }
+      if (!std::isfinite(def.scale()) || def.scale() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".scale: must be finite and positive, got ", def.scale()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+Compression TfRecordCompression(const InputDef& input) {
+  if (input.compression().empty()) return Compression::kAuto;
+  absl::StatusOr<Compression> c = ParseCompression(input.compression());
+  return c.ok() ? *c : Compression::kAuto;
 }
 
 absl::StatusOr<int64_t> CountExamples(const InputDef& input, const DataSource& split) {
@@ -93,6 +146,7 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenFormat(const InputDef& input,
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
                                                           const DataSource& split) {
   if (split.files_size() == 0) return absl::InvalidArgumentError("input split lists no files");
+  RETURN_IF_ERROR(CheckInput(input));
   ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> source, OpenFormat(input, split));
   return std::unique_ptr<ExampleSource>(new StickyErrorSource(std::move(source)));
 }

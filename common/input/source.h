@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 #include "common/input/example.h"
+#include "common/io/input_stream.h"
 
 namespace psrt {
 
@@ -47,6 +48,17 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
 // [rows, cols, 1]; CSV "features" [columns - 1]; libsvm SPARSE "ids".
 // TFRecord has no default: its features must be listed.
 absl::Status FillDefaultFeatures(InputDef* input);
+
+// Refuses what InputDef asks of its features and files that no format can
+// give, naming the field: an unknown input.compression or one on non-TFRecord
+// input; decode: RAW_UINT8 on a SPARSE feature or outside TFRecord; a
+// feature scale that is not finite and positive, or without RAW_UINT8.
+// OpenSource checks it too, for a job that came over the wire.
+absl::Status CheckInput(const InputDef& input);
+
+// The compression RecordReader is told for a TFRecord input ("" is AUTO).
+// REQUIRES: CheckInput(input) is OK.
+Compression TfRecordCompression(const InputDef& input);
 
 // Examples in a split (opens and skips through it).
 absl::StatusOr<int64_t> CountExamples(const InputDef& input, const DataSource& split);

@@ -1,7 +1,9 @@
-// TFRecord files of tf.train.Example: each listed feature is read by name
-// (DENSE from a float_list or int64_list of exactly the shape's size,
-// SPARSE from an int64_list), the label from InputDef.label_key
-// (default "label"), an int64_list or float_list of one value.
+// TFRecord files of tf.train.Example, plain or compressed
+// (InputDef.compression): each listed feature is read by name (DENSE from a
+// float_list or int64_list of exactly the shape's size, or with decode:
+// RAW_UINT8 from one bytes_list value of that many bytes; SPARSE from an
+// int64_list), the label from InputDef.label_key (default "label"), an
+// int64_list or float_list of one value.
 #include "absl/strings/str_cat.h"
 #include "common/io/record_io.h"
 #include "common/status_macros.h"
@@ -14,13 +16,15 @@ namespace {
 class TfRecordSource : public ExampleSource {
  public:
   TfRecordSource(const InputDef& input, const DataSource& split)
-      : input_(input), files_(split.files().begin(), split.files().end()) {
+      : input_(input),
+        files_(split.files().begin(), split.files().end()),
+        compression_(TfRecordCompression(input)) {
     label_key_ = input.label_key().empty() ? "label" : input.label_key();
   }
 
   absl::Status Reset() override {
     if (files_.empty()) return absl::InvalidArgumentError("no input files");
-    for (const std::string& f : files_) RETURN_IF_ERROR(RecordReader::Open(f).status());
+    for (const std::string& f : files_) RETURN_IF_ERROR(RecordReader::Open(f, compression_).status());
     file_index_ = 0;
     reader_.reset();
     return absl::OkStatus();
@@ -31,7 +35,7 @@ class TfRecordSource : public ExampleSource {
     while (true) {
       if (file_index_ >= files_.size()) return false;
       if (reader_ == nullptr) {
-        ASSIGN_OR_RETURN(reader_, RecordReader::Open(files_[file_index_]));
+        ASSIGN_OR_RETURN(reader_, RecordReader::Open(files_[file_index_], compression_));
       }
       ASSIGN_OR_RETURN(bool more, reader_->Next(&record));
       if (more) break;
@@ -55,6 +59,12 @@ class TfRecordSource : public ExampleSource {
         out.ids.assign(feat.int64_list().value().begin(), feat.int64_list().value().end());
         continue;
       }
+      int64_t want = 1;
+      for (int64_t d : def.shape()) want *= d;
+      if (def.decode() == FeatureDef::RAW_UINT8) {
+        RETURN_IF_ERROR(DecodeRawUint8(def, feat, want, &out.floats));
+        continue;
+      }
       if (feat.kind_case() == tf::Feature::kFloatList) {
         out.floats.assign(feat.float_list().value().begin(), feat.float_list().value().end());
       } else if (feat.kind_case() == tf::Feature::kInt64List) {
@@ -62,8 +72,6 @@ class TfRecordSource : public ExampleSource {
       } else {
         return Error(absl::StrCat("feature \"", def.name(), "\" is not numeric"));
       }
-      int64_t want = 1;
-      for (int64_t d : def.shape()) want *= d;
       if (static_cast<int64_t>(out.floats.size()) != want) {
         return Error(absl::StrCat("feature \"", def.name(), "\" has ", out.floats.size(),
                                   " values, its shape needs ", want));
@@ -83,6 +91,25 @@ class TfRecordSource : public ExampleSource {
   }
 
  private:
+  // One bytes_list value of exactly `want` bytes, each an unsigned pixel
+  // times the feature's scale.
+  absl::Status DecodeRawUint8(const FeatureDef& def, const tf::Feature& feat, int64_t want,
+                              std::vector<float>* out) const {
+    if (feat.kind_case() != tf::Feature::kBytesList || feat.bytes_list().value_size() != 1) {
+      return Error(absl::StrCat("feature \"", def.name(),
+                                "\" (decode: RAW_UINT8) is not a bytes_list of one value"));
+    }
+    const std::string& raw = feat.bytes_list().value(0);
+    if (static_cast<int64_t>(raw.size()) != want) {
+      return Error(absl::StrCat("feature \"", def.name(), "\" (decode: RAW_UINT8) has ", raw.size(),
+                                " bytes, its shape needs ", want));
+    }
+    const float scale = def.scale() == 0 ? 1.0f : def.scale();
+    out->resize(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) (*out)[i] = static_cast<uint8_t>(raw[i]) * scale;
+    return absl::OkStatus();
+  }
+
   absl::Status Error(absl::string_view what) const {
     return absl::InvalidArgumentError(absl::StrCat(
         files_[file_index_], ": record ", reader_ ? reader_->records_read() - 1 : 0, ": ", what));
@@ -90,6 +117,7 @@ class TfRecordSource : public ExampleSource {
 
   const InputDef input_;
   const std::vector<std::string> files_;
+  const Compression compression_;
   std::string label_key_;
   size_t file_index_ = 0;
   std::unique_ptr<RecordReader> reader_;

@@ -1,6 +1,5 @@
 #include "common/io/record_io.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/io/crc32c.h"
+#include "common/status_macros.h"
 
 namespace psrt {
 namespace {
@@ -34,49 +34,97 @@ uint64_t GetLE64(const char* p) {
 // Records larger than this are refused as corrupt rather than allocated.
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 32;
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+// What kAuto reads a file as, from its first (up to 12) bytes: see record_io.h.
+Compression Detect(const std::string& head) {
+  if (head.size() == 12 && crc32c::Unmask(GetLE32(head.data() + 8)) == crc32c::Value(head.data(), 8)) {
+    return Compression::kNone;
   }
-  return std::unique_ptr<RecordReader>(new RecordReader(path, f));
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(head[i]); };
+  if (head.size() >= 2 && byte(0) == 0x1f && byte(1) == 0x8b) return Compression::kGzip;
+  // RFC 1950: method 8 (deflate), a window of at most 32 KiB, a header
+  // check that makes the first two bytes a multiple of 31.
+  if (head.size() >= 2 && (byte(0) & 0x0f) == 8 && (byte(0) >> 4) <= 7 &&
+      ((byte(0) << 8) | byte(1)) % 31 == 0) {
+    return Compression::kZlib;
+  }
+  return Compression::kNone;
 }
 
-RecordReader::~RecordReader() { std::fclose(file_); }
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(const std::string& path,
+                                                                 Compression compression) {
+  absl::StatusOr<std::unique_ptr<FileInputStream>> file = FileInputStream::Open(path);
+  if (!file.ok()) return file.status();
+  const bool detect = compression == Compression::kAuto;
+  if (detect) {
+    absl::StatusOr<std::string> head = (*file)->Peek(12);
+    if (!head.ok()) return absl::DataLossError(absl::StrCat(path, ": ", head.status().message()));
+    compression = Detect(*head);
+  }
+  std::unique_ptr<InputStream> in;
+  if (compression == Compression::kNone) {
+    in = std::move(*file);
+  } else {
+    in = InflateInputStream(std::move(*file), compression);
+  }
+  return std::unique_ptr<RecordReader>(new RecordReader(path, std::move(in), compression, detect));
+}
+
+RecordReader::~RecordReader() = default;
 
 absl::Status RecordReader::Corrupt(absl::string_view what) const {
-  return absl::DataLossError(
-      absl::StrCat(path_, ": record ", index_, " at byte ", offset_, ": ", what));
+  return absl::DataLossError(absl::StrCat(
+      path_, ": record ", index_, " at ", compression_ == Compression::kNone ? "" : "inflated ",
+      "byte ", offset_, ": ", what));
+}
+
+absl::StatusOr<size_t> RecordReader::ReadFully(char* out, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    absl::StatusOr<size_t> more = in_->Read(out + got, n - got);
+    if (!more.ok()) return Corrupt(more.status().message());
+    if (*more == 0) break;
+    got += *more;
+  }
+  return got;
 }
 
 absl::StatusOr<bool> RecordReader::Next(std::string* record) {
   char header[12];
-  size_t got = std::fread(header, 1, sizeof(header), file_);
-  if (got == 0 && std::feof(file_)) return false;
-  if (got != sizeof(header)) return Corrupt("truncated length header");
+  absl::StatusOr<size_t> got = ReadFully(header, sizeof(header));
+  if (!got.ok()) return got.status();
+  if (*got == 0) return false;
+  if (*got != sizeof(header)) return Corrupt("truncated length header");
   uint64_t length = GetLE64(header);
   if (crc32c::Unmask(GetLE32(header + 8)) != crc32c::Value(header, 8)) {
+    if (detected_ && index_ == 0 && compression_ == Compression::kNone) {
+      return Corrupt("length CRC mismatch (not a TFRecord file, nor a gzip or zlib compressed one)");
+    }
     return Corrupt("length CRC mismatch");
   }
   if (length > kMaxRecordBytes) return Corrupt(absl::StrCat("implausible length ", length));
   // A corrupt length whose CRC happens to match (or was forged) must not
   // cost `length` bytes of memory: in a regular file, refuse it when the
-  // rest of the file is shorter. (Pipes keep the kMaxRecordBytes bound.)
-  struct stat st;
-  off_t here = ftello(file_);
-  if (here >= 0 && fstat(fileno(file_), &st) == 0 && S_ISREG(st.st_mode) &&
-      length > static_cast<uint64_t>(std::max<off_t>(0, st.st_size - here))) {
-    return Corrupt(absl::StrCat("truncated data (expected ", length, " bytes, the file has ",
-                                std::max<off_t>(0, st.st_size - here), " left)"));
+  // rest of the file is shorter; elsewhere (pipes, compressed streams, whose
+  // size is unknown) the record grows only as its bytes arrive.
+  const int64_t left = in_->BytesLeft();
+  if (left >= 0 && length > static_cast<uint64_t>(left)) {
+    return Corrupt(absl::StrCat("truncated data (expected ", length, " bytes, the file has ", left,
+                                " left)"));
   }
-  record->resize(length);
-  if (std::fread(record->data(), 1, length, file_) != length) {
-    return Corrupt(absl::StrCat("truncated data (expected ", length, " bytes)"));
+  constexpr uint64_t kGrowth = 1 << 20;
+  record->clear();
+  while (record->size() < length) {
+    const size_t had = record->size();
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(length - had, std::max<uint64_t>(had, kGrowth)));
+    record->resize(had + want);
+    ASSIGN_OR_RETURN(size_t more, ReadFully(record->data() + had, want));
+    if (more != want) return Corrupt(absl::StrCat("truncated data (expected ", length, " bytes)"));
   }
   char footer[4];
-  if (std::fread(footer, 1, 4, file_) != 4) return Corrupt("truncated data CRC");
+  ASSIGN_OR_RETURN(size_t footer_got, ReadFully(footer, 4));
+  if (footer_got != 4) return Corrupt("truncated data CRC");
   if (crc32c::Unmask(GetLE32(footer)) != crc32c::Value(record->data(), length)) {
     return Corrupt("data CRC mismatch");
   }

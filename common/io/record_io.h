@@ -13,6 +13,15 @@
 //
 // Errors name the file and the record index and byte offset: a truncated
 // record is DATA_LOSS, a CRC mismatch is DATA_LOSS. Not thread-safe.
+//
+// Files TensorFlow writes with compression_type="GZIP" or "ZLIB" are
+// inflated as they are read (input_stream.h). Compression::kAuto (the
+// default) tells them apart by their first bytes: a file whose first 12
+// bytes are a TFRecord length with its CRC is plain (a gzip or zlib header
+// matches that CRC with odds of 2^-32); else the gzip magic 1f 8b or a valid
+// zlib header choose the inflater; else the file is read as plain and fails
+// at its first header. In a compressed file, record offsets count inflated
+// bytes and a corrupt stream names how many compressed bytes were read before it broke.
 #ifndef PSRT_COMMON_IO_RECORD_IO_H_
 #define PSRT_COMMON_IO_RECORD_IO_H_
 
@@ -24,24 +33,34 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/io/input_stream.h"
 
 namespace psrt {
 
 class RecordReader {
  public:
-  static absl::StatusOr<std::unique_ptr<RecordReader>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<RecordReader>> Open(
+      const std::string& path, Compression compression = Compression::kAuto);
   ~RecordReader();
 
   // Reads the next record into *record. False at a clean end of file.
   absl::StatusOr<bool> Next(std::string* record);
   int64_t records_read() const { return index_; }
+  // NONE, GZIP or ZLIB: what the file was read as (never kAuto).
+  Compression compression() const { return compression_; }
 
  private:
-  RecordReader(std::string path, FILE* file) : path_(std::move(path)), file_(file) {}
+  RecordReader(std::string path, std::unique_ptr<InputStream> in, Compression compression,
+               bool detected)
+      : path_(std::move(path)), in_(std::move(in)), compression_(compression), detected_(detected) {}
   absl::Status Corrupt(absl::string_view what) const;
+  // Reads exactly n bytes into *out (n = 0 allowed); false at a clean end.
+  absl::StatusOr<size_t> ReadFully(char* out, size_t n);
 
   const std::string path_;
-  FILE* const file_;
+  const std::unique_ptr<InputStream> in_;
+  const Compression compression_;
+  const bool detected_;  // compression_ came from kAuto
   int64_t index_ = 0;
   int64_t offset_ = 0;
 };

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/plan/placement.h"
 #include "common/graph/model_compiler.h"
+#include "common/optimizer.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -45,6 +46,13 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
   if (job.input().batch_size() <= 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size must be positive"));
   if (job.input().train().files_size() == 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.train lists no files"));
   absl::Status s = FillDefaultFeatures(job.mutable_input());
+  if (s.ok()) s = CheckInput(job.input());
+  if (s.ok() && job.has_optimizer()) {
+    // The optimizer and its schedule, refused here naming the field rather
+    // than by every PS once the cluster runs (the chief fills decay_steps 0
+    // in from the job's length: any positive stand-in checks the rest).
+    s = Optimizer::Create(ResolveSchedule(job.optimizer(), 1)).status();
+  }
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
   return job;
 }

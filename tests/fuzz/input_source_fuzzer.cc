@@ -3,8 +3,11 @@
 // it, then MakeBatch over what they return.
 //
 // Input layout: byte 0 picks the format (low 2 bits) and, for CSV, whether
-// the label is named in a header, bit 3 makes labels class indices; for IDX bytes 1-2 say where the images
-// file ends and the labels file begins; the rest is file content.
+// the label is named in a header (bit 2), bit 3 makes labels class indices;
+// for TFRecord bit 2 reads "x" as RAW_UINT8 pixels (each then in [0, 1]) and
+// bit 4 configures GZIP compression (else detected); for IDX bytes 1-2 say
+// where the images file ends and the labels file begins; the rest is file
+// content.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +48,11 @@ psrt::InputDef MakeInput(uint8_t selector) {
     case 3: {
       input.set_format(psrt::InputDef::TFRECORD);
       dense("x", {2});
+      if (selector & 4) {
+        input.mutable_feature(0)->set_decode(psrt::FeatureDef::RAW_UINT8);
+        input.mutable_feature(0)->set_scale(1.0f / 255);
+      }
+      if (selector & 16) input.set_compression("GZIP");
       psrt::FeatureDef* ids = input.add_feature();
       ids->set_name("ids");
       ids->set_kind(psrt::FeatureDef::SPARSE);
@@ -97,6 +105,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(ex.features.size() == static_cast<size_t>(input.feature_size()),
           "example has a value list per feature");
     for (int f = 0; f < input.feature_size(); ++f) {
+      if (input.feature(f).decode() == psrt::FeatureDef::RAW_UINT8) {
+        Check(ex.features[f].floats.size() == 2, "RAW_UINT8 gives the shape's count of values");
+        for (float v : ex.features[f].floats) Check(v >= 0 && v <= 1, "a scaled byte is outside [0, 1]");
+      }
       if (input.feature(f).kind() == psrt::FeatureDef::SPARSE) {
         for (int64_t id : ex.features[f].ids) {
           if (input.format() == psrt::InputDef::LIBSVM) Check(id >= 0, "negative libsvm id");

@@ -4,8 +4,10 @@ checked in as they are). Run from anywhere; rewrites the same bytes:
     python3 tests/fuzz/corpus/make_seeds.py
 Protobuf and TFRecord bytes are spelled out here by hand so the seeds do
 not depend on the code they test."""
+import gzip
 import os
 import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -78,6 +80,8 @@ def example(feats):
     for key, (kind, values) in feats.items():
         if kind == "float":
             feat = ld(2, ld(1, floats(*values)))
+        elif kind == "bytes":
+            feat = ld(1, b"".join(ld(1, v) for v in values))
         else:
             feat = ld(3, ld(1, b"".join(varint(v) for v in values)))
         entries += ld(1, ld(1, key.encode()) + ld(2, feat))
@@ -98,6 +102,12 @@ write("record_io_fuzzer", "truncated", tfrecord([b"abcdef"])[:-3])
 # A length of 3 GiB whose CRC matches, and no data (regression seed).
 n = struct.pack("<Q", 3 << 30)
 write("record_io_fuzzer", "huge_length", n + struct.pack("<I", masked(n)) + b"abc")
+# Compressed as TensorFlow's compression_type="GZIP" / "ZLIB" (Python's own
+# gzip and zlib, mtime 0 so the bytes repeat), whole and cut short.
+gz = gzip.compress(tfrecord([b"first", b"second record"]), mtime=0)
+write("record_io_fuzzer", "gzip_two_records", gz)
+write("record_io_fuzzer", "gzip_truncated", gz[: len(gz) - 9])
+write("record_io_fuzzer", "zlib_two_records", zlib.compress(tfrecord([b"first", b"second record"])))
 
 # ---- input_source_fuzzer: selector byte, then the file(s).
 LIBSVM, CSV, IDX, TFRECORD, NAMED_LABEL, CLASSES = 0, 1, 2, 3, 4, 8
@@ -121,6 +131,13 @@ write("input_source_fuzzer", "idx_overflow", bytes([IDX, len(wrap) & 0xFF, len(w
 ex1 = example({"x": ("float", [1.0, 2.0]), "ids": ("int64", [4, 5, 6]), "label": ("int64", [1])})
 ex2 = example({"x": ("int64", [3, 4]), "ids": ("int64", []), "label": ("float", [0.5])})
 write("input_source_fuzzer", "tfrecord", bytes([TFRECORD]) + tfrecord([ex1, ex2]))
+# "x" as raw uint8 pixels (selector bit 2), the file gzip-compressed and
+# GZIP configured (bit 4).
+RAW_UINT8, GZIP = 4, 16
+ex3 = example({"x": ("bytes", [bytes([0, 255])]), "ids": ("int64", [7]), "label": ("int64", [2])})
+ex4 = example({"x": ("bytes", [bytes([9])]), "ids": ("int64", []), "label": ("int64", [0])})
+write("input_source_fuzzer", "tfrecord_raw_uint8_gzip",
+      bytes([TFRECORD | RAW_UINT8 | GZIP]) + gzip.compress(tfrecord([ex3, ex4]), mtime=0))
 
 # ---- ps_request_fuzzer: selector byte (message | mode << 3), then the body.
 PULL, PULL_ROWS, PUSH, PUSH_ROWS, PULL_RESULT, PUSH_RESULT, CREATE = range(7)

@@ -1,0 +1,65 @@
+// ParseJob refuses, naming the field, what would otherwise fail only once
+// the cluster runs: the optimizer's schedule and the input's decoding.
+#include "common/plan/job_planner.h"
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<TrainingJob> Parse(const std::string& optimizer, const std::string& input_extra = "") {
+  return ParseJob(absl::StrCat(R"(
+    model { sequential { layer { dense { units: 4 } } } loss { kind: MEAN_SQUARED_ERROR } }
+    input { format: TFRECORD batch_size: 8 train { files: "/nonexistent.tfrecord" }
+            feature { name: "x" shape: 3 } )", input_extra, R"( }
+    )", optimizer, " steps: 10"), "job.pbtxt");
+}
+
+TEST(JobPlannerTest, ASchedulesWholeJobDecayIsAcceptedAndBadValuesAreNamed) {
+  auto ok = Parse("optimizer { adam { learning_rate: 0.001 } schedule { kind: COSINE warmup_steps: 100 } }");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->optimizer().schedule().decay_steps(), 0);  // the chief fills it in, not the parser
+  EXPECT_TRUE(Parse("").ok());  // no optimizer: nothing to check here
+
+  const std::pair<std::string, std::string> bad[] = {
+      {"schedule { kind: STEP decay_steps: 100 decay_rate: 1.5 }",
+       "job.pbtxt: optimizer.schedule.decay_rate must be in (0, 1], got 1.5"},
+      {"schedule { kind: STEP decay_steps: -5 decay_rate: 0.5 }", "job.pbtxt: optimizer.schedule.decay_steps must be positive"},
+      {"schedule { kind: COSINE min_fraction: 1 }", "job.pbtxt: optimizer.schedule.min_fraction"},
+      {"schedule { warmup_steps: -1 }", "job.pbtxt: optimizer.schedule.warmup_steps must be >= 0"},
+      {"schedule { kind: 7 }", "job.pbtxt: optimizer.schedule.kind is unknown"},
+  };
+  for (const auto& [schedule, message] : bad) {
+    auto job = Parse(absl::StrCat("optimizer { sgd { learning_rate: 0.1 } ", schedule, " }"));
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << schedule;
+    EXPECT_THAT(std::string(job.status().message()), HasSubstr(message));
+  }
+}
+
+TEST(JobPlannerTest, InputCompressionAndDecodeAreCheckedAtParse) {
+  EXPECT_TRUE(Parse("", "compression: \"GZIP\"").ok());
+  auto job = Parse("", "compression: \"SNAPPY\"");
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("job.pbtxt: input.compression: unknown compression \"SNAPPY\""));
+  job = Parse("", "feature { name: \"ids\" kind: SPARSE decode: RAW_UINT8 }");
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("job.pbtxt: input.feature[1] (\"ids\").decode: RAW_UINT8 needs a DENSE feature"));
+}
+
+// The stricter parse still takes every job users copy (their schedules and
+// inputs included).
+TEST(JobPlannerTest, EveryExampleJobParses) {
+  for (const char* name : {"fashion_mnist_cnn", "fashion_mnist_mlp", "fashion_mnist_mlp_central_storage",
+                           "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",
+                           "sparse_libsvm_hybrid"}) {
+    absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
+    EXPECT_TRUE(job.ok()) << job.status();
+  }
+}
+
+}  // namespace
+}  // namespace psrt
