@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "chief/export_formats/tf_bundle_writer.h"
 #include "common/graph/model_compiler.h"
+#include "common/json_string.h"
 #include "common/status_macros.h"
 #include "proto/tf_checkpoint.pb.h"
 
@@ -22,22 +23,6 @@ const char* ActivationName(Activation a) {
     case SOFTMAX: return "softmax";
     default: return "linear";
   }
-}
-
-// A JSON string literal: layer names come from the user's job file.
-std::string Quoted(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppend(&out, "\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string Padding2(Padding p) { return p == SAME ? "\"same\"" : "\"valid\""; }
@@ -77,7 +62,7 @@ absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job) {
     };
     if (l.inputs_size() > 0) return fail("reads named inputs; a Keras Sequential model is a plain chain");
     KerasLayer k;
-    std::string config = absl::StrCat("\"name\": ", Quoted(name));
+    std::string config = absl::StrCat("\"name\": ", JsonString(name));
     switch (l.kind_case()) {
       case LayerDef::kDense:
         k.class_name = "Dense";
