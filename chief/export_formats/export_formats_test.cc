@@ -30,6 +30,15 @@ std::map<std::string, Tensor> Counting(const CompiledModel& m) {
   return out;
 }
 
+// ExportOnnx of `job` with Counting weights, which go to *values if given.
+absl::StatusOr<onnx::ModelProto> Onnx(const TrainingJob& job, std::map<std::string, Tensor>* values = nullptr) {
+  absl::StatusOr<CompiledModel> compiled = CompileModel(job);
+  if (!compiled.ok()) return compiled.status();
+  std::map<std::string, Tensor> weights = Counting(*compiled);
+  if (values != nullptr) *values = weights;
+  return ExportOnnx(job, *compiled, weights);
+}
+
 TEST(KerasLayersTest, CnnLayersMapToKerasClassesAndTheirOperationIndex) {
   TrainingJob job = Load("examples/fashion_mnist_cnn.pbtxt");
   auto layers = KerasLayers(job);
@@ -63,11 +72,8 @@ TEST(KerasLayersTest, LayerNamesAreEscapedInTheJson) {
 }
 
 TEST(OnnxExportTest, MlpDropsDropoutAndKeepsTheTrainedWeights) {
-  TrainingJob job = Load("examples/fashion_mnist_mlp.pbtxt");
-  auto compiled = CompileModel(job);
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto values = Counting(*compiled);
-  auto model = ExportOnnx(job, *compiled, values);
+  std::map<std::string, Tensor> values;
+  auto model = Onnx(Load("examples/fashion_mnist_mlp.pbtxt"), &values);
   ASSERT_TRUE(model.ok()) << model.status();
   std::multiset<std::string> ops;
   for (const auto& n : model->graph().node()) ops.insert(n.op_type());
@@ -97,11 +103,7 @@ TEST(OnnxExportTest, MlpDropsDropoutAndKeepsTheTrainedWeights) {
 }
 
 TEST(OnnxExportTest, ConvKernelsAreStoredFiltersFirst) {
-  TrainingJob job = Load("examples/fashion_mnist_cnn.pbtxt");
-  auto compiled = CompileModel(job);
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto values = Counting(*compiled);
-  auto model = ExportOnnx(job, *compiled, values);
+  auto model = Onnx(Load("examples/fashion_mnist_cnn.pbtxt"));
   ASSERT_TRUE(model.ok()) << model.status();
   bool found = false;
   for (const auto& t : model->graph().initializer()) {
@@ -133,9 +135,7 @@ TEST(OnnxExportTest, AFinalSoftmaxFoldedIntoTheLossIsAppliedAgain) {
   TrainingJob job = Load("examples/fashion_mnist_mlp.pbtxt");
   auto* last = job.mutable_model()->mutable_sequential()->mutable_layer(5)->mutable_dense();
   last->set_activation(SOFTMAX);
-  auto compiled = CompileModel(job);
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto model = ExportOnnx(job, *compiled, Counting(*compiled));
+  auto model = Onnx(job);
   ASSERT_TRUE(model.ok()) << model.status();
   int softmax = 0;
   for (const auto& n : model->graph().node()) softmax += n.op_type() == "Softmax";
@@ -143,10 +143,7 @@ TEST(OnnxExportTest, AFinalSoftmaxFoldedIntoTheLossIsAppliedAgain) {
 }
 
 TEST(OnnxExportTest, EmbeddingModelIsRefusedNamingTheLayer) {
-  TrainingJob job = Load("examples/sparse_libsvm.pbtxt");
-  auto compiled = CompileModel(job);
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto model = ExportOnnx(job, *compiled, Counting(*compiled));
+  auto model = Onnx(Load("examples/sparse_libsvm.pbtxt"));
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(model.status().message().find("EmbeddingBag"), absl::string_view::npos) << model.status();
