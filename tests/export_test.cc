@@ -37,6 +37,7 @@ class ExportTest : public testing::TrainingClusterTest {
     *job_.mutable_model() = job->model();
     *job_.mutable_optimizer() = job->optimizer();
     job_.set_name(job->name());
+    job_.mutable_eval()->set_max_examples(0);  // the whole test split, for the accuracy comparison
     WriteJob();
     std::vector<std::unique_ptr<Daemon>> servers;
     for (int i = 0; i < ps; ++i) servers.push_back(StartPs(i));

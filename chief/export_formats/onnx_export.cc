@@ -67,8 +67,9 @@ class OnnxBuilder {
     t->set_raw_data(data, bytes);
   }
   // The ONNX value an input of a psrt node reads: a variable becomes an
-  // initializer on first use (as stored, or through `layout` for a conv
-  // kernel).
+  // initializer on first use, as stored or, for a conv kernel, transposed
+  // to ONNX's [filters, in, kh, kw]. (A layer list gives each variable one
+  // reader, so one layout serves it.)
   absl::StatusOr<std::string> Input(const std::string& tensor, bool conv_kernel = false);
   absl::Status Translate(const NodeDef& n);
   // x (NHWC) -> Transpose -> op (NCHW) -> Transpose -> `out` (NHWC).
