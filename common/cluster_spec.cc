@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/json_string.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -138,25 +139,6 @@ absl::StatusOr<ParsedConfig> ParseConfig(absl::string_view json, absl::string_vi
       return Invalid(source, key, "unknown key (expected cluster, task, environment, rpc_layer)");
     }
   }
-  return out;
-}
-
-// A JSON string literal. Addresses are checked only loosely (a host may
-// hold a quote or a control character), and ToJson's output is parsed
-// again by every task the chief launches, so escape what JSON requires.
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
   return out;
 }
 
@@ -322,6 +304,8 @@ std::string ClusterSpec::ToJson() const {
   std::vector<std::string> jobs;
   for (const ClusterJob& j : def_.job()) {
     std::vector<std::string> addrs;
+    // Addresses are checked only loosely (a host may hold a quote), and
+    // every task the chief launches parses this again: escape them.
     for (const auto& a : j.address()) addrs.push_back(JsonString(a));
     jobs.push_back(absl::StrCat(JsonString(j.name()), ": [", absl::StrJoin(addrs, ", "), "]"));
   }

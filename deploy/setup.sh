@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev
-  libssl-dev libgloo-dev
+  libssl-dev libgloo-dev libleveldb-dev
   # tools the tests use (openssl: deploy/make_certs.sh)
   prometheus openssl
   # data

@@ -25,13 +25,7 @@ class Compiler {
     return absl::InvalidArgumentError(
         absl::StrCat("model.sequential.layer[", i, "] (", Name(i, l), "): ", what));
   }
-  std::string Name(int i, const LayerDef& l) const {
-    if (!l.name().empty()) return l.name();
-    std::string kind = LayerDef::descriptor()->FindFieldByNumber(l.kind_case())
-                           ? LayerDef::descriptor()->FindFieldByNumber(l.kind_case())->name()
-                           : "layer";
-    return absl::StrCat(kind, "_", i);
-  }
+  std::string Name(int i, const LayerDef& l) const { return LayerName(l, i); }
   std::string Variable(const std::string& name, const std::vector<int64_t>& shape,
                        const InitializerDef& init, VariableDef::Kind kind = VariableDef::DENSE) {
     VariableDef v;
@@ -246,6 +240,12 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
 }
 
 }  // namespace
+
+std::string LayerName(const LayerDef& l, int i) {
+  if (!l.name().empty()) return l.name();
+  const auto* field = LayerDef::descriptor()->FindFieldByNumber(l.kind_case());
+  return absl::StrCat(field ? field->name() : "layer", "_", i);
+}
 
 absl::StatusOr<CompiledModel> CompileModel(const TrainingJob& job) { return Compiler(job).Run(); }
 

@@ -38,6 +38,10 @@ struct CompiledModel {
   std::map<std::string, TableInput> tables;      // table variable -> its input
 };
 
+// The name a layer of a sequential model goes by: its own, or
+// "<kind>_<index>" ("dense_1"); its variables are "<name>/kernel" etc.
+std::string LayerName(const LayerDef& layer, int index);
+
 // job.input.feature must be filled (worker/input/source.h FillDefaultFeatures
 // gives each format's default). Errors name the layer (index and name) at
 // fault.

@@ -1,0 +1,75 @@
+#include "chief/export_formats/checkpoint_variables.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "chief/checkpoint_manifest.h"
+#include "common/optimizer.h"
+#include "common/snapshot/snapshot_store.h"
+#include "common/status_macros.h"
+#include "common/store/restore_assembly.h"
+
+namespace psrt {
+
+absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
+                                                            const TrainingJob& job) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint directory ", dir));
+  }
+  ManifestStore store(dir);
+  std::vector<int64_t> steps = store.Steps();
+  if (steps.empty()) return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", dir));
+  CheckpointManifest manifest;
+  if (step < 0) {
+    ASSIGN_OR_RETURN(manifest, store.LatestValid());
+  } else {
+    if (std::find(steps.begin(), steps.end(), step) == steps.end()) {
+      return absl::NotFoundError(absl::StrCat("no committed checkpoint at step ", step, " in ", dir,
+                                              " (it has steps ", absl::StrJoin(steps, ", "), ")"));
+    }
+    ASSIGN_OR_RETURN(manifest, store.Read(step));
+  }
+
+  CheckpointVariables out;
+  out.step = manifest.step();
+  out.job_name = manifest.job_name();
+  ASSIGN_OR_RETURN(out.model, CompileModel(job));
+  // Only the slot count matters here; the schedule (whose decay steps the
+  // chief fills in from the run's length) does not change it.
+  OptimizerDef optimizer_def = job.optimizer();
+  optimizer_def.clear_schedule();
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(optimizer_def));
+
+  std::vector<PsSnapshot> sources;
+  for (const CheckpointManifest::Shard& shard : manifest.shard()) {
+    // The manifest is checksummed, but its paths come from a file all the
+    // same: keep them inside the checkpoint directory.
+    if (shard.path().empty() || shard.path()[0] == '/' || shard.path().find("..") != std::string::npos) {
+      return absl::DataLossError(absl::StrCat(store.PathFor(manifest.step()), ": shard path \"", shard.path(),
+                                              "\" leaves the checkpoint directory"));
+    }
+    const std::string shard_dir = absl::StrCat(dir, "/", shard.path());
+    ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> snapshots, SnapshotStore::OpenReadOnly(shard_dir));
+    absl::StatusOr<PsSnapshot> snap = snapshots->Read(manifest.step());
+    if (!snap.ok()) return absl::Status(snap.status().code(), absl::StrCat(shard_dir, ": ", snap.status().message()));
+    sources.push_back(*std::move(snap));
+  }
+  // Whole variables: the job's definitions with no row range.
+  std::vector<VariableDef> wanted;
+  for (VariableDef def : out.model.variables) {
+    def.set_row_begin(0);
+    def.set_row_end(0);
+    wanted.push_back(def);
+  }
+  ASSIGN_OR_RETURN(std::vector<VariableState> states, AssembleVariables(wanted, optimizer->num_slots(), sources));
+  for (VariableState& s : states) out.values[s.def.name()] = std::move(s.value);
+  return out;
+}
+
+}  // namespace psrt

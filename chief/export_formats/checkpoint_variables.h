@@ -1,0 +1,40 @@
+// Reads a committed checkpoint back into whole variables, for export.
+//
+// A checkpoint is the chief's manifest (DIR/checkpoint-S.manifest) and the
+// snapshot stores it names (one per PS, or per mirrored replica), each
+// holding rows of some variables; restore_assembly puts every variable the
+// job's model declares back together, whatever the layout it was taken
+// with. The stores are opened read-only: exporting changes no file.
+#ifndef PSRT_CHIEF_EXPORT_FORMATS_CHECKPOINT_VARIABLES_H_
+#define PSRT_CHIEF_EXPORT_FORMATS_CHECKPOINT_VARIABLES_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/graph/model_compiler.h"
+#include "common/tensor.h"
+#include "proto/job.pb.h"
+
+namespace psrt {
+
+struct CheckpointVariables {
+  int64_t step = 0;
+  std::string job_name;                   // as the manifest recorded it
+  CompiledModel model;                    // the job's model, compiled
+  std::map<std::string, Tensor> values;   // every model variable, whole
+};
+
+// The checkpoint at `step` of `dir` (step < 0: the newest one that
+// verifies) for `job`'s model. NOT_FOUND naming the directory when it is
+// missing or holds no committed checkpoint, and naming the steps it has for
+// an unknown step; DATA_LOSS for a corrupt manifest or store, or a model
+// variable the checkpoint lacks; FAILED_PRECONDITION when it holds a
+// variable with another shape or another optimizer's slots (another job).
+absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
+                                                            const TrainingJob& job);
+
+}  // namespace psrt
+
+#endif  // PSRT_CHIEF_EXPORT_FORMATS_CHECKPOINT_VARIABLES_H_

@@ -1,0 +1,60 @@
+// A psrt checkpoint as a TensorFlow checkpoint that a Keras 3 model (the
+// Keras of TensorFlow 2.21) built from the same layer list restores:
+//
+//   model = keras.Sequential([keras.Input(shape), <the job's layers in order>])
+//   tf.train.Checkpoint(model=model).read(PREFIX).assert_consumed()
+//
+// Keras 3 no longer loads TensorFlow-format checkpoints with
+// model.load_weights (it takes .weights.h5 and .keras files only), but its
+// layers are still trackable, so tf.train.Checkpoint matches them through
+// the object graph. The keys are what such a model saves itself:
+//   model/_functional/_operations/<k>/_kernel/.ATTRIBUTES/VARIABLE_VALUE
+//   model/_functional/_operations/<k>/bias/.ATTRIBUTES/VARIABLE_VALUE
+// with k = the layer's index in the job + 1 (operation 0 is the Input),
+// plus _CHECKPOINTABLE_OBJECT_GRAPH, the serialized graph of those objects.
+// Kernels keep psrt's layouts, which are Keras' ([in, units] for Dense,
+// [kh, kw, in, filters] for Conv2D).
+//
+// Beside it, PREFIX.keras.json describes the model (input shape and each
+// layer's Keras class and config), so the Keras model can be rebuilt with
+// keras.layers.deserialize without reading the job file.
+#ifndef PSRT_CHIEF_EXPORT_FORMATS_KERAS_CHECKPOINT_H_
+#define PSRT_CHIEF_EXPORT_FORMATS_KERAS_CHECKPOINT_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+#include "proto/job.pb.h"
+
+namespace psrt {
+
+// The Keras counterpart of one layer of the job.
+struct KerasLayer {
+  std::string class_name;   // "Dense"
+  std::string config_json;  // {"name": "dense_1", "units": 128, ...}
+  // (Keras attribute, psrt variable): ("_kernel", "dense_1/kernel").
+  std::vector<std::pair<std::string, std::string>> variables;
+};
+
+// The job's sequential model as Keras layers, in order. INVALID_ARGUMENT
+// naming the layer (index and name) for one Keras' Sequential cannot hold:
+// a layer that reads named inputs, or an embedding (not exported yet).
+absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job);
+
+// The key under which Keras saves attribute `attribute` of the layer at
+// `layer_index` of the job.
+std::string KerasCheckpointKey(int layer_index, const std::string& attribute);
+
+// Writes PREFIX.index, PREFIX.data-00000-of-00001 and PREFIX.keras.json
+// from `values` (every variable of the job's model, whole). Errors name
+// the layer or variable at fault, or the file that could not be written.
+absl::Status WriteKerasCheckpoint(const TrainingJob& job, const std::map<std::string, Tensor>& values,
+                                  const std::string& prefix);
+
+}  // namespace psrt
+
+#endif  // PSRT_CHIEF_EXPORT_FORMATS_KERAS_CHECKPOINT_H_

@@ -1,0 +1,130 @@
+// The checkpoint exporter: a committed psrt checkpoint to the formats other
+// runtimes read.
+//
+//   bazel run //chief:export -- --job=JOB.pbtxt --checkpoint_dir=DIR [--step=S]
+//           --format=tf|onnx --out=PATH [--evaluate]
+//
+// --format=tf writes a TensorFlow checkpoint, PATH.index and
+// PATH.data-00000-of-00001 (tf.train.load_checkpoint reads every variable
+// bit for bit), laid out for a Keras 3 model built from the job's layer
+// list (chief/export_formats/keras_checkpoint.h says how to load it), and
+// PATH.keras.json describing that model. --format=onnx writes the
+// inference graph with the trained weights as one ONNX model file, PATH.
+// --evaluate also prints psrt's own metrics of those weights on the job's
+// test split, to compare with another runtime's.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "chief/export_formats/checkpoint_variables.h"
+#include "chief/export_formats/keras_checkpoint.h"
+#include "chief/export_formats/onnx_export.h"
+#include "common/plan/job_planner.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(std::string, job, "", "The job file (.pbtxt) the checkpoint was trained with: its model's layer list. Required.");
+ABSL_FLAG(std::string, checkpoint_dir, "", "The job's checkpoint directory (checkpoint.dir). Required.");
+ABSL_FLAG(int64_t, step, -1, "The committed step to export (default: the newest that verifies).");
+ABSL_FLAG(std::string, format, "", "tf (a TensorFlow checkpoint for Keras) or onnx. Required.");
+ABSL_FLAG(std::string, out, "",
+          "tf: the checkpoint prefix (writes PATH.index, PATH.data-00000-of-00001, PATH.keras.json); "
+          "onnx: the model file. Required.");
+ABSL_FLAG(bool, evaluate, false, "Also print psrt's metrics of the exported weights on the job's test split.");
+
+namespace psrt {
+namespace {
+
+constexpr char kUsage[] =
+    "Exports a committed psrt checkpoint as a TensorFlow checkpoint or an ONNX model.\n"
+    "Usage: export --job=JOB.pbtxt --checkpoint_dir=DIR [--step=S] --format=tf|onnx --out=PATH [--evaluate]\n"
+    "\n"
+    "tf:   PATH.index + PATH.data-00000-of-00001, TensorFlow's checkpoint format, and PATH.keras.json.\n"
+    "      tf.train.load_checkpoint(PATH) reads every variable as trained, under the keys a Keras 3 model\n"
+    "      (TensorFlow 2.21) built from the same layer list saves:\n"
+    "        model = keras.Sequential([keras.Input(INPUT_SHAPE)] + [the job's layers, in order])\n"
+    "        tf.train.Checkpoint(model=model).read(PATH).assert_consumed()\n"
+    "      (Keras 3's model.load_weights takes only .weights.h5/.keras files.) PATH.keras.json holds the\n"
+    "      input shape and each layer's Keras class and config (keras.layers.deserialize).\n"
+    "onnx: PATH, an ONNX model (opset 13) of the inference graph (dropout removed) with the trained\n"
+    "      weights; input: the job's dense feature (e.g. \"image\", [batch, 28, 28, 1]); output: \"output\",\n"
+    "      the last layer's result. Layers exported: dense, conv2d, max_pool2d, flatten, dropout, activation.";
+
+// Paths given to `bazel run` are the user's, not the runfiles tree's.
+std::string UserPath(std::string path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (!path.empty() && path[0] != '/' && cwd != nullptr) path = absl::StrCat(cwd, "/", path);
+  return path;
+}
+
+absl::Status WriteOnnx(const onnx::ModelProto& model, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out || !model.SerializeToOstream(&out)) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Export() {
+  const std::string job_path = UserPath(absl::GetFlag(FLAGS_job)), dir = UserPath(absl::GetFlag(FLAGS_checkpoint_dir)),
+                    format = absl::GetFlag(FLAGS_format), out = UserPath(absl::GetFlag(FLAGS_out));
+  if (job_path.empty()) return absl::InvalidArgumentError("--job=FILE is required (the model's layer list)");
+  if (dir.empty()) return absl::InvalidArgumentError("--checkpoint_dir=DIR is required");
+  if (format != "tf" && format != "onnx") {
+    return absl::InvalidArgumentError(absl::StrCat("--format must be tf or onnx, not \"", format, "\""));
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--out=PATH is required");
+  ASSIGN_OR_RETURN(TrainingJob job, LoadJob(job_path));
+  ASSIGN_OR_RETURN(CheckpointVariables ckpt, ReadCheckpointVariables(dir, absl::GetFlag(FLAGS_step), job));
+  if (!ckpt.job_name.empty() && ckpt.job_name != job.name()) {
+    std::fprintf(stderr, "warning: the checkpoint was written by job \"%s\", --job is \"%s\"\n",
+                 ckpt.job_name.c_str(), job.name().c_str());
+  }
+  if (format == "tf") {
+    RETURN_IF_ERROR(WriteKerasCheckpoint(job, ckpt.values, out));
+    std::printf("step %lld: %zu variables -> %s (+ .data-00000-of-00001, .keras.json)\n",
+                static_cast<long long>(ckpt.step), ckpt.values.size(), (out + ".index").c_str());
+  } else {
+    ASSIGN_OR_RETURN(onnx::ModelProto model, ExportOnnx(job, ckpt.model, ckpt.values));
+    RETURN_IF_ERROR(WriteOnnx(model, out));
+    std::printf("step %lld: %d nodes, %d initializers -> %s\n", static_cast<long long>(ckpt.step),
+                model.graph().node_size(), model.graph().initializer_size(), out.c_str());
+  }
+  if (absl::GetFlag(FLAGS_evaluate)) {
+    ASSIGN_OR_RETURN(JobPlan plan, PlanJob(job, 1));
+    ASSIGN_OR_RETURN(auto metrics, MakeEvaluator(job, plan)(ckpt.values));
+    std::string line = "psrt evaluation:";
+    for (const auto& [k, v] : metrics) absl::StrAppend(&line, " ", k, "=", absl::StrFormat("%.6f", v));
+    std::printf("%s\n", line.c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace psrt
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(psrt::kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 1) {
+    std::fprintf(stderr, "error: unexpected argument %s (see --help)\n", args[1]);
+    return 2;
+  }
+  absl::Status s = psrt::Export();
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

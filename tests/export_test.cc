@@ -1,0 +1,143 @@
+// //chief:export against the real readers: a cluster of real processes
+// trains the Fashion-MNIST MLP and CNN briefly, the exporter turns the
+// committed checkpoint into a TensorFlow checkpoint and an ONNX model, and
+// TensorFlow 2.21 / Keras 3 / ONNX Runtime (the test-only venv-tf) read
+// them: every variable bit-identical, a Keras model of the same layer list
+// restored, ONNX Runtime's predictions equal to Keras' within float
+// tolerance and its accuracy equal to psrt's evaluation of the weights.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "chief/export_formats/checkpoint_variables.h"
+#include "chief/export_formats/keras_checkpoint.h"
+#include "common/plan/job_planner.h"
+#include "common/testing/python_tool.h"
+#include "gtest/gtest.h"
+#include "tests/harness/training_cluster.h"
+
+namespace psrt {
+namespace {
+
+using testing::Daemon;
+
+class ExportTest : public testing::TrainingClusterTest {
+ protected:
+  // Trains `example`'s model (its layers and optimizer on the harness's
+  // MLP job) for `steps` on `ps` PS and one worker; the chief commits a
+  // checkpoint at step 200 and at the end.
+  void Train(const std::string& example, int64_t steps, int ps = 1) {
+    Setup(ps, 1, ConsistencyDef::ASYNC, steps);
+    auto job = LoadJob(testing::RunfilePath(example));
+    ASSERT_TRUE(job.ok()) << job.status();
+    *job_.mutable_model() = job->model();
+    *job_.mutable_optimizer() = job->optimizer();
+    job_.set_name(job->name());
+    job_.mutable_eval()->set_max_examples(0);  // the whole test split, for the accuracy comparison
+    WriteJob();
+    std::vector<std::unique_ptr<Daemon>> servers;
+    for (int i = 0; i < ps; ++i) servers.push_back(StartPs(i));
+    auto worker = StartWorker(0);
+    auto chief = StartChief();
+    ASSERT_EQ(ExitCode(chief.get()), 0);
+    ASSERT_EQ(ExitCode(worker.get()), 0);
+  }
+
+  // Runs //chief:export with `flags`; its exit code, and its output lines
+  // matching `pattern` into *match.
+  int Export(const std::vector<std::string>& flags, const std::string& pattern = "", std::string* match = nullptr) {
+    std::vector<std::string> argv = {testing::RunfilePath("chief/export"), "--job=" + job_path_,
+                                     "--checkpoint_dir=" + dir_ + "/ckpt"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto d = Daemon::Start("export", argv);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return -1;
+    int code = ExitCode(d->get());
+    if (match != nullptr) *match = (*d)->WaitForMatch(pattern, absl::Seconds(10));
+    return code;
+  }
+
+  // psrt's values of the checkpoint's variables, one raw file each, and
+  // variables.txt (key, variable, file, shape) for check_export.py.
+  void WriteRawVariables(const std::string& raw_dir) {
+    std::filesystem::create_directories(raw_dir);
+    auto ckpt = ReadCheckpointVariables(dir_ + "/ckpt", -1, job_);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    auto layers = KerasLayers(job_);
+    ASSERT_TRUE(layers.ok()) << layers.status();
+    std::ofstream list(raw_dir + "/variables.txt");
+    int n = 0;
+    for (size_t i = 0; i < layers->size(); ++i) {
+      for (const auto& [attribute, variable] : (*layers)[i].variables) {
+        const Tensor& t = ckpt->values.at(variable);
+        const std::string file = absl::StrCat("v", n++, ".bin");
+        std::ofstream(raw_dir + "/" + file, std::ios::binary)
+            .write(static_cast<const char*>(t.raw_data()), t.TotalBytes());
+        list << KerasCheckpointKey(static_cast<int>(i), attribute) << "\t" << variable << "\t" << file << "\t"
+             << absl::StrJoin(t.shape().dims(), ",") << "\n";
+      }
+    }
+    EXPECT_EQ(n, static_cast<int>(ckpt->values.size()));
+  }
+
+  void ExportAndCheck() {
+    std::string evaluation;
+    std::filesystem::create_directories(dir_ + "/tf");
+    ASSERT_EQ(Export({"--format=tf", "--out=" + dir_ + "/tf/model", "--evaluate"}, "psrt evaluation:", &evaluation),
+              0);
+    ASSERT_EQ(Export({"--format=onnx", "--out=" + dir_ + "/model.onnx"}), 0);
+    std::smatch acc, examples;
+    ASSERT_TRUE(std::regex_search(evaluation, acc, std::regex("accuracy=([0-9.]+)"))) << evaluation;
+    ASSERT_TRUE(std::regex_search(evaluation, examples, std::regex("examples=([0-9.]+)"))) << evaluation;
+    EXPECT_GT(std::stod(acc[1]), 0.5) << evaluation;  // trained: chance is 0.1
+    WriteRawVariables(dir_ + "/raw");
+    const std::string report = dir_ + "/check.txt";
+    absl::Status s = testing::RunPythonTool(
+        "tests/tools/check_export.py",
+        {"--tf_prefix=" + dir_ + "/tf/model", "--onnx=" + dir_ + "/model.onnx", "--raw_dir=" + dir_ + "/raw",
+         "--images=" + job_.input().test().files(0), "--labels=" + job_.input().test().labels_file(),
+         absl::StrFormat("--scale=%.9g", job_.input().scale()),
+         absl::StrCat("--examples=", static_cast<int>(std::stod(examples[1]))),
+         "--psrt_accuracy=" + std::string(acc[1])},
+        report, testing::kVenvTfPython);
+    std::ifstream in(report);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(s.ok()) << s << "\n" << text;
+    EXPECT_NE(text.find("\nOK"), std::string::npos) << text;
+    std::cout << text;
+  }
+};
+
+// Two PS: each variable is assembled from the store that holds it.
+TEST_F(ExportTest, MlpReadsTheSameInTensorFlowKerasAndOnnxRuntime) {
+  Train("examples/fashion_mnist_mlp.pbtxt", 300, /*ps=*/2);
+  ExportAndCheck();
+}
+
+TEST_F(ExportTest, CnnReadsTheSameInTensorFlowKerasAndOnnxRuntime) {
+  Train("examples/fashion_mnist_cnn.pbtxt", 300);
+  ExportAndCheck();
+}
+
+TEST_F(ExportTest, BadRequestsFailNamingWhatIsWrong) {
+  Train("examples/fashion_mnist_mlp.pbtxt", 200);
+  std::string line;
+  EXPECT_EQ(Export({"--format=tf", "--out=" + dir_ + "/m", "--step=7"}, "error:", &line), 1);
+  EXPECT_NE(line.find("no committed checkpoint at step 7"), std::string::npos) << line;
+  EXPECT_NE(line.find("200)"), std::string::npos) << line;  // the steps it has
+  EXPECT_EQ(Export({"--format=pb", "--out=" + dir_ + "/m"}, "error:", &line), 1);
+  EXPECT_NE(line.find("--format must be tf or onnx"), std::string::npos) << line;
+  std::vector<std::string> argv = {testing::RunfilePath("chief/export"), "--job=" + job_path_,
+                                   "--checkpoint_dir=" + dir_ + "/nowhere", "--format=onnx", "--out=" + dir_ + "/m"};
+  auto d = Daemon::Start("export", argv);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(ExitCode(d->get()), 1);
+  EXPECT_NE((*d)->WaitForMatch("no checkpoint directory .*/nowhere", absl::Seconds(10)), "");
+}
+
+}  // namespace
+}  // namespace psrt
