@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/protobuf_log_limit.h"
 #include "glog/logging.h"
 
 ABSL_FLAG(std::string, cluster_spec, "",
@@ -41,6 +42,7 @@ std::vector<char*> InitDaemon(int argc, char** argv, const char* usage) {
   FLAGS_colorlogtostderr = false;
   google::InitGoogleLogging(argv[0]);
   google::InstallFailureSignalHandler();
+  LimitProtobufLogs();  // a line per refused request would be a log flood
   return positional;
 }
 
