@@ -103,7 +103,7 @@ absl::Status Export() {
   }
   if (absl::GetFlag(FLAGS_evaluate)) {
     ASSIGN_OR_RETURN(JobPlan plan, PlanJob(job, 1));
-    ASSIGN_OR_RETURN(auto metrics, MakeEvaluator(job, plan)(ckpt.values));
+    ASSIGN_OR_RETURN(auto metrics, MakeEvaluator(job, plan)(ckpt.values, /*rows=*/nullptr));  // no tables exported
     std::string line = "psrt evaluation:";
     for (const auto& [k, v] : metrics) absl::StrAppend(&line, " ", k, "=", absl::StrFormat("%.6f", v));
     std::printf("%s\n", line.c_str());
