@@ -161,8 +161,17 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
   if (!args.ok()) return Done(ctx, args.status());
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
   if (!mine.held()) return Done(ctx, CallerBusy("Push", mine, max_per_caller_));
+  // The step's rows first, as a PushRows of the same id would be (its own
+  // retry record), then the dense part.
+  if (!args->rows.empty()) {
+    absl::StatusOr<PushResponse> rows = core_->PushRows(args->id, args->rows);
+    if (!rows.ok()) return Done(ctx, rows.status());
+  }
   absl::StatusOr<PushResponse> r = core_->Push(args->id, args->gradients);
-  if (r.ok()) *resp = pswire::EncodePushResult(*r);
+  if (r.ok()) {
+    r->set_rows_taken(!args->rows.empty());
+    *resp = pswire::EncodePushResult(*r);
+  }
   return Done(ctx, r.status());
 }
 

@@ -244,35 +244,46 @@ absl::Status PsClient::Push(const RequestId& id, const TensorMap& dense,
       per_ps[s.ps].gradients.emplace_back(v, grad.Slice(s.row_begin, s.row_end));  // a view, no copy
     }
   }
-  if (!sparse.empty()) {
-    std::map<int, pswire::PushRowsArgs> rows_per_ps;
-    for (const auto& [v, ids_values] : sparse) {
-      const auto& [ids, values] = ids_values;
-      ASSIGN_OR_RETURN(std::vector<int> route, Route(v, ids));
-      int64_t dim = values.shape().dim(1);
-      std::vector<std::vector<int64_t>> shard_ids(shards_[v].size());
-      std::vector<std::vector<float>> shard_vals(shards_[v].size());
-      for (int64_t i = 0; i < ids.NumElements(); ++i) {
-        shard_ids[route[i]].push_back(ids.data<int64_t>()[i]);
-        shard_vals[route[i]].insert(shard_vals[route[i]].end(), values.data<float>() + i * dim,
-                                    values.data<float>() + (i + 1) * dim);
-      }
-      for (size_t s = 0; s < shard_ids.size(); ++s) {
-        if (shard_ids[s].empty()) continue;
-        int64_t n = static_cast<int64_t>(shard_ids[s].size());
-        pswire::PushRowsArgs& args = rows_per_ps[shards_[v][s].ps];
-        args.id = id;
-        args.rows.push_back({v, Tensor::FromVector<int64_t>(shard_ids[s], TensorShape({n})),
-                             Tensor::FromVector<float>(shard_vals[s], TensorShape({n, dim}))});
-      }
+  // One call per PS for the whole step: the rows travel in the Push.
+  for (const auto& [v, ids_values] : sparse) {
+    const auto& [ids, values] = ids_values;
+    ASSIGN_OR_RETURN(std::vector<int> route, Route(v, ids));
+    int64_t dim = values.shape().dim(1);
+    std::vector<std::vector<int64_t>> shard_ids(shards_[v].size());
+    std::vector<std::vector<float>> shard_vals(shards_[v].size());
+    for (int64_t i = 0; i < ids.NumElements(); ++i) {
+      shard_ids[route[i]].push_back(ids.data<int64_t>()[i]);
+      shard_vals[route[i]].insert(shard_vals[route[i]].end(), values.data<float>() + i * dim,
+                                  values.data<float>() + (i + 1) * dim);
     }
-    std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>> calls;
-    for (auto& [ps, args] : rows_per_ps) calls.push_back({ps, {kPushRows, pswire::EncodePushRows(args)}});
-    for (auto& r : CallAll(calls)) RETURN_IF_ERROR(r.status());
+    for (size_t s = 0; s < shard_ids.size(); ++s) {
+      if (shard_ids[s].empty()) continue;
+      int64_t n = static_cast<int64_t>(shard_ids[s].size());
+      pswire::PushArgs& args = per_ps[shards_[v][s].ps];
+      args.id = id;
+      args.rows.push_back({v, Tensor::FromVector<int64_t>(shard_ids[s], TensorShape({n})),
+                           Tensor::FromVector<float>(shard_vals[s], TensorShape({n, dim}))});
+    }
   }
   std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>> calls;
-  for (auto& [ps, args] : per_ps) calls.push_back({ps, {kPush, pswire::EncodePush(args)}});
-  for (auto& r : CallAll(calls)) RETURN_IF_ERROR(r.status());
+  std::vector<bool> with_rows;
+  for (auto& [ps, args] : per_ps) {
+    calls.push_back({ps, {kPush, pswire::EncodePush(args)}});
+    with_rows.push_back(!args.rows.empty());
+  }
+  std::vector<absl::StatusOr<grpc::ByteBuffer>> answers = CallAll(calls);
+  for (size_t i = 0; i < answers.size(); ++i) {
+    RETURN_IF_ERROR(answers[i].status());
+    if (!with_rows[i]) continue;
+    ASSIGN_OR_RETURN(PushResponse r, pswire::DecodePushResult(*answers[i]));
+    // A PS that predates rows in a Push ignored them: say so rather than
+    // train on without them.
+    if (!r.rows_taken() && !r.duplicate()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ps:", calls[i].first, " did not take the rows sent with the push of step ", id.step(),
+          ": it is older than this worker; run the same psrt version on every task"));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -185,10 +185,48 @@ static absl::StatusOr<PullResult> DecodePullResultInner(const grpc::ByteBuffer& 
   return res;
 }
 
+// A SparseGradient (variable, ids, values) as field `field`.
+static void WriteSparseGradient(Writer* w, uint32_t field, const SparseUpdate& u) {
+  size_t body = wire::MessageFieldSize(1, u.variable.size()) + wire::MessageFieldSize(2, wire::TensorProtoSize(u.ids)) +
+                wire::MessageFieldSize(3, wire::TensorProtoSize(u.values));
+  w->Message(field, body);
+  w->String(1, u.variable);
+  w->Tensor(2, u.ids);
+  w->Tensor(3, u.values);
+}
+
+// The SparseGradient at the reader's position; `what` names the message.
+static absl::StatusOr<SparseUpdate> ReadSparseGradient(Reader* r, absl::string_view what) {
+  SparseUpdate u;
+  if (!r->EnterMessage()) {
+    return r->status().ok() ? absl::InvalidArgumentError(absl::StrCat(what, ": a malformed SparseGradient")) : r->status();
+  }
+  uint32_t g;
+  int k;
+  while (r->Next(&g, &k)) {
+    if (g == 1 && k == wire::kLengthDelimited) {
+      if (!r->ReadString(&u.variable)) break;
+    } else if (g == 2 && k == wire::kLengthDelimited) {
+      ASSIGN_OR_RETURN(u.ids, r->ReadTensor());
+    } else if (g == 3 && k == wire::kLengthDelimited) {
+      ASSIGN_OR_RETURN(u.values, r->ReadTensor());
+    } else if (!r->Skip(k)) {
+      break;
+    }
+  }
+  r->LeaveMessage();
+  if (r->status().ok() && (!u.ids.IsValid() || !u.values.IsValid())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": variable '", u.variable, "' needs both ids and values tensors"));
+  }
+  return u;
+}
+
 grpc::ByteBuffer EncodePush(const PushArgs& a) {
   Writer w;
   WriteRequestId(&w, 1, a.id);
   for (const auto& [name, t] : a.gradients) w.NamedTensor(2, name, t);
+  for (const SparseUpdate& u : a.rows) WriteSparseGradient(&w, 3, u);
   return w.Finish();
 }
 
@@ -204,6 +242,10 @@ static absl::StatusOr<PushArgs> DecodePushInner(const grpc::ByteBuffer& b, wire:
     } else if (f == 2 && t == wire::kLengthDelimited) {
       ASSIGN_OR_RETURN(auto nt, r.ReadNamedTensor());
       a.gradients.push_back(std::move(nt));
+    } else if (f == 3 && t == wire::kLengthDelimited) {
+      ASSIGN_OR_RETURN(SparseUpdate u, ReadSparseGradient(&r, "PushRequest"));
+      if (!r.status().ok()) break;
+      a.rows.push_back(std::move(u));
     } else if (!r.Skip(t)) {
       break;
     }
@@ -215,15 +257,7 @@ static absl::StatusOr<PushArgs> DecodePushInner(const grpc::ByteBuffer& b, wire:
 grpc::ByteBuffer EncodePushRows(const PushRowsArgs& a) {
   Writer w;
   WriteRequestId(&w, 1, a.id);
-  for (const SparseUpdate& u : a.rows) {
-    size_t body = wire::MessageFieldSize(1, u.variable.size()) +
-                  wire::MessageFieldSize(2, wire::TensorProtoSize(u.ids)) +
-                  wire::MessageFieldSize(3, wire::TensorProtoSize(u.values));
-    w.Message(2, body);
-    w.String(1, u.variable);
-    w.Tensor(2, u.ids);
-    w.Tensor(3, u.values);
-  }
+  for (const SparseUpdate& u : a.rows) WriteSparseGradient(&w, 2, u);
   return w.Finish();
 }
 
@@ -236,26 +270,8 @@ static absl::StatusOr<PushRowsArgs> DecodePushRowsInner(const grpc::ByteBuffer& 
     if (f == 1 && t == wire::kLengthDelimited) {
       RETURN_IF_ERROR(ReadRequestId(&r, &a.id));
     } else if (f == 2 && t == wire::kLengthDelimited) {
-      if (!r.EnterMessage()) break;
-      SparseUpdate u;
-      uint32_t g;
-      int k;
-      while (r.Next(&g, &k)) {
-        if (g == 1 && k == wire::kLengthDelimited) {
-          if (!r.ReadString(&u.variable)) break;
-        } else if (g == 2 && k == wire::kLengthDelimited) {
-          ASSIGN_OR_RETURN(u.ids, r.ReadTensor());
-        } else if (g == 3 && k == wire::kLengthDelimited) {
-          ASSIGN_OR_RETURN(u.values, r.ReadTensor());
-        } else if (!r.Skip(k)) {
-          break;
-        }
-      }
-      r.LeaveMessage();
-      if (r.status().ok() && (!u.ids.IsValid() || !u.values.IsValid())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "PushRowsRequest: variable '", u.variable, "' needs both ids and values tensors"));
-      }
+      ASSIGN_OR_RETURN(SparseUpdate u, ReadSparseGradient(&r, "PushRowsRequest"));
+      if (!r.status().ok()) break;
       a.rows.push_back(std::move(u));
     } else if (!r.Skip(t)) {
       break;
@@ -269,6 +285,7 @@ grpc::ByteBuffer EncodePushResult(const PushResponse& res) {
   Writer w;
   if (res.global_step() != 0) w.Varint(1, Signed(res.global_step()));
   if (res.duplicate()) w.Varint(2, 1);
+  if (res.rows_taken()) w.Varint(3, 1);
   return w.Finish();
 }
 

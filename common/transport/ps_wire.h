@@ -37,6 +37,7 @@ struct PullResult {
 struct PushArgs {
   RequestId id;
   NamedTensors gradients;
+  std::vector<SparseUpdate> rows;  // PushRequest.rows
 };
 struct PushRowsArgs {
   RequestId id;

@@ -21,6 +21,9 @@ TEST(PsWireTest, PushBothWays) {
   a.id.set_generation(1795495517776);
   a.gradients.emplace_back("w", Tensor::FromVector<float>({1, 2, 3}, TensorShape({3})));
   a.gradients.emplace_back("b", Tensor::Scalar<float>(4));
+  // The step's rows ride in the same message (issue #13).
+  a.rows.push_back({"emb", Tensor::FromVector<int64_t>({-5, 9}, TensorShape({2})),
+                    Tensor::FromVector<float>({1, 2, 3, 4}, TensorShape({2, 2}))});
   PushRequest proto;
   ASSERT_TRUE(proto.ParseFromString(wire::ToString(EncodePush(a))));
   EXPECT_EQ(proto.id().worker(), 3);
@@ -29,6 +32,8 @@ TEST(PsWireTest, PushBothWays) {
   EXPECT_EQ(proto.id().generation(), 1795495517776);
   ASSERT_EQ(proto.gradient_size(), 2);
   EXPECT_EQ(proto.gradient(1).name(), "b");
+  ASSERT_EQ(proto.rows_size(), 1);
+  EXPECT_EQ(proto.rows(0).variable(), "emb");
 
   auto back = DecodePush(FromProto(proto));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -36,6 +41,9 @@ TEST(PsWireTest, PushBothWays) {
   EXPECT_EQ(back->id.generation(), 1795495517776);
   EXPECT_EQ(back->gradients[0].second.data<float>()[2], 3.0f);
   EXPECT_EQ(back->gradients[1].second.shape().rank(), 0);
+  ASSERT_EQ(back->rows.size(), 1u);
+  EXPECT_EQ(back->rows[0].ids.data<int64_t>()[0], -5);
+  EXPECT_EQ(back->rows[0].values.data<float>()[3], 4.0f);
 }
 
 TEST(PsWireTest, PullAndResultBothWays) {
