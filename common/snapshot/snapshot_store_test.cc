@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -96,71 +97,72 @@ std::string DataFileOf(int64_t step) {
   return "";
 }
 
-// Reads, changes and writes back `step`'s index behind the store's back
-// (its checksum made valid again: the damage is in what it says).
-void EditIndex(int64_t step, const std::function<void(SnapshotIndex*)>& edit) {
-  rocksdb::DB* db;
-  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Dir(), &db).ok());
-  const std::string key = absl::StrFormat("i/%020d", step);
-  std::string v;
-  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), key, &v).ok());
-  SnapshotIndex index;
-  ASSERT_TRUE(index.ParseFromString(v.substr(0, v.size() - 4)));
-  edit(&index);
-  v = index.SerializeAsString();
-  uint32_t crc = crc32c::Mask(crc32c::Value(v.data(), v.size()));
-  for (int i = 0; i < 4; ++i) v.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
-  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, v).ok());
-  delete db;
-}
-
-// Writes `snap` as the old format did (before data files): every tensor in
-// chunks of `chunk` bytes under s/<step>/<v>/<tensor>/<chunk:06>, then the
-// checksummed index naming their key prefixes. Kept here so that stores of
-// that format stay readable.
-void WriteOldFormat(const PsSnapshot& snap, int64_t chunk) {
-  rocksdb::DB* db;
-  rocksdb::Options o;
-  o.create_if_missing = true;
-  ASSERT_TRUE(rocksdb::DB::Open(o, Dir(), &db).ok());
-  SnapshotIndex index;
-  index.set_step(snap.step);
-  index.set_global_step(snap.global_step);
-  index.set_sync_step(snap.sync_step);
-  for (int64_t s : snap.worker_next_step) index.add_worker_next_step(s);
-  auto put = [&](const Tensor& t, const std::string& key, SnapshotTensor* meta) {
-    meta->set_key(key);
-    meta->set_dtype(t.dtype());
-    t.shape().ToProto(meta->mutable_shape());
-    const char* data = static_cast<const char*>(t.raw_data());
-    const int64_t bytes = t.TotalBytes();
-    meta->set_bytes(bytes);
-    meta->set_crc32c(crc32c::Value(data, bytes));
-    int c = 0;
-    for (int64_t off = 0; off < bytes || c == 0; off += chunk, ++c) {
-      const int64_t n = std::min(chunk, bytes - off);
-      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), absl::StrFormat("%s/%06d", key, c), rocksdb::Slice(data + off, n)).ok());
-      if (bytes == 0) break;
-    }
-    meta->set_chunks(c == 0 ? 1 : c);
-  };
-  for (size_t v = 0; v < snap.variables.size(); ++v) {
-    const VariableState& st = snap.variables[v];
-    SnapshotVariable* sv = index.add_variable();
-    *sv->mutable_def() = st.def;
-    sv->set_updates(st.updates);
-    const std::string key = absl::StrFormat("s/%020d/%d", snap.step, v);
-    put(st.value, key + "/value", sv->mutable_value());
-    for (size_t s = 0; s < st.slots.size(); ++s) put(st.slots[s], absl::StrCat(key, "/slot", s), sv->add_slot());
-    if (st.ids.IsValid()) put(st.ids, key + "/ids", sv->mutable_ids());
-  }
+// Puts `index` as `step`'s index, with its checksum.
+void PutIndex(rocksdb::DB* db, int64_t step, const SnapshotIndex& index) {
   std::string v = index.SerializeAsString();
   uint32_t crc = crc32c::Mask(crc32c::Value(v.data(), v.size()));
   for (int i = 0; i < 4; ++i) v.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
   rocksdb::WriteOptions synced;
   synced.sync = true;
-  ASSERT_TRUE(db->Put(synced, absl::StrFormat("i/%020d", snap.step), v).ok());
+  ASSERT_TRUE(db->Put(synced, absl::StrFormat("i/%020d", step), v).ok());
+}
+
+// Reads, changes and writes back `step`'s index behind the store's back
+// (its checksum made valid again: the damage is in what it says).
+void EditIndex(int64_t step, const std::function<void(SnapshotIndex*)>& edit) {
+  rocksdb::DB* db;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Dir(), &db).ok());
+  std::string v;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), absl::StrFormat("i/%020d", step), &v).ok());
+  SnapshotIndex index;
+  ASSERT_TRUE(index.ParseFromString(v.substr(0, v.size() - 4)));
+  edit(&index);
+  PutIndex(db, step, index);
   delete db;
+}
+
+// Leaves `snap` in Dir() as the old format had it (before data files):
+// every tensor in chunks of `chunk` bytes under s/<step>/<v>/<tensor>/
+// <chunk:06>, the index naming their key prefixes and counts, no data file.
+// Written by the store, then moved out of its data file into chunks, so the
+// tensors' metadata is the store's own.
+void WriteOldFormat(const PsSnapshot& snap, int64_t chunk) {
+  {
+    auto store = SnapshotStore::Open(Dir());
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Write(snap).ok());
+  }
+  const std::string path = DataFileOf(snap.step);
+  std::ifstream in(path, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  rocksdb::DB* db;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Dir(), &db).ok());
+  std::string v;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), absl::StrFormat("i/%020d", snap.step), &v).ok());
+  SnapshotIndex index;
+  ASSERT_TRUE(index.ParseFromString(v.substr(0, v.size() - 4)));
+  auto to_chunks = [&](SnapshotTensor* meta) {
+    // "<v>/value" -> "s/<step:020>/<v>/value"
+    meta->set_key(absl::StrFormat("s/%020d/%s", snap.step, meta->key()));
+    int c = 0;
+    for (int64_t off = 0; off < meta->bytes() || c == 0; off += chunk, ++c) {
+      const std::string piece = file.substr(meta->offset() + off, std::min(chunk, meta->bytes() - off));
+      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), absl::StrFormat("%s/%06d", meta->key(), c), piece).ok());
+      if (meta->bytes() == 0) break;
+    }
+    meta->set_chunks(c == 0 ? 1 : c);
+    meta->clear_offset();
+  };
+  for (SnapshotVariable& sv : *index.mutable_variable()) {
+    to_chunks(sv.mutable_value());
+    for (SnapshotTensor& slot : *sv.mutable_slot()) to_chunks(&slot);
+    if (sv.has_ids()) to_chunks(sv.mutable_ids());
+  }
+  index.clear_data_file();
+  index.clear_data_bytes();
+  PutIndex(db, snap.step, index);
+  delete db;
+  ASSERT_EQ(::unlink(path.c_str()), 0);
 }
 
 // Overwrites the byte at `offset` of `path` with its complement.
