@@ -11,6 +11,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -353,20 +354,27 @@ absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
   // Bytes of a tensor in the data file.
   auto get_range = [&](const SnapshotTensor& meta, char* out) -> absl::Status {
     const std::string where = absl::StrCat(path, ": ", meta.key(), " at offset ", meta.offset());
-    if (meta.offset() < 0 || meta.offset() > file_bytes || meta.bytes() > file_bytes - meta.offset()) {
-      return corrupt(absl::StrCat(where, ", ", meta.bytes(), " bytes: past the end of the file (", file_bytes,
-                                  " bytes)"));
-    }
     absl::Status s = ReadFully(fd, path, meta.offset(), meta.bytes(), out);
     if (!s.ok()) return s.code() == absl::StatusCode::kDataLoss ? corrupt(s.message()) : s;
     if (crc32c::Value(out, meta.bytes()) != meta.crc32c()) return corrupt(absl::StrCat(where, ": checksum mismatch"));
     return absl::OkStatus();
   };
   auto get_tensor = [&](const SnapshotTensor& meta) -> absl::StatusOr<Tensor> {
-    ASSIGN_OR_RETURN(TensorShape shape, TensorShape::FromProto(meta.shape()));
-    if (DataTypeSize(meta.dtype()) == 0) return corrupt(absl::StrCat(meta.key(), ": bad dtype"));
-    Tensor t(meta.dtype(), shape);
-    if (static_cast<int64_t>(t.TotalBytes()) != meta.bytes()) return corrupt(absl::StrCat(meta.key(), ": size mismatch"));
+    absl::StatusOr<TensorShape> shape = TensorShape::FromProto(meta.shape());
+    if (!shape.ok()) return corrupt(absl::StrCat(meta.key(), ": ", shape.status().message()));
+    const int64_t size = DataTypeSize(meta.dtype());
+    if (size == 0) return corrupt(absl::StrCat(meta.key(), ": bad dtype"));
+    // Checked before allocating: a bad index must not ask for terabytes.
+    if (shape->num_elements() > std::numeric_limits<int64_t>::max() / size ||
+        shape->num_elements() * size != meta.bytes()) {
+      return corrupt(absl::StrCat(meta.key(), ": size mismatch"));
+    }
+    if (!path.empty() &&
+        (meta.offset() < 0 || meta.offset() > file_bytes || meta.bytes() > file_bytes - meta.offset())) {
+      return corrupt(absl::StrCat(path, ": ", meta.key(), " at offset ", meta.offset(), ", ", meta.bytes(),
+                                  " bytes: past the end of the file (", file_bytes, " bytes)"));
+    }
+    Tensor t(meta.dtype(), *shape);
     char* out = static_cast<char*>(t.raw_data());
     RETURN_IF_ERROR(path.empty() ? get_chunks(meta, out) : get_range(meta, out));
     return t;

@@ -251,6 +251,18 @@ TEST(SnapshotStoreTest, AnIndexPointingPastTheEndIsDataLossNamingFileAndOffset) 
       {"snapshot-00000000000000000006-", "1/value at offset 1048576, 16 bytes: past the end of the file"});
 }
 
+// Checked before the tensor is allocated: 4 TiB are never asked for.
+TEST(SnapshotStoreTest, AnIndexWithAHugeShapeIsDataLoss) {
+  ExpectDamageToSixIsDataLoss(
+      [] {
+        EditIndex(6, [](SnapshotIndex* index) {
+          TensorShapeProto* shape = index->mutable_variable(0)->mutable_value()->mutable_shape();
+          shape->set_dim(0, 1LL << 40);
+        });
+      },
+      {"0/value: size mismatch"});
+}
+
 TEST(SnapshotStoreTest, AnIndexNamingAFileElsewhereIsDataLoss) {
   ExpectDamageToSixIsDataLoss([] { EditIndex(6, [](SnapshotIndex* index) { index->set_data_file("../ps-1/x.data"); }); },
                               {"names a data file \"../ps-1/x.data\" of no valid shape"});
