@@ -42,12 +42,13 @@ std::string IndexKey(int64_t step) { return "i/" + StepKey(step); }
 std::string DataPrefix(int64_t step) { return "s/" + StepKey(step) + "/"; }
 std::string ChunkKey(const std::string& prefix, int chunk) { return absl::StrFormat("%s/%06d", prefix, chunk); }
 
-// A fresh name at every write: a step written again (after a recovery)
-// never overwrites the file its committed index still names.
+// Tensors this large have their checksum computed while they are written.
 constexpr int64_t kOverlapChecksumBytes = 1 << 20;
 
 constexpr absl::string_view kDataPrefix = "snapshot-";
 constexpr absl::string_view kDataSuffix = ".data";
+// A fresh name at every write: a step written again (after a recovery)
+// never overwrites the file its committed index still names.
 std::string NewDataFileName(int64_t step) {
   thread_local absl::BitGen gen;  // names only need to differ
   return absl::StrFormat("%s%020d-%016x%s", kDataPrefix, step, absl::Uniform<uint64_t>(gen), kDataSuffix);
