@@ -18,8 +18,10 @@
 #include <fstream>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "chief/checkpoint_manifest.h"
 #include "chief/cluster_clients.h"
 #include "common/rpc/channel_cache.h"
@@ -223,28 +225,27 @@ TEST_F(RecoveryTest, CorruptSnapshotFileIsSetAsideAndSnapshotsGoOn) {
   SetupJob();
   const double baseline = Baseline();
   StartAll();
-  // Checkpoints at 0, ~200 and ~400: ps:1's store then holds three table
-  // files, one per snapshot (no compaction before four).
+  // Checkpoints at 0, ~200 and ~400: ps:1's store then holds one data file
+  // per kept snapshot (SNAPSHOT_FORMAT.md).
   ASSERT_FALSE(chief_->WaitForMatch("checkpoint of step ([4-9][0-9]{2}|1[0-9]{3}) committed", absl::Minutes(3)).empty());
   ps1_->Kill(SIGKILL);
   ASSERT_TRUE(ps1_->Wait(absl::Seconds(30)).ok());
   const absl::Time killed = absl::Now();
-  // Damage the middle of the newest table file: the newest snapshot's data.
+  // Damage the middle of the data file of the newest committed checkpoint
+  // (snapshot-<step:020>-<nonce>.data; a newer one may be a write cut
+  // short by the kill, which no restore reads).
+  absl::StatusOr<CheckpointManifest> committed = ManifestStore(dir_ + "/ckpt").LatestValid();
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  const std::string prefix = absl::StrFormat("snapshot-%020d-", committed->step());
   std::string newest;
-  int64_t newest_number = -1;
   DIR* d = ::opendir(PsStoreDir(1).c_str());
   ASSERT_NE(d, nullptr);
   while (dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    int64_t number;
-    if (name.size() > 4 && name.substr(name.size() - 4) == ".sst" &&
-        absl::SimpleAtoi(name.substr(0, name.size() - 4), &number) && number > newest_number) {
-      newest_number = number;
-      newest = PsStoreDir(1) + "/" + name;
-    }
+    if (absl::StartsWith(name, prefix) && absl::EndsWith(name, ".data")) newest = PsStoreDir(1) + "/" + name;
   }
   ::closedir(d);
-  ASSERT_FALSE(newest.empty());
+  ASSERT_FALSE(newest.empty()) << "no data file of step " << committed->step() << " in " << PsStoreDir(1);
   {
     std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(0, std::ios::end);

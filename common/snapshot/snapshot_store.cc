@@ -1,20 +1,31 @@
 #include "common/snapshot/snapshot_store.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <set>
+#include <thread>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/io/crc32c.h"
+#include "common/snapshot/data_file.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "proto/snapshot.pb.h"
@@ -30,6 +41,29 @@ std::string StepKey(int64_t step) { return absl::StrFormat("%020d", step); }
 std::string IndexKey(int64_t step) { return "i/" + StepKey(step); }
 std::string DataPrefix(int64_t step) { return "s/" + StepKey(step) + "/"; }
 std::string ChunkKey(const std::string& prefix, int chunk) { return absl::StrFormat("%s/%06d", prefix, chunk); }
+
+// Tensors this large have their checksum computed while they are written.
+constexpr int64_t kOverlapChecksumBytes = 1 << 20;
+
+constexpr absl::string_view kDataPrefix = "snapshot-";
+constexpr absl::string_view kDataSuffix = ".data";
+// A fresh name at every write: a step written again (after a recovery)
+// never overwrites the file its committed index still names.
+std::string NewDataFileName(int64_t step) {
+  thread_local absl::BitGen gen;  // names only need to differ
+  return absl::StrFormat("%s%020d-%016x%s", kDataPrefix, step, absl::Uniform<uint64_t>(gen), kDataSuffix);
+}
+// Only names of that shape are read or removed: an index is hostile input
+// and must not point outside the store's directory.
+bool IsDataFileName(absl::string_view name) {
+  return absl::StartsWith(name, kDataPrefix) && absl::EndsWith(name, kDataSuffix) &&
+         name.find('/') == absl::string_view::npos && name.size() == kDataPrefix.size() + 20 + 1 + 16 + kDataSuffix.size();
+}
+int64_t StepOfDataFile(absl::string_view name) {
+  int64_t step = -1;
+  if (!absl::SimpleAtoi(name.substr(kDataPrefix.size(), 20), &step)) return -1;
+  return step;
+}
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -50,6 +84,73 @@ absl::Status MakeDirs(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// The index of `step`, its checksum verified: NOT_FOUND without one,
+// DATA_LOSS (naming the step) if it does not verify or parse.
+absl::StatusOr<SnapshotIndex> ReadIndex(rocksdb::DB* db, const std::string& dir, int64_t step) {
+  std::string bytes;
+  rocksdb::Status rs = db->Get(rocksdb::ReadOptions(), IndexKey(step), &bytes);
+  if (rs.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat(dir, ": no complete snapshot of step ", step));
+  }
+  RETURN_IF_ERROR(FromRocks(rs, absl::StrCat(dir, ": index of step ", step)));
+  auto corrupt = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(dir, ": snapshot of step ", step, ": ", what));
+  };
+  if (bytes.size() < 4) return corrupt("truncated index");
+  uint32_t stored = 0;
+  for (int i = 3; i >= 0; --i) stored = (stored << 8) | static_cast<uint8_t>(bytes[bytes.size() - 4 + i]);
+  bytes.resize(bytes.size() - 4);
+  if (crc32c::Unmask(stored) != crc32c::Value(bytes.data(), bytes.size())) return corrupt("index checksum mismatch");
+  SnapshotIndex index;
+  if (!index.ParseFromString(bytes)) return corrupt("unparsable index");
+  if (!index.data_file().empty() && !IsDataFileName(index.data_file())) {
+    return corrupt(absl::StrCat("the index names a data file \"", absl::CEscape(index.data_file().substr(0, 64)),
+                                "\" of no valid shape"));
+  }
+  return index;
+}
+
+std::vector<int64_t> IndexedSteps(rocksdb::DB* db) {
+  std::vector<int64_t> steps;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("i/"); it->Valid() && it->key().starts_with("i/"); it->Next()) {
+    int64_t step;
+    if (absl::SimpleAtoi(it->key().ToString().substr(2), &step)) steps.push_back(step);
+  }
+  return steps;
+}
+
+// Removes the data files no index names: left by a write killed before its
+// index, a prune killed between index and file, or a step written again.
+// A file of a step whose index does not read is kept (Salvage sets the
+// whole store aside for inspection).
+void SweepOrphans(rocksdb::DB* db, const std::string& dir) {
+  std::set<std::string> named;
+  std::set<int64_t> unreadable;
+  for (int64_t step : IndexedSteps(db)) {
+    absl::StatusOr<SnapshotIndex> index = ReadIndex(db, dir, step);
+    if (index.ok()) {
+      named.insert(index->data_file());
+    } else {
+      unreadable.insert(step);
+    }
+  }
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> orphans;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (IsDataFileName(name) && !named.count(name) && !unreadable.count(StepOfDataFile(name))) {
+      orphans.push_back(name);
+    }
+  }
+  ::closedir(d);
+  for (const std::string& name : orphans) {
+    LOG(INFO) << "removing " << dir << "/" << name << ": no snapshot index names it";
+    ::unlink((dir + "/" + name).c_str());
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Open(const std::string& dir,
@@ -62,7 +163,10 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Open(const std::st
   o.compression = rocksdb::kNoCompression;  // float bytes hardly compress
   rocksdb::DB* db = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(o, dir, &db), absl::StrCat("opening snapshot store ", dir)));
-  return std::unique_ptr<SnapshotStore>(new SnapshotStore(dir, std::move(options), db));
+  // Only this process has the database open (RocksDB's LOCK), so no write
+  // is under way: any data file without an index is an orphan.
+  SweepOrphans(db, dir);
+  return std::unique_ptr<SnapshotStore>(new SnapshotStore(dir, std::move(options), db, /*read_only=*/false));
 }
 
 // RocksDB writes its info LOG into the database directory even when opened
@@ -81,16 +185,20 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::OpenReadOnly(const
   rocksdb::DB* db = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(o, dir, &db),
                             absl::StrCat("opening snapshot store ", dir, " read-only")));
-  return std::unique_ptr<SnapshotStore>(new SnapshotStore(dir, SnapshotStoreOptions(), db));
+  return std::unique_ptr<SnapshotStore>(new SnapshotStore(dir, SnapshotStoreOptions(), db, /*read_only=*/true));
 }
 
-SnapshotStore::~SnapshotStore() { delete db_; }
+SnapshotStore::~SnapshotStore() {
+  if (remover_.joinable()) remover_.join();
+  delete db_;
+}
 
 absl::Status SnapshotStore::CheckSpace(const PsSnapshot& snap) const {
   int64_t need = 16 << 20;  // RocksDB's log, manifest and table overhead
   for (const VariableState& st : snap.variables) {
-    need += st.value.TotalBytes() + (st.ids.IsValid() ? st.ids.TotalBytes() : 0);
-    for (const Tensor& slot : st.slots) need += slot.TotalBytes();
+    // A page of padding at most before each tensor in the data file.
+    need += st.value.TotalBytes() + 4096 + (st.ids.IsValid() ? st.ids.TotalBytes() + 4096 : 0);
+    for (const Tensor& slot : st.slots) need += slot.TotalBytes() + 4096;
   }
   struct statvfs fs;
   if (::statvfs(dir_.c_str(), &fs) != 0) return absl::OkStatus();  // cannot tell: let RocksDB try
@@ -102,10 +210,12 @@ absl::Status SnapshotStore::CheckSpace(const PsSnapshot& snap) const {
 }
 
 absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
+  if (read_only_) return absl::FailedPreconditionError(absl::StrCat(dir_, " is open read-only"));
   // Checked first, before RocksDB sees a full disk: Debian's RocksDB 7.8
   // aborts the process on an assertion when a write fails for want of space
   // (WritableFileWriter::AssertFalseAndGetStatusForPrevError), and a
   // daemon must not die of a full disk.
+  if (remover_.joinable()) remover_.join();  // space freed by the last prune counts
   RETURN_IF_ERROR(CheckSpace(snap));
   SnapshotIndex index;
   index.set_step(snap.step);
@@ -113,13 +223,20 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
   index.set_sync_step(snap.sync_step);
   for (int64_t s : snap.worker_next_step) index.add_worker_next_step(s);
   index.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+  const std::string name = NewDataFileName(snap.step);
+  const std::string path = absl::StrCat(dir_, "/", name);
+  DataFileOptions file_options;
+  file_options.direct_io = options_.direct_io;
+  ASSIGN_OR_RETURN(std::unique_ptr<DataFileWriter> file, DataFileWriter::Create(path, file_options));
+  // A write that fails leaves no file behind (one killed leaves an orphan
+  // for the next Open's sweep).
+  absl::Cleanup remove_file = [&file, &path] {
+    file.reset();
+    ::unlink(path.c_str());
+  };
   int64_t chunks_written = 0;
   int64_t total = 0;
-  const std::string prefix = DataPrefix(snap.step);
-  // The chunks skip the write-ahead log (it would write every byte twice);
-  // a flush makes them durable in table files before the synced index.
-  rocksdb::WriteOptions plain;
-  plain.disableWAL = true;
+  const int64_t piece = std::max<int64_t>(1, options_.chunk_bytes);
 
   auto put_tensor = [&](const Tensor& t, const std::string& key, SnapshotTensor* meta) -> absl::Status {
     meta->set_key(key);
@@ -128,12 +245,22 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
     const char* data = static_cast<const char*>(t.raw_data());
     const int64_t bytes = t.TotalBytes();
     meta->set_bytes(bytes);
-    meta->set_crc32c(crc32c::Value(data, bytes));
+    // The checksum of a large tensor is computed while its bytes go to the
+    // disk (a direct write leaves the CPU idle), not before.
+    uint32_t crc = 0;
+    std::thread checksum;
+    if (bytes >= kOverlapChecksumBytes) {
+      checksum = std::thread([&crc, data, bytes] { crc = crc32c::Value(data, bytes); });
+    } else {
+      crc = crc32c::Value(data, bytes);
+    }
+    absl::Cleanup join = [&checksum] {
+      if (checksum.joinable()) checksum.join();
+    };
     int chunk = 0;
-    for (int64_t off = 0; off < bytes || chunk == 0; off += options_.chunk_bytes, ++chunk) {
-      int64_t n = std::min<int64_t>(options_.chunk_bytes, bytes - off);
-      RETURN_IF_ERROR(FromRocks(db_->Put(plain, ChunkKey(key, chunk), rocksdb::Slice(data + off, n)),
-                                absl::StrCat("writing ", key)));
+    for (int64_t off = 0; off < bytes || chunk == 0; off += piece, ++chunk) {
+      ASSIGN_OR_RETURN(int64_t at, file->Append(data + off, std::min<int64_t>(piece, bytes - off)));
+      if (chunk == 0) meta->set_offset(at);
       ++chunks_written;
       if (options_.fault_pause_after_chunks > 0 && chunks_written == options_.fault_pause_after_chunks &&
           options_.on_fault_pause) {
@@ -142,6 +269,8 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
       if (bytes == 0) break;
     }
     meta->set_chunks(chunk == 0 ? 1 : chunk);
+    std::move(join).Invoke();
+    meta->set_crc32c(crc);
     total += bytes;
     return absl::OkStatus();
   };
@@ -151,7 +280,7 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
     SnapshotVariable* sv = index.add_variable();
     *sv->mutable_def() = st.def;
     sv->set_updates(st.updates);
-    std::string key = absl::StrCat(prefix, v);
+    std::string key = absl::StrCat(v);
     RETURN_IF_ERROR(put_tensor(st.value, key + "/value", sv->mutable_value()));
     for (size_t s = 0; s < st.slots.size(); ++s) {
       RETURN_IF_ERROR(put_tensor(st.slots[s], absl::StrCat(key, "/slot", s), sv->add_slot()));
@@ -159,9 +288,17 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
     if (st.ids.IsValid()) RETURN_IF_ERROR(put_tensor(st.ids, key + "/ids", sv->mutable_ids()));
   }
   index.set_bytes(total);
-  rocksdb::FlushOptions flush;
-  flush.wait = true;
-  RETURN_IF_ERROR(FromRocks(db_->Flush(flush), absl::StrCat("flushing the snapshot of step ", snap.step)));
+  // The file's bytes and size, then its name in the directory, are durable
+  // before the index that makes the snapshot exist.
+  RETURN_IF_ERROR(file->Finish());
+  index.set_data_file(name);
+  index.set_data_bytes(file->size());
+  file.reset();
+  RETURN_IF_ERROR(SyncDir(dir_));
+  // The copy this write replaces, if the step was written before: its file
+  // goes once the new index is committed.
+  std::string replaced;
+  if (absl::StatusOr<SnapshotIndex> old = ReadIndex(db_, dir_, snap.step); old.ok()) replaced = old->data_file();
   std::string bytes = index.SerializeAsString();
   uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()));
   for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
@@ -169,33 +306,39 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
   synced.sync = true;
   RETURN_IF_ERROR(FromRocks(db_->Put(synced, IndexKey(snap.step), bytes),
                             absl::StrCat("writing the index of step ", snap.step)));
+  std::move(remove_file).Cancel();
+  if (!replaced.empty() && replaced != name) ::unlink(absl::StrCat(dir_, "/", replaced).c_str());
   return total;
 }
 
 absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
-  std::string bytes;
-  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), IndexKey(step), &bytes);
-  if (rs.IsNotFound()) {
-    return absl::NotFoundError(absl::StrCat(dir_, ": no complete snapshot of step ", step));
-  }
-  RETURN_IF_ERROR(FromRocks(rs, absl::StrCat(dir_, ": index of step ", step)));
+  ASSIGN_OR_RETURN(SnapshotIndex index, ReadIndex(db_, dir_, step));
   auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(dir_, ": snapshot of step ", step, ": ", what));
   };
-  if (bytes.size() < 4) return corrupt("truncated index");
-  uint32_t stored = 0;
-  for (int i = 3; i >= 0; --i) stored = (stored << 8) | static_cast<uint8_t>(bytes[bytes.size() - 4 + i]);
-  bytes.resize(bytes.size() - 4);
-  if (crc32c::Unmask(stored) != crc32c::Value(bytes.data(), bytes.size())) return corrupt("index checksum mismatch");
-  SnapshotIndex index;
-  if (!index.ParseFromString(bytes)) return corrupt("unparsable index");
+  // The data file, for snapshots of the current format; -1 for the old one.
+  int fd = -1;
+  const std::string path = index.data_file().empty() ? "" : absl::StrCat(dir_, "/", index.data_file());
+  absl::Cleanup close_file = [&fd] {
+    if (fd >= 0) ::close(fd);
+  };
+  int64_t file_bytes = 0;
+  if (!path.empty()) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return corrupt(absl::StrCat(path, ": missing"));
+    if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return absl::UnavailableError(absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
+    file_bytes = st.st_size;
+    if (file_bytes != index.data_bytes()) {
+      return corrupt(absl::StrCat(path, ": ", file_bytes, " bytes, the index says ", index.data_bytes(),
+                                  file_bytes < index.data_bytes() ? " (truncated at offset " : " (grown at offset ",
+                                  std::min(file_bytes, index.data_bytes()), ")"));
+    }
+  }
 
-  auto get_tensor = [&](const SnapshotTensor& meta) -> absl::StatusOr<Tensor> {
-    ASSIGN_OR_RETURN(TensorShape shape, TensorShape::FromProto(meta.shape()));
-    if (DataTypeSize(meta.dtype()) == 0) return corrupt(absl::StrCat(meta.key(), ": bad dtype"));
-    Tensor t(meta.dtype(), shape);
-    if (static_cast<int64_t>(t.TotalBytes()) != meta.bytes()) return corrupt(absl::StrCat(meta.key(), ": size mismatch"));
-    char* out = static_cast<char*>(t.raw_data());
+  // Bytes of an old-format tensor: its chunks in RocksDB.
+  auto get_chunks = [&](const SnapshotTensor& meta, char* out) -> absl::Status {
     int64_t off = 0;
     std::string chunk;
     for (int c = 0; c < meta.chunks(); ++c) {
@@ -207,6 +350,34 @@ absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
     }
     if (off != meta.bytes()) return corrupt(absl::StrCat(meta.key(), ": truncated"));
     if (crc32c::Value(out, off) != meta.crc32c()) return corrupt(absl::StrCat(meta.key(), ": checksum mismatch"));
+    return absl::OkStatus();
+  };
+  // Bytes of a tensor in the data file.
+  auto get_range = [&](const SnapshotTensor& meta, char* out) -> absl::Status {
+    const std::string where = absl::StrCat(path, ": ", meta.key(), " at offset ", meta.offset());
+    absl::Status s = ReadFully(fd, path, meta.offset(), meta.bytes(), out);
+    if (!s.ok()) return s.code() == absl::StatusCode::kDataLoss ? corrupt(s.message()) : s;
+    if (crc32c::Value(out, meta.bytes()) != meta.crc32c()) return corrupt(absl::StrCat(where, ": checksum mismatch"));
+    return absl::OkStatus();
+  };
+  auto get_tensor = [&](const SnapshotTensor& meta) -> absl::StatusOr<Tensor> {
+    absl::StatusOr<TensorShape> shape = TensorShape::FromProto(meta.shape());
+    if (!shape.ok()) return corrupt(absl::StrCat(meta.key(), ": ", shape.status().message()));
+    const int64_t size = DataTypeSize(meta.dtype());
+    if (size == 0) return corrupt(absl::StrCat(meta.key(), ": bad dtype"));
+    // Checked before allocating: a bad index must not ask for terabytes.
+    if (shape->num_elements() > std::numeric_limits<int64_t>::max() / size ||
+        shape->num_elements() * size != meta.bytes()) {
+      return corrupt(absl::StrCat(meta.key(), ": size mismatch"));
+    }
+    if (!path.empty() &&
+        (meta.offset() < 0 || meta.offset() > file_bytes || meta.bytes() > file_bytes - meta.offset())) {
+      return corrupt(absl::StrCat(path, ": ", meta.key(), " at offset ", meta.offset(), ", ", meta.bytes(),
+                                  " bytes: past the end of the file (", file_bytes, " bytes)"));
+    }
+    Tensor t(meta.dtype(), *shape);
+    char* out = static_cast<char*>(t.raw_data());
+    RETURN_IF_ERROR(path.empty() ? get_chunks(meta, out) : get_range(meta, out));
     return t;
   };
 
@@ -232,15 +403,7 @@ absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
   return snap;
 }
 
-std::vector<int64_t> SnapshotStore::Steps() const {
-  std::vector<int64_t> steps;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek("i/"); it->Valid() && it->key().starts_with("i/"); it->Next()) {
-    int64_t step;
-    if (absl::SimpleAtoi(it->key().ToString().substr(2), &step)) steps.push_back(step);
-  }
-  return steps;
-}
+std::vector<int64_t> SnapshotStore::Steps() const { return IndexedSteps(db_); }
 
 absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Salvage(std::unique_ptr<SnapshotStore> corrupt,
                                                                       std::string* report) {
@@ -283,6 +446,7 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Reopen(std::unique
 }
 
 absl::Status SnapshotStore::Prune(int keep, int64_t protect) {
+  if (read_only_) return absl::FailedPreconditionError(absl::StrCat(dir_, " is open read-only"));
   std::vector<int64_t> steps = Steps();
   // The step just written stays whatever its number: after a rollback the
   // store may hold higher-numbered snapshots of an abandoned run, and
@@ -291,10 +455,25 @@ absl::Status SnapshotStore::Prune(int keep, int64_t protect) {
   if (protect >= 0) keep = std::max(0, keep - 1);
   rocksdb::WriteOptions synced;
   synced.sync = true;
+  if (remover_.joinable()) remover_.join();
+  std::vector<std::string> unlink;
+  // Started on every path out, once the indexes are gone.
+  absl::Cleanup remove_files = [this, &unlink] {
+    if (unlink.empty()) return;
+    remover_ = std::thread([files = std::move(unlink)] {
+      for (const std::string& f : files) ::unlink(f.c_str());
+    });
+  };
   for (size_t i = 0; i + keep < steps.size(); ++i) {
-    // The index goes first: a crash mid-prune leaves data without an index,
-    // never an index without its data.
+    // The index goes first: a crash mid-prune leaves data without an index
+    // (swept at the next Open), never an index without its data.
+    absl::StatusOr<SnapshotIndex> index = ReadIndex(db_, dir_, steps[i]);
     RETURN_IF_ERROR(FromRocks(db_->Delete(synced, IndexKey(steps[i])), "pruning an index"));
+    if (index.ok() && !index->data_file().empty()) {
+      unlink.push_back(absl::StrCat(dir_, "/", index->data_file()));
+      continue;
+    }
+    // The old format's chunks.
     std::string begin = DataPrefix(steps[i]);
     std::string end = begin.substr(0, begin.size() - 1) + "0";  // '/' + 1
     RETURN_IF_ERROR(FromRocks(db_->DeleteRange(rocksdb::WriteOptions(), db_->DefaultColumnFamily(), begin, end),
