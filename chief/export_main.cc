@@ -21,7 +21,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "chief/export_formats/checkpoint_variables.h"
+#include "common/checkpoint/checkpoint_variables.h"
 #include "chief/export_formats/keras_checkpoint.h"
 #include "chief/export_formats/onnx_export.h"
 #include "common/plan/job_planner.h"
@@ -103,7 +103,7 @@ absl::Status Export() {
   }
   if (absl::GetFlag(FLAGS_evaluate)) {
     ASSIGN_OR_RETURN(JobPlan plan, PlanJob(job, 1));
-    ASSIGN_OR_RETURN(auto metrics, MakeEvaluator(job, plan)(ckpt.values));
+    ASSIGN_OR_RETURN(auto metrics, MakeEvaluator(job, plan)(ckpt.values, RowReader()));
     std::string line = "psrt evaluation:";
     for (const auto& [k, v] : metrics) absl::StrAppend(&line, " ", k, "=", absl::StrFormat("%.6f", v));
     std::printf("%s\n", line.c_str());
