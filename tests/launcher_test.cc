@@ -1,5 +1,6 @@
 // The local launcher end to end: a short job on a real local cluster, a PS
-// killed mid-run, the summary's accuracy and failures, and no child left.
+// killed mid-run, the summary's accuracy and failures, and no child left;
+// the evaluator task beside training, read back with TensorBoard's reader.
 #include <dirent.h>
 #include <signal.h>
 
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/plan/job_planner.h"
+#include "common/testing/python_tool.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -112,6 +114,65 @@ TEST(LauncherTest, TrainsAndRecoversUnderTlsAndRoleTokens) {
     EXPECT_EQ(line.find("PERMISSION_DENIED"), std::string::npos) << line;
     EXPECT_EQ(line.find("may not call"), std::string::npos) << line;
   }
+  EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
+}
+
+// --evaluator: the evaluator follows the committed checkpoints while the
+// job trains; TensorBoard's own reader finds its accuracy at several
+// steps, the last one the chief's final checkpoint with the chief's final
+// accuracy (the same weights, the same test examples); its /metrics
+// answers while it runs and passes Prometheus' linter.
+TEST(LauncherTest, TheEvaluatorFollowsCheckpointsIntoTensorBoard) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/evaluator");
+  const std::string job_path = WriteMlpJob(dir, 3000, 500, 2000);
+  ASSERT_FALSE(job_path.empty());
+  auto launcher = testing::Daemon::Start(
+      "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir,
+                   "--ps=2", "--workers=1", "--evaluator"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  std::string url = (*launcher)->WaitForMatch("evaluator: metrics http://localhost:[0-9]+/metrics", absl::Minutes(2));
+  ASSERT_FALSE(url.empty());
+  httplib::Client http("127.0.0.1", std::stoi(url.substr(url.find("localhost:") + 10)));
+  // Its first evaluation (the chief's base checkpoint at step 0 comes first).
+  ASSERT_TRUE((*launcher)->WaitForLine("evaluator: evaluated step", absl::Minutes(2)));
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("psrt_evaluator_metric{name=\"accuracy\"} "), std::string::npos) << metrics->body;
+  EXPECT_EQ(metrics->body.find("psrt_evaluator_evaluated_total 0\n"), std::string::npos) << metrics->body;
+  std::string path = dir + "-evaluator-metrics.txt";
+  std::ofstream(path) << metrics->body;
+  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + path).c_str()), 0);
+
+  auto status = (*launcher)->Wait(absl::Minutes(4));
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
+  EXPECT_TRUE((*launcher)->WaitForLine("the job is finished; last checkpoint evaluated: step 3000", absl::Seconds(1)));
+  EXPECT_TRUE((*launcher)->WaitForLine(" 0 failed; last step 3000", absl::Seconds(1)));
+
+  std::ifstream in(dir + "/summary.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string summary = ss.str();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)"))) << summary;
+  const double chief_accuracy = std::stod(m[1]);
+
+  const std::string scalars = dir + "-evaluator-scalars.txt";
+  ASSERT_TRUE(testing::RunPythonTool("tests/tools/read_events.py", {dir + "/logs/evaluator"}, scalars).ok());
+  std::ifstream events(scalars);
+  std::vector<std::pair<int64_t, double>> accuracy;  // (step, value), as the reader orders them
+  std::string tag;
+  int64_t step;
+  double value;
+  while (events >> tag >> step >> value) {
+    if (tag == "eval/accuracy") accuracy.emplace_back(step, value);
+  }
+  ASSERT_GE(accuracy.size(), 3u) << "evaluated fewer than 3 checkpoints, see " << scalars;
+  for (size_t i = 1; i < accuracy.size(); ++i) EXPECT_LT(accuracy[i - 1].first, accuracy[i].first);
+  EXPECT_EQ(accuracy.back().first, 3000);
+  EXPECT_NEAR(accuracy.back().second, chief_accuracy, 1e-4) << summary;
+  EXPECT_GT(accuracy.back().second, accuracy.front().second);  // training shows in the curve
   EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
 }
 
