@@ -8,6 +8,8 @@
 #include "common/graph/model_compiler.h"
 #include "common/plan/job_planner.h"
 #include "common/snapshot/snapshot_store.h"
+#include "common/store/variable.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -168,6 +170,135 @@ TEST_F(CheckpointEvaluatorTest, WaitsForAChiefThatHasNotStartedUntilStopped) {
   EXPECT_TRUE(returned);
   EXPECT_EQ((*evaluator)->Status().evaluated, 0);
   EXPECT_FALSE((*evaluator)->Status().job_finished);
+}
+
+// Rows `keep` of a hash table's state (value, slots and ids).
+VariableState HashRows(const VariableState& all, const std::vector<int64_t>& keep) {
+  VariableState out;
+  out.def = all.def;
+  out.updates = all.updates;
+  const int64_t dim = all.value.shape().dim(1), n = static_cast<int64_t>(keep.size());
+  auto pick = [&](const Tensor& from) {
+    Tensor t(DT_FLOAT, TensorShape({n, dim}));
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(t.data<float>() + i * dim, from.data<float>() + keep[i] * dim, dim * sizeof(float));
+    }
+    return t;
+  };
+  out.value = pick(all.value);
+  for (const Tensor& slot : all.slots) out.slots.push_back(pick(slot));
+  out.ids = Tensor(DT_INT64, TensorShape({n}));
+  for (int64_t i = 0; i < n; ++i) out.ids.data<int64_t>()[i] = all.ids.data<int64_t>()[keep[i]];
+  return out;
+}
+
+// A hash embedding table split by id across two stores: the evaluator's
+// rows are the trained ones for ids the checkpoint has, and the initial
+// ones (same initializer, same seed) for ids training never made, exactly
+// as the live table answers a read-only pull.
+TEST_F(CheckpointEvaluatorTest, HashTableRowsComeFromTheCheckpointAndUnseenIdsFromTheInitializer) {
+  {
+    std::ofstream data(dir_ + ".svm");
+    for (int e = 0; e < 40; ++e) data << (e % 3 == 0) << " " << e << ":1 " << (e * 7) % 100 << ":1 " << 60 + e % 40 << ":1\n";
+  }
+  TrainingJob job;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(name: "hash"
+           model {
+             sequential {
+               layer { name: "bag" inputs: "ids" embedding_bag { input_dim: 0 output_dim: 4 combiner: SUM } }
+               layer { dense { units: 1 } }
+             }
+             loss { kind: SIGMOID_CROSS_ENTROPY }
+             metric: "accuracy"
+           }
+           input { format: LIBSVM batch_size: 8 feature { name: "ids" kind: SPARSE } }
+           optimizer { adagrad { learning_rate: 0.1 } }
+           steps: 10 seed: 5)pb",
+      &job));
+  job.mutable_input()->mutable_train()->add_files(dir_ + ".svm");
+  job.mutable_input()->mutable_test()->add_files(dir_ + ".svm");
+  auto model = CompileModel(job);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto optimizer = Optimizer::Create(job.optimizer());
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+
+  // The live table: ids 0..49 made and trained a step; 50..99 never seen.
+  std::unique_ptr<Variable> table;
+  PsSnapshot ps0, ps1;
+  ps0.step = ps1.step = 10;
+  std::map<std::string, Tensor> dense;
+  for (const VariableDef& def : model->variables) {
+    if (def.kind() != VariableDef::HASH_TABLE) {
+      Tensor t = Tensor::Zeros(DT_FLOAT, *TensorShape::FromProto(def.shape()));
+      for (int64_t i = 0; i < t.NumElements(); ++i) t.data<float>()[i] = 0.3f * std::cos(1.3f * i);
+      dense[def.name()] = t;
+      VariableState st;
+      st.def = def;
+      st.value = t;
+      st.slots = {Tensor::Zeros(DT_FLOAT, t.shape())};
+      ps0.variables.push_back(st);
+      continue;
+    }
+    auto made = Variable::Create(def, optimizer->get());
+    ASSERT_TRUE(made.ok()) << made.status();
+    table = *std::move(made);
+    Tensor ids(DT_INT64, TensorShape({50}));
+    for (int64_t i = 0; i < 50; ++i) ids.data<int64_t>()[i] = i;
+    Tensor grads(DT_FLOAT, TensorShape({50, def.shape().dim(1)}));
+    for (int64_t i = 0; i < grads.NumElements(); ++i) grads.data<float>()[i] = (i % 5) - 2.0f;
+    ASSERT_TRUE(table->ApplyRows(ids, grads).ok());
+    VariableState all = table->CopyState();
+    std::vector<int64_t> shard[2];
+    for (int64_t r = 0; r < all.ids.NumElements(); ++r) shard[HashShardOf(all.ids.data<int64_t>()[r], 2)].push_back(r);
+    for (int k = 0; k < 2; ++k) {
+      VariableState piece = HashRows(all, shard[k]);
+      piece.def.set_hash_shard(k);
+      piece.def.set_hash_shards(2);
+      (k == 0 ? ps0 : ps1).variables.push_back(piece);
+    }
+  }
+  ASSERT_NE(table, nullptr);
+  CheckpointManifest m;
+  m.set_step(10);
+  for (auto [path, snap] : {std::pair{"ps-0", &ps0}, {"ps-1", &ps1}}) {
+    auto store = SnapshotStore::Open(dir_ + "/" + path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Write(*snap).ok());
+    m.add_shard()->set_path(path);
+  }
+  ASSERT_TRUE(ManifestStore(dir_).Commit(m).ok());
+
+  CheckpointEvaluatorOptions o = Options();
+  o.job = job;
+  auto evaluator = CheckpointEvaluator::Create(o);
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  auto got = (*evaluator)->EvaluateStep(10);
+  ASSERT_TRUE(got.ok()) << got.status();
+
+  auto plan = PlanJob(job, 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string name = model->variables[0].name();
+  auto live = MakeEvaluator(job, *plan, 1)(dense, [&](const std::string& t, const Tensor& ids) -> absl::StatusOr<Tensor> {
+    EXPECT_EQ(t, name);
+    return table->ReadRows(ids, nullptr, /*make_rows=*/false);
+  });
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(got->at("examples"), 40);
+  EXPECT_NEAR(got->at("loss"), live->at("loss"), 1e-6);
+  EXPECT_EQ(got->at("accuracy"), live->at("accuracy"));
+  // Zero rows for the unseen ids would be another model: the test can tell.
+  auto zeros = MakeEvaluator(job, *plan, 1)(dense, [&](const std::string&, const Tensor& ids) -> absl::StatusOr<Tensor> {
+    auto rows = table->ReadRows(ids, nullptr, false);
+    for (int64_t i = 0; rows.ok() && i < ids.NumElements(); ++i) {
+      if (ids.data<int64_t>()[i] >= 50) {
+        for (int64_t d = 0; d < rows->shape().dim(1); ++d) rows->data<float>()[i * rows->shape().dim(1) + d] = 0;
+      }
+    }
+    return rows;
+  });
+  ASSERT_TRUE(zeros.ok()) << zeros.status();
+  EXPECT_GT(std::abs(zeros->at("loss") - got->at("loss")), 1e-4);
 }
 
 TEST_F(CheckpointEvaluatorTest, AJobWithoutATestSplitIsRefused) {
