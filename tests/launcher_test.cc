@@ -46,6 +46,35 @@ std::string WriteMlpJob(const std::string& dir, int64_t steps, int64_t every, in
   return testing::WriteJobFile(*job, dir + ".pbtxt");
 }
 
+// The port of the first line the launcher prints matching `pattern` (whose
+// URL names localhost:PORT), or 0 after `timeout`.
+int PrintedPort(testing::Daemon* launcher, const std::string& pattern, absl::Duration timeout) {
+  std::string line = launcher->WaitForMatch(pattern, timeout);
+  size_t at = line.find("localhost:");
+  return at == std::string::npos ? 0 : std::stoi(line.substr(at + 10));
+}
+
+// The /metrics page on `port`, saved to `path` and passed through
+// Prometheus' own linter; "" (and a failure) if nothing answers.
+std::string LintedMetrics(int port, const std::string& path) {
+  httplib::Client http("127.0.0.1", port);
+  auto metrics = http.Get("/metrics");
+  if (!metrics || metrics->status != 200) {
+    ADD_FAILURE() << "no /metrics on port " << port;
+    return "";
+  }
+  std::ofstream(path) << metrics->body;
+  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + path).c_str()), 0) << metrics->body;
+  return metrics->body;
+}
+
+std::string ReadSummary(const std::string& dir) {
+  std::ifstream in(dir + "/summary.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/launcher");
   const std::string job_path = WriteMlpJob(dir, 1500, 200, 2000);
@@ -56,26 +85,16 @@ TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
                    "--ps=2", "--workers=1", "--kill=ps:1@400"});
   ASSERT_TRUE(launcher.ok()) << launcher.status();
   // The chief's /metrics, live, passes Prometheus' own linter.
-  std::string page = (*launcher)->WaitForMatch("status page http://localhost:[0-9]+/", absl::Minutes(3));
-  ASSERT_FALSE(page.empty());
-  int port = std::stoi(page.substr(page.find("localhost:") + 10));
-  httplib::Client http("127.0.0.1", port);
-  auto metrics = http.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("psrt_step "), std::string::npos) << metrics->body;
-  std::string path = dir + "-metrics.txt";
-  std::ofstream(path) << metrics->body;
-  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + path).c_str()), 0);
+  int port = PrintedPort(launcher->get(), "status page http://localhost:[0-9]+/", absl::Minutes(3));
+  ASSERT_NE(port, 0);
+  EXPECT_NE(LintedMetrics(port, dir + "-metrics.txt").find("psrt_step "), std::string::npos);
   ASSERT_TRUE((*launcher)->WaitForLine("killed ps:1 with SIGKILL", absl::Minutes(3)));
   ASSERT_TRUE((*launcher)->WaitForLine("recovered to the checkpoint", absl::Minutes(2)));
   auto status = (*launcher)->Wait(absl::Minutes(5));
   ASSERT_TRUE(status.ok());
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
 
-  std::ifstream in(dir + "/summary.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string summary = ss.str();
+  std::string summary = ReadSummary(dir);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)"))) << summary;
   EXPECT_GT(std::stod(m[1]), 0.75) << summary;
@@ -101,11 +120,8 @@ TEST(LauncherTest, TrainsAndRecoversUnderTlsAndRoleTokens) {
   auto status = (*launcher)->Wait(absl::Minutes(5));
   ASSERT_TRUE(status.ok());
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
-  std::ifstream in(dir + "/summary.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
   std::smatch m;
-  std::string summary = ss.str();
+  std::string summary = ReadSummary(dir);
   ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"failures_survived\": ([0-9]+)"))) << summary;
   EXPECT_EQ(std::stoi(m[1]), 1) << summary;
   std::ifstream log(dir + "/cluster.log");
@@ -130,19 +146,13 @@ TEST(LauncherTest, TheEvaluatorFollowsCheckpointsIntoTensorBoard) {
       "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir,
                    "--ps=2", "--workers=1", "--evaluator"});
   ASSERT_TRUE(launcher.ok()) << launcher.status();
-  std::string url = (*launcher)->WaitForMatch("evaluator: metrics http://localhost:[0-9]+/metrics", absl::Minutes(2));
-  ASSERT_FALSE(url.empty());
-  httplib::Client http("127.0.0.1", std::stoi(url.substr(url.find("localhost:") + 10)));
+  int port = PrintedPort(launcher->get(), "evaluator: metrics http://localhost:[0-9]+/metrics", absl::Minutes(2));
+  ASSERT_NE(port, 0);
   // Its first evaluation (the chief's base checkpoint at step 0 comes first).
   ASSERT_TRUE((*launcher)->WaitForLine("evaluator: evaluated step", absl::Minutes(2)));
-  auto metrics = http.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_EQ(metrics->status, 200);
-  EXPECT_NE(metrics->body.find("psrt_evaluator_metric{name=\"accuracy\"} "), std::string::npos) << metrics->body;
-  EXPECT_EQ(metrics->body.find("psrt_evaluator_evaluated_total 0\n"), std::string::npos) << metrics->body;
-  std::string path = dir + "-evaluator-metrics.txt";
-  std::ofstream(path) << metrics->body;
-  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + path).c_str()), 0);
+  std::string metrics = LintedMetrics(port, dir + "-evaluator-metrics.txt");
+  EXPECT_NE(metrics.find("psrt_evaluator_metric{name=\"accuracy\"} "), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("psrt_evaluator_evaluated_total 0\n"), std::string::npos) << metrics;
 
   auto status = (*launcher)->Wait(absl::Minutes(4));
   ASSERT_TRUE(status.ok());
@@ -150,10 +160,7 @@ TEST(LauncherTest, TheEvaluatorFollowsCheckpointsIntoTensorBoard) {
   EXPECT_TRUE((*launcher)->WaitForLine("the job is finished; last checkpoint evaluated: step 3000", absl::Seconds(1)));
   EXPECT_TRUE((*launcher)->WaitForLine(" 0 failed; last step 3000", absl::Seconds(1)));
 
-  std::ifstream in(dir + "/summary.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string summary = ss.str();
+  std::string summary = ReadSummary(dir);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)"))) << summary;
   const double chief_accuracy = std::stod(m[1]);

@@ -52,11 +52,6 @@ ABSL_FLAG(int, nice, 10, "Lower this process's CPU priority by this much (0 = le
 namespace psrt {
 namespace {
 
-std::string Resolve(const std::string& path) {
-  if (path.empty() || path[0] == '/' || !std::getenv("BUILD_WORKING_DIRECTORY")) return path;
-  return absl::StrCat(std::getenv("BUILD_WORKING_DIRECTORY"), "/", path);
-}
-
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
@@ -72,18 +67,18 @@ int Main(int argc, char** argv) {
     }
   }
   if (absl::GetFlag(FLAGS_job).empty()) return ExitWithError(absl::InvalidArgumentError("--job=FILE is required"));
-  absl::StatusOr<TrainingJob> job = LoadJob(Resolve(absl::GetFlag(FLAGS_job)));
+  absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)));
   if (!job.ok()) return ExitWithError(job.status());
   if (absl::GetFlag(FLAGS_poll_ms) <= 0) return ExitWithError(absl::InvalidArgumentError("--poll_ms must be > 0"));
 
   CheckpointEvaluatorOptions o;
   o.job = *job;
-  o.checkpoint_dir = Resolve(absl::GetFlag(FLAGS_checkpoint_dir));
+  o.checkpoint_dir = UserPath(absl::GetFlag(FLAGS_checkpoint_dir));
   if (o.checkpoint_dir.empty()) o.checkpoint_dir = job->checkpoint().dir();
   if (o.checkpoint_dir.empty()) {
     return ExitWithError(absl::InvalidArgumentError("no checkpoint directory: --checkpoint_dir or checkpoint.dir"));
   }
-  const std::string snapshot_dir = Resolve(absl::GetFlag(FLAGS_snapshot_dir));
+  const std::string snapshot_dir = UserPath(absl::GetFlag(FLAGS_snapshot_dir));
   if (!snapshot_dir.empty()) {
     // As the PS names its store for a checkpoint: the directory's last component.
     std::string name = std::filesystem::path(std::string(absl::StripSuffix(o.checkpoint_dir, "/"))).filename();
@@ -97,8 +92,9 @@ int Main(int argc, char** argv) {
   };
 
   std::unique_ptr<EventWriter> events;
-  std::string log_dir = Resolve(absl::GetFlag(FLAGS_tensorboard_dir));
+  std::string log_dir = absl::GetFlag(FLAGS_tensorboard_dir);
   if (log_dir.empty() && !job->log_dir().empty()) log_dir = job->log_dir() + "/evaluator";
+  log_dir = UserPath(log_dir);
   if (!log_dir.empty()) {
     absl::StatusOr<std::unique_ptr<EventWriter>> w = EventWriter::Create(log_dir);
     if (!w.ok()) return ExitWithError(w.status());
