@@ -391,7 +391,15 @@ int Run(int argc, char** argv) {
         continue;
       }
       launcher.Say(absl::StrCat(TaskName(c.task), " died: ", DescribeWaitStatus(*status)));
-      if (++c.restarts > absl::GetFlag(FLAGS_max_restarts)) {
+      if (++c.restarts > absl::GetFlag(FLAGS_max_restarts) && c.task.job() == kEvaluatorJob) {
+        // Training does not need the evaluator: it goes on without one.
+        launcher.Say(absl::StrCat("giving up on ", TaskName(c.task), " (died ", c.restarts,
+                                  " times); training goes on without it"));
+        c.process.reset();
+        c.finished = true;
+        continue;
+      }
+      if (c.restarts > absl::GetFlag(FLAGS_max_restarts)) {
         launcher.Say(absl::StrCat("giving up: ", TaskName(c.task), " died ", c.restarts, " times"));
         exit_code = 1;
         break;

@@ -91,7 +91,21 @@ int Main(int argc, char** argv) {
     LOG(INFO) << line;
   };
 
+  // Events are written from Run()'s thread once the writer exists; it is
+  // made after the job is accepted, so a refused one leaves no empty file.
   std::unique_ptr<EventWriter> events;
+  o.on_metrics = [&events](int64_t step, const std::map<std::string, float>& metrics) {
+    if (!events) return;
+    for (const auto& [name, value] : metrics) {
+      if (name == "examples") continue;
+      absl::Status s = events->AddScalar("eval/" + name, step, value);
+      if (!s.ok()) LOG(WARNING) << "TensorBoard events: " << s;
+    }
+    absl::Status s = events->Flush();
+    if (!s.ok()) LOG(WARNING) << "TensorBoard events: " << s;
+  };
+  absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> evaluator = CheckpointEvaluator::Create(o);
+  if (!evaluator.ok()) return ExitWithError(evaluator.status());
   std::string log_dir = absl::GetFlag(FLAGS_tensorboard_dir);
   if (log_dir.empty() && !job->log_dir().empty()) log_dir = job->log_dir() + "/evaluator";
   log_dir = UserPath(log_dir);
@@ -100,18 +114,7 @@ int Main(int argc, char** argv) {
     if (!w.ok()) return ExitWithError(w.status());
     events = *std::move(w);
     std::cout << "evaluator: TensorBoard events " << events->path() << std::endl;
-    o.on_metrics = [&events](int64_t step, const std::map<std::string, float>& metrics) {
-      for (const auto& [name, value] : metrics) {
-        if (name == "examples") continue;
-        absl::Status s = events->AddScalar("eval/" + name, step, value);
-        if (!s.ok()) LOG(WARNING) << "TensorBoard events: " << s;
-      }
-      absl::Status s = events->Flush();
-      if (!s.ok()) LOG(WARNING) << "TensorBoard events: " << s;
-    };
   }
-  absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> evaluator = CheckpointEvaluator::Create(o);
-  if (!evaluator.ok()) return ExitWithError(evaluator.status());
 
   std::unique_ptr<HttpServer> http;
   if (absl::GetFlag(FLAGS_http_port) > 0) {
