@@ -14,8 +14,10 @@
 // the chief's job is finished and its final checkpoint evaluated, or on
 // SIGTERM/SIGINT.
 //
-// A spec or TF_CONFIG is optional (the evaluator needs no peer's address);
-// when one is given, the task must be of the `evaluator` job.
+// A spec or TF_CONFIG is optional (the evaluator needs no peer's address):
+// a valid one must name an `evaluator` task; one that does not parse as a
+// training cluster (TensorFlow's evaluator-only cluster) is logged and
+// passed over.
 #include <sys/resource.h>
 
 #include <cerrno>
@@ -59,9 +61,14 @@ int Main(int argc, char** argv) {
              "Usage: evaluator --job=JOB.pbtxt --checkpoint_dir=DIR [--snapshot_dir=ROOT] "
              "[--tensorboard_dir=LOGS] [--http_port=N]");
   if (!absl::GetFlag(FLAGS_cluster_spec).empty() || std::getenv("TF_CONFIG") != nullptr) {
+    // What TensorFlow and Kubeflow give an evaluator often is no whole
+    // training cluster: only {"evaluator": [...]}, or the training tasks
+    // without the evaluator itself. It needs no peer's address, so such a
+    // spec is named and passed over; a valid one must name an evaluator.
     absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
-    if (!config.ok()) return ExitWithError(config.status());
-    if (config->task.job() != kEvaluatorJob) {
+    if (!config.ok()) {
+      LOG(WARNING) << "not using the cluster spec (the evaluator needs no peer): " << config.status().message();
+    } else if (config->task.job() != kEvaluatorJob) {
       return ExitWithError(absl::InvalidArgumentError(
           absl::StrCat("task ", TaskName(config->task), ": this is the evaluator (task type \"evaluator\")")));
     }
