@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "chief/checkpoint_manifest.h"
+#include "common/checkpoint/checkpoint_manifest.h"
 #include "common/snapshot/snapshot_store.h"
 
 ABSL_FLAG(int64_t, step, -1, "A committed step to look into (default: list them all).");

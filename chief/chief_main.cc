@@ -47,11 +47,6 @@ ABSL_FLAG(int, fault_kill_before_commit, 0,
 namespace psrt {
 namespace {
 
-std::string Resolve(const std::string& path) {
-  if (path.empty() || path[0] == '/' || !std::getenv("BUILD_WORKING_DIRECTORY")) return path;
-  return absl::StrCat(std::getenv("BUILD_WORKING_DIRECTORY"), "/", path);
-}
-
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
@@ -64,7 +59,7 @@ int Main(int argc, char** argv) {
     return ExitWithError(absl::InvalidArgumentError(absl::StrCat("--task=", TaskName(config->task), ": this is the chief")));
   }
   if (absl::GetFlag(FLAGS_job).empty()) return ExitWithError(absl::InvalidArgumentError("--job=FILE is required"));
-  absl::StatusOr<TrainingJob> job = LoadJob(Resolve(absl::GetFlag(FLAGS_job)));
+  absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)));
   if (!job.ok()) return ExitWithError(job.status());
 
   const uint64_t incarnation = NewIncarnationId();
@@ -84,7 +79,7 @@ int Main(int argc, char** argv) {
   CoordinatorOptions o;
   o.job = *job;
   o.cluster = config->cluster;
-  o.checkpoint_dir = Resolve(absl::GetFlag(FLAGS_checkpoint_dir));
+  o.checkpoint_dir = UserPath(absl::GetFlag(FLAGS_checkpoint_dir));
   o.restore = absl::GetFlag(FLAGS_restore);
   o.incarnation = incarnation;
   o.fault_kill_before_commit = absl::GetFlag(FLAGS_fault_kill_before_commit);
@@ -95,7 +90,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<EventWriter> events;
   std::string log_dir = absl::GetFlag(FLAGS_tensorboard_dir).empty() ? job->log_dir() : absl::GetFlag(FLAGS_tensorboard_dir);
   if (!log_dir.empty()) {
-    absl::StatusOr<std::unique_ptr<EventWriter>> w = EventWriter::Create(Resolve(log_dir));
+    absl::StatusOr<std::unique_ptr<EventWriter>> w = EventWriter::Create(UserPath(log_dir));
     if (!w.ok()) return ExitWithError(w.status());
     events = *std::move(w);
     LOG(INFO) << "TensorBoard events: " << events->path();
@@ -155,7 +150,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<JobSummary> summary = coordinator.Run();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (!summary.ok()) return ExitWithError(summary.status());
-  std::string path = Resolve(absl::GetFlag(FLAGS_summary));
+  std::string path = UserPath(absl::GetFlag(FLAGS_summary));
   if (path.empty()) path = job->summary_path();
   if (!path.empty()) {
     std::ofstream(path) << summary->ToJson();

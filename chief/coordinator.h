@@ -47,7 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "chief/checkpoint_manifest.h"
+#include "common/checkpoint/checkpoint_manifest.h"
 #include "chief/cluster_clients.h"
 #include "common/plan/job_plan.h"
 #include "common/plan/job_planner.h"

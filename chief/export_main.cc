@@ -21,7 +21,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "chief/export_formats/checkpoint_variables.h"
+#include "common/checkpoint/checkpoint_variables.h"
 #include "chief/export_formats/keras_checkpoint.h"
 #include "chief/export_formats/onnx_export.h"
 #include "common/plan/job_planner.h"

@@ -11,6 +11,11 @@ TaskRegistry::TaskRegistry(const ClusterSpec& cluster, absl::Duration heartbeat_
     : timeout_(heartbeat_timeout), env_(env) {
   absl::MutexLock lock(&mu_);
   for (const TaskId& t : cluster.AllTasks()) {
+    // An evaluator (TensorFlow's `evaluator` job) follows committed
+    // checkpoints on disk and never registers: waiting for it would hold
+    // the job forever, and a heartbeat from it is refused as from a task
+    // not in the spec.
+    if (t.job() == kEvaluatorJob) continue;
     TaskState s;
     *s.info.mutable_task() = t;
     s.info.set_address(*cluster.AddressOf(t));

@@ -135,5 +135,17 @@ TEST(TaskRegistryTest, WaitForAllListsTheMissingOrReturnsWhenTheyCome) {
   EXPECT_TRUE(r.Missing().empty());
 }
 
+TEST(TaskRegistryTest, AnEvaluatorInTheSpecIsNeitherWaitedForNorRegistered) {
+  TaskRegistry r(*ClusterSpec::FromJson(
+                     R"({"chief": ["h:1"], "ps": ["h:2"], "worker": ["h:3"], "evaluator": ["h:5"]})", "test"),
+                 absl::Seconds(10));
+  for (const auto& [task, incarnation] : {std::pair{"chief:0", 1}, {"ps:0", 2}, {"worker:0", 3}}) {
+    ASSERT_TRUE(r.Register(Info(task, incarnation)).ok());
+  }
+  EXPECT_TRUE(r.WaitForAll(absl::Milliseconds(50)).ok());
+  EXPECT_TRUE(r.Missing().empty());
+  EXPECT_EQ(r.Register(Info("evaluator:0", 4)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace psrt

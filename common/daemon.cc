@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/protobuf_log_limit.h"
 #include "glog/logging.h"
 
@@ -103,6 +104,12 @@ std::string ListenAddressFor(const std::string& address) {
   in_addr v4;
   if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return address;
   return "0.0.0.0:" + port;
+}
+
+std::string UserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
 }
 
 }  // namespace psrt

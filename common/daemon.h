@@ -53,6 +53,11 @@ int WaitForTerminationSignal();
 // service name may not be bindable inside the pod).
 std::string ListenAddressFor(const std::string& address);
 
+// A path from the command line: relative ones are taken from the directory
+// `bazel run` was started in (BUILD_WORKING_DIRECTORY), not the runfiles
+// tree it runs the binary in. Empty and absolute paths come back as given.
+std::string UserPath(const std::string& path);
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_DAEMON_H_

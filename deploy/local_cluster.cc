@@ -3,6 +3,7 @@
 //   bazel run //deploy:local_cluster -- [--job=FILE] [--cluster_spec=FILE]
 //       [--ps=2] [--workers=2] [--kill=ps:1@800] [--remove=worker:1@3000] [--run_dir=DIR]
 //       [--strategy=parameter_server|multi_worker_mirrored|mirrored|central_storage|hybrid]
+//       [--evaluator]
 //
 // Starts the parameter servers, the workers and the chief, supervises them
 // as Kubernetes would (a daemon that dies is restarted with backoff, up to
@@ -10,6 +11,11 @@
 // RUN_DIR/cluster.log, and at the end prints the test accuracy and where the
 // checkpoints and summary are. Ctrl-C stops everything; no child outlives
 // the launcher (they die with it).
+//
+// With --evaluator (or a spec with an `evaluator` task) it also starts the
+// evaluator (//worker:evaluator), which follows the committed checkpoints
+// and writes its metrics to RUN_DIR/logs/evaluator and its /metrics; at the
+// end the launcher gives it time to evaluate the final checkpoint.
 #include <signal.h>
 #include <unistd.h>
 
@@ -59,6 +65,11 @@ ABSL_FLAG(bool, tls, false,
 ABSL_FLAG(bool, role_tokens, false,
           "Run every daemon with per-role tokens (RUN_DIR/certs/tokens/ROLE, deploy/make_certs.sh): "
           "each role's calls are limited to what that role may do. With --tls too, both are checked.");
+ABSL_FLAG(bool, evaluator, false,
+          "Also start an evaluator task (//worker:evaluator): it evaluates each committed checkpoint on the "
+          "test split and writes TensorBoard scalars to RUN_DIR/logs/evaluator and Prometheus /metrics.");
+ABSL_FLAG(int, evaluator_wait_s, 120,
+          "When the chief is done, wait this long for the evaluator to evaluate the final checkpoint.");
 ABSL_FLAG(bool, verbose, false, "Show every daemon's log lines, not only warnings and the chief's progress.");
 
 namespace psrt {
@@ -131,7 +142,7 @@ class Launcher {
   std::ofstream log_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::StatusOr<std::string> DefaultSpec(const std::string& run_dir, int ps, int workers) {
+absl::StatusOr<std::string> DefaultSpec(const std::string& run_dir, int ps, int workers, bool evaluator) {
   auto addr = []() -> absl::StatusOr<std::string> {
     absl::StatusOr<int> p = PickFreePort();
     if (!p.ok()) return p.status();
@@ -146,7 +157,11 @@ absl::StatusOr<std::string> DefaultSpec(const std::string& run_dir, int ps, int 
   std::ofstream out(path);
   out << "{\"chief\": [" << *chief << "], ";
   if (!p.empty()) out << "\"ps\": [" << absl::StrJoin(p, ", ") << "], ";
-  out << "\"worker\": [" << absl::StrJoin(w, ", ") << "]}\n";
+  out << "\"worker\": [" << absl::StrJoin(w, ", ") << "]";
+  // TensorFlow's evaluator task; it listens on no port of the spec (its
+  // /metrics port is a flag), but TF_CONFIG names one per task.
+  if (evaluator) out << ", \"evaluator\": [" << *addr() << "]";
+  out << "}\n";
   return path;
 }
 
@@ -177,7 +192,8 @@ int Run(int argc, char** argv) {
   std::string spec_path = Here(absl::GetFlag(FLAGS_cluster_spec));
   if (spec_path.empty()) {
     absl::StatusOr<std::string> p =
-        DefaultSpec(run_dir, mirrored ? 0 : absl::GetFlag(FLAGS_ps), one_worker ? 1 : absl::GetFlag(FLAGS_workers));
+        DefaultSpec(run_dir, mirrored ? 0 : absl::GetFlag(FLAGS_ps), one_worker ? 1 : absl::GetFlag(FLAGS_workers),
+                    absl::GetFlag(FLAGS_evaluator));
     if (!p.ok()) {
       std::cerr << "error: " << p.status().message() << "\n";
       return 2;
@@ -251,6 +267,29 @@ int Run(int argc, char** argv) {
     return flags;
   };
   std::vector<Child> children;
+  // The evaluator: evaluator:0 of the spec, or one outside it when
+  // --evaluator comes with a spec that has none. It makes no RPC, so it
+  // takes no security flags.
+  const bool spec_evaluator = spec->AddressOf(MakeTaskId(kEvaluatorJob, 0)).ok();
+  std::string evaluator_logs;
+  if (spec_evaluator || absl::GetFlag(FLAGS_evaluator)) {
+    absl::StatusOr<int> port = PickFreePort();
+    if (!port.ok()) {
+      std::cerr << "error: " << port.status().message() << "\n";
+      return 2;
+    }
+    evaluator_logs = run_dir + "/logs/evaluator";
+    Child c;
+    c.task = MakeTaskId(kEvaluatorJob, 0);
+    c.argv = {Binary(argv[0], "worker/evaluator"), "--job=" + job, "--checkpoint_dir=" + run_dir + "/checkpoints",
+              "--snapshot_dir=" + run_dir, "--tensorboard_dir=" + evaluator_logs,
+              absl::StrCat("--http_port=", *port)};
+    if (spec_evaluator) {
+      c.argv.push_back("--cluster_spec=" + spec_path);
+      c.argv.push_back("--task=evaluator:0");
+    }
+    children.push_back(std::move(c));
+  }
   for (const TaskId& t : spec->AllTasks()) {
     if (t.job() == kEvaluatorJob) continue;
     Child c;
@@ -352,7 +391,15 @@ int Run(int argc, char** argv) {
         continue;
       }
       launcher.Say(absl::StrCat(TaskName(c.task), " died: ", DescribeWaitStatus(*status)));
-      if (++c.restarts > absl::GetFlag(FLAGS_max_restarts)) {
+      if (++c.restarts > absl::GetFlag(FLAGS_max_restarts) && c.task.job() == kEvaluatorJob) {
+        // Training does not need the evaluator: it goes on without one.
+        launcher.Say(absl::StrCat("giving up on ", TaskName(c.task), " (died ", c.restarts,
+                                  " times); training goes on without it"));
+        c.process.reset();
+        c.finished = true;
+        continue;
+      }
+      if (c.restarts > absl::GetFlag(FLAGS_max_restarts)) {
         launcher.Say(absl::StrCat("giving up: ", TaskName(c.task), " died ", c.restarts, " times"));
         exit_code = 1;
         break;
@@ -361,6 +408,15 @@ int Run(int argc, char** argv) {
       c.restart_at = absl::Now() + std::min(absl::Seconds(5), absl::Milliseconds(100) * (1 << std::min(c.restarts, 6)));
     }
     absl::SleepFor(absl::Milliseconds(20));  // the supervision tick
+  }
+  // The job is done: the evaluator ends by itself once it has evaluated
+  // the final checkpoint (the chief marks the job over after committing it).
+  for (Child& c : children) {
+    if (exit_code != 0 || c.task.job() != kEvaluatorJob || !c.process || !c.process->Running()) continue;
+    launcher.Say("waiting for the evaluator to evaluate the final checkpoint");
+    absl::StatusOr<int> status = c.process->Wait(absl::Seconds(absl::GetFlag(FLAGS_evaluator_wait_s)));
+    if (!status.ok()) launcher.Say("the evaluator did not finish in time: stopping it");
+    if (status.ok()) c.process.reset();
   }
   // Stop everything: SIGTERM, then SIGKILL whatever is left.
   for (Child& c : children) {
@@ -383,6 +439,9 @@ int Run(int argc, char** argv) {
               << "checkpoints: " << run_dir << "/checkpoints\n"
               << "logs:        " << run_dir << "/cluster.log\n"
               << "tensorboard: tensorboard --logdir " << run_dir << "/logs\n";
+    if (!evaluator_logs.empty()) {
+      std::cout << "evaluator:   " << evaluator_logs << " (TensorBoard run \"evaluator\", eval/<metric>)\n";
+    }
   }
   return exit_code;
 }

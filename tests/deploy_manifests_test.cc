@@ -66,7 +66,7 @@ void ExpectAcceptedTfConfigs(const std::string& rel, const std::set<std::string>
 }
 
 TEST(DeployManifestsTest, TfJobReplicasGetAnAcceptedTfConfig) {
-  ExpectAcceptedTfConfigs("deploy/k8s/tfjob.yaml", {"chief", "ps", "worker"});
+  ExpectAcceptedTfConfigs("deploy/k8s/tfjob.yaml", {"chief", "evaluator", "ps", "worker"});
 }
 
 // The PS-less cluster of multi_worker_mirrored: no ps, and every worker
@@ -108,7 +108,8 @@ TEST(DeployManifestsTest, StatefulSetPodsFindThemselvesInTheConfigMapSpec) {
 
 // Every pod of both manifests runs mutual TLS with its own certificate
 // from the mounted Secret of its role only (a worker's pod holds no chief
-// key); the Secret's file names follow make_certs.sh.
+// key); the Secret's file names follow make_certs.sh. The evaluator, which
+// calls nobody, holds none.
 TEST(DeployManifestsTest, EveryPodMountsItsCertificatesAndRunsMutualTls) {
   std::vector<YAML::Node> pods;  // pod specs
   for (const YAML::Node& d : Documents("deploy/k8s/statefulset.yaml")) {
@@ -117,11 +118,17 @@ TEST(DeployManifestsTest, EveryPodMountsItsCertificatesAndRunsMutualTls) {
   for (const YAML::Node& d : Documents("deploy/k8s/tfjob.yaml")) {
     for (const auto& spec : d["spec"]["tfReplicaSpecs"]) pods.push_back(spec.second["template"]["spec"]);
   }
-  ASSERT_EQ(pods.size(), 6u);
+  ASSERT_EQ(pods.size(), 7u);
   for (const YAML::Node& pod : pods) {
     const YAML::Node& c = pod["containers"][0];
     std::string command;
     for (const auto& part : c["command"]) command += part.as<std::string>() + " ";
+    if (command.find("/app/worker/evaluator") != std::string::npos) {
+      // The evaluator calls no daemon: it needs, and holds, no key.
+      EXPECT_EQ(command.find("--tls"), std::string::npos) << command;
+      for (const auto& v : pod["volumes"]) EXPECT_FALSE(v["secret"]) << "the evaluator mounts a Secret";
+      continue;
+    }
     std::string role;
     for (const char* r : {"ps", "worker", "chief"}) {
       if (command.find(absl::StrCat("/app/", r == std::string("ps") ? "ps/server" : absl::StrCat(r, "/main"))) != std::string::npos) role = r;

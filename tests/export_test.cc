@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "chief/export_formats/checkpoint_variables.h"
+#include "common/checkpoint/checkpoint_variables.h"
 #include "chief/export_formats/keras_checkpoint.h"
 #include "common/plan/job_planner.h"
 #include "common/testing/python_tool.h"

@@ -22,7 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "chief/checkpoint_manifest.h"
+#include "common/checkpoint/checkpoint_manifest.h"
 #include "chief/cluster_clients.h"
 #include "common/rpc/channel_cache.h"
 #include "gmock/gmock.h"

@@ -1,8 +1,8 @@
-#include "chief/export_formats/checkpoint_variables.h"
+#include "common/checkpoint/checkpoint_variables.h"
 
 #include <cstring>
 
-#include "chief/checkpoint_manifest.h"
+#include "common/checkpoint/checkpoint_manifest.h"
 #include "common/plan/job_planner.h"
 #include "common/snapshot/snapshot_store.h"
 #include "gtest/gtest.h"

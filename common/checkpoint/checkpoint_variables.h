@@ -1,12 +1,13 @@
-// Reads a committed checkpoint back into whole variables, for export.
+// Reads a committed checkpoint back into whole variables, for export
+// (//chief:export) and for the evaluator (//worker:evaluator).
 //
 // A checkpoint is the chief's manifest (DIR/checkpoint-S.manifest) and the
 // snapshot stores it names (one per PS, or per mirrored replica), each
 // holding rows of some variables; restore_assembly puts every variable the
 // job's model declares back together, whatever the layout it was taken
 // with. The stores are opened read-only: exporting changes no file.
-#ifndef PSRT_CHIEF_EXPORT_FORMATS_CHECKPOINT_VARIABLES_H_
-#define PSRT_CHIEF_EXPORT_FORMATS_CHECKPOINT_VARIABLES_H_
+#ifndef PSRT_COMMON_CHECKPOINT_CHECKPOINT_VARIABLES_H_
+#define PSRT_COMMON_CHECKPOINT_CHECKPOINT_VARIABLES_H_
 
 #include <cstdint>
 #include <map>
@@ -14,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/graph/model_compiler.h"
+#include "common/snapshot/variable_state.h"
 #include "common/tensor.h"
 #include "proto/job.pb.h"
 
@@ -23,7 +25,10 @@ struct CheckpointVariables {
   int64_t step = 0;
   std::string job_name;                   // as the manifest recorded it
   CompiledModel model;                    // the job's model, compiled
-  std::map<std::string, Tensor> values;   // every model variable, whole
+  std::map<std::string, Tensor> values;   // every model variable but hash tables, whole
+  // Hash tables, every id of every store in one state (value [n, dim] and
+  // ids [n]): a table has no whole tensor, only the rows training made.
+  std::map<std::string, VariableState> hash_tables;
 };
 
 // The checkpoint at `step` of `dir` (step < 0: the newest one that
@@ -32,9 +37,13 @@ struct CheckpointVariables {
 // an unknown step; DATA_LOSS for a corrupt manifest or store, or a model
 // variable the checkpoint lacks; FAILED_PRECONDITION when it holds a
 // variable with another shape or another optimizer's slots (another job).
+// `stores_dir` is where the manifest's stores are (shard paths are relative
+// to it); empty: `dir` itself, where the chief and PS put them when the
+// daemons' --snapshot_dir is the directory above the checkpoint directory.
 absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
-                                                            const TrainingJob& job);
+                                                            const TrainingJob& job,
+                                                            const std::string& stores_dir = "");
 
 }  // namespace psrt
 
-#endif  // PSRT_CHIEF_EXPORT_FORMATS_CHECKPOINT_VARIABLES_H_
+#endif  // PSRT_COMMON_CHECKPOINT_CHECKPOINT_VARIABLES_H_

@@ -1,4 +1,4 @@
-#include "chief/checkpoint_manifest.h"
+#include "common/checkpoint/checkpoint_manifest.h"
 
 #include <fstream>
 

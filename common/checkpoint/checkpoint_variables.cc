@@ -1,4 +1,4 @@
-#include "chief/export_formats/checkpoint_variables.h"
+#include "common/checkpoint/checkpoint_variables.h"
 
 #include <sys/stat.h>
 
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "chief/checkpoint_manifest.h"
+#include "common/checkpoint/checkpoint_manifest.h"
 #include "common/optimizer.h"
 #include "common/snapshot/snapshot_store.h"
 #include "common/status_macros.h"
@@ -17,7 +17,8 @@
 namespace psrt {
 
 absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
-                                                            const TrainingJob& job) {
+                                                            const TrainingJob& job,
+                                                            const std::string& stores_dir) {
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::NotFoundError(absl::StrCat("no checkpoint directory ", dir));
@@ -54,21 +55,30 @@ absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& d
       return absl::DataLossError(absl::StrCat(store.PathFor(manifest.step()), ": shard path \"", shard.path(),
                                               "\" leaves the checkpoint directory"));
     }
-    const std::string shard_dir = absl::StrCat(dir, "/", shard.path());
+    const std::string shard_dir = absl::StrCat(stores_dir.empty() ? dir : stores_dir, "/", shard.path());
     ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> snapshots, SnapshotStore::OpenReadOnly(shard_dir));
     absl::StatusOr<PsSnapshot> snap = snapshots->Read(manifest.step());
     if (!snap.ok()) return absl::Status(snap.status().code(), absl::StrCat(shard_dir, ": ", snap.status().message()));
     sources.push_back(*std::move(snap));
   }
-  // Whole variables: the job's definitions with no row range.
+  // Whole variables: the job's definitions with no row range; hash tables
+  // as one shard of one (every id).
   std::vector<VariableDef> wanted;
   for (VariableDef def : out.model.variables) {
     def.set_row_begin(0);
     def.set_row_end(0);
+    def.set_hash_shard(0);
+    def.set_hash_shards(0);
     wanted.push_back(def);
   }
   ASSIGN_OR_RETURN(std::vector<VariableState> states, AssembleVariables(wanted, optimizer->num_slots(), sources));
-  for (VariableState& s : states) out.values[s.def.name()] = std::move(s.value);
+  for (VariableState& s : states) {
+    if (s.def.kind() == VariableDef::HASH_TABLE) {
+      out.hash_tables[s.def.name()] = std::move(s);
+    } else {
+      out.values[s.def.name()] = std::move(s.value);
+    }
+  }
   return out;
 }
 

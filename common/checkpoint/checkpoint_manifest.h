@@ -8,8 +8,8 @@
 // without a manifest is never restored, whatever the PS has on disk.
 //
 // ManifestStore is thread-compatible: one chief writes a directory.
-#ifndef PSRT_CHIEF_CHECKPOINT_MANIFEST_H_
-#define PSRT_CHIEF_CHECKPOINT_MANIFEST_H_
+#ifndef PSRT_COMMON_CHECKPOINT_CHECKPOINT_MANIFEST_H_
+#define PSRT_COMMON_CHECKPOINT_CHECKPOINT_MANIFEST_H_
 
 #include <cstdint>
 #include <string>
@@ -60,4 +60,4 @@ class ManifestStore {
 
 }  // namespace psrt
 
-#endif  // PSRT_CHIEF_CHECKPOINT_MANIFEST_H_
+#endif  // PSRT_COMMON_CHECKPOINT_CHECKPOINT_MANIFEST_H_
