@@ -200,12 +200,6 @@ TEST(ElasticRestoreTest, TwoPsRestoreOntoThreeAndOntoOneBitIdentical) {
   }
 }
 
-double Field(const std::string& summary, const std::string& pattern) {
-  std::smatch m;
-  if (!std::regex_search(summary, m, std::regex(pattern))) return -1;
-  return std::stod(m[1]);
-}
-
 // Each leg continues from the previous leg's last checkpoint on another
 // number of PS; the hash table is re-sharded by id every time.
 TEST(ElasticRestoreTest, AHashTableModelContinuesOnThreePsThenOne) {
@@ -233,24 +227,13 @@ TEST(ElasticRestoreTest, AHashTableModelContinuesOnThreePsThenOne) {
     const Leg& leg = legs[i];
     TrainingJob job = *base;
     job.set_steps(leg.steps);
-    const std::string job_path = testing::WriteJobFile(job, absl::StrCat(dir, "-", i, ".pbtxt"));
-    auto launcher = testing::Daemon::Start(
-        absl::StrCat("leg", i), {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path,
-                                 "--run_dir=" + dir, "--workers=2", absl::StrCat("--ps=", leg.ps)});
-    ASSERT_TRUE(launcher.ok()) << launcher.status();
-    if (leg.restored_from >= 0) {
-      EXPECT_TRUE((*launcher)->WaitForLine("was taken with another layout", absl::Minutes(2))) << "leg " << i;
-    }
-    auto status = (*launcher)->Wait(absl::Minutes(4));
-    ASSERT_TRUE(status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "leg " << i;
-    std::ifstream in(dir + "/summary.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::cerr << "FIGURE: leg " << i << " (" << leg.ps << " PS) summary " << ss.str() << std::endl;
-    EXPECT_EQ(Field(ss.str(), "\"restored_from_step\": (-?[0-9]+)"), leg.restored_from) << "leg " << i;
-    EXPECT_EQ(Field(ss.str(), "\"steps\": ([0-9]+)"), leg.steps) << "leg " << i;
+    const std::string s = testing::RunLauncherLeg(absl::StrCat("leg", i), job, dir,
+                                                  {"--workers=2", absl::StrCat("--ps=", leg.ps)}, leg.restored_from >= 0);
+    ASSERT_FALSE(s.empty()) << "leg " << i;
+    EXPECT_EQ(testing::SummaryNumber(s, "\"restored_from_step\": (-?[0-9]+)"), leg.restored_from) << "leg " << i;
+    EXPECT_EQ(testing::SummaryNumber(s, "\"steps\": ([0-9]+)"), leg.steps) << "leg " << i;
     // The chief evaluates the hash table by rows read without making any.
-    EXPECT_GT(Field(ss.str(), "\"accuracy\": ([0-9.]+)"), 0.8) << "leg " << i;  // labels carry 5% noise
+    EXPECT_GT(testing::SummaryNumber(s, "\"accuracy\": ([0-9.]+)"), 0.8) << "leg " << i;  // labels carry 5% noise
   }
 }
 

@@ -59,11 +59,7 @@ struct Result {
   std::string dir;
 };
 
-double Field(const std::string& summary, const std::string& pattern) {
-  std::smatch m;
-  if (!std::regex_search(summary, m, std::regex(pattern))) return -1;
-  return std::stod(m[1]);
-}
+double Field(const std::string& summary, const std::string& pattern) { return testing::SummaryNumber(summary, pattern); }
 
 // Runs the launcher to the end; `during` may act on it while it runs.
 Result RunLauncher(const std::string& name, std::vector<std::string> extra,
@@ -300,27 +296,16 @@ TEST(MirroredTest, ACheckpointMovesBetweenStrategiesAndPsCounts) {
     TrainingJob job = *base;
     job.set_steps(leg.steps);
     if (leg.strategy == "multi_worker_mirrored") job.mutable_strategy()->mutable_multi_worker_mirrored();
-    const std::string job_path = testing::WriteJobFile(job, absl::StrCat(dir, "-", i, ".pbtxt"));
-    std::vector<std::string> argv = {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path,
-                                     "--run_dir=" + dir, "--strategy=" + leg.strategy, "--workers=2"};
-    argv.insert(argv.end(), leg.flags.begin(), leg.flags.end());
-    auto launcher = testing::Daemon::Start(absl::StrCat("leg", i), argv);
-    ASSERT_TRUE(launcher.ok()) << launcher.status();
-    if (leg.restored_from >= 0) {
-      EXPECT_TRUE((*launcher)->WaitForLine("was taken with another layout", absl::Minutes(2))) << "leg " << i;
-    }
-    auto status = (*launcher)->Wait(absl::Minutes(4));
-    ASSERT_TRUE(status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "leg " << i;
-    std::ifstream in(dir + "/summary.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::cerr << "FIGURE: leg " << i << " (" << leg.strategy << ") summary " << ss.str() << std::endl;
-    EXPECT_EQ(Field(ss.str(), "\"restored_from_step\": (-?[0-9]+)"), leg.restored_from) << "leg " << i;
-    EXPECT_EQ(Field(ss.str(), "\"steps\": ([0-9]+)"), leg.steps) << "leg " << i;
-    EXPECT_GE(Field(ss.str(), "\"accuracy\": ([0-9.]+)"), 0.84) << "leg " << i;
+    std::vector<std::string> flags = {"--strategy=" + leg.strategy, "--workers=2"};
+    flags.insert(flags.end(), leg.flags.begin(), leg.flags.end());
+    const std::string s = testing::RunLauncherLeg(absl::StrCat("leg", i), job, dir, flags, leg.restored_from >= 0);
+    ASSERT_FALSE(s.empty()) << "leg " << i;
+    EXPECT_EQ(Field(s, "\"restored_from_step\": (-?[0-9]+)"), leg.restored_from) << "leg " << i;
+    EXPECT_EQ(Field(s, "\"steps\": ([0-9]+)"), leg.steps) << "leg " << i;
+    EXPECT_GE(Field(s, "\"accuracy\": ([0-9.]+)"), 0.84) << "leg " << i;
     // Training went on from the restored values, not from scratch: each leg
     // ends below the first leg's loss (0.338 vs 0.319 and 0.311 measured).
-    const double loss = Field(ss.str(), "\"loss\": ([0-9.]+)");
+    const double loss = Field(s, "\"loss\": ([0-9.]+)");
     if (i == 0) first_loss = loss;
     if (i > 0) EXPECT_LT(loss, first_loss) << "leg " << i;
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/plan/job_planner.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -30,6 +31,44 @@ inline std::string WriteJobFile(const TrainingJob& job, const std::string& path)
   google::protobuf::TextFormat::PrintToString(job, &text);
   std::ofstream(path) << text;
   return path;
+}
+
+// The first number `pattern` (a regex with one group) finds in a summary;
+// -1 when there is none.
+inline double SummaryNumber(const std::string& summary, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(summary, m, std::regex(pattern))) return -1;
+  return std::stod(m[1]);
+}
+
+// One leg of a job continued across runs: the local launcher trains `job`
+// in `run_dir` (going on from its last checkpoint) with `flags`, to its
+// end; `another_layout`: the leg must say its checkpoint was taken with
+// another layout. Returns the summary the chief wrote ("" after a failure
+// the test has been told of).
+inline std::string RunLauncherLeg(const std::string& name, const TrainingJob& job, const std::string& run_dir,
+                                  const std::vector<std::string>& flags, bool another_layout) {
+  const std::string job_path = WriteJobFile(job, run_dir + "-" + name + ".pbtxt");
+  std::vector<std::string> argv = {RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + run_dir};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto launcher = Daemon::Start(name, argv);
+  if (!launcher.ok()) {
+    ADD_FAILURE() << name << ": " << launcher.status();
+    return "";
+  }
+  if (another_layout) {
+    EXPECT_TRUE((*launcher)->WaitForLine("was taken with another layout", absl::Minutes(2))) << name;
+  }
+  auto status = (*launcher)->Wait(absl::Minutes(4));
+  if (!(status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)) {
+    ADD_FAILURE() << name << ": the launcher did not finish cleanly";
+    return "";
+  }
+  std::ifstream in(run_dir + "/summary.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::cerr << "FIGURE: " << name << " " << absl::StrJoin(flags, " ") << " summary " << ss.str() << std::endl;
+  return ss.str();
 }
 
 // The MLP example run until the test ends it, with no checkpoint or
