@@ -55,29 +55,25 @@ fi
 # tensorboard (TFRecord framing, event files) and tfrecord (TensorFlow's
 # Example protos and a writer) check our readers and writers with code
 # we did not write.
-VENV=/opt/psrt/venv
+# make_venv DIR PACKAGE...: a virtual environment with exactly these pins,
+# remade only when the list changes (a stamp file in DIR holds it).
+make_venv() {
+  local venv=$1
+  shift
+  local stamp="$venv/.psrt-packages"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$*" ]; then
+    echo "setup: making $venv with $*"
+    $SUDO mkdir -p "$(dirname "$venv")"
+    [ -x "$venv/bin/python" ] || $SUDO /usr/bin/python3 -m venv "$venv"
+    $SUDO "$venv/bin/pip" install -q --disable-pip-version-check "$@"
+    echo "$*" | $SUDO tee "$stamp" >/dev/null
+  fi
+}
 # tensorboard 2.15 predates NumPy 2.
-PY_PACKAGES=(tensorboard==2.15.1 tfrecord==1.14.6 "numpy<2")
-STAMP="$VENV/.psrt-packages"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "${PY_PACKAGES[*]}" ]; then
-  echo "setup: making $VENV with ${PY_PACKAGES[*]}"
-  $SUDO mkdir -p "$(dirname "$VENV")"
-  [ -x "$VENV/bin/python" ] || $SUDO /usr/bin/python3 -m venv "$VENV"
-  $SUDO "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
-  echo "${PY_PACKAGES[*]}" | $SUDO tee "$STAMP" >/dev/null
-fi
+make_venv /opt/psrt/venv tensorboard==2.15.1 tfrecord==1.14.6 "numpy<2"
 # Real TensorFlow and ONNX Runtime, in their own environment (TensorFlow
 # 2.21 needs NumPy 2 and a newer tensorboard than the pins above): the
 # readers that check what //chief:export writes and the writers of the
 # TFRecord files our input pipeline must read.
-VENV_TF=/opt/psrt/venv-tf
-PY_TF_PACKAGES=("tensorflow-cpu==2.21.*" "onnxruntime==1.32.*" "onnx==1.23.*")
-STAMP_TF="$VENV_TF/.psrt-packages"
-if [ "$(cat "$STAMP_TF" 2>/dev/null)" != "${PY_TF_PACKAGES[*]}" ]; then
-  echo "setup: making $VENV_TF with ${PY_TF_PACKAGES[*]}"
-  $SUDO mkdir -p "$(dirname "$VENV_TF")"
-  [ -x "$VENV_TF/bin/python" ] || $SUDO /usr/bin/python3 -m venv "$VENV_TF"
-  $SUDO "$VENV_TF/bin/pip" install -q --disable-pip-version-check "${PY_TF_PACKAGES[@]}"
-  echo "${PY_TF_PACKAGES[*]}" | $SUDO tee "$STAMP_TF" >/dev/null
-fi
+make_venv /opt/psrt/venv-tf "tensorflow-cpu==2.21.*" "onnxruntime==1.32.*" "onnx==1.23.*"
 echo "setup: done"
