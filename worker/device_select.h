@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/graph.pb.h"
@@ -19,20 +20,33 @@ namespace psrt {
 
 struct DeviceChoice {
   bool gpu = false;
+  int gpus = 0;        // GPUs visible, when gpu
   std::string reason;  // why this device, for the log
 };
 
 absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& flag);
 
 // The chosen device's executor; `threads` is for the CPU one (0 = a thread
-// per core).
+// per core), `gpu_ordinal` for the GPU one.
 absl::StatusOr<std::unique_ptr<StepExecutor>> CreateStepExecutor(const GraphDef& graph, const DeviceChoice& device,
-                                                                 int threads = 0);
+                                                                 int threads = 0, int gpu_ordinal = 0);
 
 // The GraphStepRunner's executor factory for `device`.
-inline auto ExecutorFactoryFor(const DeviceChoice& device) {
-  return [device](const GraphDef& graph, int threads) { return CreateStepExecutor(graph, device, threads); };
+inline auto ExecutorFactoryFor(const DeviceChoice& device, int gpu_ordinal = 0) {
+  return [device, gpu_ordinal](const GraphDef& graph, int threads) {
+    return CreateStepExecutor(graph, device, threads, gpu_ordinal);
+  };
 }
+
+// How a worker's `devices` mirrored replicas map onto `device`: replica d
+// on GPU `ordinal[d]`, reduced with NCCL when each has a GPU of its own;
+// otherwise (CPU, or fewer GPUs than replicas) on the host in rank order.
+struct MirroredLayout {
+  std::vector<int> ordinal;
+  bool nccl = false;
+  std::string why;  // for the log
+};
+MirroredLayout LayoutMirrored(const DeviceChoice& device, int devices);
 
 }  // namespace psrt
 

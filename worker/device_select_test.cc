@@ -40,6 +40,27 @@ TEST(DeviceSelectTest, AutoFollowsTheProbeAndGpuNeedsOne) {
   }
 }
 
+// Mirrored replicas use NCCL only when each has a GPU of its own.
+TEST(DeviceSelectTest, MirroredReplicasMapOntoGpus) {
+  DeviceChoice cpu;
+  MirroredLayout l = LayoutMirrored(cpu, 3);
+  EXPECT_FALSE(l.nccl);
+  EXPECT_EQ(l.ordinal, std::vector<int>({0, 0, 0}));
+  DeviceChoice four;
+  four.gpu = true;
+  four.gpus = 4;
+  l = LayoutMirrored(four, 4);
+  EXPECT_TRUE(l.nccl);
+  EXPECT_EQ(l.ordinal, std::vector<int>({0, 1, 2, 3}));
+  EXPECT_FALSE(LayoutMirrored(four, 1).nccl);  // one replica: nothing to reduce
+  DeviceChoice two = four;
+  two.gpus = 2;
+  l = LayoutMirrored(two, 3);
+  EXPECT_FALSE(l.nccl);
+  EXPECT_EQ(l.ordinal, std::vector<int>({0, 1, 0}));
+  EXPECT_NE(l.why.find("round-robin"), std::string::npos) << l.why;
+}
+
 TEST(DeviceSelectTest, RejectsOtherValues) {
   auto d = ChooseDevice("tpu");
   ASSERT_FALSE(d.ok());

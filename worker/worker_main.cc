@@ -28,6 +28,7 @@
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
+#include "common/collective/nccl_local_collective.h"
 #include "common/collective/tcp_ring.h"
 #include "common/store/ps_service.h"
 #include "common/store/server_core.h"
@@ -163,14 +164,19 @@ int Main(int argc, char** argv) {
     // Device replicas share the kernel threads: one each at least.
     const int cores = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int per_device = devices > 1 ? std::max(1, cores / devices) : threads;
-    auto make_device = [&a, per_device, device](int) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+    const MirroredLayout layout = LayoutMirrored(device, devices);
+    auto make_device = [&a, per_device, device, layout](int d) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
       absl::StatusOr<std::unique_ptr<GraphStepRunner>> r =
-          GraphStepRunner::Create(a, per_device, ExecutorFactoryFor(device));
+          GraphStepRunner::Create(a, per_device, ExecutorFactoryFor(device, layout.ordinal[d]));
       if (!r.ok()) return r.status();
       return std::unique_ptr<StepRunner>(std::move(*r));
     };
     if (devices == 1) return make_device(0);
-    absl::StatusOr<std::unique_ptr<MirroredDevicesRunner>> r = MirroredDevicesRunner::Create(a, devices, make_device);
+    LOG(INFO) << "mirrored devices: " << layout.why;
+    MirroredDevicesRunner::RanksFactory nccl;
+    if (layout.nccl) nccl = [](int n) { return NcclLocalGroup::Create(n); };
+    absl::StatusOr<std::unique_ptr<MirroredDevicesRunner>> r =
+        MirroredDevicesRunner::Create(a, devices, make_device, nccl);
     if (!r.ok()) return r.status();
     return std::unique_ptr<StepRunner>(std::move(*r));
   };

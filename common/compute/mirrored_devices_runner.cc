@@ -25,7 +25,7 @@ Batch SliceBatch(const Batch& batch, int64_t begin, int64_t end) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MirroredDevicesRunner>> MirroredDevicesRunner::Create(
-    const WorkerAssignment& a, int devices, const DeviceFactory& make_device) {
+    const WorkerAssignment& a, int devices, const DeviceFactory& make_device, const RanksFactory& make_ranks) {
   if (devices < 1 || devices > kMaxDevices) {
     return absl::InvalidArgumentError(absl::StrCat("local devices: ", devices, " is not in [1, ", kMaxDevices, "]"));
   }
@@ -42,7 +42,15 @@ absl::StatusOr<std::unique_ptr<MirroredDevicesRunner>> MirroredDevicesRunner::Cr
     r->devices_.push_back(std::move(device));
   }
   for (const std::string& m : a.metric_node()) r->metrics_.push_back(ParseTensorName(m).first);
-  r->ranks_ = LocalCollectiveGroup::Create(devices);
+  if (make_ranks) {
+    ASSIGN_OR_RETURN(r->ranks_, make_ranks(devices));
+    if (static_cast<int>(r->ranks_.size()) != devices) {
+      return absl::InternalError(absl::StrCat("the local all-reduce has ", r->ranks_.size(), " ranks for ", devices,
+                                              " devices"));
+    }
+  } else {
+    r->ranks_ = LocalCollectiveGroup::Create(devices);
+  }
   return r;
 }
 

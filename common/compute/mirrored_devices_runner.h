@@ -8,9 +8,10 @@
 // whatever the split. What the worker pushes or all-reduces across workers
 // next is that one result: devices reduce locally first.
 //
-// CPU device replicas make the whole path testable on any machine; on
-// GPUs each device would be a GPU executor and the local all-reduce NCCL
-// (not built yet).
+// CPU device replicas make the whole path testable on any machine; with
+// GPU devices the worker passes GPU executors (one per GPU) and NCCL's group
+// (common/collective/nccl_local_collective) as `make_ranks`. The gradients
+// are host tensors here, so NCCL stages them through device memory.
 //
 //   ASSIGN_OR_RETURN(auto runner, MirroredDevicesRunner::Create(assignment, 2, make_device));
 //   ASSIGN_OR_RETURN(StepResult r, runner->Run(dense, {}, batch, step));
@@ -37,10 +38,15 @@ class MirroredDevicesRunner : public StepRunner {
   // Makes device d's runner.
   using DeviceFactory = std::function<absl::StatusOr<std::unique_ptr<StepRunner>>(int device)>;
 
+  // The local all-reduce's ranks, one per device.
+  using RanksFactory = std::function<absl::StatusOr<std::vector<std::unique_ptr<Collective>>>(int devices)>;
+
   // `devices` >= 1 replicas; refuses an assignment whose graph reads
-  // embedding tables (INVALID_ARGUMENT).
+  // embedding tables (INVALID_ARGUMENT). Without `make_ranks` the devices
+  // reduce with LocalCollectiveGroup (in rank order).
   static absl::StatusOr<std::unique_ptr<MirroredDevicesRunner>> Create(const WorkerAssignment& a, int devices,
-                                                                        const DeviceFactory& make_device);
+                                                                        const DeviceFactory& make_device,
+                                                                        const RanksFactory& make_ranks = nullptr);
 
   std::vector<std::string> DenseVariables() const override { return devices_[0]->DenseVariables(); }
   absl::StatusOr<RowRequest> SparseRows(const Batch& batch) const override { return RowRequest(); }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/collective/local_collective.h"
 #include "common/compute/graph_step_runner.h"
 #include "common/input/dataset.h"
 #include "common/plan/job_planner.h"
@@ -52,12 +53,16 @@ Batch FirstBatch(const WorkerAssignment& a) {
   return b;
 }
 
-absl::StatusOr<std::unique_ptr<MirroredDevicesRunner>> Devices(const WorkerAssignment& a, int n) {
-  return MirroredDevicesRunner::Create(a, n, [&a](int) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
-    auto r = GraphStepRunner::Create(a, 1);
-    if (!r.ok()) return r.status();
-    return std::unique_ptr<StepRunner>(std::move(*r));
-  });
+absl::StatusOr<std::unique_ptr<MirroredDevicesRunner>> Devices(
+    const WorkerAssignment& a, int n, const MirroredDevicesRunner::RanksFactory& make_ranks = nullptr) {
+  return MirroredDevicesRunner::Create(
+      a, n,
+      [&a](int) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+        auto r = GraphStepRunner::Create(a, 1);
+        if (!r.ok()) return r.status();
+        return std::unique_ptr<StepRunner>(std::move(*r));
+      },
+      make_ranks);
 }
 
 // Several devices on slices give the gradient, loss and accuracy of one
@@ -105,6 +110,32 @@ TEST(MirroredDevicesRunnerTest, RefusesSparseFeaturesAndBadCounts) {
   absl::Status s = Devices(a, 2).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("\"ids\" is sparse"));
+}
+
+// The worker passes NCCL's group for GPU devices: the runner reduces with
+// whatever group it is given, and a group it cannot get fails Create.
+TEST(MirroredDevicesRunnerTest, UsesTheGivenLocalAllReduce) {
+  WorkerAssignment a = Mlp(16);
+  int made = 0;
+  auto counted = [&made](int n) -> absl::StatusOr<std::vector<std::unique_ptr<Collective>>> {
+    ++made;
+    return LocalCollectiveGroup::Create(n);
+  };
+  auto many = Devices(a, 2, counted);
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_EQ(made, 1);
+  absl::StatusOr<StepResult> got = (*many)->Run(Parameters(a), {}, FirstBatch(a), 1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(std::isfinite(got->loss));
+
+  auto refused = [](int) -> absl::StatusOr<std::vector<std::unique_ptr<Collective>>> {
+    return absl::FailedPreconditionError("no NCCL group of 2 GPUs: 1 visible");
+  };
+  EXPECT_EQ(Devices(a, 2, refused).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto short_group = [](int) -> absl::StatusOr<std::vector<std::unique_ptr<Collective>>> {
+    return LocalCollectiveGroup::Create(1);
+  };
+  EXPECT_EQ(Devices(a, 2, short_group).status().code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 # in-process trainer, the data-independent files they read, and every shared
 # library they link except the C runtime and CUDA's own (that machine lacks
 # Debian's gRPC, protobuf, RocksDB..., but its image has CUDA 13: nvcc and
-# the nvidia-cublas wheel beside PyTorch; cuBLAS is 600 MB, too big to carry).
+# the nvidia-cublas and nvidia-nccl wheels beside PyTorch; cuBLAS is 600 MB and
+# NCCL 200 MB, too big to carry).
 # The result (about 30 MB) fits the device tool's 64 MiB carry limit.
 #
 #   tests/gpu/package.sh [OUT=.gpu]      # here, no GPU needed
@@ -13,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-.gpu}
 targets=(//worker/gpu:gpu_kernels_test //worker/gpu:gpu_executor_test //worker:device_select_test
+         //common/collective:nccl_local_collective_test
          //tests/bench:gpu_step_bench //deploy:local_train)
 bazel build --config=cuda "${targets[@]}"
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib" "$out/examples"
@@ -27,7 +29,7 @@ for b in "$out"/bin/*; do
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*) ;;
-    libcublas*|libcudart*) ;;
+    libcublas*|libcudart*|libnccl*) ;;
     *) cp -L "$lib" "$out/lib/" ;;
   esac
 done
@@ -37,10 +39,11 @@ cat > "$out/run.sh" <<'RUN'
 # step for the same MLP, and a short GPU training run if the data is there.
 cd "$(dirname "$0")"
 cuda_libs=$(python3 -c 'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
-export LD_LIBRARY_PATH=$PWD/lib:${cuda_libs}:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+nccl_libs=$(python3 -c 'import os, nvidia.nccl as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/lib:${cuda_libs}:${nccl_libs}:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi -L || true
 rc=0
-for t in gpu_kernels_test gpu_executor_test device_select_test; do
+for t in gpu_kernels_test gpu_executor_test device_select_test nccl_local_collective_test; do
   echo "== $t"; ./bin/$t || rc=1
 done
 echo "== gpu_step_bench"; ./bin/gpu_step_bench || rc=1

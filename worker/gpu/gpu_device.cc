@@ -24,14 +24,20 @@ void GpuDevice::Allocator::Free(void* p) {
   if (GpuError e = DeviceFree(p)) LOG(WARNING) << "cudaFree: " << e;
 }
 
-absl::StatusOr<std::unique_ptr<GpuDevice>> GpuDevice::Create() {
+absl::StatusOr<std::unique_ptr<GpuDevice>> GpuDevice::Create(int ordinal) {
   auto d = std::unique_ptr<GpuDevice>(new GpuDevice());
-  if (GpuError e = CreateStream(&d->stream_, &d->blas_)) return ToStatus(e, "creating the CUDA stream and cuBLAS handle");
+  d->ordinal_ = ordinal;
+  if (GpuError e = CreateStream(&d->stream_, &d->blas_, ordinal)) {
+    return ToStatus(e, absl::StrCat("creating the CUDA stream and cuBLAS handle on GPU ", ordinal));
+  }
   d->pool_ = std::make_shared<Pool>();
   return d;
 }
 
+absl::Status GpuDevice::Activate() const { return ToStatus(SetDevice(ordinal_), absl::StrCat("cudaSetDevice(", ordinal_, ")")); }
+
 GpuDevice::~GpuDevice() {
+  if (GpuError e = SetDevice(ordinal_)) LOG(WARNING) << "cudaSetDevice(" << ordinal_ << "): " << e;
   if (GpuError e = DestroyStream(stream_, blas_)) LOG(WARNING) << "releasing the CUDA stream: " << e;
   pool_->Trim();
 }

@@ -31,7 +31,8 @@ absl::Status ToStatus(GpuError e, absl::string_view what);
 
 class GpuDevice {
  public:
-  static absl::StatusOr<std::unique_ptr<GpuDevice>> Create();
+  // On GPU `ordinal` (0 = the first).
+  static absl::StatusOr<std::unique_ptr<GpuDevice>> Create(int ordinal = 0);
   // Waits for queued work, then frees the cached memory and the stream.
   ~GpuDevice();
   GpuDevice(const GpuDevice&) = delete;
@@ -43,6 +44,10 @@ class GpuDevice {
   absl::StatusOr<Tensor> Upload(const Tensor& host);
   absl::StatusOr<Tensor> Download(const Tensor& device_tensor);
 
+  // Makes this GPU the calling thread's current device: every thread that
+  // runs work here calls it first (mirrored devices run on fresh threads).
+  absl::Status Activate() const;
+  int ordinal() const { return ordinal_; }
   void* stream() const { return stream_; }
   void* blas() const { return blas_; }
   PoolStats pool_stats() const { return pool_->stats(); }
@@ -55,6 +60,7 @@ class GpuDevice {
   using Pool = CachingPool<Allocator>;
   GpuDevice() = default;
 
+  int ordinal_ = 0;
   void* stream_ = nullptr;
   void* blas_ = nullptr;
   // Shared with every buffer's releaser, so a tensor that outlives its

@@ -24,9 +24,12 @@ struct GpuExecutor::Impl {
 GpuExecutor::GpuExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuExecutor::~GpuExecutor() = default;
 
-absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(const GraphDef& graph) {
+absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(const GraphDef& graph, int ordinal) {
   cuda::GpuProbe probe = cuda::ProbeGpu();
   if (!probe.available) return absl::FailedPreconditionError(absl::StrCat("no GPU: ", probe.why_not));
+  if (ordinal < 0 || ordinal >= probe.device_count) {
+    return absl::OutOfRangeError(absl::StrCat("GPU ", ordinal, " asked for, ", probe.device_count, " visible"));
+  }
   auto impl = std::make_unique<Impl>();
   ASSIGN_OR_RETURN(impl->plan, GraphPlan::Create(graph));
   // Every kernel is looked up before any device work, so a missing one is
@@ -40,8 +43,8 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(const GraphDef&
       return absl::UnimplementedError(absl::StrCat("node ", n.name(), ": no GPU kernel for op ", n.op()));
     }
   }
-  impl->name = absl::StrCat("gpu:0 (", probe.name, ")");
-  ASSIGN_OR_RETURN(impl->device, gpu::GpuDevice::Create());
+  impl->name = absl::StrCat("gpu:", ordinal, " (", probe.name, ")");
+  ASSIGN_OR_RETURN(impl->device, gpu::GpuDevice::Create(ordinal));
   // Constants: decoded by the CPU kernel (same errors), uploaded once.
   impl->constants.resize(graph.node_size());
   const Kernel* const_kernel = KernelRegistry::Cpu().Find("Const");
@@ -63,6 +66,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const std::map<std::string,
   ASSIGN_OR_RETURN(const GraphPlan::Steps* steps, m.plan->For(fetches));
   const GraphDef& graph = m.plan->graph();
   gpu::GpuDevice& dev = *m.device;
+  RETURN_IF_ERROR(dev.Activate());
   int* error_flag = m.error_flag.data<int32_t>();
   PSRT_GPU_RETURN_IF_ERROR(gpu::Zero(dev.stream(), error_flag, sizeof(int32_t)), "clearing the error flag");
   GraphPlan::Values values(graph.node_size());

@@ -1,4 +1,4 @@
-// GpuExecutor: runs a graph step on GPU 0 with the CUDA kernels.
+// GpuExecutor: runs a graph step on one GPU (GPU 0 unless told) with the CUDA kernels.
 //
 // Same contract as the CPU Executor (see step_executor.h). Every
 // intermediate tensor stays in device memory: per step the feeds are copied
@@ -29,7 +29,8 @@ class GpuExecutor : public StepExecutor {
  public:
   // Fails without a CUDA build, driver or device, and when an op has no
   // GPU kernel (the error names the node and the op).
-  static absl::StatusOr<std::unique_ptr<GpuExecutor>> Create(const GraphDef& graph);
+  // On GPU `ordinal` (OUT_OF_RANGE when there is no such GPU).
+  static absl::StatusOr<std::unique_ptr<GpuExecutor>> Create(const GraphDef& graph, int ordinal = 0);
   ~GpuExecutor() override;
 
   // The graph ops (OpRegistry) with no GPU kernel, which should be none;

@@ -8,7 +8,7 @@ struct GpuExecutor::Impl {};
 GpuExecutor::GpuExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuExecutor::~GpuExecutor() = default;
 
-absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(const GraphDef&) {
+absl::StatusOr<std::unique_ptr<GpuExecutor>> GpuExecutor::Create(const GraphDef&, int) {
   return absl::FailedPreconditionError("built without CUDA (build with --config=cuda)");
 }
 

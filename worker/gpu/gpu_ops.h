@@ -22,8 +22,12 @@ namespace gpu {
 using GpuError = const char*;  // nullptr = ok
 
 // --- runtime (gpu_runtime.cu) ---
-// A non-blocking stream and a cuBLAS handle bound to it, on device 0.
-GpuError CreateStream(void** stream, void** blas);
+// Makes GPU `ordinal` the calling thread's current device (CUDA's current
+// device is per thread: every thread that works on a device sets it first).
+GpuError SetDevice(int ordinal);
+// A non-blocking stream and a cuBLAS handle bound to it, on GPU `ordinal`
+// (which becomes the calling thread's current device).
+GpuError CreateStream(void** stream, void** blas, int ordinal);
 GpuError DestroyStream(void* stream, void* blas);
 GpuError Synchronize(void* stream);
 GpuError DeviceAlloc(void** d_ptr, size_t bytes);

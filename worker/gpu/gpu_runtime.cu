@@ -13,10 +13,12 @@ GpuError Check(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? nullptr :
 
 }  // namespace
 
-GpuError CreateStream(void** stream, void** blas) {
+GpuError SetDevice(int ordinal) { return Check(cudaSetDevice(ordinal)); }
+
+GpuError CreateStream(void** stream, void** blas, int ordinal) {
   *stream = nullptr;
   *blas = nullptr;
-  if (GpuError e = Check(cudaSetDevice(0))) return e;
+  if (GpuError e = Check(cudaSetDevice(ordinal))) return e;
   cudaStream_t s = nullptr;
   if (GpuError e = Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))) return e;
   cublasHandle_t h = nullptr;
