@@ -231,6 +231,56 @@ Tensor Ids(int64_t first, int64_t n) {
 
 // Every limit refuses with RESOURCE_EXHAUSTED, names its flag, and leaves the
 // PS as it was.
+// Pushes and pulls travel as frames of one stream per PS. A PS that stops
+// (SIGSTOP) makes the calls on the open stream DEADLINE_EXCEEDED at the
+// client's deadline, and the stream serves again once it resumes; a PS
+// killed in the middle of the open stream fails its calls promptly with
+// UNAVAILABLE, and once it is back the same client opens a new stream.
+TEST(PsServerTest, AStreamSurvivesAStoppedPsAndReopensAfterAKilledOne) {
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "stream");
+  ps.Start();
+  ps.Create("ASYNC", 1);
+  PlacementMap placement;
+  placement.add_variable()->mutable_variable()->set_name("w");
+  placement.mutable_variable(0)->add_shard()->set_ps_task(0);
+  PsClientOptions quick;
+  quick.timeout = absl::Seconds(2);
+  ASSERT_TRUE(quick.streams);  // the default
+  PsClient client(placement, ps.cluster.ps, &ps.channels, quick);
+  ASSERT_TRUE(client.Push(Id(0, 0), Grad(2), {}).ok());
+  EXPECT_FLOAT_EQ(W0(&client), -1.0f);
+
+  const pid_t pid = ps.daemon->process()->pid();
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  absl::Time start = absl::Now();
+  absl::Status stopped = client.Push(Id(0, 1), Grad(2), {});
+  EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded) << stopped;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+  // The push may have been applied when the PS woke up; its retry, with the
+  // same id, is applied at most once, exactly as after a unary deadline.
+  ASSERT_TRUE(client.Push(Id(0, 1), Grad(2), {}).ok());
+  EXPECT_FLOAT_EQ(W0(&client), -2.0f);
+
+  ps.daemon->Kill(SIGKILL);
+  start = absl::Now();
+  absl::Status killed = client.Push(Id(0, 2), Grad(2), {});
+  EXPECT_EQ(killed.code(), absl::StatusCode::kUnavailable) << killed;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "a dead PS's stream must fail fast, not at the deadline";
+  ASSERT_TRUE(ps.daemon->Wait(absl::Seconds(30)).ok());
+
+  ps.Start();  // the same address
+  ps.Create("ASYNC", 1);
+  absl::Status again;
+  for (absl::Time end = absl::Now() + absl::Seconds(20); absl::Now() < end;) {
+    again = client.Push(Id(0, 3), Grad(2), {});
+    if (again.code() != absl::StatusCode::kUnavailable) break;  // until the channel reconnects
+  }
+  ASSERT_TRUE(again.ok()) << again;
+  EXPECT_FLOAT_EQ(W0(&client), -1.0f);  // a fresh PS: one push of 2 x 0.5
+}
+
 TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
   Ps ps;
   ps.cluster = *testing::MakeTestCluster(1, 1, "limits");

@@ -24,6 +24,7 @@
 #include "proto/worker_service.pb.h"
 #include "common/cluster_spec.h"
 #include "common/rpc/roles.h"
+#include "common/transport/ps_stream.h"
 #include "tests/harness/training_cluster.h"
 
 namespace psrt {
@@ -65,6 +66,26 @@ grpc::Status CallEmpty(const std::shared_ptr<grpc::Channel>& channel, const std:
                  });
   done.WaitForNotification();
   return status;
+}
+
+// The same empty request as one frame of ParameterServer/Exchange, the
+// stream that carries workers' pushes and pulls: each frame is checked as
+// the unary method of its name is.
+grpc::Status CallFrame(const std::shared_ptr<grpc::Channel>& channel, const std::string& method) {
+  psframe::Method m;
+  if (!psframe::MethodFromPath(method, &m)) return grpc::Status(grpc::StatusCode::INTERNAL, "not a data method");
+  PsStream stream(channel, "ps:0");
+  grpc::Slice empty("");
+  absl::Notification done;
+  absl::Status status;
+  stream.Start(m, grpc::ByteBuffer(&empty, 1), absl::Seconds(10), [&](absl::StatusOr<grpc::ByteBuffer> r) {
+    status = r.status();
+    done.Notify();
+  });
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(20))) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no answer");
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 class SecurityTest : public ::testing::Test {
@@ -211,6 +232,13 @@ TEST_F(SecurityTest, SharedTokenRefusesEveryMethodWithoutTheToken) {
     EXPECT_THAT(s.error_message(), HasSubstr("requires a token")) << method;
     s = CallEmpty(MakeChannel(address, wrong), method);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << ": " << s.error_message();
+    psframe::Method data;
+    if (!psframe::MethodFromPath(method, &data)) continue;
+    s = CallFrame(MakeChannel(address, RpcOptions()), method);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << " as a frame: " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("requires a token")) << method;
+    s = CallFrame(MakeChannel(address, wrong), method);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << " as a frame: " << s.error_message();
   }
   // The refused Pause and Shutdown did not touch the worker: it still runs.
   grpc::ByteBuffer bytes;
@@ -277,6 +305,12 @@ void ExpectEveryRefusedPair(const std::vector<std::pair<Role, RpcOptions>>& iden
       EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("(role ", RoleName(role), ") may not call ",
                                                             RpcName(RpcOf(method)))));
       ++*refused;
+      psframe::Method data;
+      if (psframe::MethodFromPath(method, &data)) {
+        s = CallFrame(MakeChannel(addresses[service], options), method);
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+            << RoleName(role) << " calling " << method << " as a frame: " << s.error_message();
+      }
     }
   }
 }

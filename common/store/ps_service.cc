@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc/parsed_unary.h"
 #include "common/rpc/status_util.h"
+#include "common/store/ps_exchange.h"
 #include "common/transport/ps_wire.h"
 
 namespace psrt {
@@ -16,16 +17,6 @@ absl::Time PullDeadline(grpc::CallbackServerContext* ctx) {
   absl::Time cap = absl::Now() + kMaxPullWait;
   absl::Time d = absl::FromChrono(ctx->deadline());
   return std::min(d, cap);
-}
-
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const grpc::Status& s) {
-  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-  r->Finish(s);
-  return r;
-}
-
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& s) {
-  return Finish(ctx, ToGrpcStatus(s));
 }
 
 absl::Status CheckSize(const grpc::ByteBuffer* req, int64_t limit, absl::string_view method) {
@@ -107,88 +98,127 @@ absl::Status Busy(absl::string_view method, int64_t limit) {
 // Pull and PullRows: the same checks in the same order, then the core's
 // pull of variables or of rows, answered from its callback.
 template <typename Decode, typename Issue>
-grpc::ServerUnaryReactor* PsServiceImpl::ServePull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                                   grpc::ByteBuffer* resp, Rpc rpc, const char* method,
-                                                   Decode decode, Issue issue) {
+void PsServiceImpl::ServePull(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, absl::Time deadline,
+                              Rpc rpc, const char* method, Decode decode, Issue issue, DataDone done) {
   Caller caller;
-  if (grpc::Status a = auth_.Authorize(*ctx, rpc, &caller); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(ctx, rpc, &caller); !a.ok()) return done(a, {});
   InflightSlot slot(pulls_, max_inflight_);
-  if (!slot.held()) return Done(ctx, Busy(method, max_inflight_));
-  if (auto s = CheckSize(req, core_->max_request_bytes(), method); !s.ok()) return Done(ctx, s);
-  auto args = decode(*req);
-  if (!args.ok()) return Done(ctx, args.status());
+  if (!slot.held()) return done(ToGrpcStatus(Busy(method, max_inflight_)), {});
+  if (auto s = CheckSize(&req, core_->max_request_bytes(), method); !s.ok()) return done(ToGrpcStatus(s), {});
+  auto args = decode(req);
+  if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
   CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
-  if (!mine.held()) return Done(ctx, CallerBusy(method, mine, max_per_caller_));
-  if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (!mine.held()) return done(ToGrpcStatus(CallerBusy(method, mine, max_per_caller_)), {});
+  if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return done(ToGrpcStatus(g), {});
   uint64_t incarnation = core_->incarnation();
-  issue(*std::move(args), PullDeadline(ctx),
-        [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
+  issue(*std::move(args), deadline,
+        [done = std::move(done), incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
          mine = std::make_shared<CallerSlot>(std::move(mine))](absl::Status s, NamedTensors t, int64_t gs) mutable {
           slot.reset();  // free before the client hears back
           mine.reset();
-          if (s.ok()) *resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
-          reactor->Finish(ToGrpcStatus(s));
+          grpc::ByteBuffer resp;
+          if (s.ok()) resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
+          done(ToGrpcStatus(s), std::move(resp));
         });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
-                                              const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  return ServePull(ctx, req, resp, Rpc::kPsPull, "Pull", pswire::DecodePull,
-                   [this](pswire::PullArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
-                     core_->Pull(std::move(args.variables), args.worker, args.step, deadline, std::move(done));
-                   });
-}
-
-grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* ctx,
-                                                  const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  return ServePull(ctx, req, resp, Rpc::kPsPullRows, "PullRows", pswire::DecodePullRows,
-                   [this](pswire::PullRowsArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
-                     core_->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done),
-                                     args.read_only);
-                   });
-}
-
-grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
-                                              const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+void PsServiceImpl::ServePush(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done) {
   Caller caller;
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPush, &caller); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(ctx, Rpc::kPsPush, &caller); !a.ok()) return done(a, {});
   InflightSlot slot(pushes_, max_inflight_);
-  if (!slot.held()) return Done(ctx, Busy("Push", max_inflight_));
-  if (auto s = CheckSize(req, core_->max_request_bytes(), "Push"); !s.ok()) return Done(ctx, s);
-  absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(*req, core_->pool()->Allocator());
-  if (!args.ok()) return Done(ctx, args.status());
+  if (!slot.held()) return done(ToGrpcStatus(Busy("Push", max_inflight_)), {});
+  if (auto s = CheckSize(&req, core_->max_request_bytes(), "Push"); !s.ok()) return done(ToGrpcStatus(s), {});
+  absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(req, core_->pool()->Allocator());
+  if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
-  if (!mine.held()) return Done(ctx, CallerBusy("Push", mine, max_per_caller_));
+  if (!mine.held()) return done(ToGrpcStatus(CallerBusy("Push", mine, max_per_caller_)), {});
   // The step's rows first, as a PushRows of the same id would be (its own
   // retry record), then the dense part.
   if (!args->rows.empty()) {
     absl::StatusOr<PushResponse> rows = core_->PushRows(args->id, args->rows);
-    if (!rows.ok()) return Done(ctx, rows.status());
+    if (!rows.ok()) return done(ToGrpcStatus(rows.status()), {});
   }
   absl::StatusOr<PushResponse> r = core_->Push(args->id, args->gradients);
+  grpc::ByteBuffer resp;
   if (r.ok()) {
     r->set_rows_taken(!args->rows.empty());
-    *resp = pswire::EncodePushResult(*r);
+    resp = pswire::EncodePushResult(*r);
   }
-  return Done(ctx, r.status());
+  done(ToGrpcStatus(r.status()), std::move(resp));
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* ctx,
-                                                  const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+void PsServiceImpl::ServePushRows(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done) {
   Caller caller;
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPushRows, &caller); !a.ok()) return Finish(ctx, a);
+  if (grpc::Status a = auth_.Authorize(ctx, Rpc::kPsPushRows, &caller); !a.ok()) return done(a, {});
   InflightSlot slot(pushes_, max_inflight_);
-  if (!slot.held()) return Done(ctx, Busy("PushRows", max_inflight_));
-  if (auto s = CheckSize(req, core_->max_request_bytes(), "PushRows"); !s.ok()) return Done(ctx, s);
-  absl::StatusOr<pswire::PushRowsArgs> args = pswire::DecodePushRows(*req);
-  if (!args.ok()) return Done(ctx, args.status());
+  if (!slot.held()) return done(ToGrpcStatus(Busy("PushRows", max_inflight_)), {});
+  if (auto s = CheckSize(&req, core_->max_request_bytes(), "PushRows"); !s.ok()) return done(ToGrpcStatus(s), {});
+  absl::StatusOr<pswire::PushRowsArgs> args = pswire::DecodePushRows(req);
+  if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
-  if (!mine.held()) return Done(ctx, CallerBusy("PushRows", mine, max_per_caller_));
+  if (!mine.held()) return done(ToGrpcStatus(CallerBusy("PushRows", mine, max_per_caller_)), {});
   absl::StatusOr<PushResponse> r = core_->PushRows(args->id, args->rows);
-  if (r.ok()) *resp = pswire::EncodePushResult(*r);
-  return Done(ctx, r.status());
+  grpc::ByteBuffer resp;
+  if (r.ok()) resp = pswire::EncodePushResult(*r);
+  done(ToGrpcStatus(r.status()), std::move(resp));
+}
+
+void PsServiceImpl::ServeData(const grpc::ServerContextBase& ctx, psframe::Method method,
+                              const grpc::ByteBuffer& req, absl::Time deadline, DataDone done) {
+  switch (method) {
+    case psframe::Method::kPull:
+      return ServePull(ctx, req, deadline, Rpc::kPsPull, "Pull", pswire::DecodePull,
+                       [this](pswire::PullArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
+                         core_->Pull(std::move(args.variables), args.worker, args.step, deadline, std::move(done));
+                       },
+                       std::move(done));
+    case psframe::Method::kPullRows:
+      return ServePull(ctx, req, deadline, Rpc::kPsPullRows, "PullRows", pswire::DecodePullRows,
+                       [this](pswire::PullRowsArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
+                         core_->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done),
+                                         args.read_only);
+                       },
+                       std::move(done));
+    case psframe::Method::kPush:
+      return ServePush(ctx, req, std::move(done));
+    case psframe::Method::kPushRows:
+      return ServePushRows(ctx, req, std::move(done));
+  }
+  done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown data method"), {});
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Unary(grpc::CallbackServerContext* ctx, psframe::Method method,
+                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ServeData(*ctx, method, *req, PullDeadline(ctx), [reactor, resp](grpc::Status s, grpc::ByteBuffer b) {
+    if (s.ok()) *resp = std::move(b);
+    reactor->Finish(s);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                              grpc::ByteBuffer* resp) {
+  return Unary(ctx, psframe::Method::kPull, req, resp);
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                  grpc::ByteBuffer* resp) {
+  return Unary(ctx, psframe::Method::kPullRows, req, resp);
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                              grpc::ByteBuffer* resp) {
+  return Unary(ctx, psframe::Method::kPush, req, resp);
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                  grpc::ByteBuffer* resp) {
+  return Unary(ctx, psframe::Method::kPushRows, req, resp);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PsServiceImpl::Exchange(grpc::CallbackServerContext* ctx) {
+  return NewExchangeReactor(this, ctx);
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CreateVariables(grpc::CallbackServerContext* ctx,

@@ -9,6 +9,7 @@
 #define PSRT_COMMON_STORE_PS_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "common/rpc/security.h"
+#include "common/transport/ps_frame.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "common/store/server_core.h"
 
@@ -24,11 +26,11 @@ namespace psrt {
 // Every method is raw: the data path is read by ps_wire.h, the control
 // methods are parsed by ServeParsed (common/rpc/parsed_unary.h) so that
 // unparsable bytes get INVALID_ARGUMENT naming the method.
-using PsServiceBase = ParameterServer::WithRawCallbackMethod_Pull<
+using PsServiceBase = ParameterServer::WithRawCallbackMethod_Exchange<ParameterServer::WithRawCallbackMethod_Pull<
     ParameterServer::WithRawCallbackMethod_Push<ParameterServer::WithRawCallbackMethod_PullRows<
         ParameterServer::WithRawCallbackMethod_PushRows<ParameterServer::WithRawCallbackMethod_CreateVariables<
             ParameterServer::WithRawCallbackMethod_Snapshot<ParameterServer::WithRawCallbackMethod_Restore<
-                ParameterServer::WithRawCallbackMethod_Status<ParameterServer::Service>>>>>>>>;
+                ParameterServer::WithRawCallbackMethod_Status<ParameterServer::Service>>>>>>>>>;
 
 // Calls in flight per caller; an entry lives while its count is above 0.
 struct CallerCounts {
@@ -64,6 +66,15 @@ class PsServiceImpl final : public PsServiceBase {
                                  grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* PushRows(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                      grpc::ByteBuffer* resp) override;
+  // The same four methods as frames of one long-lived stream (ps_exchange.h).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Exchange(grpc::CallbackServerContext* ctx) override;
+
+  // One data-path call, however it arrived: authorised against `ctx`,
+  // checked, served; `done` runs exactly once, on any thread (a SYNC pull
+  // parks until its step or `deadline`).
+  using DataDone = std::function<void(grpc::Status, grpc::ByteBuffer)>;
+  void ServeData(const grpc::ServerContextBase& ctx, psframe::Method method, const grpc::ByteBuffer& req,
+                 absl::Time deadline, DataDone done);
 
   // The control methods as gRPC calls them (raw bytes, parsed here)...
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
@@ -83,9 +94,12 @@ class PsServiceImpl final : public PsServiceBase {
 
  private:
   template <typename Decode, typename Issue>
-  grpc::ServerUnaryReactor* ServePull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                      grpc::ByteBuffer* resp, Rpc rpc, const char* method, Decode decode,
-                                      Issue issue);
+  void ServePull(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, absl::Time deadline, Rpc rpc,
+                 const char* method, Decode decode, Issue issue, DataDone done);
+  void ServePush(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done);
+  void ServePushRows(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done);
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, psframe::Method method,
+                                  const grpc::ByteBuffer* req, grpc::ByteBuffer* resp);
   ParameterServerCore* const core_;
   RequestAuthenticator auth_;
   int64_t max_inflight_ = 4096;

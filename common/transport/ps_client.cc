@@ -23,7 +23,10 @@ constexpr char kPushRows[] = "/psrt.ParameterServer/PushRows";
 PsClient::PsClient(const PlacementMap& placement, std::vector<std::string> ps_addresses,
                    ChannelCache* channels, PsClientOptions options)
     : options_(options), addresses_(std::move(ps_addresses)) {
-  for (const std::string& a : addresses_) stubs_.push_back(std::make_unique<grpc::GenericStub>(channels->Get(a)));
+  for (size_t i = 0; i < addresses_.size(); ++i) {
+    stubs_.push_back(std::make_unique<grpc::GenericStub>(channels->Get(addresses_[i])));
+    if (options_.streams) streams_.push_back(std::make_unique<PsStream>(channels->Get(addresses_[i]), absl::StrCat("ps:", i)));
+  }
   std::set<int> used;
   for (const VariablePlacement& vp : placement.variable()) {
     placement_[vp.variable().name()] = vp;
@@ -39,35 +42,77 @@ PsClient::PsClient(const PlacementMap& placement, std::vector<std::string> ps_ad
 
 std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls) {
-  struct Call {
+  // Shared with the callbacks: the last one may still be returning when
+  // this function has what it waits for.
+  struct Waiter {
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+    std::vector<absl::StatusOr<grpc::ByteBuffer>> out ABSL_GUARDED_BY(mu);
+  };
+  struct Unary {
     grpc::ClientContext ctx;
     grpc::ByteBuffer response;
-    grpc::Status status;
   };
-  std::vector<std::unique_ptr<Call>> state(calls.size());
-  absl::BlockingCounter pending(static_cast<int>(calls.size()));
+  auto w = std::make_shared<Waiter>();
+  {
+    absl::MutexLock lock(&w->mu);
+    w->left = calls.size();
+    w->out.assign(calls.size(), absl::UnknownError("not answered"));
+  }
+  // Small data calls go as frames of the PS's stream; large ones (whose
+  // per-call cost is small beside their bytes, and whose size the server
+  // must be able to refuse alone) and control calls as unary calls.
+  std::vector<std::unique_ptr<Unary>> unary(calls.size());
+  std::vector<std::pair<PsStream*, uint64_t>> streamed(calls.size(), {nullptr, 0});
   for (size_t i = 0; i < calls.size(); ++i) {
-    state[i] = std::make_unique<Call>();
-    Call* c = state[i].get();
-    SetDeadline(&c->ctx, options_.timeout);
     const int ps = calls[i].first;
-    stubs_[ps]->UnaryCall(&c->ctx, calls[i].second.first, grpc::StubOptions(), &calls[i].second.second,
-                          &c->response, [c, &pending](grpc::Status s) {
-                            c->status = std::move(s);
-                            pending.DecrementCount();
+    const std::string& method = calls[i].second.first;
+    const grpc::ByteBuffer& request = calls[i].second.second;
+    psframe::Method m;
+    if (!streams_.empty() && request.Length() <= kMaxStreamedBytes && psframe::MethodFromPath(method, &m)) {
+      streamed[i].first = streams_[ps].get();
+      streamed[i].second = streams_[ps]->Start(m, request, options_.timeout,
+                                               [w, i](absl::StatusOr<grpc::ByteBuffer> r) {
+                                                 absl::MutexLock lock(&w->mu);
+                                                 w->out[i] = std::move(r);
+                                                 --w->left;
+                                               });
+      continue;
+    }
+    unary[i] = std::make_unique<Unary>();
+    Unary* u = unary[i].get();
+    SetDeadline(&u->ctx, options_.timeout);
+    stubs_[ps]->UnaryCall(&u->ctx, method, grpc::StubOptions(), &request, &u->response,
+                          [w, i, u, ps, name = method.substr(method.rfind('/') + 1)](grpc::Status s) {
+                            absl::MutexLock lock(&w->mu);
+                            if (s.ok()) {
+                              w->out[i] = std::move(u->response);
+                            } else {
+                              w->out[i] = FromGrpcStatus(s, absl::StrCat("ps:", ps), name);
+                            }
+                            --w->left;
                           });
   }
-  pending.Wait();
-  std::vector<absl::StatusOr<grpc::ByteBuffer>> out;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (state[i]->status.ok()) {
-      out.push_back(std::move(state[i]->response));
-    } else {
-      out.push_back(FromGrpcStatus(state[i]->status, absl::StrCat("ps:", calls[i].first),
-                                   calls[i].second.first.substr(calls[i].second.first.rfind('/') + 1)));
+  absl::MutexLock lock(&w->mu);
+  auto all = [&w]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu) { return w->left == 0; };
+  // Unary calls end by their own deadline; streamed ones are ended here
+  // when it passes (a little later, so that the unary deadline, which
+  // started first, fires first when both are out).
+  if (!w->mu.AwaitWithTimeout(absl::Condition(&all), options_.timeout + absl::Milliseconds(50))) {
+    w->mu.Unlock();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (streamed[i].first == nullptr) continue;
+      const std::string& method = calls[i].second.first;
+      streamed[i].first->Expire(streamed[i].second,
+                                absl::DeadlineExceededError(absl::StrCat(
+                                    "ps:", calls[i].first, ": ", method.substr(method.rfind('/') + 1),
+                                    ": Deadline Exceeded (no answer within ", absl::FormatDuration(options_.timeout),
+                                    ")")));
     }
+    w->mu.Lock();
+    w->mu.Await(absl::Condition(&all));  // unary deadlines, and callbacks already running
   }
-  return out;
+  return std::move(w->out);
 }
 
 absl::StatusOr<grpc::ByteBuffer> PsClient::Call(int ps, const std::string& method,

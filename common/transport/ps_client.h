@@ -23,6 +23,7 @@
 #include "common/rpc/channel_cache.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/worker_service.pb.h"
+#include "common/transport/ps_stream.h"
 #include "common/transport/ps_wire.h"
 #include "common/transport/parameter_client.h"
 
@@ -34,7 +35,17 @@ struct PsClientOptions {
   // PullRows never makes hash-table rows (PullRowsRequest.read_only): for
   // readers that are not training, such as the chief's evaluation.
   bool read_only_rows = false;
+  // Pushes and pulls of up to kMaxStreamedBytes as frames of one long-lived
+  // stream per PS (ps_stream.h) rather than one unary call each; the bytes,
+  // ids and checks are the same.
+  bool streams = true;
 };
+
+// Larger requests go as unary calls: their per-call cost is small beside
+// their bytes, they do not queue behind each other on one HTTP/2 stream,
+// and a PS can refuse one over its size limit without ending a stream
+// (every PS accepts messages of at least 2 MiB).
+inline constexpr size_t kMaxStreamedBytes = 1 << 20;
 
 class PsClient : public ParameterClient {
  public:
@@ -67,6 +78,7 @@ class PsClient : public ParameterClient {
   const PsClientOptions options_;
   const std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
+  std::vector<std::unique_ptr<PsStream>> streams_;  // one per PS, when options_.streams
   std::map<std::string, VariablePlacement> placement_;
   std::map<std::string, std::vector<Shard>> shards_;
   std::vector<int> used_ps_;  // every PS holding a variable

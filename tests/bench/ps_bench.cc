@@ -40,10 +40,15 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "common/store/ps_service.h"
+#include "common/transport/ps_client.h"
+#include "common/transport/ps_stream.h"
 #include "common/transport/ps_wire.h"
 #include "common/store/server_core.h"
 
 ABSL_FLAG(double, seconds, 0.25, "Seconds per measurement.");
+ABSL_FLAG(std::string, transport, "stream",
+          "How ours travels: 'stream' (as PsClient: requests up to 1 MiB as frames of one "
+          "ParameterServer/Exchange stream per client, larger ones unary) or 'unary' (one call each).");
 ABSL_FLAG(std::string, channel_args, "",
           "Experiment: integer gRPC channel arguments NAME=VALUE,... set on the server and "
           "every client (e.g. grpc.http2.max_frame_size=1048576).");
@@ -188,6 +193,26 @@ void StartGeneric(grpc::GenericStub* stub, const std::string& method, grpc::Byte
                     }
                     done();
                   });
+}
+
+// Ours as PsClient sends it (--transport): small requests as frames of the
+// client's stream, the rest as unary calls.
+struct OurClient {
+  std::unique_ptr<grpc::GenericStub> stub;
+  std::unique_ptr<PsStream> stream;
+};
+
+void StartOurs(OurClient* c, const std::string& method, grpc::ByteBuffer request,
+               std::function<bool(const grpc::ByteBuffer&)> check, std::function<void()> done) {
+  psframe::Method m;
+  if (c->stream == nullptr || request.Length() > kMaxStreamedBytes || !psframe::MethodFromPath(method, &m)) {
+    return StartGeneric(c->stub.get(), method, std::move(request), std::move(check), std::move(done));
+  }
+  c->stream->Start(m, request, absl::Seconds(60),
+                   [check = std::move(check), done = std::move(done)](absl::StatusOr<grpc::ByteBuffer> r) {
+                     if (!r.ok() || !check(*r)) LOG(FATAL) << "benchmark call failed: " << r.status();
+                     done();
+                   });
 }
 
 // ---------------------------------------------------------------- raw gRPC
@@ -368,15 +393,19 @@ int Main() {
   auto raw_server = StartServer(&raw_service, &raw_port);
   const std::string raw_address = absl::StrCat("127.0.0.1:", raw_port);
 
-  std::vector<std::unique_ptr<grpc::GenericStub>> our_stubs;
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  CHECK(transport == "stream" || transport == "unary") << "--transport must be stream or unary";
+  std::vector<OurClient> our_clients(2);
   std::vector<std::unique_ptr<ParameterServer::Stub>> raw_stubs;
   for (int c = 0; c < 2; ++c) {
-    our_stubs.push_back(std::make_unique<grpc::GenericStub>(NewChannel(ours.address())));
+    std::shared_ptr<grpc::Channel> channel = NewChannel(ours.address());
+    our_clients[c].stub = std::make_unique<grpc::GenericStub>(channel);
+    if (transport == "stream") our_clients[c].stream = std::make_unique<PsStream>(channel, "ps:0");
     raw_stubs.push_back(ParameterServer::NewStub(NewChannel(raw_address)));
   }
   std::atomic<int64_t> step{0};
-  std::printf("ps_bench: best of %d x %.2f s per figure; MB = 10^6 bytes of tensor content\n",
-              repeats, seconds);
+  std::printf("ps_bench: best of %d x %.2f s per figure; MB = 10^6 bytes of tensor content; ours over %s\n",
+              repeats, seconds, transport.c_str());
 
   for (int64_t bytes : sizes) {
     Tensor grad(DT_FLOAT, TensorShape({bytes / 4}));
@@ -400,7 +429,7 @@ int Main() {
           a.id.set_worker_incarnation(1);
           a.id.set_step(step++);
           a.gradients.emplace_back(Ours::Name(bytes), grad);
-          StartGeneric(our_stubs[c].get(), "/psrt.ParameterServer/Push", pswire::EncodePush(a),
+          StartOurs(&our_clients[c], "/psrt.ParameterServer/Push", pswire::EncodePush(a),
                        [](const grpc::ByteBuffer& b) { return pswire::DecodePushResult(b).ok(); },
                        std::move(done));
         }); };
@@ -413,7 +442,7 @@ int Main() {
         auto pull = [&] { return Drive(clients, window, seconds, bytes, [&](int c, std::function<void()> done) {
           pswire::PullArgs a;
           a.variables = {Ours::Name(bytes)};
-          StartGeneric(our_stubs[c].get(), "/psrt.ParameterServer/Pull", pswire::EncodePull(a),
+          StartOurs(&our_clients[c], "/psrt.ParameterServer/Pull", pswire::EncodePull(a),
                        [bytes, &client_pool](const grpc::ByteBuffer& b) {
                          auto r = pswire::DecodePullResult(b, client_pool->Allocator());
                          return r.ok() && r->tensors.size() == 1 &&
@@ -451,7 +480,7 @@ int Main() {
       a.id.set_worker_incarnation(2);
       a.id.set_step(step++);
       a.rows.push_back({"emb", ids, rows});
-      StartGeneric(our_stubs[c].get(), "/psrt.ParameterServer/PushRows", pswire::EncodePushRows(a),
+      StartOurs(&our_clients[c], "/psrt.ParameterServer/PushRows", pswire::EncodePushRows(a),
                    [](const grpc::ByteBuffer& b) { return pswire::DecodePushResult(b).ok(); },
                    std::move(done));
     }); };
@@ -463,7 +492,7 @@ int Main() {
     auto pull = [&] { return Drive(1, window, seconds, row_bytes, [&](int c, std::function<void()> done) {
       pswire::PullRowsArgs a;
       a.ids.push_back({"emb", ids});
-      StartGeneric(our_stubs[c].get(), "/psrt.ParameterServer/PullRows", pswire::EncodePullRows(a),
+      StartOurs(&our_clients[c], "/psrt.ParameterServer/PullRows", pswire::EncodePullRows(a),
                    [&](const grpc::ByteBuffer& b) {
                      auto r = pswire::DecodePullResult(b, client_pool->Allocator());
                      return r.ok() && r->tensors.size() == 1 &&

@@ -1,0 +1,28 @@
+// The server side of ParameterServer/Exchange: one reactor per stream that
+// reads request frames (ps_frame.h), serves each through
+// PsServiceImpl::ServeData exactly as the unary method would (same
+// authorisation, limits and checks, per frame), and writes the answers back
+// in the order they complete.
+//
+// Several frames of one stream are served at once: the next read is issued
+// before a frame is served, so a SYNC pull parked in the core does not hold
+// up the pushes behind it. A malformed frame ends the stream with
+// INVALID_ARGUMENT (the caller's pending calls fail and it reopens); the
+// reactor finishes only when every frame it took has been answered, so a
+// late answer never touches a finished stream.
+#ifndef PSRT_COMMON_STORE_PS_EXCHANGE_H_
+#define PSRT_COMMON_STORE_PS_EXCHANGE_H_
+
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace psrt {
+
+class PsServiceImpl;
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewExchangeReactor(PsServiceImpl* service,
+                                                                                grpc::CallbackServerContext* ctx);
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_STORE_PS_EXCHANGE_H_
