@@ -44,6 +44,9 @@ ABSL_FLAG(bool, overlap_pull, true,
           "ASYNC jobs: read the next batch and pull its parameters while this step computes "
           "(the pull then misses this worker's own last push: one step of staleness).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the step's kernels run.");
+ABSL_FLAG(bool, ps_streams, true,
+          "Send pushes and pulls of up to 1 MiB as frames of one ParameterServer/Exchange stream per PS "
+          "(false: one unary call each, as before; for comparison).");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: this task's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
 ABSL_FLAG(int, collective_port, 0,
@@ -143,6 +146,7 @@ int Main(int argc, char** argv) {
       std::unique_ptr<ParameterClient> embeddings;
       if (on_ps.variable_size() > 0) {
         PsClientOptions po;
+        po.streams = absl::GetFlag(FLAGS_ps_streams);
         po.worker = index;
         embeddings = std::make_unique<PsClient>(on_ps, ps_addresses, &channels, po);
       }
@@ -156,6 +160,7 @@ int Main(int argc, char** argv) {
           std::move(embeddings)));
     }
     PsClientOptions o;
+    o.streams = absl::GetFlag(FLAGS_ps_streams);
     o.worker = index;
     return std::unique_ptr<ParameterClient>(new PsClient(a.placement(), ps_addresses, &channels, o));
   };
