@@ -674,8 +674,7 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
       }
     }
     for (const Variable* v : vars) bytes += v->bytes();
-    job.snapshot.delta = DeltaNextLocked(req, vars);
-    job.snapshot.base_step = job.snapshot.delta ? chain_.step : 0;
+    job.snapshot.delta = DeltaNextLocked(req, vars, &job.snapshot.base_step);
     // Copy on every core: the pause is memory bandwidth, not one thread.
     job.snapshot.variables.resize(vars.size());
     const size_t threads = std::max<size_t>(1, std::min<size_t>(vars.size(), std::thread::hardware_concurrency()));

@@ -153,8 +153,8 @@ class ParameterServerCore {
   };
   static constexpr int kMaxFullEvery = 1000;
   // At the snapshot pause: whether this snapshot of `vars` is a delta on
-  // chain_, which it then becomes.
-  bool DeltaNextLocked(const SnapshotRequest& req, const std::vector<Variable*>& vars)
+  // chain_ (whose step goes to *base_step), which it then becomes.
+  bool DeltaNextLocked(const SnapshotRequest& req, const std::vector<Variable*>& vars, int64_t* base_step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The writer's Write: refuses a delta whose base is not the snapshot it
   // wrote last (a failed write), and after any failure makes the next

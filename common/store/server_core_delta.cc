@@ -6,7 +6,8 @@
 
 namespace psrt {
 
-bool ParameterServerCore::DeltaNextLocked(const SnapshotRequest& req, const std::vector<Variable*>& vars) {
+bool ParameterServerCore::DeltaNextLocked(const SnapshotRequest& req, const std::vector<Variable*>& vars,
+                                          int64_t* base_step) {
   std::vector<std::string> names;
   names.reserve(vars.size());
   for (const Variable* v : vars) names.push_back(v->def().name());
@@ -18,9 +19,9 @@ bool ParameterServerCore::DeltaNextLocked(const SnapshotRequest& req, const std:
   chain_.checkpoint = req.checkpoint();
   chain_.variables = std::move(names);
   chain_.deltas = delta ? chain_.deltas + 1 : 0;
-  const int64_t base = chain_.step;
+  *base_step = delta ? chain_.step : 0;
   chain_.step = req.step();
-  if (delta) VLOG(1) << "snapshot of step " << req.step() << ": a delta on step " << base;
+  if (delta) VLOG(1) << "snapshot of step " << req.step() << ": a delta on step " << *base_step;
   return delta;
 }
 
