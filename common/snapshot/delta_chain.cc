@@ -11,11 +11,11 @@
 namespace psrt {
 namespace {
 
-// A hash table's rows as a snapshot holds them: ids int64 [n], value and
-// every slot float [n, dim].
-absl::Status CheckRows(const VariableState& st, int64_t dim, size_t slots, absl::string_view what,
-                       const std::function<absl::Status(absl::string_view)>& bad) {
-  if (st.def.kind() != VariableDef::HASH_TABLE) return bad(absl::StrCat(what, " is not a hash table"));
+using Bad = std::function<absl::Status(absl::string_view)>;
+
+// Rows with their ids, as a hash table or a delta holds them: ids int64
+// [n], value and every slot float [n, dim].
+absl::Status CheckRows(const VariableState& st, int64_t dim, size_t slots, absl::string_view what, const Bad& bad) {
   if (!st.ids.IsValid() || st.ids.dtype() != DT_INT64 || st.ids.shape().rank() != 1) {
     return bad(absl::StrCat(what, " has no int64 [n] ids"));
   }
@@ -39,6 +39,42 @@ Tensor Resized(const Tensor& from, int64_t rows) {
   Tensor out(from.dtype(), TensorShape({rows, dim}));
   std::memcpy(out.raw_data(), from.raw_data(), from.TotalBytes());
   return out;
+}
+
+// A fixed table (rows [begin, begin + n) of a variable) with the delta's
+// rows, whose ids are row numbers, written over it in place.
+absl::StatusOr<VariableState> MergeFixed(VariableState b, const VariableState& d, int64_t dim, const Bad& bad) {
+  if (b.def.row_begin() != d.def.row_begin() || b.def.row_end() != d.def.row_end()) {
+    return bad("the delta's rows and its base's are of different slices");
+  }
+  if (b.value.dtype() != DT_FLOAT || b.value.shape().rank() != 2 || b.value.shape().dim(1) != dim) {
+    return bad(absl::StrCat("the base value is ", b.value.shape().ToString(), ", not float32 [rows, ", dim, "]"));
+  }
+  for (const Tensor& t : b.slots) {
+    if (t.dtype() != DT_FLOAT || t.shape() != b.value.shape()) return bad("the base's slots and value differ in shape");
+  }
+  RETURN_IF_ERROR(CheckRows(d, dim, b.slots.size(), "the delta", bad));
+  const int64_t begin = b.def.row_end() > 0 ? b.def.row_begin() : 0;
+  const int64_t rows = b.value.shape().dim(0);
+  std::vector<bool> seen(rows);
+  const int64_t* ids = d.ids.data<int64_t>();
+  for (int64_t i = 0; i < d.ids.NumElements(); ++i) {
+    if (ids[i] < begin || ids[i] - begin >= rows) {
+      return bad(absl::StrCat("the delta has row ", ids[i], ", outside the base's [", begin, ", ", begin + rows, ")"));
+    }
+    if (seen[ids[i] - begin]) return bad(absl::StrCat("the delta holds row ", ids[i], " twice"));
+    seen[ids[i] - begin] = true;
+  }
+  auto scatter = [&](Tensor* into, const Tensor& from) {
+    for (int64_t i = 0; i < d.ids.NumElements(); ++i) {
+      std::memcpy(into->data<float>() + (ids[i] - begin) * dim, from.data<float>() + i * dim, dim * sizeof(float));
+    }
+  };
+  scatter(&b.value, d.value);
+  for (size_t s = 0; s < b.slots.size(); ++s) scatter(&b.slots[s], d.slots[s]);
+  b.def = d.def;
+  b.updates = d.updates;
+  return b;
 }
 
 }  // namespace
@@ -67,6 +103,15 @@ absl::StatusOr<std::vector<VariableState>> ApplyDelta(std::vector<VariableState>
       return bad("the delta's rows and its base's differ in shape");
     }
     const int64_t dim = d.def.shape().dim(1);
+    if (b.def.kind() != d.def.kind() || d.def.kind() == VariableDef::DENSE) {
+      return bad(absl::StrCat("the delta's rows are of a ", VariableDef::Kind_Name(d.def.kind()), ", its base is a ",
+                              VariableDef::Kind_Name(b.def.kind())));
+    }
+    if (d.def.kind() == VariableDef::FIXED_TABLE) {
+      ASSIGN_OR_RETURN(VariableState merged, MergeFixed(std::move(b), d, dim, bad));
+      out.push_back(std::move(merged));
+      continue;
+    }
     RETURN_IF_ERROR(CheckRows(b, dim, b.slots.size(), "the base", bad));
     RETURN_IF_ERROR(CheckRows(d, dim, b.slots.size(), "the delta", bad));
     const int64_t n = b.ids.NumElements();

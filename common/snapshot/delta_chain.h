@@ -1,5 +1,6 @@
-// Incremental checkpoints: a delta snapshot holds, for each hash table,
-// only the rows touched since its base snapshot (VariableState.delta); this
+// Incremental checkpoints: a delta snapshot holds, for each embedding
+// table (hash or fixed), only the rows touched since its base snapshot
+// (VariableState.delta; a fixed table's ids are its row numbers); this
 // puts a base and a delta back together into the whole state of the delta's
 // step. SnapshotStore::Read applies a chain of them, oldest first.
 #ifndef PSRT_COMMON_SNAPSHOT_DELTA_CHAIN_H_

@@ -222,7 +222,26 @@ TEST(ApplyDeltaTest, RefusesInconsistentDeltas) {
   VariableState bad_value = Table({{1, 1}}, true, 2);
   bad_value.value = Tensor(DT_FLOAT, TensorShape({2, kDim}));
   EXPECT_EQ(ApplyDelta({base}, {bad_value}, "here").status().code(), absl::StatusCode::kDataLoss);
-  // And a good one: 2 replaced, 3 appended.
+  // A fixed table: rows by number, in range, into the base in place.
+  VariableState slice = Table({{4, 1}, {5, 2}, {6, 3}}, false, 1);
+  slice.def.set_kind(VariableDef::FIXED_TABLE);
+  slice.def.mutable_shape()->set_dim(0, 10);
+  slice.def.set_row_begin(4);
+  slice.def.set_row_end(7);
+  slice.ids = Tensor();
+  VariableState rows = Table({{6, 60}}, true, 2);
+  rows.def = slice.def;
+  auto fixed = ApplyDelta({slice}, {rows}, "here");
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ((*fixed)[0].value.data<float>()[4], 60);  // row 6 = the third of [4, 7)
+  EXPECT_EQ((*fixed)[0].slots[1].data<float>()[5], 120);
+  EXPECT_EQ((*fixed)[0].value.data<float>()[0], 1);
+  EXPECT_EQ((*fixed)[0].updates, 2);
+  rows.ids.data<int64_t>()[0] = 7;
+  r = ApplyDelta({slice}, {rows}, "here");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("row 7, outside the base's [4, 7)"));
+  // And a hash table: 2 replaced, 3 appended.
   auto ok = ApplyDelta({base}, {Table({{2, 20}, {3, 30}}, true, 2)}, "here");
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(Rows((*ok)[0]), Rows(Table({{1, 1}, {2, 20}, {3, 30}}, false, 2)));

@@ -1,11 +1,13 @@
 // Incremental checkpoints through the parameter server's own paths: a chain
-// of a full snapshot and deltas (rows touched in several deltas, rows made
+// of a full snapshot and deltas of a hash table and a row-partitioned fixed
+// table (rows touched in several deltas, rows made
 // after the base, rows touched while a delta is being written) restores
 // every row and every Adam slot and update count exactly, onto the same
 // store and onto another number of PS (restore_assembly re-shards by id);
 // compaction every K; a broken chain is refused.
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -20,16 +22,31 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kDim = 4;
 
-// Hash table "h" [any, kDim], shard `k` of `n`, Adam; and a dense "b".
+constexpr int64_t kFixedRows = 50;
+
+// Rows [begin, end) of the fixed table on shard `k` of `n` (n 0: all).
+std::pair<int64_t, int64_t> FixedSlice(int k, int n) {
+  if (n == 0) return {0, kFixedRows};
+  return {k * kFixedRows / n, (k + 1) * kFixedRows / n};
+}
+
+// Hash table "h" [any, kDim], shard `k` of `n`; a fixed table "f"
+// [kFixedRows, kDim] split by rows the same way; a dense "b". Adam.
 CreateVariablesRequest Vars(int k, int n) {
   CreateVariablesRequest r;
   google::protobuf::TextFormat::ParseFromString(R"(
       optimizer { adam { learning_rate: 0.05 } } num_workers: 1
       variable { name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 4 }
                  initializer { kind: GLOROT_UNIFORM } seed: 5 }
+      variable { name: "f" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 50 dim: 4 }
+                 initializer { kind: GLOROT_UNIFORM } seed: 6 }
       variable { name: "b" dtype: DT_FLOAT shape { dim: 3 } initializer { kind: ONES } })", &r);
   r.mutable_variable(0)->set_hash_shard(n > 1 ? k : 0);
   r.mutable_variable(0)->set_hash_shards(n > 1 ? n : 0);
+  if (n > 1) {
+    r.mutable_variable(1)->set_row_begin(FixedSlice(k, n).first);
+    r.mutable_variable(1)->set_row_end(FixedSlice(k, n).second);
+  }
   return r;
 }
 
@@ -56,6 +73,15 @@ const VariableState* Find(const PsSnapshot& s, const std::string& name) {
   return nullptr;
 }
 
+// The fixed table's value and slot bytes, and its update count.
+std::string FixedRows(const PsSnapshot& s) {
+  const VariableState* f = Find(s, "f");
+  if (f == nullptr) return "";
+  std::string out = absl::StrCat(f->updates, ":", Bytes(f->value));
+  for (const Tensor& t : f->slots) out += Bytes(t);
+  return out;
+}
+
 class IncrementalTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -72,18 +98,26 @@ class IncrementalTest : public ::testing::Test {
   }
   // One Adam step of rows for the ids of `ids` this shard holds, and of b.
   void Push(ParameterServerCore* core, const std::vector<int64_t>& ids, int k, int n) {
+    // The hash ids this shard holds, and rows of f picked by them.
     std::vector<int64_t> mine;
+    std::set<int64_t> fixed;
+    const auto [begin, end] = FixedSlice(k, n);
     for (int64_t id : ids) {
       if (HashShardOf(id, n) == k) mine.push_back(id);
+      const int64_t row = ((id % kFixedRows) + kFixedRows) % kFixedRows;
+      if (row >= begin && row < end) fixed.insert(row);
     }
-    const int64_t m = static_cast<int64_t>(mine.size());
-    Tensor g(DT_FLOAT, TensorShape({m, kDim}));
-    for (int64_t i = 0; i < g.NumElements(); ++i) g.data<float>()[i] = 0.01f * ((i * 7 + step_) % 13 - 6);
+    auto update = [this](const std::string& name, std::vector<int64_t> rows) {
+      const int64_t m = static_cast<int64_t>(rows.size());
+      Tensor g(DT_FLOAT, TensorShape({m, kDim}));
+      for (int64_t i = 0; i < g.NumElements(); ++i) g.data<float>()[i] = 0.01f * ((i * 7 + step_) % 13 - 6);
+      return SparseUpdate{name, Tensor::FromVector<int64_t>(rows, TensorShape({m})), g};
+    };
     RequestId id;
     id.set_worker(0);
     id.set_worker_incarnation(1);
     id.set_step(step_++);
-    ASSERT_TRUE(core->PushRows(id, {{"h", Tensor::FromVector<int64_t>(mine, TensorShape({m})), g}}).ok());
+    ASSERT_TRUE(core->PushRows(id, {update("h", mine), update("f", {fixed.begin(), fixed.end()})}).ok());
     id.set_step(step_++);
     ASSERT_TRUE(core->Push(id, {{"b", Tensor::FromVector<float>({0.1f, -0.2f, 0.3f}, TensorShape({3}))}}).ok());
   }
@@ -121,6 +155,7 @@ class IncrementalTest : public ::testing::Test {
     EXPECT_EQ(RowsById(*Find(got, "h")), RowsById(*Find(want, "h"))) << what;
     EXPECT_EQ(Find(got, "h")->updates, Find(want, "h")->updates) << what;
     EXPECT_EQ(Bytes(Find(got, "b")->value), Bytes(Find(want, "b")->value)) << what;
+    EXPECT_EQ(FixedRows(got), FixedRows(want)) << what;
     EXPECT_EQ(Bytes(Find(got, "b")->slots[1]), Bytes(Find(want, "b")->slots[1])) << what;
   }
   std::string dir_;
@@ -192,11 +227,15 @@ TEST_F(IncrementalTest, ChainRestoresEveryRowAndSlotOnTheSameAndOtherPsCounts) {
 
   // Onto three PS and one: every id on the shard that owns it, exactly.
   std::map<int64_t, std::string> want_rows;
+  std::string want_fixed;
   for (const PsSnapshot& w : want) {
     for (auto& [id, row] : RowsById(*Find(w, "h"))) want_rows.emplace(id, row);
+    want_fixed += Bytes(Find(w, "f")->value);
   }
+  ASSERT_EQ(want_fixed.size(), kFixedRows * kDim * sizeof(float));
   for (int n : {3, 1}) {
     std::map<int64_t, std::string> got;
+    std::string got_fixed;
     for (int k = 0; k < n; ++k) {
       const std::string name = absl::StrCat("ps-of-", n, "-", k);
       auto shard = Core(name, k, n);
@@ -208,12 +247,14 @@ TEST_F(IncrementalTest, ChainRestoresEveryRowAndSlotOnTheSameAndOtherPsCounts) {
       ASSERT_TRUE(shard->Restore(other).ok());
       const PsSnapshot snap = State(shard.get(), name, "after", 43);
       EXPECT_EQ(Find(snap, "h")->updates, Find(want[0], "h")->updates);
+      got_fixed += Bytes(Find(snap, "f")->value);
       for (auto& [id, row] : RowsById(*Find(snap, "h"))) {
         EXPECT_EQ(HashShardOf(id, n), k);
         EXPECT_TRUE(got.emplace(id, row).second);
       }
     }
     EXPECT_EQ(got, want_rows) << "onto " << n;
+    EXPECT_EQ(got_fixed, want_fixed) << "onto " << n;
   }
 }
 

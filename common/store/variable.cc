@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   int64_t rows = full.rank() == 0 ? 1 : v->shape_.dim(0);
   RETURN_IF_ERROR(InitializeRows(def.initializer(), full, def.seed(), def.name(), begin,
                                  begin + rows, v->value_.data<float>()));
+  if (def.kind() == VariableDef::FIXED_TABLE) v->touched_.assign(rows, 0);
   for (int i = 0; i < optimizer->num_slots(); ++i) {
     Tensor s(DT_FLOAT, v->shape_);
     s.flat<float>().setConstant(optimizer->slot_initial_value(i));
@@ -313,7 +314,7 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
   std::vector<float*> slot_rows(slots_.size());
   for (size_t u = 0; u < unique.size(); ++u) {
     int64_t row = RowOfLocked(unique[u]);
-    if (def_.kind() == VariableDef::HASH_TABLE) TouchLocked(row);
+    TouchLocked(row);
     for (size_t s = 0; s < slots_.size(); ++s) slot_rows[s] = slots_[s].data<float>() + row * dim;
     optimizer_->Apply(value_.data<float>() + row * dim, source[u], dim, slot_rows.data(), updates_);
   }
@@ -338,14 +339,9 @@ VariableState Variable::CopyState(BufferPool* pool) const {
   return CopyStateLocked(pool);
 }
 
-int64_t Variable::touched_rows() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return static_cast<int64_t>(touched_rows_.size());
-}
-
 VariableState Variable::CopyForSnapshot(BufferPool* pool, bool delta) {
   absl::MutexLock lock(&mu_);
-  if (def_.kind() != VariableDef::HASH_TABLE) return CopyStateLocked(pool);
+  if (def_.kind() == VariableDef::DENSE) return CopyStateLocked(pool);
   VariableState s;
   if (!delta) {
     s = CopyStateLocked(pool);
@@ -369,7 +365,11 @@ VariableState Variable::CopyForSnapshot(BufferPool* pool, bool delta) {
     s.value = gather(value_);
     for (const Tensor& t : slots_) s.slots.push_back(gather(t));
     s.ids = Tensor(DT_INT64, TensorShape({k}));
-    for (int64_t i = 0; i < k; ++i) s.ids.data<int64_t>()[i] = ids_[touched_rows_[i]];
+    // A fixed table's ids are its row numbers (row_begin + row).
+    const int64_t begin = def_.row_end() > 0 ? def_.row_begin() : 0;
+    for (int64_t i = 0; i < k; ++i) {
+      s.ids.data<int64_t>()[i] = def_.kind() == VariableDef::HASH_TABLE ? ids_[touched_rows_[i]] : begin + touched_rows_[i];
+    }
   }
   for (int64_t row : touched_rows_) touched_[row] = 0;
   touched_rows_.clear();
@@ -443,6 +443,8 @@ absl::Status Variable::LoadState(const VariableState& state) {
     value_ = state.value.Copy();
     slots_.clear();
     for (const Tensor& t : state.slots) slots_.push_back(t.Copy());
+    for (int64_t row : touched_rows_) touched_[row] = 0;  // no snapshot's base
+    touched_rows_.clear();
     return absl::OkStatus();
   }
   const int64_t n = state.ids.NumElements();
