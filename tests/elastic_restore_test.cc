@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -293,19 +292,18 @@ TEST(ElasticRestoreTest, IncrementalCheckpointsContinueOnThreePs) {
   base->mutable_checkpoint()->set_incremental(true);
   base->mutable_checkpoint()->set_keep(2);
   RunLegs(*base, dir, {{2, 600, -1}, {3, 800, 600}});
-  const std::string command = absl::StrCat(testing::RunfilePath("chief/checkpoints"), " ", dir, "/checkpoints 2>&1");
-  FILE* tool = ::popen(command.c_str(), "r");
-  ASSERT_NE(tool, nullptr);
-  std::string listing;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), tool)) > 0;) listing.append(buf, n);
-  EXPECT_EQ(::pclose(tool), 0) << listing;
+  auto inspect = Daemon::Start("checkpoints", {testing::RunfilePath("chief/checkpoints"), dir + "/checkpoints"});
+  ASSERT_TRUE(inspect.ok()) << inspect.status();
   // keep 2: the second leg's first checkpoint (at about step 700, full:
   // the first after a restore) and its last, at 800, a delta on it.
-  std::smatch first;
-  ASSERT_TRUE(std::regex_search(listing, first, std::regex("\n(7[0-9][0-9]) [^\n]* full"))) << listing;
-  EXPECT_TRUE(std::regex_search(listing, std::regex(absl::StrCat("\n800 [^\n]* delta on ", first[1].str(), "[ ,]"))))
-      << listing;
+  const std::string first = (*inspect)->WaitForMatch("^7[0-9][0-9] .* full", absl::Minutes(1));
+  ASSERT_FALSE(first.empty());
+  const std::string full_step = first.substr(0, 3);
+  EXPECT_FALSE((*inspect)->WaitForMatch(absl::StrCat("^800 .* delta on ", full_step, "[ ,]"), absl::Minutes(1)).empty())
+      << "after the full checkpoint of step " << full_step;
+  absl::StatusOr<int> rc = (*inspect)->Wait(absl::Minutes(1));
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(*rc, 0);
 }
 
 }  // namespace
