@@ -2,7 +2,8 @@
 //
 //   bazel run //chief:checkpoints -- DIR [--verify]
 //       lists the committed checkpoints: step, time, shards, variables,
-//       bytes; with --verify, reads every shard's snapshot data and checks
+//       bytes, kind (full, or an incremental checkpoint's "delta on B");
+//       with --verify, reads every shard's snapshot data and checks
 //       its checksums, marking the checkpoints that cannot be restored
 //   Stores are opened read-only: inspecting a checkpoint changes no file.
 //   bazel run //chief:checkpoints -- DIR --step=S --variable=V
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -68,11 +70,28 @@ std::string Layout(const CheckpointManifest& m) {
   return out;
 }
 
+// "full", or for an incremental checkpoint "delta on B" (each PS's
+// snapshot holds the rows touched since step B; some PS may have written a
+// full one: "delta on B, 1 of 2").
+std::string Kind(const CheckpointManifest& m) {
+  std::set<int64_t> bases;
+  int deltas = 0;
+  for (const auto& shard : m.shard()) {
+    if (!shard.delta()) continue;
+    ++deltas;
+    bases.insert(shard.base_step());
+  }
+  if (deltas == 0) return "full";
+  std::string out = absl::StrCat("delta on ", absl::StrJoin(bases, "/"));
+  if (deltas < m.shard_size()) absl::StrAppend(&out, ", ", deltas, " of ", m.shard_size());
+  return out;
+}
+
 int List(const ManifestStore& store, bool verify) {
   std::vector<int64_t> steps = store.Steps();
   if (steps.empty()) return Fail(absl::NotFoundError(absl::StrCat("no committed checkpoints in ", store.dir())));
-  std::printf("%-10s %-22s %-6s %-22s %-9s %-12s%s\n", "step", "committed (UTC)", "shards", "taken with", "variables",
-              "bytes", verify ? " data" : "");
+  std::printf("%-10s %-22s %-6s %-22s %-9s %-12s %-20s%s\n", "step", "committed (UTC)", "shards", "taken with",
+              "variables", "bytes", "kind", verify ? " data" : "");
   int damaged = 0;
   for (int64_t step : steps) {
     absl::StatusOr<CheckpointManifest> m = store.Read(step);
@@ -89,9 +108,10 @@ int List(const ManifestStore& store, bool verify) {
       data = v.ok() ? " ok" : absl::StrCat(" DAMAGED: ", v.message());
       damaged += v.ok() ? 0 : 1;
     }
-    std::printf("%-10lld %-22s %-6d %-22s %-9d %-12lld%s\n", static_cast<long long>(step),
+    std::printf("%-10lld %-22s %-6d %-22s %-9d %-12lld %-20s%s\n", static_cast<long long>(step),
                 absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(m->commit_time_unix_ms()), absl::UTCTimeZone()).c_str(),
-                m->shard_size(), Layout(*m).c_str(), m->variable_size(), static_cast<long long>(bytes), data.c_str());
+                m->shard_size(), Layout(*m).c_str(), m->variable_size(), static_cast<long long>(bytes), Kind(*m).c_str(),
+                data.c_str());
   }
   if (verify) std::printf("%d of %zu checkpoints damaged\n", damaged, steps.size());
   return damaged > 0 ? 1 : 0;

@@ -32,8 +32,9 @@ std::string CheckpointName(absl::string_view checkpoint_dir) {
 
 absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::string& dir,
                                                    bool wait_durable, int keep,
-                                                   const std::vector<std::string>& variables) {
+                                                   const std::vector<std::string>& variables, int full_every) {
   SnapshotRequest req;
+  req.set_full_every(full_every);
   for (const std::string& v : variables) req.add_variable(v);
   req.set_step(step);
   req.set_checkpoint(CheckpointName(dir));

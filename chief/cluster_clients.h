@@ -35,8 +35,10 @@ class PsAdmin {
   // `dir` is the chief's checkpoint directory; the PS is sent only its name
   // (CheckpointName), never the path.
   // `variables`: only these (a mirrored replica's share); empty = all.
+  // `full_every` > 0: the PS may write a delta (SnapshotRequest.full_every).
   absl::StatusOr<SnapshotResponse> Snapshot(int64_t step, const std::string& dir, bool wait_durable,
-                                            int keep, const std::vector<std::string>& variables = {});
+                                            int keep, const std::vector<std::string>& variables = {},
+                                            int full_every = 0);
   // Restores step and moves the PS to `generation` with it; `dir` as above.
   // `sources`: the checkpoint's stores to assemble from when it was taken
   // with another layout (RestoreRequest.source); empty = the PS's own.

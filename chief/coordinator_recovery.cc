@@ -50,12 +50,14 @@ absl::Status Coordinator::Checkpoint() {
     }
   }
   int keep = options_.job.checkpoint().keep() > 0 ? options_.job.checkpoint().keep() : 3;
+  const CheckpointPolicy& policy = options_.job.checkpoint();
+  const int full_every = !policy.incremental() ? 0 : policy.full_every() > 0 ? policy.full_every() : 8;
   std::vector<SnapshotResponse> shards(NumPs());
   absl::Status copy_status = paused;
   for (int p = 0; p < NumPs() && copy_status.ok(); ++p) {
     if (!StoreActive(p)) continue;
     absl::StatusOr<SnapshotResponse> r =
-        ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep, IsReplica(p) ? replica_share_[p - NumPsTasks()] : std::vector<std::string>());
+        ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep, IsReplica(p) ? replica_share_[p - NumPsTasks()] : std::vector<std::string>(), full_every);
     if (r.ok()) {
       shards[p] = *r;
     } else {
@@ -92,6 +94,8 @@ absl::Status Coordinator::Checkpoint() {
     sh->set_ps_task(p);
     sh->set_path(shards[p].path());
     sh->set_bytes(shards[p].bytes());
+    sh->set_delta(shards[p].delta());
+    sh->set_base_step(shards[p].base_step());
   }
   for (const VariablePlacement& vp : plan_.placement.variable()) {
     CheckpointManifest::Variable* v = m.add_variable();

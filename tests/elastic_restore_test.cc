@@ -18,6 +18,7 @@
 #include "chief/cluster_clients.h"
 #include "common/plan/placement.h"
 #include "common/snapshot/snapshot_store.h"
+#include "common/status_macros.h"
 #include "common/store/variable.h"
 #include "common/transport/ps_client.h"
 #include "gmock/gmock.h"
@@ -137,12 +138,17 @@ Contents Read(const std::string& checkpoint, const std::vector<std::string>& sto
   return c;
 }
 
-TEST(ElasticRestoreTest, TwoPsRestoreOntoThreeAndOntoOneBitIdentical) {
+// Trains two PS for kStep steps and checkpoints them into `checkpoint`:
+// once at the end, or with `full_every` > 0 every 10 steps, the first full
+// and the rest deltas (incremental checkpoints). Then restores the last one
+// onto three PS and onto one and compares everything with what the two held.
+void TrainTwoPsAndRestore(const std::string& checkpoint, int full_every) {
   constexpr int64_t kStep = 40;
   std::map<std::string, Tensor> trained;
+  Contents want;
   {
     Servers two;
-    ASSERT_NO_FATAL_FAILURE(two.Start(2, "two"));
+    ASSERT_NO_FATAL_FAILURE(two.Start(2, "two-" + checkpoint));
     ASSERT_EQ(two.placement.variable(0).shard_size(), 2) << "w is meant to be split by rows";
     auto client = two.Client();
     // Steps of dense gradients and of rows (ids of both signs, so both
@@ -165,22 +171,40 @@ TEST(ElasticRestoreTest, TwoPsRestoreOntoThreeAndOntoOneBitIdentical) {
                       ->Push(id, {{"w", g}},
                              {{"emb", {Tensor::FromVector<int64_t>(ids, TensorShape({n})), rows}}})
                       .ok());
+      if (full_every > 0 && (step + 1) % 10 == 0) {
+        for (auto& admin : two.admins) {
+          auto r = admin->Snapshot(step + 1, checkpoint, /*wait_durable=*/true, /*keep=*/2, {}, full_every);
+          ASSERT_TRUE(r.ok()) << r.status();
+          EXPECT_EQ(r->delta(), step + 1 > 10) << "step " << step + 1;
+          if (r->delta()) EXPECT_EQ(r->base_step(), step + 1 - 10);
+        }
+      }
     }
-    for (auto& admin : two.admins) ASSERT_TRUE(admin->Snapshot(kStep, "ckpt", /*wait_durable=*/true, /*keep=*/3).ok());
+    if (full_every > 0) {
+      // The reference: the same state written whole, beside the chain.
+      for (auto& admin : two.admins) ASSERT_TRUE(admin->Snapshot(kStep, checkpoint + "-ref", true, 3).ok());
+      want = Read(checkpoint + "-ref", {"ps-0", "ps-1"}, kStep);
+      const Contents chain = Read(checkpoint, {"ps-0", "ps-1"}, kStep);
+      EXPECT_EQ(chain.w_rows, want.w_rows);
+      EXPECT_EQ(chain.emb_rows, want.emb_rows);
+      EXPECT_EQ(chain.emb_updates, want.emb_updates);
+    } else {
+      for (auto& admin : two.admins) ASSERT_TRUE(admin->Snapshot(kStep, checkpoint, /*wait_durable=*/true, /*keep=*/3).ok());
+      want = Read(checkpoint, {"ps-0", "ps-1"}, kStep);
+    }
     auto w = client->Pull({"w"}, kStep);
     ASSERT_TRUE(w.ok()) << w.status();
     trained["w"] = (*w)["w"];
   }  // the two PS are killed here
-  const Contents want = Read("ckpt", {"ps-0", "ps-1"}, kStep);
   ASSERT_EQ(want.w_rows.size(), static_cast<size_t>(kRows));
   ASSERT_GT(want.emb_rows.size(), 20u);
 
   for (int n : {3, 1}) {
     SCOPED_TRACE(absl::StrCat("onto ", n, " PS"));
     Servers more;
-    ASSERT_NO_FATAL_FAILURE(more.Start(n, absl::StrCat("onto", n)));
+    ASSERT_NO_FATAL_FAILURE(more.Start(n, absl::StrCat("onto", n, "-", checkpoint)));
     for (auto& admin : more.admins) {
-      auto r = admin->Restore(kStep, "ckpt", /*generation=*/3, {"ps-0", "ps-1"});
+      auto r = admin->Restore(kStep, checkpoint, /*generation=*/3, {"ps-0", "ps-1"});
       ASSERT_TRUE(r.ok()) << r.status();
     }
     // What the workers see...
@@ -191,7 +215,7 @@ TEST(ElasticRestoreTest, TwoPsRestoreOntoThreeAndOntoOneBitIdentical) {
     EXPECT_EQ(std::string(static_cast<const char*>((*w)["w"].raw_data()), (*w)["w"].TotalBytes()),
               std::string(static_cast<const char*>(trained["w"].raw_data()), trained["w"].TotalBytes()));
     // ...and everything, slots included, as the new servers write it.
-    const std::string again = absl::StrCat("after", n);
+    const std::string again = absl::StrCat(checkpoint, "-after", n);
     for (auto& admin : more.admins) ASSERT_TRUE(admin->Snapshot(kStep + 1, again, /*wait_durable=*/true, /*keep=*/3).ok());
     const Contents got = Read(again, more.StoreNames(), kStep + 1);
     EXPECT_EQ(got.w_rows, want.w_rows);
@@ -200,32 +224,45 @@ TEST(ElasticRestoreTest, TwoPsRestoreOntoThreeAndOntoOneBitIdentical) {
   }
 }
 
+TEST(ElasticRestoreTest, TwoPsRestoreOntoThreeAndOntoOneBitIdentical) { TrainTwoPsAndRestore("ckpt", 0); }
+
+// Incremental checkpoints: a full snapshot and three deltas on each PS,
+// sent over gRPC as the chief sends them, restored onto other PS counts.
+TEST(ElasticRestoreTest, AChainOfDeltasRestoresOntoThreeAndOntoOneBitIdentical) {
+  TrainTwoPsAndRestore("ckpt-inc", 8);
+}
+
 // Each leg continues from the previous leg's last checkpoint on another
 // number of PS; the hash table is re-sharded by id every time.
-TEST(ElasticRestoreTest, AHashTableModelContinuesOnThreePsThenOne) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/legs");
-  ASSERT_TRUE(testing::RunPythonTool("examples/make_sparse_data.py", {dir + "-data"}).ok());
-  auto base = LoadJob(testing::RunfilePath("examples/sparse_libsvm.pbtxt"));
-  ASSERT_TRUE(base.ok()) << base.status();
-  // input_dim 0: a hash table (rows made on first touch, any id).
-  auto* bag = base->mutable_model()->mutable_sequential()->mutable_layer(0)->mutable_embedding_bag();
-  bag->set_input_dim(0);
-  base->mutable_input()->mutable_train()->set_files(0, dir + "-data/train.svm");
-  base->mutable_input()->mutable_test()->set_files(0, dir + "-data/test.svm");
-  base->set_epochs(0);
-  base->mutable_checkpoint()->set_every_steps(300);
-  base->clear_summary_path();
-  base->clear_log_dir();
-  base->clear_eval();
-  struct Leg {
-    int ps;
-    int64_t steps;
-    int64_t restored_from;
-  };
-  const std::vector<Leg> legs = {{2, 600, -1}, {3, 1200, 600}, {1, 1800, 1200}};
+// The sparse example with a hash table (input_dim 0: rows made on first
+// touch, any id) on data made in DIR-data, checkpointed every
+// `checkpoint_every` steps.
+absl::StatusOr<TrainingJob> SparseHashJob(const std::string& dir, int64_t checkpoint_every) {
+  RETURN_IF_ERROR(testing::RunPythonTool("examples/make_sparse_data.py", {dir + "-data"}));
+  ASSIGN_OR_RETURN(TrainingJob job, LoadJob(testing::RunfilePath("examples/sparse_libsvm.pbtxt")));
+  job.mutable_model()->mutable_sequential()->mutable_layer(0)->mutable_embedding_bag()->set_input_dim(0);
+  job.mutable_input()->mutable_train()->set_files(0, dir + "-data/train.svm");
+  job.mutable_input()->mutable_test()->set_files(0, dir + "-data/test.svm");
+  job.set_epochs(0);
+  job.mutable_checkpoint()->set_every_steps(checkpoint_every);
+  job.clear_summary_path();
+  job.clear_log_dir();
+  job.clear_eval();
+  return job;
+}
+
+struct Leg {
+  int ps;
+  int64_t steps;
+  int64_t restored_from;
+};
+
+// Runs the legs in order, each continuing from the previous one's last
+// checkpoint on its number of PS.
+void RunLegs(const TrainingJob& base, const std::string& dir, const std::vector<Leg>& legs) {
   for (size_t i = 0; i < legs.size(); ++i) {
     const Leg& leg = legs[i];
-    TrainingJob job = *base;
+    TrainingJob job = base;
     job.set_steps(leg.steps);
     const std::string s = testing::RunLauncherLeg(absl::StrCat("leg", i), job, dir,
                                                   {"--workers=2", absl::StrCat("--ps=", leg.ps)}, leg.restored_from >= 0);
@@ -235,6 +272,38 @@ TEST(ElasticRestoreTest, AHashTableModelContinuesOnThreePsThenOne) {
     // The chief evaluates the hash table by rows read without making any.
     EXPECT_GT(testing::SummaryNumber(s, "\"accuracy\": ([0-9.]+)"), 0.8) << "leg " << i;  // labels carry 5% noise
   }
+}
+
+TEST(ElasticRestoreTest, AHashTableModelContinuesOnThreePsThenOne) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/legs");
+  auto base = SparseHashJob(dir, 300);
+  ASSERT_TRUE(base.ok()) << base.status();
+  RunLegs(*base, dir, {{2, 600, -1}, {3, 1200, 600}, {1, 1800, 1200}});
+}
+
+// Incremental checkpoints through the chief and the launcher: the first
+// leg's checkpoints after the first are deltas (its last, which the second
+// leg restores onto 3 PS, one on a chain of five), and the checkpoint
+// inspector says which is which.
+TEST(ElasticRestoreTest, IncrementalCheckpointsContinueOnThreePs) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/inc-legs");
+  auto base = SparseHashJob(dir, 100);
+  ASSERT_TRUE(base.ok()) << base.status();
+  base->mutable_checkpoint()->set_incremental(true);
+  base->mutable_checkpoint()->set_keep(2);
+  RunLegs(*base, dir, {{2, 600, -1}, {3, 800, 600}});
+  auto inspect = Daemon::Start("checkpoints", {testing::RunfilePath("chief/checkpoints"), dir + "/checkpoints"});
+  ASSERT_TRUE(inspect.ok()) << inspect.status();
+  // keep 2: the second leg's first checkpoint (at about step 700, full:
+  // the first after a restore) and its last, at 800, a delta on it.
+  const std::string first = (*inspect)->WaitForMatch("^7[0-9][0-9] .* full", absl::Minutes(1));
+  ASSERT_FALSE(first.empty());
+  const std::string full_step = first.substr(0, 3);
+  EXPECT_FALSE((*inspect)->WaitForMatch(absl::StrCat("^800 .* delta on ", full_step, "[ ,]"), absl::Minutes(1)).empty())
+      << "after the full checkpoint of step " << full_step;
+  absl::StatusOr<int> rc = (*inspect)->Wait(absl::Minutes(1));
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(*rc, 0);
 }
 
 }  // namespace

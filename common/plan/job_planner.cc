@@ -45,6 +45,10 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
   }
   if (job.input().batch_size() <= 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size must be positive"));
   if (job.input().train().files_size() == 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.train lists no files"));
+  if (job.checkpoint().full_every() < 0 || job.checkpoint().full_every() > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": checkpoint.full_every is ", job.checkpoint().full_every(),
+                                                   "; want 0 (8) to 1000"));
+  }
   absl::Status s = FillDefaultFeatures(job.mutable_input());
   if (s.ok()) s = CheckInput(job.input());
   if (s.ok() && job.has_optimizer()) {

@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "common/io/crc32c.h"
 #include "common/snapshot/data_file.h"
+#include "common/snapshot/delta_chain.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "proto/snapshot.pb.h"
@@ -223,6 +224,21 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
   index.set_sync_step(snap.sync_step);
   for (int64_t s : snap.worker_next_step) index.add_worker_next_step(s);
   index.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+  if (snap.delta) {
+    // A delta names the very copy of its base it was taken against: a base
+    // written again later (a retaken step) breaks the chain visibly.
+    if (snap.base_step >= snap.step) {
+      return absl::InvalidArgumentError(absl::StrCat("delta of step ", snap.step, " on a later step ", snap.base_step));
+    }
+    absl::StatusOr<SnapshotIndex> base = ReadIndex(db_, dir_, snap.base_step);
+    if (!base.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("delta of step ", snap.step, " not written: its base: ",
+                                                        base.status().message()));
+    }
+    index.set_delta(true);
+    index.set_base_step(snap.base_step);
+    index.set_base_data_file(base->data_file());
+  }
   const std::string name = NewDataFileName(snap.step);
   const std::string path = absl::StrCat(dir_, "/", name);
   DataFileOptions file_options;
@@ -280,6 +296,7 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
     SnapshotVariable* sv = index.add_variable();
     *sv->mutable_def() = st.def;
     sv->set_updates(st.updates);
+    sv->set_delta(st.delta);
     std::string key = absl::StrCat(v);
     RETURN_IF_ERROR(put_tensor(st.value, key + "/value", sv->mutable_value()));
     for (size_t s = 0; s < st.slots.size(); ++s) {
@@ -312,6 +329,44 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
 }
 
 absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
+  // The chain: `step`, its base, the base's base ... down to a full
+  // snapshot, every link checked before any data is read.
+  std::vector<int64_t> chain = {step};
+  ASSIGN_OR_RETURN(SnapshotIndex index, ReadIndex(db_, dir_, step));
+  while (index.delta()) {
+    const int64_t at = chain.back();
+    const int64_t base_step = index.base_step();
+    auto broken = [&](absl::string_view what) {
+      return absl::DataLossError(absl::StrCat(dir_, ": snapshot of step ", step, ": its chain of incremental snapshots is broken: step ", at,
+                                              " is a delta on step ", base_step, ", ", what));
+    };
+    if (base_step >= at) return broken("not an earlier step");
+    absl::StatusOr<SnapshotIndex> base = ReadIndex(db_, dir_, base_step);
+    if (absl::IsNotFound(base.status())) return broken("whose snapshot is missing (pruned or lost)");
+    if (!base.ok()) return broken(base.status().message());
+    if (base->data_file() != index.base_data_file()) {
+      return broken(absl::StrCat("written as ", absl::CEscape(index.base_data_file().substr(0, 64)),
+                                 ", since written again as ", base->data_file()));
+    }
+    chain.push_back(base_step);
+    index = *std::move(base);
+  }
+  ASSIGN_OR_RETURN(PsSnapshot snap, ReadOne(chain.back()));
+  for (size_t i = chain.size() - 1; i-- > 0;) {
+    ASSIGN_OR_RETURN(PsSnapshot delta, ReadOne(chain[i]));
+    ASSIGN_OR_RETURN(snap.variables, ApplyDelta(std::move(snap.variables), std::move(delta.variables),
+                                                absl::StrCat(dir_, ": snapshot of step ", chain[i], " on step ", chain[i + 1])));
+    snap.step = delta.step;
+    snap.global_step = delta.global_step;
+    snap.sync_step = delta.sync_step;
+    snap.worker_next_step = std::move(delta.worker_next_step);
+  }
+  snap.delta = false;
+  snap.base_step = 0;
+  return snap;
+}
+
+absl::StatusOr<PsSnapshot> SnapshotStore::ReadOne(int64_t step) const {
   ASSIGN_OR_RETURN(SnapshotIndex index, ReadIndex(db_, dir_, step));
   auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(dir_, ": snapshot of step ", step, ": ", what));
@@ -386,10 +441,13 @@ absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
   snap.global_step = index.global_step();
   snap.sync_step = index.sync_step();
   snap.worker_next_step.assign(index.worker_next_step().begin(), index.worker_next_step().end());
+  snap.delta = index.delta();
+  snap.base_step = index.base_step();
   for (const SnapshotVariable& sv : index.variable()) {
     VariableState st;
     st.def = sv.def();
     st.updates = sv.updates();
+    st.delta = sv.delta();
     ASSIGN_OR_RETURN(st.value, get_tensor(sv.value()));
     for (const SnapshotTensor& slot : sv.slot()) {
       ASSIGN_OR_RETURN(Tensor t, get_tensor(slot));
@@ -447,12 +505,24 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Reopen(std::unique
 
 absl::Status SnapshotStore::Prune(int keep, int64_t protect) {
   if (read_only_) return absl::FailedPreconditionError(absl::StrCat(dir_, " is open read-only"));
-  std::vector<int64_t> steps = Steps();
+  const std::vector<int64_t> all = Steps();
+  std::vector<int64_t> steps = all;
   // The step just written stays whatever its number: after a rollback the
   // store may hold higher-numbered snapshots of an abandoned run, and
   // pruning the new one at once left a wait for it hanging.
   steps.erase(std::remove(steps.begin(), steps.end(), protect), steps.end());
   if (protect >= 0) keep = std::max(0, keep - 1);
+  std::set<int64_t> kept(steps.end() - std::min<size_t>(std::max(0, keep), steps.size()), steps.end());
+  if (protect >= 0 && std::count(all.begin(), all.end(), protect)) kept.insert(protect);
+  // A kept delta needs every snapshot of its chain down to a full one.
+  for (std::vector<int64_t> todo(kept.begin(), kept.end()); !todo.empty();) {
+    const int64_t at = todo.back();
+    todo.pop_back();
+    absl::StatusOr<SnapshotIndex> index = ReadIndex(db_, dir_, at);
+    if (index.ok() && index->delta() && index->base_step() < at && kept.insert(index->base_step()).second) {
+      todo.push_back(index->base_step());
+    }
+  }
   rocksdb::WriteOptions synced;
   synced.sync = true;
   if (remover_.joinable()) remover_.join();
@@ -464,7 +534,8 @@ absl::Status SnapshotStore::Prune(int keep, int64_t protect) {
       for (const std::string& f : files) ::unlink(f.c_str());
     });
   };
-  for (size_t i = 0; i + keep < steps.size(); ++i) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (kept.count(steps[i])) continue;
     // The index goes first: a crash mid-prune leaves data without an index
     // (swept at the next Open), never an index without its data.
     absl::StatusOr<SnapshotIndex> index = ReadIndex(db_, dir_, steps[i]);

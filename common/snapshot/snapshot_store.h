@@ -37,6 +37,11 @@ struct PsSnapshot {
   int64_t sync_step = 0;
   std::vector<int64_t> worker_next_step;
   std::vector<VariableState> variables;
+  // A delta on this store's snapshot of base_step (< step): its variables
+  // with `delta` hold only the rows touched since. Read resolves the chain
+  // and returns a whole snapshot (delta false).
+  bool delta = false;
+  int64_t base_step = 0;
 };
 
 struct SnapshotStoreOptions {
@@ -68,11 +73,15 @@ class SnapshotStore {
   // Closes `store` and opens its directory again: what a failed write
   // left half-done is dropped by RocksDB's recovery, the rest is kept.
   static absl::StatusOr<std::unique_ptr<SnapshotStore>> Reopen(std::unique_ptr<SnapshotStore> store);
+  // A delta (incremental checkpoint) is read with its chain of bases and
+  // returned whole; a missing, rewritten or corrupt link is DATA_LOSS
+  // naming the step of the delta and of the link.
   absl::StatusOr<PsSnapshot> Read(int64_t step) const;
   // Steps that have an index, ascending.
   std::vector<int64_t> Steps() const;
   // Deletes all but the newest `keep` snapshots (index first); `protect`
-  // (the step just written, if >= 0) is always kept and counts as one.
+  // (the step just written, if >= 0) is always kept and counts as one, and
+  // so is every base a kept delta's chain needs.
   // Their indexes are gone on return; their data files are unlinked by a
   // thread of the store's (an unlink of a large file takes 0.1-0.2 s on a
   // disk mounted with discard), joined by the next Write or Prune and by
@@ -91,6 +100,8 @@ class SnapshotStore {
   const std::string& dir() const { return dir_; }
 
  private:
+  // One snapshot as stored: a delta's variables hold only its rows.
+  absl::StatusOr<PsSnapshot> ReadOne(int64_t step) const;
   // RESOURCE_EXHAUSTED when the disk lacks room for `snapshot`.
   absl::Status CheckSpace(const PsSnapshot& snapshot) const;
 

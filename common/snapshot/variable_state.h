@@ -18,6 +18,10 @@ struct VariableState {
   std::vector<Tensor> slots;  // same shape as value
   Tensor ids;                 // HASH_TABLE: int64 [n], the id of each row
   int64_t updates = 0;        // for Adam's bias correction
+  // A table of a delta snapshot: value, slots and ids hold only the rows
+  // touched since the base snapshot ([k, dim], [k]; a FIXED_TABLE's ids are
+  // its row numbers).
+  bool delta = false;
 };
 
 }  // namespace psrt

@@ -132,6 +132,7 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     LOG(INFO) << "reinitialising every variable (a fresh start)";
   }
   for (auto& [name, v] : fresh) variables_[name] = std::move(v);
+  if (req.reinitialize() || !fresh.empty()) chain_ = DeltaChain();  // no base for a delta
   generation_ = req.generation();
   {
     absl::MutexLock s(&sync_mu_);
@@ -614,6 +615,7 @@ void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage, bool 
   for (WriteJob& job : jobs_) {
     if (job.store == store) job.store = nullptr;
   }
+  chain_broken_.store(true);  // a delta's base is in the store replaced
   std::string report = absl::StrCat("reopened the snapshot store ", path, " after a failed write");
   absl::StatusOr<std::unique_ptr<SnapshotStore>> fresh =
       salvage ? SnapshotStore::Salvage(std::move(it->second), &report) : SnapshotStore::Reopen(std::move(it->second));
@@ -635,6 +637,10 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     return absl::InvalidArgumentError(
         absl::StrCat("keep: ", req.keep(), " snapshots; at most ", kMaxKeep, " are kept"));
   }
+  if (req.full_every() < 0 || req.full_every() > kMaxFullEvery) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("full_every: ", req.full_every(), "; want 0 (every snapshot full) to ", kMaxFullEvery));
+  }
   {
     // Each queued snapshot is a copy of every variable in memory: a flood of
     // requests not waiting for durability grew the queue without bound.
@@ -654,7 +660,7 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   {
     // The pause: no push applies while every variable is copied.
     absl::MutexLock lock(&mu_);
-    std::vector<const Variable*> vars;
+    std::vector<Variable*> vars;
     if (req.variable_size() == 0) {
       for (const auto& [name, v] : variables_) vars.push_back(v.get());
     } else {
@@ -668,6 +674,7 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
       }
     }
     for (const Variable* v : vars) bytes += v->bytes();
+    job.snapshot.delta = DeltaNextLocked(req, vars, &job.snapshot.base_step);
     // Copy on every core: the pause is memory bandwidth, not one thread.
     job.snapshot.variables.resize(vars.size());
     const size_t threads = std::max<size_t>(1, std::min<size_t>(vars.size(), std::thread::hardware_concurrency()));
@@ -675,16 +682,25 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     for (size_t t = 0; t < threads; ++t) {
       copiers.emplace_back([&, t] {
         for (size_t i = t; i < vars.size(); i += threads) {
-          job.snapshot.variables[i] = vars[i]->CopyState(snapshot_pool_.get());
+          job.snapshot.variables[i] = vars[i]->CopyForSnapshot(snapshot_pool_.get(), job.snapshot.delta);
         }
       });
     }
     for (std::thread& c : copiers) c.join();
+    if (job.snapshot.delta) {  // what is copied (and written), not what is held
+      bytes = 0;
+      for (const VariableState& st : job.snapshot.variables) {
+        bytes += st.value.TotalBytes() + (st.ids.IsValid() ? st.ids.TotalBytes() : 0);
+        for (const Tensor& t : st.slots) bytes += t.TotalBytes();
+      }
+    }
     absl::MutexLock s(&sync_mu_);
     job.snapshot.global_step = global_step_;
     job.snapshot.sync_step = sync_step_;
     job.snapshot.worker_next_step = worker_next_step_;
   }
+  const bool job_delta = job.snapshot.delta;
+  const int64_t job_base = job.snapshot.base_step;
   {
     absl::MutexLock lock(&snap_mu_);
     durable_.erase(req.step());
@@ -695,6 +711,8 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   resp.set_step(req.step());
   resp.set_bytes(bytes);
   resp.set_path(StoreName());
+  resp.set_delta(job_delta);
+  resp.set_base_step(job_base);
   if (req.wait_durable()) {
     absl::MutexLock lock(&snap_mu_);
     int64_t step = req.step();
@@ -721,14 +739,17 @@ void ParameterServerCore::WriterLoop() {
       if (job.store == nullptr) {
         snapshot_error_ = absl::StrCat("snapshot of step ", job.snapshot.step,
                                        " dropped: its store was found corrupt and replaced");
+        last_written_store_ = nullptr;  // no delta may chain to it
+        chain_broken_.store(true);
         continue;
       }
       writing_ = true;
     }
     const absl::Time start = absl::Now();
-    absl::StatusOr<int64_t> bytes = job.store->Write(job.snapshot);
+    absl::StatusOr<int64_t> bytes = WriteLinked(job);
     absl::Status pruned = bytes.ok() ? job.store->Prune(job.keep, job.snapshot.step) : absl::OkStatus();
-    if (!bytes.ok() && bytes.status().code() != absl::StatusCode::kResourceExhausted) {
+    if (!bytes.ok() && bytes.status().code() != absl::StatusCode::kResourceExhausted &&
+        bytes.status().code() != absl::StatusCode::kAborted) {  // a delta refused unwritten
       {
         absl::MutexLock lock(&snap_mu_);
         writing_ = false;
@@ -802,6 +823,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     for (const VariableState& st : states) RETURN_IF_ERROR(variables_[st.def.name()]->LoadState(st));
     generation_ = req.generation();
     absl::MutexLock sync(&sync_mu_);
+    chain_ = DeltaChain();  // the restored state is no snapshot's base
     ResetStepsLocked(req.step());
     // Counters of another layout mean nothing here: start them at the step.
     global_step_ = snaps.empty() ? 0 : snaps[0].global_step;
@@ -858,6 +880,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     // The values and the generation change together, under the writer
     // lock: no push of the old generation lands after the restore.
     generation_ = req.generation();
+    chain_ = DeltaChain();  // the restored state is no snapshot's base
     absl::MutexLock s(&sync_mu_);
     ResetStepsLocked(snap.step);
     global_step_ = snap.global_step;

@@ -142,6 +142,24 @@ class ParameterServerCore {
     SnapshotStore* store;
     int keep;
   };
+  // Incremental checkpoints: the snapshot the next delta would chain to
+  // (server_core_delta.cc).
+  struct DeltaChain {
+    bool valid = false;
+    std::string checkpoint;
+    std::vector<std::string> variables;
+    int64_t step = 0;
+    int deltas = 0;  // since the last full snapshot
+  };
+  static constexpr int kMaxFullEvery = 1000;
+  // At the snapshot pause: whether this snapshot of `vars` is a delta on
+  // chain_ (whose step goes to *base_step), which it then becomes.
+  bool DeltaNextLocked(const SnapshotRequest& req, const std::vector<Variable*>& vars, int64_t* base_step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writer's Write: refuses a delta whose base is not the snapshot it
+  // wrote last (a failed write), and after any failure makes the next
+  // snapshot full.
+  absl::StatusOr<int64_t> WriteLinked(const WriteJob& job);
 
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<RestoreResponse> RestoreFromSources(const RestoreRequest& req);
@@ -223,6 +241,14 @@ class ParameterServerCore {
   std::string snapshot_error_ ABSL_GUARDED_BY(snap_mu_);
   bool writing_ ABSL_GUARDED_BY(snap_mu_) = false;
   bool stop_writer_ ABSL_GUARDED_BY(snap_mu_) = false;
+
+  DeltaChain chain_ ABSL_GUARDED_BY(mu_);
+  // Set by the writer when a snapshot was not written: the chain's last
+  // link is missing, so the next snapshot is full.
+  std::atomic<bool> chain_broken_{false};
+  // Writer thread only: the snapshot it wrote last.
+  const SnapshotStore* last_written_store_ = nullptr;
+  int64_t last_written_step_ = -1;
 
   // Storage for snapshot copies, reused from one checkpoint to the next.
   std::shared_ptr<BufferPool> snapshot_pool_;

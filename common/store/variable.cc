@@ -1,5 +1,6 @@
 #include "common/store/variable.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -101,6 +102,7 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   int64_t rows = full.rank() == 0 ? 1 : v->shape_.dim(0);
   RETURN_IF_ERROR(InitializeRows(def.initializer(), full, def.seed(), def.name(), begin,
                                  begin + rows, v->value_.data<float>()));
+  if (def.kind() == VariableDef::FIXED_TABLE) v->touched_.assign(rows, 0);
   for (int i = 0; i < optimizer->num_slots(); ++i) {
     Tensor s(DT_FLOAT, v->shape_);
     s.flat<float>().setConstant(optimizer->slot_initial_value(i));
@@ -191,6 +193,7 @@ void Variable::GrowLocked(int64_t rows) {
     *t = std::move(bigger);
   };
   grow(&value_, 0.0f);
+  touched_.resize(rows, 0);
   slots_.resize(optimizer_->num_slots());
   for (int i = 0; i < optimizer_->num_slots(); ++i) grow(&slots_[i], optimizer_->slot_initial_value(i));
 }
@@ -225,6 +228,7 @@ int64_t Variable::RowOfLocked(int64_t id) {
   if (row == value_.shape().dim(0)) GrowLocked(2 * row);
   ids_.push_back(id);
   index_.emplace(id, row);
+  TouchLocked(row);
   int64_t dim = def_.shape().dim(1);
   // The initializer was checked when the variable was made.
   (void)InitializeRow(def_.initializer(), TensorShape({0, dim}), def_.seed(), def_.name(), id,
@@ -310,6 +314,7 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
   std::vector<float*> slot_rows(slots_.size());
   for (size_t u = 0; u < unique.size(); ++u) {
     int64_t row = RowOfLocked(unique[u]);
+    TouchLocked(row);
     for (size_t s = 0; s < slots_.size(); ++s) slot_rows[s] = slots_[s].data<float>() + row * dim;
     optimizer_->Apply(value_.data<float>() + row * dim, source[u], dim, slot_rows.data(), updates_);
   }
@@ -331,6 +336,47 @@ int64_t Variable::rows() const {
 
 VariableState Variable::CopyState(BufferPool* pool) const {
   absl::ReaderMutexLock lock(&mu_);
+  return CopyStateLocked(pool);
+}
+
+VariableState Variable::CopyForSnapshot(BufferPool* pool, bool delta) {
+  absl::MutexLock lock(&mu_);
+  if (def_.kind() == VariableDef::DENSE) return CopyStateLocked(pool);
+  VariableState s;
+  if (!delta) {
+    s = CopyStateLocked(pool);
+  } else {
+    // Sorted: the rows are gathered front to back.
+    std::sort(touched_rows_.begin(), touched_rows_.end());
+    const int64_t k = static_cast<int64_t>(touched_rows_.size());
+    const int64_t dim = def_.shape().dim(1);
+    auto gather = [&](const Tensor& from) {
+      const int64_t bytes = k * dim * static_cast<int64_t>(sizeof(float));
+      Tensor t = pool != nullptr ? Tensor(DT_FLOAT, TensorShape({k, dim}), pool->Allocate(bytes))
+                                 : Tensor(DT_FLOAT, TensorShape({k, dim}));
+      for (int64_t i = 0; i < k; ++i) {
+        std::memcpy(t.data<float>() + i * dim, from.data<float>() + touched_rows_[i] * dim, dim * sizeof(float));
+      }
+      return t;
+    };
+    s.def = def_;
+    s.updates = updates_;
+    s.delta = true;
+    s.value = gather(value_);
+    for (const Tensor& t : slots_) s.slots.push_back(gather(t));
+    s.ids = Tensor(DT_INT64, TensorShape({k}));
+    // A fixed table's ids are its row numbers (row_begin + row).
+    const int64_t begin = def_.row_end() > 0 ? def_.row_begin() : 0;
+    for (int64_t i = 0; i < k; ++i) {
+      s.ids.data<int64_t>()[i] = def_.kind() == VariableDef::HASH_TABLE ? ids_[touched_rows_[i]] : begin + touched_rows_[i];
+    }
+  }
+  for (int64_t row : touched_rows_) touched_[row] = 0;
+  touched_rows_.clear();
+  return s;
+}
+
+VariableState Variable::CopyStateLocked(BufferPool* pool) const {
   VariableState s;
   s.def = def_;
   s.updates = updates_;
@@ -397,12 +443,16 @@ absl::Status Variable::LoadState(const VariableState& state) {
     value_ = state.value.Copy();
     slots_.clear();
     for (const Tensor& t : state.slots) slots_.push_back(t.Copy());
+    for (int64_t row : touched_rows_) touched_[row] = 0;  // no snapshot's base
+    touched_rows_.clear();
     return absl::OkStatus();
   }
   const int64_t n = state.ids.NumElements();
   ids_.clear();
   value_ = Tensor();
   slots_.clear();
+  touched_.clear();  // the restored state is no snapshot's base
+  touched_rows_.clear();
   GrowLocked(std::max(kInitialHashRows, 2 * n));
   std::memcpy(value_.raw_data(), state.value.raw_data(), state.value.TotalBytes());
   for (size_t i = 0; i < slots_.size(); ++i) {

@@ -82,6 +82,13 @@ class Variable {
   // With a pool, the copy's storage comes from it (storage a previous
   // snapshot released is already paged in: the copy runs at memcpy speed).
   VariableState CopyState(BufferPool* pool = nullptr) const;
+  // A checkpoint's copy: as CopyState, or with `delta`, of a table only
+  // the rows touched (updated, or for a hash table made) since the previous
+  // CopyForSnapshot or LoadState, sorted by row, with their ids (a fixed
+  // table's: row numbers) (VariableState.delta). Either way the touched
+  // rows start anew: this copy is the base of the next delta. Dense
+  // variables are always copied whole.
+  VariableState CopyForSnapshot(BufferPool* pool, bool delta);
   // Whether LoadState(state) would succeed; changes nothing. Lets a restore
   // of many variables check them all before it replaces any.
   absl::Status CheckState(const VariableState& state) const;
@@ -96,6 +103,13 @@ class Variable {
   // Row index of `id`, making the row if it is new (hash tables).
   int64_t RowOfLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GrowLocked(int64_t rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tables: records that `row` changed (for the next delta).
+  void TouchLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (touched_[row]) return;
+    touched_[row] = 1;
+    touched_rows_.push_back(row);
+  }
+  VariableState CopyStateLocked(BufferPool* pool) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Before an in-place update: gives value_ storage of its own if a Read()
   // result still shares it.
   void UnshareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -113,6 +127,11 @@ class Variable {
   // Hash tables: id -> row of value_; value_ has capacity rows, size used.
   absl::flat_hash_map<int64_t, int64_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> ids_ ABSL_GUARDED_BY(mu_);
+  // Tables: rows touched since the last snapshot copy, as a byte per row
+  // (a hash table's capacity) and a list, so a push marks a row in O(1)
+  // and a delta copies and clears in O(touched).
+  std::vector<uint8_t> touched_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> touched_rows_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt

@@ -159,6 +159,47 @@ TEST(VariableTest, InconsistentStateIsRefusedBeforeAnythingChanges) {
   EXPECT_TRUE(v->CheckState(st).ok());
 }
 
+// A checkpoint's delta copies only the rows touched since the previous
+// snapshot copy, with their ids (a fixed table's: row numbers), and starts
+// the touched set anew; a restore clears it.
+TEST(VariableTest, SnapshotDeltasHoldOnlyTouchedRows) {
+  auto opt = Sgd(1.0f);
+  auto ids = [](std::vector<int64_t> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return Tensor::FromVector<int64_t>(v, TensorShape({n}));
+  };
+  auto grads = [](int64_t n) { return Tensor::Zeros(DT_FLOAT, TensorShape({n, 2})); };
+  auto got = [](const VariableState& st) {
+    return std::vector<int64_t>(st.ids.data<int64_t>(), st.ids.data<int64_t>() + st.ids.NumElements());
+  };
+  auto fixed = Variable::Create(Def(R"(name: "f" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 10 dim: 2 }
+                                       row_begin: 4 row_end: 10 initializer { kind: ONES })"), opt.get());
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  ASSERT_TRUE((*fixed)->ApplyRows(ids({9, 5, 9}), grads(3)).ok());
+  VariableState d = (*fixed)->CopyForSnapshot(nullptr, /*delta=*/true);
+  EXPECT_TRUE(d.delta);
+  EXPECT_EQ(got(d), (std::vector<int64_t>{5, 9}));
+  EXPECT_EQ(d.value.shape(), TensorShape({2, 2}));
+  EXPECT_EQ(got((*fixed)->CopyForSnapshot(nullptr, true)), std::vector<int64_t>{});  // nothing since
+  ASSERT_TRUE((*fixed)->ApplyRows(ids({6}), grads(1)).ok());
+  VariableState whole = (*fixed)->CopyForSnapshot(nullptr, /*delta=*/false);
+  EXPECT_FALSE(whole.delta);
+  EXPECT_EQ(whole.value.shape(), TensorShape({6, 2}));
+  EXPECT_EQ(got((*fixed)->CopyForSnapshot(nullptr, true)), std::vector<int64_t>{});  // a full copy is a base too
+
+  auto hash = Variable::Create(Def(R"(name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 }
+                                      initializer { kind: ONES })"), opt.get());
+  ASSERT_TRUE(hash.ok());
+  ASSERT_TRUE((*hash)->ApplyRows(ids({70, -3}), grads(2)).ok());
+  ASSERT_TRUE((*hash)->CopyForSnapshot(nullptr, true).delta);
+  ASSERT_TRUE((*hash)->ReadRows(ids({70, 8})).ok());  // 8 is made by the pull: a new row to save
+  ASSERT_TRUE((*hash)->ApplyRows(ids({-3}), grads(1)).ok());
+  EXPECT_EQ(got((*hash)->CopyForSnapshot(nullptr, true)), (std::vector<int64_t>{-3, 8}));  // by row
+  ASSERT_TRUE((*hash)->ApplyRows(ids({70}), grads(1)).ok());
+  ASSERT_TRUE((*hash)->LoadState((*hash)->CopyState()).ok());
+  EXPECT_EQ(got((*hash)->CopyForSnapshot(nullptr, true)), std::vector<int64_t>{});
+}
+
 TEST(VariableTest, RefusesBadDefinitions) {
   auto opt = Sgd();
   EXPECT_THAT(std::string(Variable::Create(Def(R"(name: "x" dtype: DT_INT64 shape { dim: 2 })"), opt.get()).status().message()),
