@@ -176,7 +176,9 @@ void TrainTwoPsAndRestore(const std::string& checkpoint, int full_every) {
           auto r = admin->Snapshot(step + 1, checkpoint, /*wait_durable=*/true, /*keep=*/2, {}, full_every);
           ASSERT_TRUE(r.ok()) << r.status();
           EXPECT_EQ(r->delta(), step + 1 > 10) << "step " << step + 1;
-          if (r->delta()) EXPECT_EQ(r->base_step(), step + 1 - 10);
+          if (r->delta()) {
+            EXPECT_EQ(r->base_step(), step + 1 - 10);
+          }
         }
       }
     }

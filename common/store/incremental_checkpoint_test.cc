@@ -266,7 +266,9 @@ TEST_F(IncrementalTest, FullEveryKDeltasAndPruningKeepsTheChain) {
     auto r = Snap(ps.get(), step, "ckpt", 2);
     ASSERT_TRUE(r.ok()) << r.status();
     kinds.push_back(r->delta());
-    if (r->delta()) EXPECT_EQ(r->base_step(), step - 1);
+    if (r->delta()) {
+      EXPECT_EQ(r->base_step(), step - 1);
+    }
   }
   // Full, two deltas, full, two deltas, full.
   EXPECT_EQ(kinds, (std::vector<bool>{false, true, true, false, true, true, false}));
