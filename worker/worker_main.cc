@@ -42,6 +42,9 @@
 ABSL_FLAG(bool, overlap_pull, true,
           "ASYNC jobs: read the next batch and pull its parameters while this step computes "
           "(the pull then misses this worker's own last push: one step of staleness).");
+ABSL_FLAG(bool, overlap_push, true,
+          "ASYNC jobs: push this step's gradients while the next step reads, pulls and computes "
+          "(one push in flight, in step order; a failed one takes the worker back to its step).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the step's kernels run.");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: this task's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
@@ -189,6 +192,7 @@ int Main(int argc, char** argv) {
   wo.kill_at_step = absl::GetFlag(FLAGS_kill_at_step);
   wo.stop_before_push_at_step = absl::GetFlag(FLAGS_fault_stop_before_push_at_step);
   wo.overlap_pull = absl::GetFlag(FLAGS_overlap_pull);
+  wo.overlap_push = absl::GetFlag(FLAGS_overlap_push);
   WorkerRuntime runtime(wo, deps);
   absl::Notification stop;
   WorkerServiceImpl service(&runtime, [&stop] {
