@@ -59,6 +59,15 @@ void WorkPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
   int64_t first;
   {
     absl::MutexLock lock(&mu_);
+    if (!queue_.empty()) {
+      // Parts of other jobs wait for a thread already: the pool is busy
+      // (many pushes at once), and splitting this job too would only
+      // queue it behind them. The caller runs it all.
+      mu_.Unlock();
+      for (int64_t i = 0; i < n; ++i) fn(i);
+      mu_.Lock();
+      return;
+    }
     queue_.push_back(&batch);
     first = TakeLocked(&batch);
   }

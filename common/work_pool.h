@@ -7,8 +7,9 @@
 // have run. The caller runs parts itself while it waits, so a ParallelFor
 // called from inside a part (a variable's row ranges inside a push's
 // variables) never waits on a thread that waits on it: it always finishes.
-// With one thread (or n <= 1) everything runs on the calling thread, in
-// order.
+// With one thread (or n <= 1), or while parts of other calls still wait
+// for a thread (the pool is busy: splitting would only queue behind them),
+// everything runs on the calling thread, in order.
 //
 // Thread-safe; the destructor joins the threads (no ParallelFor may be
 // running then).

@@ -58,6 +58,35 @@ TEST(WorkPoolTest, NestedCallsFinish) {
   EXPECT_EQ(sum.load(), want);
 }
 
+TEST(WorkPoolTest, ABusyPoolRunsANewCallOnItsCaller) {
+  std::unique_ptr<WorkPool> pool = WorkPool::Create(2);
+  absl::Mutex mu;
+  int running = 0;
+  bool release = false;
+  std::thread first([&] {
+    // Parts 0 and 1 hold both threads; part 2 waits in the queue.
+    pool->ParallelFor(3, [&](int64_t) {
+      absl::MutexLock lock(&mu);
+      ++running;
+      mu.Await(absl::Condition(&release));
+    });
+  });
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(+[](int* r) { return *r == 2; }, &running),
+                                    absl::Seconds(30)));
+  }
+  std::set<std::thread::id> threads;
+  pool->ParallelFor(4, [&](int64_t) { threads.insert(std::this_thread::get_id()); });
+  EXPECT_EQ(threads, std::set<std::thread::id>{std::this_thread::get_id()});
+  {
+    absl::MutexLock lock(&mu);
+    release = true;
+  }
+  first.join();
+  EXPECT_EQ(running, 3);
+}
+
 TEST(WorkPoolTest, OneThreadRunsInOrderOnTheCaller) {
   std::unique_ptr<WorkPool> pool = WorkPool::Create(1);
   std::vector<int64_t> order;

@@ -60,7 +60,7 @@ ABSL_FLAG(std::vector<std::string>, remove, {},
 ABSL_FLAG(std::vector<std::string>, ps_flags, {},
           "Extra flags for every parameter server, comma-separated (e.g. --ps_flags=--apply_threads=1).");
 ABSL_FLAG(std::vector<std::string>, worker_flags, {},
-          "Extra flags for every worker, comma-separated (e.g. --worker_flags=--overlap_push=false).");
+          "Extra flags for every worker, comma-separated (e.g. --worker_flags=--overlap_push=true).");
 ABSL_FLAG(std::string, run_dir, "", "Where logs, checkpoints and the summary go (default: /tmp/psrt-run-TIME).");
 ABSL_FLAG(int, max_restarts, 5, "Give up after restarting one daemon this many times.");
 ABSL_FLAG(bool, tls, false,

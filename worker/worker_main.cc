@@ -42,9 +42,11 @@
 ABSL_FLAG(bool, overlap_pull, true,
           "ASYNC jobs: read the next batch and pull its parameters while this step computes "
           "(the pull then misses this worker's own last push: one step of staleness).");
-ABSL_FLAG(bool, overlap_push, true,
+ABSL_FLAG(bool, overlap_push, false,
           "ASYNC jobs: push this step's gradients while the next step reads, pulls and computes "
-          "(one push in flight, in step order; a failed one takes the worker back to its step).");
+          "(one push in flight, in step order; a failed one takes the worker back to its step). "
+          "Pays where pushes wait on the network and cores are spare; slower on a machine whose "
+          "cores are all busy.");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the step's kernels run.");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: this task's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");

@@ -63,8 +63,12 @@ struct WorkerOptions {
   // while step t+1 reads, pulls and computes. At most one push is in flight
   // and step t+1's push leaves only once step t's is answered, so pushes
   // stay in step order and each is sent once; a failed one takes the worker
-  // back to its step (the step computed meanwhile is dropped).
-  bool overlap_push = true;
+  // back to its step (the step computed meanwhile is dropped). Off by
+  // default: on a machine whose cores are all busy (the 2-core development
+  // VM running the whole cluster) it made the default job slower
+  // (tests/bench/PS_BENCH_RESULTS.md); it pays where a push waits on the
+  // network with cores to spare.
+  bool overlap_push = false;
 };
 
 class WorkerRuntime {

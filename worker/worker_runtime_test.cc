@@ -156,6 +156,12 @@ struct Harness {
   std::unique_ptr<WorkerRuntime> worker;
 };
 
+WorkerOptions OverlapPush() {
+  WorkerOptions o{0, 99};
+  o.overlap_push = true;
+  return o;
+}
+
 std::vector<int64_t> Range(int64_t a, int64_t b) {
   std::vector<int64_t> v;
   for (int64_t i = a; i < b; ++i) v.push_back(i);
@@ -261,7 +267,7 @@ TEST(WorkerTest, AConcurrentStartIsRefusedNotRaced) {
 // ASYNC: step t's push overlaps step t+1's pull and compute, and still
 // every step is pushed once, in order.
 TEST(WorkerTest, APushOverlapsTheNextStepInOrderAndOnce) {
-  Harness h;
+  Harness h(OverlapPush());
   h.ps.block_push_at = 2;
   ASSERT_TRUE(h.worker->Start(Assignment(10)).ok());
   {
@@ -283,7 +289,7 @@ TEST(WorkerTest, APushOverlapsTheNextStepInOrderAndOnce) {
 // A push behind that fails takes the worker back to its step: the step
 // computed meanwhile is not pushed, the failure is reported as the push's.
 TEST(WorkerTest, AFailedPushBehindParksAtItsStep) {
-  Harness h;
+  Harness h(OverlapPush());
   h.ps.fail_push_at = 5;
   ASSERT_TRUE(h.worker->Start(Assignment(10)).ok());
   {
@@ -306,7 +312,7 @@ TEST(WorkerTest, AFailedPushBehindParksAtItsStep) {
 
 // A push behind that times out is run again by the worker itself.
 TEST(WorkerTest, ATimedOutPushBehindIsRetried) {
-  Harness h;
+  Harness h(OverlapPush());
   h.ps.fail_push_at = 3;
   h.ps.fail_push_code = absl::StatusCode::kDeadlineExceeded;
   ASSERT_TRUE(h.worker->Start(Assignment(8)).ok());
