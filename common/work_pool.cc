@@ -59,15 +59,16 @@ void WorkPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
   int64_t first;
   {
     absl::MutexLock lock(&mu_);
-    if (!queue_.empty()) {
-      // Parts of other jobs wait for a thread already: the pool is busy
-      // (many pushes at once), and splitting this job too would only
-      // queue it behind them. The caller runs it all.
+    if (splitting_ > 0) {
+      // Another call has the threads (or this is a part of one): many
+      // pushes at once keep the cores busy already, and splitting this
+      // one too would only queue it behind them. The caller runs it all.
       mu_.Unlock();
       for (int64_t i = 0; i < n; ++i) fn(i);
       mu_.Lock();
       return;
     }
+    ++splitting_;
     queue_.push_back(&batch);
     first = TakeLocked(&batch);
   }
@@ -76,6 +77,7 @@ void WorkPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
   // on this stack until every part has finished).
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(+[](Batch* b) { return b->finished == b->n; }, &batch));
+  --splitting_;
 }
 
 void WorkPool::WorkerLoop() {

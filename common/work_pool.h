@@ -4,12 +4,11 @@
 // across row ranges of a large variable.
 //
 // ParallelFor(n, fn) runs fn(0) .. fn(n-1), each once, and returns when all
-// have run. The caller runs parts itself while it waits, so a ParallelFor
-// called from inside a part (a variable's row ranges inside a push's
-// variables) never waits on a thread that waits on it: it always finishes.
-// With one thread (or n <= 1), or while parts of other calls still wait
-// for a thread (the pool is busy: splitting would only queue behind them),
-// everything runs on the calling thread, in order.
+// have run. The caller runs parts itself while it waits.
+// With one thread (or n <= 1), or while another call is split over the
+// threads (concurrent callers keep the cores busy already; a call from
+// inside a part runs on its thread too), everything runs on the calling
+// thread, in order.
 //
 // Thread-safe; the destructor joins the threads (no ParallelFor may be
 // running then).
@@ -57,6 +56,8 @@ class WorkPool {
   };
 
   explicit WorkPool(int threads);
+  // Calls split over the threads now (0 or 1).
+  int splitting_ ABSL_GUARDED_BY(mu_) = 0;
   // The next part of `batch` nobody has taken, now taken; -1 if none.
   int64_t TakeLocked(Batch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs part i (already taken), then takes and runs more of `batch` until

@@ -43,19 +43,25 @@ TEST(WorkPoolTest, PartsRunConcurrently) {
   EXPECT_EQ(threads.size(), 2u);
 }
 
-TEST(WorkPoolTest, NestedCallsFinish) {
-  // A part that itself splits its work (a push's variable split in row
-  // ranges) must not wait on threads that wait on it.
+TEST(WorkPoolTest, NestedCallsFinishOnTheirPartsThread) {
+  // A part that itself splits its work (a push's variable in row ranges)
+  // runs it on its own thread: it never waits on threads that wait on it.
   std::unique_ptr<WorkPool> pool = WorkPool::Create(3);
   std::atomic<int64_t> sum{0};
+  std::atomic<int> elsewhere{0};
   pool->ParallelFor(8, [&](int64_t i) {
-    pool->ParallelFor(50, [&](int64_t j) { sum.fetch_add(i * 100 + j); });
+    const std::thread::id part = std::this_thread::get_id();
+    pool->ParallelFor(50, [&](int64_t j) {
+      if (std::this_thread::get_id() != part) elsewhere.fetch_add(1);
+      sum.fetch_add(i * 100 + j);
+    });
   });
   int64_t want = 0;
   for (int64_t i = 0; i < 8; ++i) {
     for (int64_t j = 0; j < 50; ++j) want += i * 100 + j;
   }
   EXPECT_EQ(sum.load(), want);
+  EXPECT_EQ(elsewhere.load(), 0);
 }
 
 TEST(WorkPoolTest, ABusyPoolRunsANewCallOnItsCaller) {
