@@ -14,7 +14,7 @@ absl::Status ApplyAll(WorkPool* pool, const std::vector<Variable*>& vars, int64_
                       const std::function<absl::Status(size_t)>& apply) {
   const size_t n = vars.size();
   absl::flat_hash_set<const Variable*> distinct(vars.begin(), vars.end());
-  if (pool == nullptr || n < 2 || elements < Variable::kMinPartElements || distinct.size() != n) {
+  if (pool == nullptr || n < 2 || elements < kMinParallelElements || distinct.size() != n) {
     absl::Status first;
     for (size_t i = 0; i < n; ++i) first.Update(apply(i));
     return first;

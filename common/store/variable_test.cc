@@ -193,20 +193,20 @@ TEST(VariableTest, PooledApplyIsBitIdenticalToOnePass) {
     OptimizerDef od;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &od)) << text;
     std::unique_ptr<Optimizer> opt = *Optimizer::Create(od);
-    // 300,001 elements: several parts of a 4-thread pool, and a tail that
-    // is not a whole vector.
-    const VariableDef dense = Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 300001 } seed: 3)");
-    const VariableDef table = Def(R"(name: "e" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 5000 dim: 64 } seed: 5)");
+    // 1,100,001 elements: four parts of a 4-thread pool, and a tail that
+    // is not a whole vector; 16,000 rows of 64: four parts.
+    const VariableDef dense = Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 1100001 } seed: 3)");
+    const VariableDef table = Def(R"(name: "e" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 20000 dim: 64 } seed: 5)");
     auto serial = Variable::Create(dense, opt.get());
     auto pooled = Variable::Create(dense, opt.get());
     auto serial_t = Variable::Create(table, opt.get());
     auto pooled_t = Variable::Create(table, opt.get());
     ASSERT_TRUE(serial.ok() && pooled.ok() && serial_t.ok() && pooled_t.ok());
-    Tensor grad(DT_FLOAT, TensorShape({300001}));
+    Tensor grad(DT_FLOAT, TensorShape({1100001}));
     for (int64_t i = 0; i < grad.NumElements(); ++i) grad.data<float>()[i] = std::sin(0.001f * i);
-    Tensor ids(DT_INT64, TensorShape({4000}));
-    for (int64_t i = 0; i < 4000; ++i) ids.data<int64_t>()[i] = (i * 7) % 5000;
-    Tensor rows(DT_FLOAT, TensorShape({4000, 64}));
+    Tensor ids(DT_INT64, TensorShape({16000}));
+    for (int64_t i = 0; i < 16000; ++i) ids.data<int64_t>()[i] = (i * 7) % 20000;
+    Tensor rows(DT_FLOAT, TensorShape({16000, 64}));
     for (int64_t i = 0; i < rows.NumElements(); ++i) rows.data<float>()[i] = std::cos(0.01f * i);
     const Tensor before = *(*pooled)->Read();
     const Tensor before_copy = before.Copy();

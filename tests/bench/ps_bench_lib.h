@@ -120,7 +120,8 @@ class TcpServer {
 Figure RawTcp(const std::string& host, int port, int clients, int window, double seconds, size_t up,
               size_t down, size_t payload);
 
-// The best of `repeats` runs of each of `measure` (interleaved).
+// The best of `repeats` runs of each of `measure` (interleaved, every
+// other round in reverse order).
 std::vector<Figure> Best(int repeats, const std::vector<std::function<Figure()>>& measure);
 
 }  // namespace bench
