@@ -57,6 +57,10 @@ ABSL_FLAG(std::vector<std::string>, kill, {},
 ABSL_FLAG(std::vector<std::string>, remove, {},
           "TASK@STEP[,...]: SIGKILL that daemon once the job reaches the step and never restart it (a machine "
           "gone for good), to watch a collective group shrink.");
+ABSL_FLAG(std::vector<std::string>, ps_flags, {},
+          "Extra flags for every parameter server, comma-separated (e.g. --ps_flags=--apply_threads=1).");
+ABSL_FLAG(std::vector<std::string>, worker_flags, {},
+          "Extra flags for every worker, comma-separated (e.g. --worker_flags=--overlap_push=true).");
 ABSL_FLAG(std::string, run_dir, "", "Where logs, checkpoints and the summary go (default: /tmp/psrt-run-TIME).");
 ABSL_FLAG(int, max_restarts, 5, "Give up after restarting one daemon this many times.");
 ABSL_FLAG(bool, tls, false,
@@ -298,10 +302,12 @@ int Run(int argc, char** argv) {
     std::string task = "--task=" + TaskName(t);
     if (t.job() == kPsJob) {
       c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir};
+      for (const std::string& f : absl::GetFlag(FLAGS_ps_flags)) c.argv.push_back(f);
     }
     if (t.job() == kWorkerJob) {
       // A mirrored worker's replica snapshots beside the PS's would.
       c.argv = {Binary(argv[0], "worker/main"), base, task, "--snapshot_dir=" + run_dir};
+      for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) c.argv.push_back(f);
     }
     if (t.job() == kChiefJob) {
       c.argv = {Binary(argv[0], "chief/main"), base, task, "--job=" + job,

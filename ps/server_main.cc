@@ -51,6 +51,10 @@ ABSL_FLAG(std::string, snapshot_dir, "",
           "its --checkpoint_dir) is kept in DIR/NAME/ps-N, so give the directory above the "
           "chief's --checkpoint_dir. Requests name checkpoints, never paths. Empty: "
           "./psrt_snapshots under the working directory (logged).");
+ABSL_FLAG(int, apply_threads, 0,
+          "Threads that apply pushed gradients: the variables of one push, and row ranges of a "
+          "large variable, are updated in parallel (0 = one per core, 1 = all on the thread that "
+          "serves the push).");
 ABSL_FLAG(int64_t, fault_pause_snapshot_after_chunks, 0,
           "Fault injection for tests: stall the background snapshot writer after this many "
           "chunks (logs a line, then waits to be killed).");
@@ -80,6 +84,11 @@ int Main(int argc, char** argv) {
   o.max_rows_per_request = absl::GetFlag(FLAGS_max_rows_per_request);
   o.max_variables = absl::GetFlag(FLAGS_max_variables);
   o.max_pull_response_bytes = absl::GetFlag(FLAGS_max_pull_response_mb) << 20;
+  o.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+  if (o.apply_threads < 0 || o.apply_threads > 1024) {
+    return ExitWithError(absl::InvalidArgumentError(
+        absl::StrCat("--apply_threads=", o.apply_threads, ": want 0 (one per core) to 1024")));
+  }
   // A PS with no flags must refuse a variable larger than the machine
   // rather than abort in the allocator (a float [2^40, 256] did).
   int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);

@@ -43,6 +43,11 @@
 ABSL_FLAG(bool, overlap_pull, true,
           "ASYNC jobs: read the next batch and pull its parameters while this step computes "
           "(the pull then misses this worker's own last push: one step of staleness).");
+ABSL_FLAG(bool, overlap_push, false,
+          "ASYNC jobs: push this step's gradients while the next step reads, pulls and computes "
+          "(one push in flight, in step order; a failed one takes the worker back to its step). "
+          "Pays where pushes wait on the network and cores are spare; slower on a machine whose "
+          "cores are all busy.");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the step's kernels run.");
 ABSL_FLAG(bool, ps_streams, true,
           "Send pushes and pulls of up to 1 MiB as frames of one ParameterServer/Exchange stream per PS "
@@ -200,6 +205,7 @@ int Main(int argc, char** argv) {
   wo.kill_at_step = absl::GetFlag(FLAGS_kill_at_step);
   wo.stop_before_push_at_step = absl::GetFlag(FLAGS_fault_stop_before_push_at_step);
   wo.overlap_pull = absl::GetFlag(FLAGS_overlap_pull);
+  wo.overlap_push = absl::GetFlag(FLAGS_overlap_push);
   WorkerRuntime runtime(wo, deps);
   absl::Notification stop;
   WorkerServiceImpl service(&runtime, [&stop] {

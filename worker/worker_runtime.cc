@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <iostream>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +53,13 @@ void WorkerRuntime::JoinLoop() {
     stop_ = true;
   }
   if (thread_.joinable()) thread_.join();
+  JoinPushBehind();
+}
+
+bool WorkerRuntime::JoinPushBehind() {
+  if (push_behind_.joinable()) push_behind_.join();
+  absl::MutexLock lock(&mu_);
+  return std::exchange(behind_failed_, false);
 }
 
 absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
@@ -143,7 +151,7 @@ absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration 
     return next_step_;
   }
   ++interruptions_;
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !pushing_; };
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pushing_ == 0; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
     return absl::DeadlineExceededError("a push is still in flight");
   }
@@ -198,6 +206,13 @@ void WorkerRuntime::Loop() {
       };
       mu_.Await(absl::Condition(&runnable));
       if (stop_) return;
+      if (next_step_ >= assignment_.end_step() && push_behind_.joinable()) {
+        // The last push may still fail and take the worker back.
+        mu_.Unlock();
+        JoinPushBehind();
+        mu_.Lock();
+        continue;
+      }
       if (next_step_ >= assignment_.end_step()) {
         state_ = WorkerStatusResponse::DONE;
         LOG(INFO) << "worker " << options_.index << " finished at step " << next_step_;
@@ -251,13 +266,14 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     ::raise(SIGKILL);
   }
   int64_t seen, end_step;
-  bool overlap, lockstep;
+  bool overlap, overlap_push, lockstep;
   {
     absl::MutexLock lock(&mu_);
     seen = interruptions_;
     lockstep = lockstep_;
     end_step = assignment_.end_step();
     overlap = options_.overlap_pull && assignment_.consistency().mode() == ConsistencyDef::ASYNC;
+    overlap_push = options_.overlap_push && assignment_.consistency().mode() == ConsistencyDef::ASYNC;
   }
   const absl::Time start = absl::Now();
   client_->SetGeneration(generation);
@@ -285,50 +301,95 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   in.dense.clear();
   in.rows.clear();
   bool pause_wanted = false;
-  if (status.ok()) {
+  if (!status.ok()) {
+    // Accounted after the push before it: that one may have failed first
+    // (and dropped this step already).
+    if (JoinPushBehind()) return;
+    HandleStepFailure(step, seen, status);
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (interruptions_ != seen || stop_) return;  // paused or resumed under us: drop it
+    ++pushing_;  // from here a Pause waits for this push
+    pause_wanted = pause_requested_;
+    overlap_push = overlap_push && !lockstep;
+  }
+  // Step t-1's push is answered before step t's leaves: in order, once.
+  if (JoinPushBehind()) {
+    // It failed and took the worker back to its step: drop this one.
+    absl::MutexLock lock(&mu_);
+    --pushing_;
+    return;
+  }
+  if (options_.stop_before_push_at_step > 0 && step == options_.stop_before_push_at_step &&
+      !stopped_for_fault_.exchange(true)) {
+    LOG(WARNING) << "fault injection: stopping before the push of step " << step;
+    std::cerr << "FAULT: stopping before the push of step " << step << std::endl;
+    ::raise(SIGSTOP);
+  }
+  RequestId id;
+  id.set_worker(options_.index);
+  id.set_worker_incarnation(options_.incarnation);
+  id.set_step(step);
+  id.set_generation(generation);
+  PushDone done{step, seen, batch.size, start, absl::Now(), result.loss, batch.epoch};
+  if (overlap_push) {
+    // The loop goes on to the next step while this push is in flight.
+    done.behind = true;
     {
       absl::MutexLock lock(&mu_);
-      if (interruptions_ != seen || stop_) return;  // paused or resumed under us: drop it
-      pushing_ = true;
-      pause_wanted = pause_requested_;
-    }
-    if (options_.stop_before_push_at_step > 0 && step == options_.stop_before_push_at_step &&
-        !stopped_for_fault_.exchange(true)) {
-      LOG(WARNING) << "fault injection: stopping before the push of step " << step;
-      std::cerr << "FAULT: stopping before the push of step " << step << std::endl;
-      ::raise(SIGSTOP);
-    }
-    RequestId id;
-    id.set_worker(options_.index);
-    id.set_worker_incarnation(options_.incarnation);
-    id.set_step(step);
-    id.set_generation(generation);
-    bool pause_agreed = false;
-    if (lockstep) {
-      absl::StatusOr<bool> agreed =
-          client_->PushAgreeing(id, result.dense_gradients, result.sparse_gradients, pause_wanted);
-      status = agreed.status();
-      pause_agreed = agreed.ok() && *agreed;
-    } else {
-      status = client_->Push(id, result.dense_gradients, result.sparse_gradients);
-    }
-    absl::MutexLock lock(&mu_);
-    pushing_ = false;
-    if (status.ok()) {
       if (next_step_ == step) next_step_ = step + 1;
-      if (pause_agreed && state_ == WorkerStatusResponse::RUNNING) {
+    }
+    push_behind_ = std::thread([this, id, done, dense = std::move(result.dense_gradients),
+                                sparse = std::move(result.sparse_gradients)] {
+      FinishPush(done, client_->Push(id, dense, sparse));
+    });
+    return;
+  }
+  if (lockstep) {
+    absl::StatusOr<bool> agreed =
+        client_->PushAgreeing(id, result.dense_gradients, result.sparse_gradients, pause_wanted);
+    status = agreed.status();
+    done.pause_agreed = agreed.ok() && *agreed;
+  } else {
+    status = client_->Push(id, result.dense_gradients, result.sparse_gradients);
+  }
+  FinishPush(done, status);
+}
+
+void WorkerRuntime::FinishPush(const PushDone& p, const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    --pushing_;
+    if (status.ok()) {
+      if (next_step_ == p.step) next_step_ = p.step + 1;
+      if (p.pause_agreed && state_ == WorkerStatusResponse::RUNNING) {
         // A member of the group asked to pause: all stop after this step.
         pause_requested_ = true;
         state_ = WorkerStatusResponse::PAUSED;
       }
-      double dt = absl::ToDoubleSeconds(absl::Now() - start);
-      double eps = dt > 0 ? batch.size / dt : 0;
+      const double dt = absl::ToDoubleSeconds((p.behind ? p.left : absl::Now()) - p.start);
+      const double eps = dt > 0 ? p.examples / dt : 0;
       examples_per_sec_ = examples_per_sec_ == 0 ? eps : 0.9 * examples_per_sec_ + 0.1 * eps;
-      loss_ = result.loss;
-      epoch_ = batch.epoch;
+      loss_ = p.loss;
+      epoch_ = p.epoch;
       return;
     }
+    // Not pushed: this step is the one to run again (unless a Resume has
+    // moved the worker elsewhere since).
+    if (p.behind && next_step_ == p.step + 1) next_step_ = p.step;
   }
+  HandleStepFailure(p.step, p.seen, status);
+  if (p.behind) {
+    // The step computed meanwhile must not be pushed past this one: the
+    // loop drops it (JoinPushBehind says so) and runs this step again.
+    absl::MutexLock lock(&mu_);
+    behind_failed_ = true;
+  }
+}
+
+void WorkerRuntime::HandleStepFailure(int64_t step, int64_t seen, const absl::Status& status) {
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     LOG(WARNING) << "step " << step << " timed out, retrying: " << status;
     return;

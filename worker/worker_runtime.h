@@ -59,6 +59,16 @@ struct WorkerOptions {
   // ASYNC only: read the next batch and pull its parameters while this step
   // computes (see step_prefetcher.h for what that costs in staleness).
   bool overlap_pull = true;
+  // ASYNC only (not in lockstep): push step t's gradients on a helper thread
+  // while step t+1 reads, pulls and computes. At most one push is in flight
+  // and step t+1's push leaves only once step t's is answered, so pushes
+  // stay in step order and each is sent once; a failed one takes the worker
+  // back to its step (the step computed meanwhile is dropped). Off by
+  // default: on a machine whose cores are all busy (the 2-core development
+  // VM running the whole cluster) it made the default job slower
+  // (tests/bench/PS_BENCH_RESULTS.md); it pays where a push waits on the
+  // network with cores to spare.
+  bool overlap_push = false;
 };
 
 class WorkerRuntime {
@@ -93,6 +103,27 @@ class WorkerRuntime {
   // thread waits for a prefetch before touching the dataset again).
   void FetchInputs(int64_t step, StepInputs* in);
   void RunStep(int64_t step, int64_t generation);
+  // What a step's push ended in: progress figures on success, else the
+  // failure handling (HandleStepFailure). `behind`: a push that overlapped
+  // the next step (see WorkerOptions.overlap_push), whose failure takes
+  // next_step_ back to `step` and drops the step computed meanwhile.
+  struct PushDone {
+    int64_t step, seen;
+    int64_t examples;
+    // The step's time, for examples/s: from start to the push's answer, or
+    // for a push behind to when it left (the loop's pace).
+    absl::Time start, left;
+    float loss;
+    int epoch;
+    bool pause_agreed = false;
+    bool behind = false;
+  };
+  void FinishPush(const PushDone& p, const absl::Status& status);
+  // Retry (deadline), park and report (a PS failure) or fail the run.
+  void HandleStepFailure(int64_t step, int64_t seen, const absl::Status& status);
+  // Waits for a push behind (if any) to end and be accounted; whether it
+  // failed. Loop thread, or after it has ended.
+  bool JoinPushBehind() ABSL_LOCKS_EXCLUDED(mu_);
   void JoinLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const WorkerOptions options_;
@@ -109,7 +140,9 @@ class WorkerRuntime {
   WorkerStatusResponse::State state_ ABSL_GUARDED_BY(mu_) = WorkerStatusResponse::IDLE;
   bool pause_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool pushing_ ABSL_GUARDED_BY(mu_) = false;
+  // Pushes committed to and not yet answered (two while a step waits for
+  // its push behind): Pause waits for none.
+  int pushing_ ABSL_GUARDED_BY(mu_) = 0;
   // The client runs steps in lockstep with a collective group (mirrored
   // strategies): a Pause is agreed in the step's all-reduce, never taken
   // alone between steps (ParameterClient::PushAgreeing).
@@ -127,6 +160,7 @@ class WorkerRuntime {
   float loss_ ABSL_GUARDED_BY(mu_) = 0;
   double examples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
   int epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool behind_failed_ ABSL_GUARDED_BY(mu_) = false;  // see JoinPushBehind
 
   // Owned by the loop thread while it runs.
   std::unique_ptr<ParameterClient> client_;
@@ -135,6 +169,9 @@ class WorkerRuntime {
   // Declared after what its fetches use, so it stops first.
   StepPrefetcher prefetcher_{[this](int64_t step, StepInputs* in) { FetchInputs(step, in); }};
   std::thread thread_;
+  // The push of the previous step while it overlaps this one (overlap_push);
+  // owned by the loop thread, joined by JoinLoop once the loop has ended.
+  std::thread push_behind_;
 };
 
 }  // namespace psrt

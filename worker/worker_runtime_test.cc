@@ -2,6 +2,7 @@
 // "model", with failures injected where a real PS would fail.
 #include "worker/worker_runtime.h"
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <set>
@@ -35,11 +36,25 @@ class FakePs : public ParameterClient {
     }
     if (gate) gate->WaitForNotification();
     absl::MutexLock l(&mu);
+    pulled.push_back(step);
     return TensorMap{{"w", Tensor::FromVector<float>({w}, TensorShape({1}))}};
   }
   absl::StatusOr<TensorMap> PullRows(const RowRequest&, int64_t) override { return TensorMap{}; }
   absl::Status Push(const RequestId& id, const TensorMap& dense,
                     const std::map<std::string, std::pair<Tensor, Tensor>>&) override {
+    absl::Notification* gate = nullptr;
+    {
+      absl::MutexLock l(&mu);
+      if (fail_push_at == id.step()) {
+        fail_push_at = -1;
+        return absl::Status(fail_push_code, "push refused");
+      }
+      if (block_push_at == id.step()) {
+        block_push_at = -1;
+        gate = &push_release;
+      }
+    }
+    if (gate) gate->WaitForNotification();
     absl::MutexLock l(&mu);
     w -= 0.1f * dense.at("w").data<float>()[0];
     pushed.push_back(id.step());
@@ -52,6 +67,11 @@ class FakePs : public ParameterClient {
   int64_t fail_pull_at = -1;
   int64_t block_pull_at = -1;
   absl::Notification pulled_blocked, release;
+  std::vector<int64_t> pulled;  // steps of the pulls answered
+  int64_t fail_push_at = -1;    // that push fails once, changing nothing
+  absl::StatusCode fail_push_code = absl::StatusCode::kUnavailable;
+  int64_t block_push_at = -1;   // that push waits for push_release
+  absl::Notification push_release;
 };
 
 // loss = (w - 3)^2 per batch.
@@ -90,7 +110,7 @@ WorkerAssignment Assignment(int64_t steps, int64_t generation = 1) {
 }
 
 struct Harness {
-  Harness() {
+  explicit Harness(WorkerOptions options = WorkerOptions{0, 99}) {
     WorkerDeps deps;
     deps.make_client = [this](const WorkerAssignment&) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
       return std::unique_ptr<ParameterClient>(new Forward(&ps));
@@ -108,7 +128,7 @@ struct Harness {
       failures.push_back(absl::StrCat(step, ": ", s.message()));
       state_at_report.push_back(state);
     };
-    worker = std::make_unique<WorkerRuntime>(WorkerOptions{0, 99}, deps);
+    worker = std::make_unique<WorkerRuntime>(options, deps);
   }
   // The worker owns its client; this one forwards to the shared fake.
   struct Forward : ParameterClient {
@@ -135,6 +155,12 @@ struct Harness {
   std::vector<WorkerStatusResponse::State> state_at_report;
   std::unique_ptr<WorkerRuntime> worker;
 };
+
+WorkerOptions OverlapPush() {
+  WorkerOptions o{0, 99};
+  o.overlap_push = true;
+  return o;
+}
 
 std::vector<int64_t> Range(int64_t a, int64_t b) {
   std::vector<int64_t> v;
@@ -236,6 +262,62 @@ TEST(WorkerTest, AConcurrentStartIsRefusedNotRaced) {
   starter.join();
   ASSERT_TRUE(first.ok()) << first;
   EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+}
+
+// ASYNC: step t's push overlaps step t+1's pull and compute, and still
+// every step is pushed once, in order.
+TEST(WorkerTest, APushOverlapsTheNextStepInOrderAndOnce) {
+  Harness h(OverlapPush());
+  h.ps.block_push_at = 2;
+  ASSERT_TRUE(h.worker->Start(Assignment(10)).ok());
+  {
+    // Step 4's parameters are pulled while step 2's push is held: they are
+    // prefetched when step 3 starts, so step 3 ran meanwhile.
+    absl::MutexLock l(&h.ps.mu);
+    auto pulled_4 = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.ps.mu) {
+      return std::find(h.ps.pulled.begin(), h.ps.pulled.end(), 4) != h.ps.pulled.end();
+    };
+    ASSERT_TRUE(h.ps.mu.AwaitWithTimeout(absl::Condition(&pulled_4), absl::Seconds(30)));
+    EXPECT_EQ(h.ps.pushed, Range(0, 2));  // and step 3's push waits for step 2's
+  }
+  h.ps.push_release.Notify();
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 10));
+  EXPECT_EQ(h.worker->Status().step(), 10);
+}
+
+// A push behind that fails takes the worker back to its step: the step
+// computed meanwhile is not pushed, the failure is reported as the push's.
+TEST(WorkerTest, AFailedPushBehindParksAtItsStep) {
+  Harness h(OverlapPush());
+  h.ps.fail_push_at = 5;
+  ASSERT_TRUE(h.worker->Start(Assignment(10)).ok());
+  {
+    absl::MutexLock l(&h.mu);
+    auto reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) { return !h.failures.empty(); };
+    ASSERT_TRUE(h.mu.AwaitWithTimeout(absl::Condition(&reported), absl::Seconds(30)));
+    EXPECT_EQ(h.failures[0], "5: push refused");
+    EXPECT_EQ(h.state_at_report[0], WorkerStatusResponse::PAUSED);
+  }
+  absl::StatusOr<int64_t> paused_at = h.worker->Pause(1, absl::Seconds(10));
+  ASSERT_TRUE(paused_at.ok()) << paused_at.status();
+  EXPECT_EQ(*paused_at, 5);
+  EXPECT_EQ(h.Pushed(), Range(0, 5));
+  ASSERT_TRUE(h.worker->Resume(5, 2).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 10));
+  absl::MutexLock l(&h.mu);
+  EXPECT_EQ(h.failures.size(), 1u);
+}
+
+// A push behind that times out is run again by the worker itself.
+TEST(WorkerTest, ATimedOutPushBehindIsRetried) {
+  Harness h(OverlapPush());
+  h.ps.fail_push_at = 3;
+  h.ps.fail_push_code = absl::StatusCode::kDeadlineExceeded;
+  ASSERT_TRUE(h.worker->Start(Assignment(8)).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 8));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "common/store/server_core.h"
 
 #include "absl/strings/escaping.h"
+#include "common/store/parallel_apply.h"
 #include "common/store/restore_assembly.h"
 
 #include <filesystem>
@@ -44,7 +45,8 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
 
 }  // namespace
 
-ParameterServerCore::ParameterServerCore(ServerCoreOptions options) : options_(std::move(options)) {
+ParameterServerCore::ParameterServerCore(ServerCoreOptions options)
+    : options_(std::move(options)), apply_pool_(WorkPool::Create(options_.apply_threads)) {
   {
     absl::MutexLock lock(&stats_mu_);
     last_stats_ = absl::Now();
@@ -368,11 +370,15 @@ void ParameterServerCore::RecordLocked(const RequestId& id) {
 
 absl::Status ParameterServerCore::ApplySyncStepLocked() {
   const float scale = 1.0f / static_cast<float>(num_workers_);
+  std::vector<Variable*> dense_vars;
+  std::vector<const Tensor*> dense_grads;
   for (auto& [name, sum] : sync_dense_) {
     sum.flat<float>() *= scale;
     ASSIGN_OR_RETURN(Variable * v, Find(name));
-    RETURN_IF_ERROR(v->ApplyDense(sum));
+    dense_vars.push_back(v);
+    dense_grads.push_back(&sum);
   }
+  RETURN_IF_ERROR(ApplyDenseAll(apply_pool_.get(), dense_vars, dense_grads));
   for (auto& [name, parts] : sync_rows_) {
     ASSIGN_OR_RETURN(Variable * v, Find(name));
     int64_t n = 0, dim = 0;
@@ -388,7 +394,7 @@ absl::Status ParameterServerCore::ApplySyncStepLocked() {
       for (int64_t k = 0; k < g.NumElements(); ++k) vals.data<float>()[at * dim + k] = g.data<float>()[k] * scale;
       at += i.NumElements();
     }
-    RETURN_IF_ERROR(v->ApplyRows(ids, vals));
+    RETURN_IF_ERROR(v->ApplyRows(ids, vals, apply_pool_.get()));
   }
   sync_dense_.clear();
   sync_rows_.clear();
@@ -464,7 +470,9 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
       }
     }
     if (apply_now) {
-      for (size_t i = 0; i < vars.size(); ++i) RETURN_IF_ERROR(vars[i]->ApplyDense(gradients[i].second));
+      std::vector<const Tensor*> grads;
+      for (const auto& [name, grad] : gradients) grads.push_back(&grad);
+      RETURN_IF_ERROR(ApplyDenseAll(apply_pool_.get(), vars, grads));
     }
   }
   if (wake) WakeWaiters();
@@ -522,7 +530,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   // Row ids of a hash table are checked by the table itself, so apply
   // under the table's lock; fixed-table ranges were checked above by
   // ApplyRows' own validation before any change.
-  for (size_t i = 0; i < rows.size(); ++i) RETURN_IF_ERROR(vars[i]->ApplyRows(rows[i].ids, rows[i].values));
+  RETURN_IF_ERROR(ApplyRowsAll(apply_pool_.get(), vars, rows));
   return resp;
 }
 

@@ -46,6 +46,7 @@
 #include "common/transport/ps_types.h"
 #include "common/snapshot/snapshot_store.h"
 #include "common/store/variable.h"
+#include "common/work_pool.h"
 #include "proto/ps_service.pb.h"
 
 namespace psrt {
@@ -70,6 +71,10 @@ struct ServerCoreOptions {
   // <snapshot_root>/NAME/ps-<task_index>. Requests name checkpoints, never
   // paths. Empty: Snapshot and Restore are refused (FAILED_PRECONDITION).
   std::string snapshot_root;
+  // Threads that apply a push's optimizer updates (--apply_threads): the
+  // variables of one push and row ranges of a large one in parallel.
+  // 0 = one per core; 1 = all on the thread serving the push.
+  int apply_threads = 0;
   // The snapshot store's name under a checkpoint directory; empty =
   // "ps-<task_index>". A mirrored worker's replica is "worker-<index>".
   std::string store_name;
@@ -198,6 +203,8 @@ class ParameterServerCore {
 
   const ServerCoreOptions options_;
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
+  // Applies pushes' updates (ServerCoreOptions.apply_threads).
+  const std::unique_ptr<WorkPool> apply_pool_;
 
   // The variables. Readers: pulls and pushes (each variable locks itself);
   // writers: create, snapshot copy, restore.

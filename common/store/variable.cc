@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,19 @@ absl::Status Bad(const VariableDef& def, absl::string_view what) {
 std::string HashShardText(const VariableDef& def) {
   if (def.hash_shards() == 0) return "";
   return absl::StrCat(", hash shard ", def.hash_shard(), " of ", def.hash_shards());
+}
+
+// fn(begin, end) over [0, units) in one part, or with a pool in parts of
+// at least Variable::kMinPartElements elements on its threads.
+void InParts(WorkPool* pool, int64_t units, int64_t unit_elements,
+             const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t parts =
+      pool == nullptr ? 1 : pool->Parts(units * unit_elements, Variable::kMinPartElements);
+  if (parts == 1) {
+    fn(0, units);
+    return;
+  }
+  pool->ParallelFor(parts, [&](int64_t p) { fn(units * p / parts, units * (p + 1) / parts); });
 }
 
 }  // namespace
@@ -148,7 +162,7 @@ void Variable::UnshareLocked() {
   if (value_.buffer().use_count() > 1) value_ = value_.Copy();
 }
 
-absl::Status Variable::ApplyDense(const Tensor& grad) {
+absl::Status Variable::ApplyDense(const Tensor& grad, WorkPool* pool) {
   if (def_.kind() == VariableDef::HASH_TABLE) return Bad(def_, "a hash table takes row gradients");
   if (grad.dtype() != DT_FLOAT || grad.shape() != shape_) {
     return Bad(def_, absl::StrCat("gradient is ", DataTypeName(grad.dtype()), grad.shape().ToString(),
@@ -156,11 +170,23 @@ absl::Status Variable::ApplyDense(const Tensor& grad) {
   }
   absl::MutexLock lock(&mu_);
   UnshareLocked();
-  ++updates_;
+  const int64_t t = ++updates_;
+  float* var = value_.data<float>();
+  const float* g = grad.data<float>();
   std::vector<float*> slots;
   for (Tensor& s : slots_) slots.push_back(s.data<float>());
-  optimizer_->Apply(value_.data<float>(), grad.data<float>(), value_.NumElements(), slots.data(),
-                    updates_);
+  // Every rule is element-wise: a range gets exactly the arithmetic it
+  // would in one pass. The writer lock is held until every range is done.
+  // Ranges are whole 64-byte lines of the (64-byte-aligned) storage, so
+  // each one's vector loop lines up as the single pass's would.
+  constexpr int64_t kLine = 16;
+  const int64_t n = value_.NumElements();
+  InParts(pool, (n + kLine - 1) / kLine, kLine, [&](int64_t first_line, int64_t end_line) {
+    const int64_t begin = first_line * kLine, end = std::min(n, end_line * kLine);
+    std::vector<float*> at(slots.size());
+    for (size_t k = 0; k < slots.size(); ++k) at[k] = slots[k] + begin;
+    optimizer_->Apply(var + begin, g + begin, end - begin, at.data(), t);
+  });
   return absl::OkStatus();
 }
 
@@ -269,7 +295,7 @@ absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids, BufferPool* pool, b
   return out;
 }
 
-absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
+absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads, WorkPool* pool) {
   RETURN_IF_ERROR(CheckIds(ids));
   const int64_t n = ids.NumElements();
   const int64_t dim = def_.shape().dim(1);
@@ -310,14 +336,25 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckRoomLocked(unique.data(), static_cast<int64_t>(unique.size())));
   UnshareLocked();
-  ++updates_;
-  std::vector<float*> slot_rows(slots_.size());
+  const int64_t t = ++updates_;
+  // Rows first (a hash table may grow and move its storage), then the
+  // updates: the ids are unique, so ranges of them touch disjoint rows.
+  std::vector<int64_t> row_of(unique.size());
   for (size_t u = 0; u < unique.size(); ++u) {
-    int64_t row = RowOfLocked(unique[u]);
-    TouchLocked(row);
-    for (size_t s = 0; s < slots_.size(); ++s) slot_rows[s] = slots_[s].data<float>() + row * dim;
-    optimizer_->Apply(value_.data<float>() + row * dim, source[u], dim, slot_rows.data(), updates_);
+    row_of[u] = RowOfLocked(unique[u]);
+    TouchLocked(row_of[u]);  // for the next incremental checkpoint
   }
+  float* var = value_.data<float>();
+  std::vector<float*> slots;
+  for (Tensor& s : slots_) slots.push_back(s.data<float>());
+  InParts(pool, static_cast<int64_t>(unique.size()), dim, [&](int64_t begin, int64_t end) {
+    std::vector<float*> slot_rows(slots.size());
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t at = row_of[u] * dim;
+      for (size_t s = 0; s < slots.size(); ++s) slot_rows[s] = slots[s] + at;
+      optimizer_->Apply(var + at, source[u], dim, slot_rows.data(), t);
+    }
+  });
   return absl::OkStatus();
 }
 

@@ -24,6 +24,7 @@
 #include "common/optimizer.h"
 #include "common/snapshot/variable_state.h"
 #include "common/tensor.h"
+#include "common/work_pool.h"
 #include "proto/ps_service.pb.h"
 
 namespace psrt {
@@ -63,15 +64,22 @@ class Variable {
   // (copy-on-write), so the result never changes. Callers must not write
   // to it.
   absl::StatusOr<Tensor> Read() const;
-  // Applies a gradient of exactly shape(); refuses others.
-  absl::Status ApplyDense(const Tensor& grad);
+  // Applies a gradient of exactly shape(); refuses others. With a pool, a
+  // large variable is updated in row ranges on its threads (each element
+  // gets the same arithmetic as in one pass: the result is identical);
+  // below kMinPartElements per part it stays on the calling thread.
+  absl::Status ApplyDense(const Tensor& grad, WorkPool* pool = nullptr);
+  // Fewest elements one thread of a pool is given to update.
+  static constexpr int64_t kMinPartElements = int64_t{1} << 16;
 
   // Rows of the ids, [n, dim] in their order. Fixed tables refuse ids out of
   // range; hash tables make missing rows, or with !make_rows answer them
   // with the initial values a new row would get, changing nothing.
   absl::StatusOr<Tensor> ReadRows(const Tensor& ids, BufferPool* pool = nullptr, bool make_rows = true);
   // Row-wise lazy update; `ids` may repeat (their gradients are summed).
-  absl::Status ApplyRows(const Tensor& ids, const Tensor& grads);
+  // With a pool, many rows are updated in ranges on its threads, as
+  // ApplyDense.
+  absl::Status ApplyRows(const Tensor& ids, const Tensor& grads, WorkPool* pool = nullptr);
 
   // Hash tables: whether `ids` fit under the row limit (changes nothing).
   absl::Status CheckRoom(const Tensor& ids) const;

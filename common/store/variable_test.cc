@@ -1,5 +1,8 @@
 #include "common/store/variable.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -209,6 +212,64 @@ TEST(VariableTest, RefusesBadDefinitions) {
   auto v = *Variable::Create(Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 2 })"), opt.get());
   EXPECT_THAT(std::string(v->SameAs(Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 3 })")).message()),
               HasSubstr("exists as DENSE [2]"));
+}
+
+}  // namespace
+}  // namespace psrt
+
+namespace psrt {
+namespace {
+
+// What a pool changes: nothing but the threads. Each optimizer's update of
+// a large variable (and of many table rows) split over a pool's threads is
+// bit-identical to one pass on the caller, and a value read before the
+// update keeps its bytes (copy-on-write).
+TEST(VariableTest, PooledApplyIsBitIdenticalToOnePass) {
+  std::unique_ptr<WorkPool> pool = WorkPool::Create(4);
+  for (const char* text : {"sgd { learning_rate: 0.1 }", "momentum { learning_rate: 0.1 momentum: 0.9 }",
+                           "momentum { learning_rate: 0.1 momentum: 0.9 nesterov: true }",
+                           "adagrad { learning_rate: 0.1 }", "adam { learning_rate: 0.01 }",
+                           "ftrl { learning_rate: 0.1 l1: 0.001 l2: 0.01 }",
+                           "ftrl { learning_rate: 0.1 l1: 0.001 learning_rate_power: -0.7 }"}) {
+    OptimizerDef od;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &od)) << text;
+    std::unique_ptr<Optimizer> opt = *Optimizer::Create(od);
+    // 1,100,001 elements: four parts of a 4-thread pool, and a tail that
+    // is not a whole vector; 16,000 rows of 64: four parts.
+    const VariableDef dense = Def(R"(name: "w" dtype: DT_FLOAT shape { dim: 1100001 } seed: 3)");
+    const VariableDef table = Def(R"(name: "e" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 20000 dim: 64 } seed: 5)");
+    auto serial = Variable::Create(dense, opt.get());
+    auto pooled = Variable::Create(dense, opt.get());
+    auto serial_t = Variable::Create(table, opt.get());
+    auto pooled_t = Variable::Create(table, opt.get());
+    ASSERT_TRUE(serial.ok() && pooled.ok() && serial_t.ok() && pooled_t.ok());
+    Tensor grad(DT_FLOAT, TensorShape({1100001}));
+    for (int64_t i = 0; i < grad.NumElements(); ++i) grad.data<float>()[i] = std::sin(0.001f * i);
+    Tensor ids(DT_INT64, TensorShape({16000}));
+    for (int64_t i = 0; i < 16000; ++i) ids.data<int64_t>()[i] = (i * 7) % 20000;
+    Tensor rows(DT_FLOAT, TensorShape({16000, 64}));
+    for (int64_t i = 0; i < rows.NumElements(); ++i) rows.data<float>()[i] = std::cos(0.01f * i);
+    const Tensor before = *(*pooled)->Read();
+    const Tensor before_copy = before.Copy();
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE((*serial)->ApplyDense(grad).ok());
+      ASSERT_TRUE((*pooled)->ApplyDense(grad, pool.get()).ok());
+      ASSERT_TRUE((*serial_t)->ApplyRows(ids, rows).ok());
+      ASSERT_TRUE((*pooled_t)->ApplyRows(ids, rows, pool.get()).ok());
+    }
+    const Tensor a = *(*serial)->Read(), b = *(*pooled)->Read();
+    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.TotalBytes()), 0) << text;
+    EXPECT_NE(std::memcmp(a.raw_data(), before_copy.raw_data(), a.TotalBytes()), 0) << text << ": nothing applied";
+    EXPECT_EQ(std::memcmp(before.raw_data(), before_copy.raw_data(), before.TotalBytes()), 0)
+        << text << ": a value read before the update changed";
+    const VariableState sa = (*serial)->CopyState(), sb = (*pooled)->CopyState();
+    for (size_t k = 0; k < sa.slots.size(); ++k) {
+      EXPECT_EQ(std::memcmp(sa.slots[k].raw_data(), sb.slots[k].raw_data(), sa.slots[k].TotalBytes()), 0)
+          << text << ": slot " << k;
+    }
+    const Tensor ta = *(*serial_t)->Read(), tb = *(*pooled_t)->Read();
+    EXPECT_EQ(std::memcmp(ta.raw_data(), tb.raw_data(), ta.TotalBytes()), 0) << text << ": table";
+  }
 }
 
 }  // namespace
