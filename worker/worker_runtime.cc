@@ -42,7 +42,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> DefaultDataset(const WorkerAssignment& 
 }  // namespace
 
 WorkerRuntime::WorkerRuntime(WorkerOptions options, WorkerDeps deps)
-    : options_(options), deps_(std::move(deps)) {}
+    : options_(options), deps_(std::move(deps)) {
+  if (!options_.data_log.empty()) data_log_.open(options_.data_log, std::ios::app);
+}
 
 WorkerRuntime::~WorkerRuntime() { Shutdown(); }
 
@@ -85,18 +87,18 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   // gRPC thread (another malloc arena) beside the freed one kept both in
   // the RSS (+217 MB after a chief restarted the run, seen by
   // tests/control_soak_test).
-  dataset_.reset();
+  input_.reset();
   runner_.reset();
   client_.reset();
   ::malloc_trim(0);
-  auto make_dataset = deps_.make_dataset ? deps_.make_dataset : DefaultDataset;
-  absl::StatusOr<std::unique_ptr<Dataset>> dataset = make_dataset(assignment);
-  if (!dataset.ok()) return fail(dataset.status());
+  absl::StatusOr<std::unique_ptr<StreamInput>> input =
+      StreamInput::Create(assignment, deps_.make_dataset ? deps_.make_dataset : DefaultDataset);
+  if (!input.ok()) return fail(input.status());
   absl::StatusOr<std::unique_ptr<StepRunner>> runner = deps_.make_runner(assignment);
   if (!runner.ok()) return fail(runner.status());
   absl::StatusOr<std::unique_ptr<ParameterClient>> client = deps_.make_client(assignment);
   if (!client.ok()) return fail(client.status());
-  dataset_ = *std::move(dataset);
+  input_ = *std::move(input);
   runner_ = *std::move(runner);
   client_ = *std::move(client);
 
@@ -106,7 +108,6 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   next_step_ = assignment.start_step();
   state_ = WorkerStatusResponse::RUNNING;
   pause_requested_ = false;
-  rewind_ = false;
   stop_ = false;
   error_.clear();
   device_ = runner_->device();
@@ -165,7 +166,6 @@ absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
     return absl::AbortedError(absl::StrCat("resume for generation ", generation,
                                            " but the worker is at ", generation_));
   }
-  if (generation != generation_ || start_step != next_step_) rewind_ = true;
   generation_ = generation;
   next_step_ = start_step;
   pause_requested_ = false;
@@ -188,7 +188,6 @@ void WorkerRuntime::Park(const std::string& why) {
 void WorkerRuntime::Loop() {
   while (true) {
     int64_t step, generation;
-    bool rewind;
     {
       absl::MutexLock lock(&mu_);
       // In lockstep a requested pause is not a reason to stop here: the
@@ -205,28 +204,6 @@ void WorkerRuntime::Loop() {
       }
       step = next_step_;
       generation = generation_;
-      rewind = rewind_;
-      rewind_ = false;
-    }
-    if (rewind) {
-      // After a restore, read the data from the checkpoint's step again.
-      WorkerAssignment a;
-      {
-        absl::MutexLock lock(&mu_);
-        a = assignment_;
-      }
-      a.set_start_step(step);
-      prefetcher_.Drop();
-      dataset_.reset();  // one decoded shard at a time (see Start)
-      auto make_dataset = deps_.make_dataset ? deps_.make_dataset : DefaultDataset;
-      absl::StatusOr<std::unique_ptr<Dataset>> d = make_dataset(a);
-      if (!d.ok()) {
-        absl::MutexLock lock(&mu_);
-        state_ = WorkerStatusResponse::FAILED;
-        error_ = std::string(d.status().message());
-        return;
-      }
-      dataset_ = *std::move(d);
     }
     RunStep(step, generation);
   }
@@ -234,7 +211,10 @@ void WorkerRuntime::Loop() {
 
 void WorkerRuntime::FetchInputs(int64_t step, StepInputs* in) {
   in->status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(bool more, dataset_->Next(&in->batch));
+    // A step dropped by a pause read its batch; a restore moves the step:
+    // either way the input goes back to where `step` reads.
+    if (input_->next_step() != step) RETURN_IF_ERROR(input_->Seek(step));
+    ASSIGN_OR_RETURN(bool more, input_->Next(&in->batch));
     if (!more) return absl::OutOfRangeError("the input ran out");
     ASSIGN_OR_RETURN(in->dense, client_->Pull(runner_->DenseVariables(), step));
     ASSIGN_OR_RETURN(RowRequest rows, runner_->SparseRows(in->batch));
@@ -316,6 +296,10 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     pushing_ = false;
     if (status.ok()) {
       if (next_step_ == step) next_step_ = step + 1;
+      if (data_log_.is_open()) {
+        const StreamPos p = BatchOf(assignment_, step);
+        data_log_ << generation << " " << step << " " << p.index << " " << p.batch << std::endl;
+      }
       if (pause_agreed && state_ == WorkerStatusResponse::RUNNING) {
         // A member of the group asked to pause: all stop after this step.
         pause_requested_ = true;

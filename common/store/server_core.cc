@@ -132,10 +132,18 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     LOG(INFO) << "reinitialising every variable (a fresh start)";
   }
   for (auto& [name, v] : fresh) variables_[name] = std::move(v);
+  const bool new_generation = req.generation() != generation_;
   generation_ = req.generation();
   {
     absl::MutexLock s(&sync_mu_);
     if (req.reinitialize()) ResetStepsLocked(0);
+    // A SYNC step half gathered under the old generation is dropped: the
+    // chief starts every worker of the new one (a resized group) at this
+    // step, so each pushes it again and none counts twice.
+    if (new_generation) {
+      sync_pushed_.clear();
+      sync_dense_.clear();
+    }
     consistency_ = req.consistency();
     num_workers_ = req.num_workers();
     if (static_cast<int>(worker_next_step_.size()) < num_workers_) worker_next_step_.resize(num_workers_, 0);

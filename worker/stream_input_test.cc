@@ -1,0 +1,98 @@
+#include "worker/stream_input.h"
+
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+// 36 CSV rows, label i: three streams of 12 examples, 4 batches of 3 an epoch.
+WorkerAssignment Assignment(const std::vector<StreamPos>& streams, int64_t start_step) {
+  const std::string path = ::testing::TempDir() + "/rows36.csv";
+  std::ofstream out(path);
+  out << "x,label\n";
+  for (int i = 0; i < 36; ++i) out << i << "," << i << "\n";
+  out.close();
+  WorkerAssignment a;
+  a.mutable_input()->set_format(InputDef::CSV);
+  a.mutable_input()->set_batch_size(3);
+  a.mutable_input()->set_label_key("label");
+  auto* f = a.mutable_input()->add_feature();
+  f->set_name("x");
+  f->add_shape(1);
+  a.mutable_input()->mutable_train()->add_files(path);
+  a.set_seed(7);
+  a.set_num_shards(3);
+  a.set_start_step(start_step);
+  for (const StreamPos& p : streams) {
+    DataStream* d = a.add_stream();
+    d->set_index(p.index);
+    d->set_start_batch(p.batch);
+  }
+  return a;
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> Make(const WorkerAssignment& a) {
+  DatasetOptions o;
+  o.input = a.input();
+  o.split = a.input().train();
+  o.shard_index = a.shard_index();
+  o.num_shards = a.num_shards();
+  o.seed = a.seed();
+  o.skip_batches = a.start_step();
+  return Dataset::Create(o);
+}
+
+// Reads `steps` batches, recording each label (an example) read.
+void Read(StreamInput* in, int steps, std::map<int, int>* seen) {
+  Batch b;
+  for (int s = 0; s < steps; ++s) {
+    auto more = in->Next(&b);
+    ASSERT_TRUE(more.ok() && *more) << more.status();
+    for (int64_t i = 0; i < b.size; ++i) ++(*seen)[static_cast<int>(b.tensors.at(kLabelKey).data<float>()[i])];
+  }
+}
+
+// Worker A holds streams 0 and 2, is stopped after 5 steps (one of them
+// dropped by a pause and read again after a Seek), and stream 2 goes on at
+// a joiner B: every example of streams 0 and 2 in the epoch is read once.
+TEST(StreamInputTest, AStreamHandedOverMidEpochIsReadOnce) {
+  const std::vector<StreamPos> held = {{0, 0}, {2, 0}};
+  auto a = StreamInput::Create(Assignment(held, 0), Make);
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::map<int, int> seen;
+  Read(a->get(), 4, &seen);
+  Batch dropped;
+  ASSERT_TRUE((*a)->Next(&dropped).ok());  // step 4 read, then dropped by a pause
+  ASSERT_TRUE((*a)->Seek(4).ok());
+  EXPECT_EQ((*a)->next_step(), 4);
+  Read(a->get(), 1, &seen);  // step 4 again
+  EXPECT_EQ(BatchOf(Assignment(held, 0), 4), (StreamPos{0, 2}));
+
+  // The chief's deal at step 5: A keeps stream 0 (at batch 3), B takes 2.
+  const std::vector<StreamPos> at = PositionsAt(held, 0, 5);
+  ASSERT_EQ(at, (std::vector<StreamPos>{{0, 3}, {2, 2}}));
+  auto a2 = StreamInput::Create(Assignment({at[0]}, 5), Make);
+  auto b = StreamInput::Create(Assignment({at[1]}, 5), Make);
+  ASSERT_TRUE(a2.ok() && b.ok());
+  Read(a2->get(), 1, &seen);
+  Read(b->get(), 2, &seen);
+  for (int label = 0; label < 36; ++label) {
+    EXPECT_EQ(seen[label], label % 3 == 1 ? 0 : 1) << "example " << label;
+  }
+}
+
+TEST(StreamInputTest, WithoutStreamsTheShardIsReadAtItsStep) {
+  WorkerAssignment a = Assignment({}, 2);
+  a.set_shard_index(1);
+  EXPECT_EQ(BatchOf(a, 6), (StreamPos{1, 6}));
+  auto in = StreamInput::Create(a, Make);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ((*in)->next_step(), 2);
+}
+
+}  // namespace
+}  // namespace psrt
