@@ -156,7 +156,7 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   // A schedule over "the whole job" in updates of a variable: every
   // worker's pushes in ASYNC, one a step in SYNC (all workers of the spec,
   // so the definition stays the same when a SYNC group shrinks).
-  *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : NumWorkers()));
+  *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : options_.cluster.NumTasks(kWorkerJob)));
   *req.mutable_consistency() = options_.job.consistency();
   req.set_num_workers(ActiveWorkers());
   if (IsReplica(ps)) {
@@ -167,7 +167,7 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   } else if (Collective()) {
     // Hybrid's PS: every worker's rows of every step, applied as they come.
     req.mutable_consistency()->set_mode(ConsistencyDef::ASYNC);
-    *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * NumWorkers());
+    *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * options_.cluster.NumTasks(kWorkerJob));
   }
   req.set_chief_incarnation(options_.incarnation);
   req.set_generation(generation_);

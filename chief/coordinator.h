@@ -207,6 +207,10 @@ class Coordinator {
   // Every member stopped at a step boundary, the streams dealt again among
   // the members (a leaver's go on where it stopped), the SYNC group
   // resized and every member started again under a new generation.
+  // Starts each of `joining` on a run of no step with the streams it is
+  // about to get, so that it decodes them before the others pause; its real
+  // start reads them forward from there.
+  void WarmUpJoiners(const std::vector<int>& joining);
   // `joining`: workers (removed or new) that become members now.
   absl::Status ChangeMembership(const std::string& why, const std::vector<int>& joining);
   // Collective group membership (coordinator_membership.cc). The members

@@ -81,7 +81,36 @@ absl::StatusOr<bool> Coordinator::WatchMembership() {
   return true;
 }
 
+void Coordinator::WarmUpJoiners(const std::vector<int>& joining) {
+  // The deal as it would be now: which streams each joiner gets, and about
+  // where (the others only move on, so a little behind).
+  std::map<int, std::vector<StreamPos>> held, dealt;
+  int64_t now = end_step_;
+  for (int i = 0; i < NumWorkers(); ++i) {
+    const WorkerView& w = workers_[i];
+    if (w.streams.empty()) continue;
+    held[i] = PositionsAt(w.streams, w.stream_base, w.step);
+    now = std::min(now, w.step);
+  }
+  std::vector<int> members = GroupMembers();
+  members.insert(members.end(), joining.begin(), joining.end());
+  if (!Deal(NumStreams(), members, held, &dealt).ok()) return;
+  ForEachWorker([&](int i) {
+    if (std::find(joining.begin(), joining.end(), i) == joining.end() || dealt[i].empty()) return absl::OkStatus();
+    WorkerView& w = workers_[i];
+    w.streams = dealt[i];
+    w.stream_base = now;
+    WorkerAssignment a = AssignmentFor(i, now);
+    a.set_end_step(now);  // builds its input, runs nothing
+    w.streams.clear();
+    return w.control->Start(a);
+  });
+}
+
 absl::Status Coordinator::ChangeMembership(const std::string& why, const std::vector<int>& joining) {
+  // A joiner decodes its data before anyone stops: that takes seconds, the
+  // change itself milliseconds.
+  WarmUpJoiners(joining);
   const absl::Time start = absl::Now();
   // 1. Every member stops at a step boundary and says which.
   ForEachWorker([this](int i) {

@@ -93,7 +93,7 @@ class ElasticWorkersTest : public TrainingClusterTest {
     std::vector<int64_t> paused_ms;
     std::vector<std::string> changes;
     for (size_t k = 0; k < chief->lines(); ++k) {
-      std::string line = chief->WaitForMatch("membership: .*training paused for", absl::ZeroDuration(), k);
+      std::string line = chief->WaitForMatch("^membership: .*training paused for", absl::ZeroDuration(), k);
       if (line.empty()) break;
       if (std::find(changes.begin(), changes.end(), line) == changes.end()) changes.push_back(line);
     }
@@ -111,22 +111,46 @@ class ElasticWorkersTest : public TrainingClusterTest {
 
     // Every stream's batches, trained once each, from 0 without a gap.
     std::map<int, std::multiset<int64_t>> trained;
-    int64_t lines = 0;
+    // Per worker: generation -> (first, last) push time, for the pauses.
+    std::map<int, std::map<int64_t, std::pair<int64_t, int64_t>>> times;
     for (int i = 0; i < 3; ++i) {
       std::ifstream f(absl::StrCat(dir_, "-data-", i, ".log"));
-      int64_t generation, step, stream, batch;
+      int64_t generation, step, stream, batch, ms;
       // A SYNC worker sent back to the group's step by a checkpoint's pause
       // pushes a step again, the same batch, which the PS takes as a
       // duplicate: one step of one worker's generation counts once.
       std::set<std::pair<int64_t, int64_t>> pushed;
-      while (f >> generation >> step >> stream >> batch) {
+      while (f >> generation >> step >> stream >> batch >> ms) {
+        auto [it, fresh] = times[i].try_emplace(generation, ms, ms);
+        if (!fresh) it->second.second = ms;
         if (!pushed.insert({generation, step}).second) continue;
         bool dropped = false;
         for (auto [g, t] : restarts) dropped |= generation < g && step >= t;
         if (dropped) continue;
         trained[stream].insert(batch);
-        ++lines;
       }
+    }
+    // Each change (a new generation): how long no worker pushed, and the
+    // longest any one worker went without pushing (one step's compute
+    // included), from its last push before to its first after.
+    std::set<int64_t> generations;
+    for (auto& [i, by_gen] : times) {
+      for (auto& [g, t] : by_gen) generations.insert(g);
+    }
+    for (auto g = std::next(generations.begin()); g != generations.end(); ++g) {
+      int64_t last_before = 0, first_after = INT64_MAX, worst = 0;
+      for (auto& [i, by_gen] : times) {
+        auto after = by_gen.find(*g);
+        auto before = by_gen.find(*std::prev(g));
+        if (after != by_gen.end()) first_after = std::min(first_after, after->second.first);
+        if (before != by_gen.end()) last_before = std::max(last_before, before->second.second);
+        if (after != by_gen.end() && before != by_gen.end()) {
+          worst = std::max(worst, after->second.first - before->second.second);
+        }
+      }
+      std::cerr << "FIGURE: " << ConsistencyDef::Mode_Name(mode) << " change at generation " << *g
+                << ": no worker pushed for " << first_after - last_before << " ms; the longest gap of one worker "
+                << worst << " ms" << std::endl;
     }
     EXPECT_EQ(trained.size(), 3u) << "three data streams (max_workers)";
     int64_t total = 0;

@@ -183,6 +183,48 @@ TEST(LauncherTest, TheEvaluatorFollowsCheckpointsIntoTensorBoard) {
   EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
 }
 
+// --scale: a worker beyond the spec joins at one step, then two leave
+// (SIGTERM) at another; the job ends as usual, with every process gone.
+TEST(LauncherTest, ScalesWorkersUpAndDownWhileTraining) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/scale");
+  auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_epochs(0);
+  job->set_steps(1500);
+  job->mutable_checkpoint()->set_every_steps(500);
+  job->mutable_eval()->set_max_examples(2000);
+  job->mutable_failure()->set_max_workers(3);
+  const std::string job_path = testing::WriteJobFile(*job, dir + ".pbtxt");
+
+  auto launcher = testing::Daemon::Start(
+      "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir, "--ps=1",
+                   "--workers=2", "--scale=worker:3@300,worker:1@800"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE((*launcher)->WaitForLine("scaling to 3 workers at step", absl::Minutes(3)));
+  ASSERT_TRUE((*launcher)->WaitForLine("membership: worker:2 joins", absl::Minutes(1)));
+  ASSERT_TRUE((*launcher)->WaitForLine("stopped (SIGTERM) worker:1, worker:2", absl::Minutes(3)));
+  EXPECT_FALSE((*launcher)->WaitForMatch("membership: .*worker:2 leaves at step", absl::Minutes(1)).empty());
+  auto status = (*launcher)->Wait(absl::Minutes(5));
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
+  std::string summary = ReadSummary(dir);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)"))) << summary;
+  EXPECT_GT(std::stod(m[1]), 0.75) << summary;
+  EXPECT_EQ(ProcessesMentioning(dir + "/cluster"), 0);
+}
+
+TEST(LauncherTest, BadScaleFlagIsRefused) {
+  auto launcher = testing::Daemon::Start(
+      "launcher", {testing::RunfilePath("deploy/local_cluster"), "--scale=ps:3@10",
+                   "--run_dir=" + absl::StrCat(std::getenv("TEST_TMPDIR"), "/badscale")});
+  ASSERT_TRUE(launcher.ok());
+  EXPECT_TRUE((*launcher)->WaitForLine("--scale=ps:3@10: expected worker:N@STEP", absl::Minutes(1)));
+  auto status = (*launcher)->Wait(absl::Minutes(1));
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(WEXITSTATUS(*status), 2);
+}
+
 TEST(LauncherTest, BadKillFlagIsRefused) {
   auto launcher = testing::Daemon::Start(
       "launcher", {testing::RunfilePath("deploy/local_cluster"), "--kill=ps:7@10",

@@ -1,5 +1,6 @@
 #include "worker/stream_input.h"
 
+#include <atomic>
 #include <fstream>
 #include <map>
 
@@ -83,6 +84,31 @@ TEST(StreamInputTest, AStreamHandedOverMidEpochIsReadOnce) {
   for (int label = 0; label < 36; ++label) {
     EXPECT_EQ(seen[label], label % 3 == 1 ? 0 : 1) << "example " << label;
   }
+}
+
+// A new assignment keeping a stream takes its dataset over from the old
+// input and reads it forward: no batch of it is built again or skipped.
+TEST(StreamInputTest, AKeptStreamMovesOverToTheNextAssignment) {
+  std::atomic<int> built{0};  // datasets are built on other threads
+  MakeDataset counting = [&built](const WorkerAssignment& a) {
+    ++built;
+    return Make(a);
+  };
+  auto a = StreamInput::Create(Assignment({{0, 0}, {1, 0}}, 0), counting);
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::map<int, int> seen;
+  Read(a->get(), 3, &seen);  // stream 0: batches 0, 1; stream 1: batch 0
+  EXPECT_EQ(built, 2);
+  // Stream 0 goes on here from batch 1 (a later deal saw it there: one
+  // batch back, kept) and stream 2 is new.
+  auto b = StreamInput::Create(Assignment({{0, 1}, {2, 0}}, 3), counting, a->get());
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::map<int, int> again;
+  Read(b->get(), 4, &again);  // stream 0: 1, 2; stream 2: 0, 1
+  EXPECT_EQ(built, 3);  // only stream 2 was built again
+  int from_stream0 = 0;
+  for (auto [label, n] : again) from_stream0 += label % 3 == 0 ? n : 0;
+  EXPECT_EQ(from_stream0, 6);
 }
 
 TEST(StreamInputTest, WithoutStreamsTheShardIsReadAtItsStep) {

@@ -59,7 +59,7 @@ ABSL_FLAG(int64_t, max_memory_mb, -1,
 ABSL_FLAG(int64_t, kill_at_step, 0,
           "Fault injection: SIGKILL this worker when it is about to run this step (0 = never).");
 ABSL_FLAG(std::string, data_log, "",
-          "Tests: append \"generation step stream batch\" for every step pushed (\"\" = none).");
+          "Tests: append \"generation step stream batch unix_ms\" for every step pushed (\"\" = none).");
 ABSL_FLAG(int64_t, fault_stop_before_push_at_step, 0,
           "Fault injection for tests: SIGSTOP this worker with that step's gradients computed, "
           "just before pushing them (0 = never).");

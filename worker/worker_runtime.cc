@@ -81,18 +81,22 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
     error_ = std::string(s.message());
     return s;
   };
-  // The old run's dataset, runner and client go before the new ones are
-  // made, and their memory back to the system: a dataset holds its shard
+  // The old run's runner and client go before the new ones are made, and
+  // its datasets too but for the streams this worker keeps (those move
+  // over, see below), and their memory back to the system: a dataset holds its shard
   // decoded (Fashion-MNIST: 188 MB of floats), and a new one made on another
   // gRPC thread (another malloc arena) beside the freed one kept both in
   // the RSS (+217 MB after a chief restarted the run, seen by
   // tests/control_soak_test).
-  input_.reset();
+  // The streams this worker keeps (a membership change moves only some)
+  // are moved over from the old input, not decoded again; the others are
+  // freed before any new one is built (StreamInput::Create).
   runner_.reset();
   client_.reset();
-  ::malloc_trim(0);
   absl::StatusOr<std::unique_ptr<StreamInput>> input =
-      StreamInput::Create(assignment, deps_.make_dataset ? deps_.make_dataset : DefaultDataset);
+      StreamInput::Create(assignment, deps_.make_dataset ? deps_.make_dataset : DefaultDataset, input_.get());
+  input_.reset();
+  ::malloc_trim(0);
   if (!input.ok()) return fail(input.status());
   absl::StatusOr<std::unique_ptr<StepRunner>> runner = deps_.make_runner(assignment);
   if (!runner.ok()) return fail(runner.status());
@@ -298,7 +302,8 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
       if (next_step_ == step) next_step_ = step + 1;
       if (data_log_.is_open()) {
         const StreamPos p = BatchOf(assignment_, step);
-        data_log_ << generation << " " << step << " " << p.index << " " << p.batch << std::endl;
+        data_log_ << generation << " " << step << " " << p.index << " " << p.batch << " "
+                  << absl::ToUnixMillis(absl::Now()) << std::endl;
       }
       if (pause_agreed && state_ == WorkerStatusResponse::RUNNING) {
         // A member of the group asked to pause: all stop after this step.

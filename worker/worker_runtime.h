@@ -61,7 +61,7 @@ struct WorkerOptions {
   // ASYNC only: read the next batch and pull its parameters while this step
   // computes (see step_prefetcher.h for what that costs in staleness).
   bool overlap_pull = true;
-  // Tests: appends "generation step stream batch" for every step pushed,
+  // Tests: appends "generation step stream batch unix_ms" for every step pushed,
   // so a test can check that each batch of each data stream was trained
   // once across membership changes ("" = no log).
   std::string data_log;
