@@ -207,6 +207,42 @@ TEST(ServerCoreTest, SyncAppliesTheMeanOnceEveryWorkerPushedAndHoldsPulls) {
   EXPECT_EQ(*PullW(&ps, 1, 1), (std::vector<float>{-3, -6}));
 }
 
+// A SYNC group resized under a new generation (a worker joins): the step
+// half gathered is dropped, a pull waiting for it is answered ABORTED, and
+// the step pushed again by every member of the new group counts once.
+TEST(ServerCoreTest, ANewGenerationRestartsTheHalfGatheredSyncStep) {
+  ParameterServerCore ps(Options());
+  CreateVariablesRequest create = Create("SYNC", 2);
+  create.set_generation(1);
+  ASSERT_TRUE(ps.CreateVariables(create).ok());
+  RequestId first = Id(0, 0);
+  first.set_generation(1);
+  ASSERT_TRUE(ps.Push(first, Grad(100, 100)).ok());  // worker 0 of 2: waits
+  // Pull returns once the pull is queued (step 1 is not ready yet).
+  absl::Notification answered;
+  absl::Status waiting;
+  ps.Pull({"w"}, 0, 1, absl::Now() + absl::Seconds(30), [&](absl::Status s, NamedTensors, int64_t) {
+    waiting = s;
+    answered.Notify();
+  });
+  EXPECT_FALSE(answered.HasBeenNotified());
+  create = Create("SYNC", 3);
+  create.set_generation(2);
+  ASSERT_TRUE(ps.CreateVariables(create).ok());
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(waiting.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(waiting.message()), HasSubstr("moved to generation 2"));
+  for (int w = 0; w < 3; ++w) {
+    RequestId again = Id(w, 0);
+    again.set_generation(2);
+    auto r = ps.Push(again, Grad(3, 6));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->duplicate()) << "worker " << w;
+  }
+  // The mean of the new group's three, not worker 0's old gradient.
+  EXPECT_EQ(*PullW(&ps, 0, 1), (std::vector<float>{-3, -6}));
+}
+
 TEST(ServerCoreTest, BoundedStalenessBlocksTheFastWorkerWithADeadline) {
   ParameterServerCore ps(Options());
   ASSERT_TRUE(ps.CreateVariables(Create("BOUNDED_STALENESS", 2, 1)).ok());
