@@ -52,21 +52,16 @@ absl::StatusOr<std::unique_ptr<StreamInput>> StreamInput::Create(const WorkerAss
     s.index = p.index;
     s.want = p.batch;
     for (Stream& old : same ? previous->streams_ : in->streams_) {
-      if (old.index != p.index) continue;
-      if (old.pending.valid()) {  // still being built: wait for it
-        absl::StatusOr<std::unique_ptr<Dataset>> built = old.pending.get();
-        if (built.ok()) old.data = *std::move(built);
-      }
-      if (old.data != nullptr) {
-        s.data = std::move(old.data);
-        s.next = old.next;
-        s.recent = std::move(old.recent);
-      }
+      if (old.index != p.index || (old.data == nullptr && !old.pending.valid())) continue;
+      s.data = std::move(old.data);
+      s.pending = std::move(old.pending);  // still being built: it goes on
+      s.next = old.next;
+      s.recent = std::move(old.recent);
     }
     // Built now on a first start (a bad input fails the Start), from now
     // on another thread for a stream new to a running worker, and not at
     // all if what was moved over serves it.
-    if (s.data == nullptr || (s.next > s.want && s.recent.count(s.want) == 0)) {
+    if ((s.data == nullptr && !s.pending.valid()) || (s.next > s.want && s.recent.count(s.want) == 0)) {
       if (running) {
         in->StartBuild(&s);
       } else {
@@ -89,6 +84,7 @@ absl::StatusOr<std::unique_ptr<StreamInput>> StreamInput::Create(const WorkerAss
 }
 
 void StreamInput::StartBuild(Stream* s) {
+  s->pending = {};  // a build at another batch: waited for, and dropped
   s->data.reset();  // one decoded copy of each stream at a time
   s->recent.clear();
   WorkerAssignment a = shard_;
@@ -99,6 +95,7 @@ void StreamInput::StartBuild(Stream* s) {
 }
 
 absl::Status StreamInput::Build(Stream* s) {
+  s->pending = {};
   s->data.reset();  // one decoded copy of each stream at a time
   s->recent.clear();
   WorkerAssignment a = shard_;
