@@ -19,6 +19,17 @@ std::vector<StreamPos> StreamsOf(const WorkerAssignment& a) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Dataset>> ShardDataset(const WorkerAssignment& a) {
+  DatasetOptions o;
+  o.input = a.input();
+  o.split = a.input().train();
+  o.shard_index = a.shard_index();
+  o.num_shards = std::max(1, a.num_shards());
+  o.seed = a.seed();
+  o.skip_batches = a.start_step();  // the batches of the steps before it
+  return Dataset::Create(o);
+}
+
 StreamPos BatchOf(const WorkerAssignment& a, int64_t step) {
   if (a.stream_size() == 0) return StreamPos{a.shard_index(), step};
   return StreamAt(StreamsOf(a), a.start_step(), step);

@@ -29,6 +29,10 @@ namespace psrt {
 
 using MakeDataset = std::function<absl::StatusOr<std::unique_ptr<Dataset>>(const WorkerAssignment&)>;
 
+// The default MakeDataset: the assignment's train split, shard shard_index
+// of num_shards, from batch start_step on.
+absl::StatusOr<std::unique_ptr<Dataset>> ShardDataset(const WorkerAssignment& a);
+
 // The stream and batch the assignment reads at `step`.
 StreamPos BatchOf(const WorkerAssignment& a, int64_t step);
 

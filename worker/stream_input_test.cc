@@ -36,16 +36,7 @@ WorkerAssignment Assignment(const std::vector<StreamPos>& streams, int64_t start
   return a;
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> Make(const WorkerAssignment& a) {
-  DatasetOptions o;
-  o.input = a.input();
-  o.split = a.input().train();
-  o.shard_index = a.shard_index();
-  o.num_shards = a.num_shards();
-  o.seed = a.seed();
-  o.skip_batches = a.start_step();
-  return Dataset::Create(o);
-}
+const MakeDataset Make = ShardDataset;
 
 // Reads `steps` batches, recording each label (an example) read.
 void Read(StreamInput* in, int steps, std::map<int, int>* seen) {

@@ -28,16 +28,6 @@ bool IsPsFailure(const absl::Status& s) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> DefaultDataset(const WorkerAssignment& a) {
-  DatasetOptions o;
-  o.input = a.input();
-  o.split = a.input().train();
-  o.shard_index = a.shard_index();
-  o.num_shards = std::max(1, a.num_shards());
-  o.seed = a.seed();
-  o.skip_batches = a.start_step();  // the batches of the steps before it
-  return Dataset::Create(o);
-}
 
 }  // namespace
 
@@ -94,7 +84,7 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   runner_.reset();
   client_.reset();
   absl::StatusOr<std::unique_ptr<StreamInput>> input =
-      StreamInput::Create(assignment, deps_.make_dataset ? deps_.make_dataset : DefaultDataset, input_.get());
+      StreamInput::Create(assignment, deps_.make_dataset ? deps_.make_dataset : ShardDataset, input_.get());
   input_.reset();
   ::malloc_trim(0);
   if (!input.ok()) return fail(input.status());
