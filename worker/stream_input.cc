@@ -127,6 +127,11 @@ absl::Status StreamInput::Seek(int64_t step) {
 absl::StatusOr<bool> StreamInput::NextOf(Stream* s, Batch* batch) {
   constexpr size_t kKeep = 4;  // a dropped step, and a prefetched one
   if (s->pending.valid()) {
+    while (s->pending.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) {
+      if (cancel_ != nullptr && cancel_->load()) {
+        return absl::CancelledError(absl::StrCat("data stream ", s->index, " still decoding"));
+      }
+    }
     absl::StatusOr<std::unique_ptr<Dataset>> built = s->pending.get();
     if (!built.ok()) {
       // The data, not a PS: the worker fails rather than waits.

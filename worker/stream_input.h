@@ -14,6 +14,7 @@
 #ifndef PSRT_WORKER_STREAM_INPUT_H_
 #define PSRT_WORKER_STREAM_INPUT_H_
 
+#include <atomic>
 #include <functional>
 #include <future>
 #include <map>
@@ -57,6 +58,9 @@ class StreamInput {
   // The batch of next_step(); false when the input ran out.
   absl::StatusOr<bool> Next(Batch* batch);
   int64_t next_step() const { return step_; }
+  // While *cancel is true, a Next waiting for a stream to decode returns
+  // CANCELLED, leaving the decode under way (not owned; may be null).
+  void set_cancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
 
  private:
   // One stream: its dataset yields batch `next` next; `recent` keeps the
@@ -83,6 +87,7 @@ class StreamInput {
   const int64_t base_;
   const MakeDataset make_;
   std::vector<Stream> streams_;  // as starts_
+  const std::atomic<bool>* cancel_ = nullptr;
   int64_t step_ = 0;
 };
 

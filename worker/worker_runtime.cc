@@ -59,8 +59,12 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
           absl::StrCat("worker already running generation ", generation_));
     }
   }
+  // A fetch waiting for a data stream to decode gives up (the step is
+  // dropped): the stream moves to the new input still decoding.
+  cancel_fetch_ = true;
   JoinLoop();
   prefetcher_.Drop();  // its fetch reads the dataset about to be replaced
+  cancel_fetch_ = false;
   if (assignment.end_step() < assignment.start_step()) {
     return absl::InvalidArgumentError(absl::StrCat("assignment ends at step ", assignment.end_step(),
                                                    " before its start ", assignment.start_step()));
@@ -93,6 +97,7 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   absl::StatusOr<std::unique_ptr<ParameterClient>> client = deps_.make_client(assignment);
   if (!client.ok()) return fail(client.status());
   input_ = *std::move(input);
+  input_->set_cancel(&cancel_fetch_);
   runner_ = *std::move(runner);
   client_ = *std::move(client);
 
@@ -308,6 +313,7 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
       return;
     }
   }
+  if (status.code() == absl::StatusCode::kCancelled) return;  // dropped for a Start
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     LOG(WARNING) << "step " << step << " timed out, retrying: " << status;
     return;

@@ -109,6 +109,7 @@ class WorkerRuntime {
   // Pauses each held a server thread).
   absl::Mutex control_mu_;
   std::atomic<bool> stopped_for_fault_{false};  // stop_before_push_at_step fires once
+  std::atomic<bool> cancel_fetch_{false};       // set while a Start stops the loop
 
   mutable absl::Mutex mu_;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
