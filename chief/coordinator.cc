@@ -65,6 +65,8 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
                                                 TaskName(t));
     workers_.push_back(std::move(v));
   }
+  // Workers beyond the spec may join up to failure.max_workers.
+  if (Elastic()) registry_->AdmitWorkersUpTo(options_.job.failure().max_workers());
   absl::MutexLock lock(&mu_);
   status_.set_state(JobStatusResponse::WAITING_FOR_TASKS);
 }
@@ -88,13 +90,6 @@ int Coordinator::ActiveWorkers() const {
   return std::max(n, 1);
 }
 
-absl::Status Coordinator::ResizeSyncGroup() {
-  for (int p = 0; p < NumPs(); ++p) {
-    if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p));
-  }
-  return absl::OkStatus();
-}
-
 WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
   WorkerAssignment a;
   *a.mutable_graph() = plan_.graph;
@@ -103,6 +98,20 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
   *a.mutable_consistency() = options_.job.consistency();
   a.set_shard_index(i);
   a.set_num_shards(NumWorkers());
+  const WorkerView& w = workers_[i];
+  if (Elastic() && !w.streams.empty()) {
+    // Its streams where `step` finds them, the one `step` reads first.
+    std::vector<StreamPos> at = PositionsAt(w.streams, w.stream_base, step);
+    const int64_t m = static_cast<int64_t>(at.size());
+    std::rotate(at.begin(), at.begin() + (((step - w.stream_base) % m) + m) % m, at.end());
+    a.set_num_shards(NumStreams());
+    a.set_shard_index(at[0].index);
+    for (const StreamPos& p : at) {
+      DataStream* d = a.add_stream();
+      d->set_index(p.index);
+      d->set_start_batch(p.batch);
+    }
+  }
   a.set_start_step(step);
   a.set_end_step(end_step_);
   a.set_loss_node(plan_.loss_node);
@@ -147,7 +156,7 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   // A schedule over "the whole job" in updates of a variable: every
   // worker's pushes in ASYNC, one a step in SYNC (all workers of the spec,
   // so the definition stays the same when a SYNC group shrinks).
-  *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : NumWorkers()));
+  *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : options_.cluster.NumTasks(kWorkerJob)));
   *req.mutable_consistency() = options_.job.consistency();
   req.set_num_workers(ActiveWorkers());
   if (IsReplica(ps)) {
@@ -158,7 +167,7 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   } else if (Collective()) {
     // Hybrid's PS: every worker's rows of every step, applied as they come.
     req.mutable_consistency()->set_mode(ConsistencyDef::ASYNC);
-    *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * NumWorkers());
+    *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * options_.cluster.NumTasks(kWorkerJob));
   }
   req.set_chief_incarnation(options_.incarnation);
   req.set_generation(generation_);
@@ -252,6 +261,7 @@ absl::Status Coordinator::Setup() {
   if (last_checkpoint_step_ < 0) TryCheckpoint();  // the base every recovery can go back to
   last_checkpoint_time_ = absl::Now();
   last_eval_step_ = MinStep();
+  RETURN_IF_ERROR(DealStreams());
   for (int i = 0; i < NumWorkers(); ++i) {
     absl::Status s = StartWorker(i, workers_[i].step);
     if (!s.ok()) report_(absl::StrCat("cannot start ", workers_[i].control->name(), " yet: ", s.message()));
@@ -308,7 +318,9 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
   // Only a finished job lets its tasks go; after a failure they wait,
   // parked, for the next chief.
   SaveJobState(false);
-  for (WorkerView& w : workers_) (void)w.control->Shutdown();
+  for (WorkerView& w : workers_) {
+    if (!w.left) (void)w.control->Shutdown();  // one that left is gone
+  }
   return summary_;
 }
 
@@ -365,10 +377,15 @@ absl::Status Coordinator::Watch(bool* done) {
       options_.job.failure().heartbeat_timeout_ms() > 0 ? options_.job.failure().heartbeat_timeout_ms() : 10000);
   const absl::Duration sync_wait = absl::Milliseconds(
       options_.job.failure().sync_wait_for_worker_ms() > 0 ? options_.job.failure().sync_wait_for_worker_ms() : 30000);
+  if (Elastic()) {
+    ASSIGN_OR_RETURN(bool changed, WatchMembership());
+    if (changed) return absl::OkStatus();
+  }
   bool all_done = true;
   double eps = 0;
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
+    if (w.left) continue;  // gone for good; back only as a new process
     absl::StatusOr<WorkerStatusResponse> st = w.control->Status(absl::Seconds(2));
     if (!st.ok()) {
       if (w.down_since == absl::InfiniteFuture()) {
@@ -378,17 +395,15 @@ absl::Status Coordinator::Watch(bool* done) {
       w.reachable = false;
       // A mirrored group cannot go on without a member: its replica is
       // waited for like a PS (above), and the group re-formed when it is back.
-      if (!Collective() && !w.removed && absl::Now() - w.down_since > (Sync() ? sync_wait : heartbeat_timeout)) {
+      if (!Collective() && !w.removed && absl::Now() - w.down_since > (Sync() ? sync_wait : heartbeat_timeout) &&
+          static_cast<int>(GroupMembers().size()) > options_.job.failure().min_workers()) {
         w.removed = true;
-        if (Sync()) {
-          report_(absl::StrCat(w.control->name(), " did not come back within ",
-                               absl::FormatDuration(sync_wait), "; the SYNC group shrinks to ",
-                               ActiveWorkers(), " workers"));
-          absl::Status r = ResizeSyncGroup();
-          if (!r.ok()) report_(absl::StrCat("resizing the SYNC group: ", r.message()));
-        } else {
-          report_(absl::StrCat(w.control->name(), " is gone; ASYNC training goes on without it"));
-        }
+        // Its data goes to the others (a SYNC group shrinks with it).
+        return ChangeMembership(absl::StrCat(w.control->name(), " did not answer for ",
+                                             absl::FormatDuration(Sync() ? sync_wait : heartbeat_timeout),
+                                             Sync() ? ": the SYNC group shrinks" : ": ASYNC training goes on without it",
+                                             " and its data goes to the others"),
+                                {});
       }
       if (!w.removed) all_done = false;
       continue;
@@ -406,12 +421,8 @@ absl::Status Coordinator::Watch(bool* done) {
         return RejoinGroup(i);
       }
       if (w.removed) {
-        w.removed = false;
-        if (Sync()) {
-          step = MinStep();  // rejoin at the group's step
-          absl::Status r = ResizeSyncGroup();
-          if (!r.ok()) report_(absl::StrCat("resizing the SYNC group: ", r.message()));
-        }
+        w.state = st->state();
+        return ChangeMembership(absl::StrCat(w.control->name(), " answers again"), {i});
       }
       if (Sync()) step = std::min(step, MinStep());
       report_(absl::StrCat(w.control->name(), " (re)started; starting it at step ", step));
@@ -452,6 +463,9 @@ absl::Status Coordinator::Watch(bool* done) {
     status_.set_last_checkpoint_step(last_checkpoint_step_);
     status_.set_failures_survived(summary_.failures_survived);
     status_.set_checkpoint_failures(checkpoint_failures_);
+    status_.set_membership_changes(membership_changes_);
+    status_.clear_member();
+    for (int m : GroupMembers()) status_.add_member(workers_[m].control->name());
   }
   summary_.examples_per_sec_last_window = eps;
   Report(false);

@@ -53,6 +53,7 @@
 #include "common/plan/job_planner.h"
 #include "chief/task_registry.h"
 #include "common/cluster_spec.h"
+#include "common/input/streams.h"
 #include "common/rpc/channel_cache.h"
 #include "proto/chief_service.pb.h"
 #include "proto/job.pb.h"
@@ -117,6 +118,13 @@ class Coordinator {
     // group shrank, or (collective strategies) the all-reduce group was
     // re-formed without it; it rejoins when it answers again.
     bool removed = false;
+    // Left for good (its own word: an operator stopped it); back only as
+    // a new process (a new incarnation registers).
+    bool left = false;
+    // The data streams it reads (coordinator_elastic.cc): where each stood
+    // at step stream_base, read in turn one batch a step from there.
+    std::vector<StreamPos> streams;
+    int64_t stream_base = 0;
   };
   struct PsView {
     std::unique_ptr<PsAdmin> admin;
@@ -181,9 +189,30 @@ class Coordinator {
   int NumPs() const { return static_cast<int>(ps_.size()); }
   int NumWorkers() const { return static_cast<int>(workers_.size()); }
   int ActiveWorkers() const;
-  // Tells every PS how many workers a SYNC step waits for.
-  absl::Status ResizeSyncGroup();
 
+  // Elastic workers (coordinator_elastic.cc), parameter-server strategy:
+  // workers join (beyond the spec, up to failure.max_workers) and leave
+  // (for good, or dead past the policy); the data streams are dealt again
+  // at a step boundary, so no example of an epoch is skipped or read twice.
+  bool Elastic() const { return !Collective(); }
+  // How many data streams the data is cut into: failure.max_workers, or
+  // the spec's workers.
+  int NumStreams() const;
+  // The first deal (Setup), every worker from stream batch 0 at step 0.
+  absl::Status DealStreams();
+  // Workers registered beyond workers_ get a view and join; a worker that
+  // said it leaves is taken out. Returns true when it changed the
+  // membership (then the caller's pass is over).
+  absl::StatusOr<bool> WatchMembership();
+  // Every member stopped at a step boundary, the streams dealt again among
+  // the members (a leaver's go on where it stopped), the SYNC group
+  // resized and every member started again under a new generation.
+  // Starts each of `joining` on a run of no step with the streams it is
+  // about to get, so that it decodes them before the others pause; its real
+  // start reads them forward from there.
+  void WarmUpJoiners(const std::vector<int>& joining);
+  // `joining`: workers (removed or new) that become members now.
+  absl::Status ChangeMembership(const std::string& why, const std::vector<int>& joining);
   // Collective group membership (coordinator_membership.cc). The members
   // are the workers not removed, in task order: rank r is the r-th of them,
   // and it reads data shard r of the members' count.
@@ -238,6 +267,7 @@ class Coordinator {
   absl::Time start_time_;
   absl::Time last_report_ = absl::InfinitePast();
   JobSummary summary_;
+  int membership_changes_ = 0;
 
   mutable absl::Mutex mu_;
   JobStatusResponse status_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "chief/http_status.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/cluster_spec.h"
 #include "common/rpc/security.h"
@@ -44,6 +45,11 @@ std::string PrometheusMetrics(const JobStatusResponse& s, int64_t total_steps) {
                   "# HELP psrt_failures_survived_total Failures recovered from since the job began.\n"
                   "# TYPE psrt_failures_survived_total counter\npsrt_failures_survived_total ",
                   s.failures_survived(), "\n");
+  Gauge(&out, "psrt_workers", "Workers training now (elastic jobs: joins and leaves change it).", s.member_size());
+  absl::StrAppend(&out,
+                  "# HELP psrt_membership_changes_total Workers joining or leaving since the job began.\n"
+                  "# TYPE psrt_membership_changes_total counter\npsrt_membership_changes_total ",
+                  s.membership_changes(), "\n");
   absl::StrAppend(&out, "# HELP psrt_job_state The job's state (1 for the current one).\n# TYPE psrt_job_state gauge\n");
   for (int i = JobStatusResponse::State_MIN; i <= JobStatusResponse::State_MAX; ++i) {
     absl::StrAppend(&out, "psrt_job_state{state=\"", JobStatusResponse::State_Name(static_cast<JobStatusResponse::State>(i)),
@@ -67,7 +73,8 @@ std::string StatusPage(const JobStatusResponse& s, int64_t total_steps) {
       "<body><h1>psrt job: ", JobStatusResponse::State_Name(s.state()), "</h1><p>step ", s.step(),
       total_steps > 0 ? absl::StrCat(" / ", total_steps) : "", ", loss ", s.loss(), ", examples/s ",
       static_cast<int64_t>(s.examples_per_sec()), ", last checkpoint ", s.last_checkpoint_step(),
-      ", failures survived ", s.failures_survived(),
+      ", failures survived ", s.failures_survived(), "<p>workers training (", s.member_size(), "): ",
+      HtmlEscape(absl::StrJoin(s.member(), ", ")), "; membership changes ", s.membership_changes(),
       s.error().empty() ? "" : absl::StrCat("<p>error: ", HtmlEscape(s.error())),
       s.checkpoint_failures() == 0
           ? ""

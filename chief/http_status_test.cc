@@ -19,6 +19,9 @@ JobStatusResponse Sample() {
   s.set_examples_per_sec(9000);
   s.set_last_checkpoint_step(1200);
   s.set_failures_survived(2);
+  s.add_member("worker:1");
+  s.add_member("worker:2");
+  s.set_membership_changes(3);
   TaskInfo* t = s.add_task();
   t->mutable_task()->set_job("ps");
   t->set_address("127.0.0.1:1");
@@ -35,6 +38,8 @@ TEST(HttpStatusTest, ServesMetricsThatPromtoolAcceptsAndAStatusPage) {
   EXPECT_EQ(metrics->status, 200);
   EXPECT_THAT(metrics->body, HasSubstr("psrt_step 1234\n"));
   EXPECT_THAT(metrics->body, HasSubstr("psrt_failures_survived_total 2\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("psrt_workers 2\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("psrt_membership_changes_total 3\n"));
   EXPECT_THAT(metrics->body, HasSubstr("psrt_job_state{state=\"RECOVERING\"} 1\n"));
   EXPECT_THAT(metrics->body, HasSubstr("psrt_task_registered{task=\"ps:0\"} 1\n"));
 
@@ -50,6 +55,7 @@ TEST(HttpStatusTest, ServesMetricsThatPromtoolAcceptsAndAStatusPage) {
   ASSERT_TRUE(page);
   EXPECT_THAT(page->body, HasSubstr("psrt job: RECOVERING"));
   EXPECT_THAT(page->body, HasSubstr("step 1234 / 5000"));
+  EXPECT_THAT(page->body, HasSubstr("workers training (2): worker:1, worker:2; membership changes 3"));
   http.Stop();
 }
 

@@ -4,6 +4,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace psrt {
 
@@ -21,6 +22,19 @@ TaskRegistry::TaskRegistry(const ClusterSpec& cluster, absl::Duration heartbeat_
     s.info.set_address(*cluster.AddressOf(t));
     tasks_[Key(t)] = s;
   }
+  spec_workers_ = cluster.NumTasks(kWorkerJob);
+}
+
+void TaskRegistry::AdmitWorkersUpTo(int max_workers) {
+  absl::MutexLock lock(&mu_);
+  max_workers_ = max_workers;
+}
+
+int TaskRegistry::NumWorkers() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  while (tasks_.count(Key(MakeTaskId(kWorkerJob, n)))) ++n;
+  return n;
 }
 
 absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo& task) {
@@ -43,9 +57,30 @@ absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo
   }
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(Key(task.task()));
+  if (it == tasks_.end() && task.task().job() == kWorkerJob && max_workers_ > spec_workers_) {
+    // A worker joining the running job (a TFJob or StatefulSet scaled up).
+    const int index = task.task().index();
+    if (index >= max_workers_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(TaskName(task.task()), " cannot join: the job allows at most job.failure.max_workers=",
+                       max_workers_, " workers (worker:0..", max_workers_ - 1, ")"));
+    }
+    if (index < 0 || !tasks_.count(Key(MakeTaskId(kWorkerJob, index - 1)))) {
+      return absl::UnavailableError(absl::StrCat(TaskName(task.task()), " cannot join before worker:", index - 1,
+                                                 " has: workers join in index order; retry"));
+    }
+    RETURN_IF_ERROR(ValidateAddress(task.address()));
+    TaskState fresh;
+    *fresh.info.mutable_task() = task.task();
+    fresh.info.set_address(task.address());
+    it = tasks_.emplace(Key(task.task()), fresh).first;
+  }
   if (it == tasks_.end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("task ", TaskName(task.task()), " is not in the cluster spec"));
+        absl::StrCat("task ", TaskName(task.task()), " is not in the cluster spec",
+                     task.task().job() == kWorkerJob && max_workers_ > 0
+                         ? absl::StrCat(" and job.failure.max_workers=", max_workers_, " admits no more workers")
+                         : ""));
   }
   TaskState& s = it->second;
   Registration r = Registration::kAgain;
@@ -56,6 +91,7 @@ absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo
     r = Registration::kRestarted;
   }
   if (r == Registration::kRestarted) ++s.restarts;
+  s.left = false;
   s.info.set_incarnation(task.incarnation());
   s.info.set_collective_address(task.collective_address());
   s.last_seen = env_->Now();
@@ -64,6 +100,10 @@ absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo
 }
 
 absl::Status TaskRegistry::Heartbeat(const HeartbeatRequest& beat) {
+  if (beat.leaving() && (beat.step() < 0 || beat.task().job() != kWorkerJob)) {
+    return absl::InvalidArgumentError(absl::StrCat(TaskName(beat.task()), ": leaving at step ", beat.step(),
+                                                   ": only a worker leaves, at a step >= 0"));
+  }
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(Key(beat.task()));
   // Incarnation 0 means "not registered" (never, or marked dead): a beat
@@ -79,6 +119,10 @@ absl::Status TaskRegistry::Heartbeat(const HeartbeatRequest& beat) {
   s.loss = beat.loss();
   s.examples_per_sec = beat.examples_per_sec();
   s.epoch = beat.epoch();
+  if (beat.leaving()) {
+    s.left = true;
+    s.left_at_step = beat.step();
+  }
   ++version_;
   return absl::OkStatus();
 }

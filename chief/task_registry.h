@@ -35,6 +35,9 @@ struct TaskState {
   float loss = 0;
   double examples_per_sec = 0;
   int epoch = 0;
+  // Left for good (a heartbeat saying so): the first step it did not run.
+  bool left = false;
+  int64_t left_at_step = 0;
 };
 
 class TaskRegistry {
@@ -44,8 +47,15 @@ class TaskRegistry {
   TaskRegistry(const ClusterSpec& cluster, absl::Duration heartbeat_timeout,
                Env* env = Env::Default());
 
-  // INVALID_ARGUMENT for a task not in the spec, or incarnation 0.
+  // INVALID_ARGUMENT for a task not in the spec, or incarnation 0. A
+  // worker beyond the spec joins (kFirst) if its index is below the
+  // AdmitWorkersUpTo bound: FAILED_PRECONDITION beyond it, naming the
+  // policy, and UNAVAILABLE (retry) while a lower index has not joined, so
+  // workers stay numbered 0..n-1.
   absl::StatusOr<Registration> Register(const TaskInfo& task);
+  // Elastic jobs: workers may join up to `max_workers` (job.failure.
+  // max_workers); 0 (the default) admits only the spec's.
+  void AdmitWorkersUpTo(int max_workers);
   // ABORTED if the task is not registered under this incarnation.
   absl::Status Heartbeat(const HeartbeatRequest& beat);
 
@@ -55,6 +65,8 @@ class TaskRegistry {
   std::vector<TaskId> Missing() const;
   // Registered tasks of `job` not heard from within the timeout.
   std::vector<TaskId> Expired(absl::string_view job) const;
+  // Workers registered so far, spec's and joined (indices 0..n-1).
+  int NumWorkers() const;
   // Forgets a task's incarnation: it must register again to count.
   void MarkDead(const TaskId& task);
 
@@ -72,6 +84,8 @@ class TaskRegistry {
   mutable absl::Mutex mu_;
   std::map<std::string, TaskState> tasks_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  int spec_workers_ = 0;  // constant after construction
 };
 
 }  // namespace psrt

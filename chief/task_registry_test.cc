@@ -149,3 +149,53 @@ TEST(TaskRegistryTest, AnEvaluatorInTheSpecIsNeitherWaitedForNorRegistered) {
 
 }  // namespace
 }  // namespace psrt
+
+namespace psrt {
+namespace {
+
+TEST(TaskRegistryJoinTest, WorkersBeyondTheSpecJoinInOrderUpToMaxWorkers) {
+  FakeClock clock;
+  TaskRegistry r(Spec(), absl::Seconds(10), &clock);
+  TaskInfo w2 = Info("worker:2", 7);
+  w2.set_address("h:5");
+  // Not elastic: the spec's workers only.
+  EXPECT_EQ(r.Register(w2).status().code(), absl::StatusCode::kInvalidArgument);
+  r.AdmitWorkersUpTo(3);
+  TaskInfo w3 = Info("worker:3", 8);
+  w3.set_address("h:6");
+  EXPECT_THAT(std::string(r.Register(w3).status().message()), HasSubstr("job.failure.max_workers=3"));
+  EXPECT_EQ(r.Register(w3).status().code(), absl::StatusCode::kFailedPrecondition);
+  TaskInfo bad = Info("worker:2", 9);
+  bad.set_address("no port");
+  EXPECT_EQ(r.Register(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_EQ(*r.Register(w2), TaskRegistry::Registration::kFirst);
+  EXPECT_EQ(r.NumWorkers(), 3);
+  EXPECT_EQ(r.Get(*ParseTaskId("worker:2")).info.address(), "h:5");
+
+  r.AdmitWorkersUpTo(5);
+  TaskInfo w4 = Info("worker:4", 10);
+  w4.set_address("h:7");
+  EXPECT_EQ(r.Register(w4).status().code(), absl::StatusCode::kUnavailable);  // worker:3 first
+}
+
+TEST(TaskRegistryJoinTest, ALeavingHeartbeatIsRecordedAndValidated) {
+  FakeClock clock;
+  TaskRegistry r(Spec(), absl::Seconds(10), &clock);
+  ASSERT_TRUE(r.Register(Info("worker:1", 5)).ok());
+  HeartbeatRequest beat;
+  *beat.mutable_task() = *ParseTaskId("worker:1");
+  beat.set_incarnation(5);
+  beat.set_leaving(true);
+  beat.set_step(-3);
+  EXPECT_EQ(r.Heartbeat(beat).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(r.Get(*ParseTaskId("worker:1")).left);
+  beat.set_step(42);
+  ASSERT_TRUE(r.Heartbeat(beat).ok());
+  EXPECT_TRUE(r.Get(*ParseTaskId("worker:1")).left);
+  EXPECT_EQ(r.Get(*ParseTaskId("worker:1")).left_at_step, 42);
+  ASSERT_TRUE(r.Register(Info("worker:1", 6)).ok());  // back with a new process
+  EXPECT_FALSE(r.Get(*ParseTaskId("worker:1")).left);
+}
+
+}  // namespace
+}  // namespace psrt

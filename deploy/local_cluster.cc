@@ -2,6 +2,7 @@
 //
 //   bazel run //deploy:local_cluster -- [--job=FILE] [--cluster_spec=FILE]
 //       [--ps=2] [--workers=2] [--kill=ps:1@800] [--remove=worker:1@3000] [--run_dir=DIR]
+//       [--scale=worker:3@1500,worker:1@3000]
 //       [--strategy=parameter_server|multi_worker_mirrored|mirrored|central_storage|hybrid]
 //       [--evaluator]
 //
@@ -19,6 +20,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -61,6 +63,11 @@ ABSL_FLAG(std::vector<std::string>, ps_flags, {},
           "Extra flags for every parameter server, comma-separated (e.g. --ps_flags=--apply_threads=1).");
 ABSL_FLAG(std::vector<std::string>, worker_flags, {},
           "Extra flags for every worker, comma-separated (e.g. --worker_flags=--overlap_push=true).");
+ABSL_FLAG(std::vector<std::string>, scale, {},
+          "worker:N@STEP[,...]: once the job reaches STEP, grow or shrink the running workers to N, as an "
+          "orchestrator scaling a StatefulSet would: new workers (beyond the spec: worker:2, worker:3, ...) are "
+          "started and join the running job; workers above N are stopped with SIGTERM and leave it for good. "
+          "The job must allow it: failure.max_workers >= the largest N (parameter-server strategy).");
 ABSL_FLAG(std::string, run_dir, "", "Where logs, checkpoints and the summary go (default: /tmp/psrt-run-TIME).");
 ABSL_FLAG(int, max_restarts, 5, "Give up after restarting one daemon this many times.");
 ABSL_FLAG(bool, tls, false,
@@ -169,6 +176,32 @@ absl::StatusOr<std::string> DefaultSpec(const std::string& run_dir, int ps, int 
   return path;
 }
 
+// --scale: workers 0..n-1 run, the others not. A worker above n gets
+// SIGTERM (it tells the chief it leaves) and is not restarted; one below n
+// that does not run is started (beyond the spec, it joins the job).
+void ScaleWorkers(Launcher* launcher, std::vector<Child>* children, int n, int64_t step) {
+  std::vector<std::string> started, stopped;
+  for (Child& c : *children) {
+    if (c.task.job() != kWorkerJob) continue;
+    const bool runs = c.process && c.process->Running();
+    if (c.task.index() >= n && runs) {
+      c.process->Signal(SIGTERM);
+      (void)c.process->Wait(absl::Seconds(10));
+      c.process.reset();
+      c.finished = true;  // never restarted
+      stopped.push_back(TaskName(c.task));
+    } else if (c.task.index() < n && c.finished && !c.process) {
+      c.finished = false;
+      c.restarts = 0;
+      c.restart_at = absl::InfinitePast();
+      if (launcher->Start(&c).ok()) started.push_back(TaskName(c.task));
+    }
+  }
+  launcher->Say(absl::StrCat("scaling to ", n, " workers at step ", step,
+                             started.empty() ? "" : absl::StrCat(": started ", absl::StrJoin(started, ", ")),
+                             stopped.empty() ? "" : absl::StrCat(": stopped (SIGTERM) ", absl::StrJoin(stopped, ", "))));
+}
+
 int Run(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Starts a whole cluster (chief, parameter servers, workers) on this machine and trains a job.\n"
@@ -234,6 +267,49 @@ int Run(int argc, char** argv) {
       }
       kills[TaskName(*t)] = {step, for_good};
     }
+  }
+
+  // --scale=worker:N@STEP: (step, workers), in step order.
+  std::vector<std::pair<int64_t, int>> scales;
+  int most_workers = spec->NumTasks(kWorkerJob);
+  for (const std::string& k : absl::GetFlag(FLAGS_scale)) {
+    std::vector<std::string> parts = absl::StrSplit(k, absl::ByAnyChar(":@"));
+    int64_t step;
+    int n;
+    if (parts.size() != 3 || parts[0] != kWorkerJob || !absl::SimpleAtoi(parts[1], &n) || n < 1 || n > 1024 ||
+        !absl::SimpleAtoi(parts[2], &step) || step < 0) {
+      std::cerr << "error: --scale=" << k << ": expected worker:N@STEP with N in [1, 1024], e.g. worker:3@1500\n";
+      return 2;
+    }
+    scales.emplace_back(step, n);
+    most_workers = std::max(most_workers, n);
+  }
+  std::stable_sort(scales.begin(), scales.end());
+  // Workers beyond the spec: free loopback ports, and a spec naming them
+  // too for those workers only (as a TFJob or StatefulSet scaled up writes
+  // the new pod's TF_CONFIG); the chief keeps the spec it started with.
+  std::string joiner_spec_path;
+  if (most_workers > spec->NumTasks(kWorkerJob)) {
+    ClusterDef def = spec->def();
+    ClusterJob* workers = nullptr;
+    for (ClusterJob& j : *def.mutable_job()) {
+      if (j.name() == kWorkerJob) workers = &j;
+    }
+    while (workers->address_size() < most_workers) {
+      absl::StatusOr<int> port = PickFreePort();
+      if (!port.ok()) {
+        std::cerr << "error: " << port.status().message() << "\n";
+        return 2;
+      }
+      workers->add_address(absl::StrCat("127.0.0.1:", *port));
+    }
+    absl::StatusOr<ClusterSpec> joined = ClusterSpec::FromClusterDef(def, "--scale");
+    if (!joined.ok()) {
+      std::cerr << "error: " << joined.status().message() << "\n";
+      return 2;
+    }
+    joiner_spec_path = run_dir + "/cluster-scaled.json";
+    std::ofstream(joiner_spec_path) << joined->ToJson() << "\n";
   }
 
   absl::StatusOr<int> http_port = PickFreePort();
@@ -317,6 +393,16 @@ int Run(int argc, char** argv) {
     for (const std::string& f : security_flags(t)) c.argv.push_back(f);
     children.push_back(std::move(c));
   }
+  // Workers --scale may start later: not started now.
+  for (int i = spec->NumTasks(kWorkerJob); i < most_workers; ++i) {
+    Child c;
+    c.task = MakeTaskId(kWorkerJob, i);
+    c.argv = {Binary(argv[0], "worker/main"), "--cluster_spec=" + joiner_spec_path, "--task=" + TaskName(c.task),
+              "--snapshot_dir=" + run_dir};
+    for (const std::string& f : security_flags(c.task)) c.argv.push_back(f);
+    c.finished = true;  // stopped until a --scale starts it
+    children.push_back(std::move(c));
+  }
   if (tls) launcher.Say("mutual TLS, certificates in " + certs);
   if (role_tokens) launcher.Say("per-role tokens in " + certs + "/tokens");
   launcher.Say(absl::StrCat("cluster ", spec_path, " (", spec->ToJson(), "), job ", job, ", logs ",
@@ -325,6 +411,7 @@ int Run(int argc, char** argv) {
   std::stable_sort(children.begin(), children.end(),
                    [](const Child& a, const Child& b) { return a.task.job() != kChiefJob && b.task.job() == kChiefJob; });
   for (Child& c : children) {
+    if (c.finished) continue;  // a worker for --scale
     if (absl::Status s = launcher.Start(&c); !s.ok()) {
       std::cerr << "error: starting " << TaskName(c.task) << ": " << s.message() << "\n";
       return 2;
@@ -344,7 +431,7 @@ int Run(int argc, char** argv) {
       exit_code = 130;
       break;
     }
-    if (!kills.empty() && absl::Now() >= next_poll) {
+    if ((!kills.empty() || !scales.empty()) && absl::Now() >= next_poll) {
       next_poll = absl::Now() + absl::Milliseconds(100);
       absl::StatusOr<JobStatusResponse> st = chief->JobStatus();
       if (!st.ok()) {
@@ -373,6 +460,10 @@ int Run(int argc, char** argv) {
           }
         }
         it = kills.erase(it);
+      }
+      while (st.ok() && !scales.empty() && st->step() >= scales.front().first) {
+        ScaleWorkers(&launcher, &children, scales.front().second, st->step());
+        scales.erase(scales.begin());
       }
     }
     for (Child& c : children) {

@@ -75,6 +75,19 @@ std::string ReadSummary(const std::string& dir) {
   return ss.str();
 }
 
+// Waits for the launcher to exit 0 and checks the summary's accuracy
+// (above 0.75); returns the summary.
+std::string FinishedSummary(testing::Daemon* launcher, const std::string& dir) {
+  auto status = launcher->Wait(absl::Minutes(5));
+  EXPECT_TRUE(status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << (status.ok() ? DescribeWaitStatus(*status) : status.status().ToString());
+  std::string summary = ReadSummary(dir);
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)"))) << summary;
+  EXPECT_GT(m.empty() ? 0 : std::stod(m[1]), 0.75) << summary;
+  return summary;
+}
+
 TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/launcher");
   const std::string job_path = WriteMlpJob(dir, 1500, 200, 2000);
@@ -90,14 +103,8 @@ TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
   EXPECT_NE(LintedMetrics(port, dir + "-metrics.txt").find("psrt_step "), std::string::npos);
   ASSERT_TRUE((*launcher)->WaitForLine("killed ps:1 with SIGKILL", absl::Minutes(3)));
   ASSERT_TRUE((*launcher)->WaitForLine("recovered to the checkpoint", absl::Minutes(2)));
-  auto status = (*launcher)->Wait(absl::Minutes(5));
-  ASSERT_TRUE(status.ok());
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
-
-  std::string summary = ReadSummary(dir);
+  std::string summary = FinishedSummary(launcher->get(), dir);
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)"))) << summary;
-  EXPECT_GT(std::stod(m[1]), 0.75) << summary;
   ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"failures_survived\": ([0-9]+)"))) << summary;
   EXPECT_EQ(std::stoi(m[1]), 1) << summary;
   EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
@@ -183,15 +190,49 @@ TEST(LauncherTest, TheEvaluatorFollowsCheckpointsIntoTensorBoard) {
   EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
 }
 
-TEST(LauncherTest, BadKillFlagIsRefused) {
+// --scale: a worker beyond the spec joins at one step, then two leave
+// (SIGTERM) at another; the job ends as usual, with every process gone.
+TEST(LauncherTest, ScalesWorkersUpAndDownWhileTraining) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/scale");
+  auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_epochs(0);
+  job->set_steps(1500);
+  job->mutable_checkpoint()->set_every_steps(500);
+  job->mutable_eval()->set_max_examples(2000);
+  job->mutable_failure()->set_max_workers(3);
+  const std::string job_path = testing::WriteJobFile(*job, dir + ".pbtxt");
+
   auto launcher = testing::Daemon::Start(
-      "launcher", {testing::RunfilePath("deploy/local_cluster"), "--kill=ps:7@10",
-                   "--run_dir=" + absl::StrCat(std::getenv("TEST_TMPDIR"), "/bad")});
+      "launcher", {testing::RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir, "--ps=1",
+                   "--workers=2", "--scale=worker:3@300,worker:1@800"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE((*launcher)->WaitForLine("scaling to 3 workers at step", absl::Minutes(3)));
+  ASSERT_TRUE((*launcher)->WaitForLine("membership: worker:2 joins", absl::Minutes(1)));
+  ASSERT_TRUE((*launcher)->WaitForLine("stopped (SIGTERM) worker:1, worker:2", absl::Minutes(3)));
+  EXPECT_FALSE((*launcher)->WaitForMatch("membership: .*worker:2 leaves at step", absl::Minutes(1)).empty());
+  FinishedSummary(launcher->get(), dir);
+  EXPECT_EQ(ProcessesMentioning(dir + "/cluster"), 0);
+}
+
+// The launcher run with `flag` alone says `message` and exits 2.
+void ExpectRefused(const std::string& flag, const std::string& run, const std::string& message) {
+  auto launcher = testing::Daemon::Start(
+      "launcher", {testing::RunfilePath("deploy/local_cluster"), flag,
+                   "--run_dir=" + absl::StrCat(std::getenv("TEST_TMPDIR"), "/", run)});
   ASSERT_TRUE(launcher.ok());
-  EXPECT_TRUE((*launcher)->WaitForLine("--kill=ps:7@10: expected TASK@STEP", absl::Minutes(1)));
+  EXPECT_TRUE((*launcher)->WaitForLine(message, absl::Minutes(1)));
   auto status = (*launcher)->Wait(absl::Minutes(1));
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(WEXITSTATUS(*status), 2);
+}
+
+TEST(LauncherTest, BadScaleFlagIsRefused) {
+  ExpectRefused("--scale=ps:3@10", "badscale", "--scale=ps:3@10: expected worker:N@STEP");
+}
+
+TEST(LauncherTest, BadKillFlagIsRefused) {
+  ExpectRefused("--kill=ps:7@10", "bad", "--kill=ps:7@10: expected TASK@STEP");
 }
 
 }  // namespace

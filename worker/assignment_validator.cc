@@ -1,6 +1,7 @@
 #include "worker/assignment_validator.h"
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -100,6 +101,15 @@ absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimit
   }
   if (a.shard_index() < 0 || a.shard_index() >= a.num_shards()) {
     return Bad("shard_index", absl::StrCat(a.shard_index(), " is not in [0, ", a.num_shards(), ")"));
+  }
+  std::set<int> streams;
+  for (int i = 0; i < a.stream_size(); ++i) {
+    const DataStream& d = a.stream(i);
+    if (d.index() < 0 || d.index() >= a.num_shards() || d.start_batch() < 0 || !streams.insert(d.index()).second) {
+      return Bad(absl::StrCat("stream[", i, "]"), absl::StrCat("stream ", d.index(), " from batch ", d.start_batch(),
+                                                               ": not a stream of [0, ", a.num_shards(),
+                                                               ") at a batch >= 0, or named twice"));
+    }
   }
   if (a.start_step() < 0 || a.end_step() < a.start_step()) {
     return Bad("start_step", absl::StrCat("steps [", a.start_step(), ", ", a.end_step(), ") are not a range"));

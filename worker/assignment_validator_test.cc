@@ -73,6 +73,18 @@ TEST(AssignmentValidatorTest, EachBadFieldIsNamed) {
   a.set_shard_index(2);
   EXPECT_THAT(Refusal(a), HasSubstr("assignment.shard_index: 2 is not in [0, 2)"));
 
+  for (auto [index, batch] : std::vector<std::pair<int, int64_t>>{{2, 0}, {-1, 0}, {0, -5}}) {
+    a = Mlp();
+    DataStream* d = a.add_stream();
+    d->set_index(index);
+    d->set_start_batch(batch);
+    EXPECT_THAT(Refusal(a), HasSubstr("assignment.stream[0]: stream " + std::to_string(index)));
+  }
+  a = Mlp();
+  a.add_stream()->set_index(1);
+  a.add_stream()->set_index(1);
+  EXPECT_THAT(Refusal(a), HasSubstr("assignment.stream[1]: stream 1 from batch 0: not a stream of [0, 2)"));
+
   a = Mlp();
   (*a.mutable_gradient_node())["not_a_variable"] = a.loss_node();
   EXPECT_THAT(Refusal(a), HasSubstr("\"not_a_variable\" is not a Variable node"));

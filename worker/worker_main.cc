@@ -12,6 +12,7 @@
 // the Worker service (CreateVariables, Snapshot, Restore, Status), and sums
 // gradients with its group over TCP on a second, collective port that it
 // reports to the chief when it registers (--collective_port).
+#include <atomic>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,6 +67,8 @@ ABSL_FLAG(int64_t, max_memory_mb, -1,
           "(-1 = 3/4 of the machine's memory, 0 = no limit).");
 ABSL_FLAG(int64_t, kill_at_step, 0,
           "Fault injection: SIGKILL this worker when it is about to run this step (0 = never).");
+ABSL_FLAG(std::string, data_log, "",
+          "Tests: append \"generation step stream batch unix_ms\" for every step pushed (\"\" = none).");
 ABSL_FLAG(int64_t, fault_stop_before_push_at_step, 0,
           "Fault injection for tests: SIGSTOP this worker with that step's gradients computed, "
           "just before pushing them (0 = never).");
@@ -206,6 +209,7 @@ int Main(int argc, char** argv) {
   wo.stop_before_push_at_step = absl::GetFlag(FLAGS_fault_stop_before_push_at_step);
   wo.overlap_pull = absl::GetFlag(FLAGS_overlap_pull);
   wo.overlap_push = absl::GetFlag(FLAGS_overlap_push);
+  wo.data_log = absl::GetFlag(FLAGS_data_log);
   WorkerRuntime runtime(wo, deps);
   absl::Notification stop;
   WorkerServiceImpl service(&runtime, [&stop] {
@@ -229,17 +233,36 @@ int Main(int argc, char** argv) {
   link.set_on_chief_lost([&runtime] { runtime.Park("the chief does not answer; waiting for it"); });
   link.Start();
 
-  std::thread signals([&stop] {
+  std::atomic<bool> signalled{false};
+  std::thread signals([&stop, &signalled] {
     int sig = WaitForTerminationSignal();
     LOG(INFO) << "signal " << sig;
+    signalled = true;
     if (!stop.HasBeenNotified()) stop.Notify();
   });
   signals.detach();
   stop.WaitForNotification();
   LOG(INFO) << "stopping";
-  link.Stop();
-  runtime.Shutdown();
+  // Stopped by its operator (SIGTERM: an orchestrator scaling down) while
+  // training: the worker leaves the job for good, telling the chief the
+  // first step it did not push, so its data goes on from there with the
+  // others. No Start or Resume may reach it meanwhile: the server goes
+  // first, then the loop, and the step is read after the last push.
+  const WorkerStatusResponse::State state = runtime.Status().state();
+  const bool leave = signalled && (state == WorkerStatusResponse::RUNNING || state == WorkerStatusResponse::PAUSED);
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  runtime.Shutdown();
+  link.Stop();
+  if (leave) {
+    HeartbeatRequest beat;
+    *beat.mutable_task() = config->task;
+    beat.set_incarnation(incarnation);
+    beat.set_step(runtime.Status().step());
+    beat.set_leaving(true);
+    absl::StatusOr<HeartbeatResponse> r = link.client()->Heartbeat(beat);
+    LOG(INFO) << "leaving the job before step " << beat.step() << ": "
+              << (r.ok() ? "the chief knows" : std::string(r.status().message()));
+  }
   LOG(INFO) << "stopped";
   return 0;
 }

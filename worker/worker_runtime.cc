@@ -29,21 +29,13 @@ bool IsPsFailure(const absl::Status& s) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> DefaultDataset(const WorkerAssignment& a) {
-  DatasetOptions o;
-  o.input = a.input();
-  o.split = a.input().train();
-  o.shard_index = a.shard_index();
-  o.num_shards = std::max(1, a.num_shards());
-  o.seed = a.seed();
-  o.skip_batches = a.start_step();  // the batches of the steps before it
-  return Dataset::Create(o);
-}
 
 }  // namespace
 
 WorkerRuntime::WorkerRuntime(WorkerOptions options, WorkerDeps deps)
-    : options_(options), deps_(std::move(deps)) {}
+    : options_(options), deps_(std::move(deps)) {
+  if (!options_.data_log.empty()) data_log_.open(options_.data_log, std::ios::app);
+}
 
 WorkerRuntime::~WorkerRuntime() { Shutdown(); }
 
@@ -75,8 +67,12 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
           absl::StrCat("worker already running generation ", generation_));
     }
   }
+  // A fetch waiting for a data stream to decode gives up (the step is
+  // dropped): the stream moves to the new input still decoding.
+  cancel_fetch_ = true;
   JoinLoop();
   prefetcher_.Drop();  // its fetch reads the dataset about to be replaced
+  cancel_fetch_ = false;
   if (assignment.end_step() < assignment.start_step()) {
     return absl::InvalidArgumentError(absl::StrCat("assignment ends at step ", assignment.end_step(),
                                                    " before its start ", assignment.start_step()));
@@ -87,24 +83,29 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
     error_ = std::string(s.message());
     return s;
   };
-  // The old run's dataset, runner and client go before the new ones are
-  // made, and their memory back to the system: a dataset holds its shard
+  // The old run's runner and client go before the new ones are made, and
+  // its datasets too but for the streams this worker keeps (those move
+  // over, see below), and their memory back to the system: a dataset holds its shard
   // decoded (Fashion-MNIST: 188 MB of floats), and a new one made on another
   // gRPC thread (another malloc arena) beside the freed one kept both in
   // the RSS (+217 MB after a chief restarted the run, seen by
   // tests/control_soak_test).
-  dataset_.reset();
+  // The streams this worker keeps (a membership change moves only some)
+  // are moved over from the old input, not decoded again; the others are
+  // freed before any new one is built (StreamInput::Create).
   runner_.reset();
   client_.reset();
+  absl::StatusOr<std::unique_ptr<StreamInput>> input =
+      StreamInput::Create(assignment, deps_.make_dataset ? deps_.make_dataset : ShardDataset, input_.get());
+  input_.reset();
   ::malloc_trim(0);
-  auto make_dataset = deps_.make_dataset ? deps_.make_dataset : DefaultDataset;
-  absl::StatusOr<std::unique_ptr<Dataset>> dataset = make_dataset(assignment);
-  if (!dataset.ok()) return fail(dataset.status());
+  if (!input.ok()) return fail(input.status());
   absl::StatusOr<std::unique_ptr<StepRunner>> runner = deps_.make_runner(assignment);
   if (!runner.ok()) return fail(runner.status());
   absl::StatusOr<std::unique_ptr<ParameterClient>> client = deps_.make_client(assignment);
   if (!client.ok()) return fail(client.status());
-  dataset_ = *std::move(dataset);
+  input_ = *std::move(input);
+  input_->set_cancel(&cancel_fetch_);
   runner_ = *std::move(runner);
   client_ = *std::move(client);
 
@@ -114,7 +115,6 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   next_step_ = assignment.start_step();
   state_ = WorkerStatusResponse::RUNNING;
   pause_requested_ = false;
-  rewind_ = false;
   stop_ = false;
   error_.clear();
   device_ = runner_->device();
@@ -173,7 +173,6 @@ absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
     return absl::AbortedError(absl::StrCat("resume for generation ", generation,
                                            " but the worker is at ", generation_));
   }
-  if (generation != generation_ || start_step != next_step_) rewind_ = true;
   generation_ = generation;
   next_step_ = start_step;
   pause_requested_ = false;
@@ -196,7 +195,6 @@ void WorkerRuntime::Park(const std::string& why) {
 void WorkerRuntime::Loop() {
   while (true) {
     int64_t step, generation;
-    bool rewind;
     {
       absl::MutexLock lock(&mu_);
       // In lockstep a requested pause is not a reason to stop here: the
@@ -220,28 +218,6 @@ void WorkerRuntime::Loop() {
       }
       step = next_step_;
       generation = generation_;
-      rewind = rewind_;
-      rewind_ = false;
-    }
-    if (rewind) {
-      // After a restore, read the data from the checkpoint's step again.
-      WorkerAssignment a;
-      {
-        absl::MutexLock lock(&mu_);
-        a = assignment_;
-      }
-      a.set_start_step(step);
-      prefetcher_.Drop();
-      dataset_.reset();  // one decoded shard at a time (see Start)
-      auto make_dataset = deps_.make_dataset ? deps_.make_dataset : DefaultDataset;
-      absl::StatusOr<std::unique_ptr<Dataset>> d = make_dataset(a);
-      if (!d.ok()) {
-        absl::MutexLock lock(&mu_);
-        state_ = WorkerStatusResponse::FAILED;
-        error_ = std::string(d.status().message());
-        return;
-      }
-      dataset_ = *std::move(d);
     }
     RunStep(step, generation);
   }
@@ -249,7 +225,10 @@ void WorkerRuntime::Loop() {
 
 void WorkerRuntime::FetchInputs(int64_t step, StepInputs* in) {
   in->status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(bool more, dataset_->Next(&in->batch));
+    // A step dropped by a pause read its batch; a restore moves the step:
+    // either way the input goes back to where `step` reads.
+    if (input_->next_step() != step) RETURN_IF_ERROR(input_->Seek(step));
+    ASSIGN_OR_RETURN(bool more, input_->Next(&in->batch));
     if (!more) return absl::OutOfRangeError("the input ran out");
     ASSIGN_OR_RETURN(in->dense, client_->Pull(runner_->DenseVariables(), step));
     ASSIGN_OR_RETURN(RowRequest rows, runner_->SparseRows(in->batch));
@@ -334,6 +313,7 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   id.set_step(step);
   id.set_generation(generation);
   PushDone done{step, seen, batch.size, start, absl::Now(), result.loss, batch.epoch};
+  done.generation = generation;
   if (overlap_push) {
     // The loop goes on to the next step while this push is in flight.
     done.behind = true;
@@ -364,6 +344,11 @@ void WorkerRuntime::FinishPush(const PushDone& p, const absl::Status& status) {
     --pushing_;
     if (status.ok()) {
       if (next_step_ == p.step) next_step_ = p.step + 1;
+      if (data_log_.is_open()) {
+        const StreamPos pos = BatchOf(assignment_, p.step);
+        data_log_ << p.generation << " " << p.step << " " << pos.index << " " << pos.batch << " "
+                  << absl::ToUnixMillis(absl::Now()) << std::endl;
+      }
       if (p.pause_agreed && state_ == WorkerStatusResponse::RUNNING) {
         // A member of the group asked to pause: all stop after this step.
         pause_requested_ = true;
@@ -390,6 +375,7 @@ void WorkerRuntime::FinishPush(const PushDone& p, const absl::Status& status) {
 }
 
 void WorkerRuntime::HandleStepFailure(int64_t step, int64_t seen, const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kCancelled) return;  // dropped for a Start
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     LOG(WARNING) << "step " << step << " timed out, retrying: " << status;
     return;

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <functional>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -30,6 +31,7 @@
 #include "common/transport/chief_client.h"
 #include "proto/worker_service.pb.h"
 #include "common/input/dataset.h"
+#include "worker/stream_input.h"
 #include "common/compute/step_runner.h"
 #include "worker/step_prefetcher.h"
 
@@ -69,6 +71,10 @@ struct WorkerOptions {
   // (tests/bench/PS_BENCH_RESULTS.md); it pays where a push waits on the
   // network with cores to spare.
   bool overlap_push = false;
+  // Tests: appends "generation step stream batch unix_ms" for every step pushed,
+  // so a test can check that each batch of each data stream was trained
+  // once across membership changes ("" = no log).
+  std::string data_log;
 };
 
 class WorkerRuntime {
@@ -117,6 +123,7 @@ class WorkerRuntime {
     int epoch;
     bool pause_agreed = false;
     bool behind = false;
+    int64_t generation = 0;  // for options_.data_log
   };
   void FinishPush(const PushDone& p, const absl::Status& status);
   // Retry (deadline), park and report (a PS failure) or fail the run.
@@ -134,6 +141,7 @@ class WorkerRuntime {
   // Pauses each held a server thread).
   absl::Mutex control_mu_;
   std::atomic<bool> stopped_for_fault_{false};  // stop_before_push_at_step fires once
+  std::atomic<bool> cancel_fetch_{false};       // set while a Start stops the loop
 
   mutable absl::Mutex mu_;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
@@ -152,20 +160,18 @@ class WorkerRuntime {
   int64_t interruptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
-  // Set by a Resume that moves the step or generation (a restore): the loop
-  // rebuilds its dataset at the new step before running it.
-  bool rewind_ ABSL_GUARDED_BY(mu_) = false;
   std::string error_ ABSL_GUARDED_BY(mu_);
   std::string device_ ABSL_GUARDED_BY(mu_);
   float loss_ ABSL_GUARDED_BY(mu_) = 0;
   double examples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
   int epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool behind_failed_ ABSL_GUARDED_BY(mu_) = false;  // see JoinPushBehind
+  std::ofstream data_log_ ABSL_GUARDED_BY(mu_);  // options_.data_log
 
   // Owned by the loop thread while it runs.
   std::unique_ptr<ParameterClient> client_;
   std::unique_ptr<StepRunner> runner_;
-  std::unique_ptr<Dataset> dataset_;
+  std::unique_ptr<StreamInput> input_;
   // Declared after what its fetches use, so it stops first.
   StepPrefetcher prefetcher_{[this](int64_t step, StepInputs* in) { FetchInputs(step, in); }};
   std::thread thread_;

@@ -106,6 +106,16 @@ absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) 
     return absl::InvalidArgumentError(absl::StrCat("job.failure.min_workers: ", min_workers, " is not in [0, ",
                                                    num_workers, "] (the cluster's workers)"));
   }
+  const int max_workers = job.failure().max_workers();
+  if (max_workers != 0 && (max_workers < num_workers || max_workers > kMaxElasticWorkers)) {
+    return absl::InvalidArgumentError(absl::StrCat("job.failure.max_workers: ", max_workers, " is not in [", num_workers,
+                                                   " (the cluster's workers), ", kMaxElasticWorkers, "]"));
+  }
+  if (max_workers > num_workers && IsCollective(job)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job.failure.max_workers: workers joining beyond the cluster spec need the parameter-server strategy, not ",
+        StrategyName(job)));
+  }
   if (IsMirrored(job)) {
     const std::string field = "job.strategy." + StrategyName(job);
     if (num_ps > 0) {

@@ -20,7 +20,10 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
 // The job's strategy against the cluster it runs on: the PS strategy needs
 // PS tasks, a mirrored one has none (its workers hold the variables).
 // INVALID_ARGUMENT naming the field.
+// Also job.failure.max_workers: 0, or in [num_workers, kMaxElasticWorkers]
+// and above num_workers only under the parameter-server strategy.
 absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers);
+inline constexpr int kMaxElasticWorkers = 1024;
 // multi_worker_mirrored, mirrored or central_storage: the workers hold the
 // variables themselves.
 bool IsMirrored(const TrainingJob& job);

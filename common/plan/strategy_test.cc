@@ -57,6 +57,16 @@ TEST(StrategyTest, EachStrategyIsCheckedAgainstItsCluster) {
   EXPECT_THAT(std::string(none.message()), HasSubstr("job.strategy.hybrid: the model has no embedding"));
 }
 
+TEST(StrategyTest, MaxWorkersIsCheckedAgainstTheClusterAndStrategy) {
+  EXPECT_TRUE(CheckStrategy(Job("failure { max_workers: 4 }"), 2, 2).ok());
+  EXPECT_TRUE(CheckStrategy(Job("failure { max_workers: 2 }"), 2, 2).ok());
+  EXPECT_THAT(Refusal(Job("failure { max_workers: 1 }"), 2, 2),
+              HasSubstr("job.failure.max_workers: 1 is not in [2 (the cluster's workers), 1024]"));
+  EXPECT_THAT(Refusal(Job("failure { max_workers: 100000 }"), 2, 2), HasSubstr("job.failure.max_workers: 100000"));
+  EXPECT_THAT(Refusal(Job("strategy { multi_worker_mirrored {} } failure { max_workers: 4 }"), 0, 2),
+              HasSubstr("need the parameter-server strategy, not multi_worker_mirrored"));
+}
+
 TEST(StrategyTest, MirroredPlansPutEveryVariableWholeOnTheReplicaAndRefuseEmbeddings) {
   TrainingJob job = Job("strategy { multi_worker_mirrored {} }");
   absl::StatusOr<JobPlan> plan = PlanJob(job, 3);

@@ -87,6 +87,7 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   if (req.consistency().mode() == ConsistencyDef::BOUNDED_STALENESS && req.consistency().staleness() < 0) {
     return absl::InvalidArgumentError("consistency.staleness must be >= 0");
   }
+  std::deque<Waiter> stale;  // pulls of the generation being left
   CreateVariablesResponse resp;
   resp.set_incarnation(options_.incarnation);
   {
@@ -135,10 +136,26 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   }
   for (auto& [name, v] : fresh) variables_[name] = std::move(v);
   if (req.reinitialize() || !fresh.empty()) chain_ = DeltaChain();  // no base for a delta
+  const bool new_generation = req.generation() != generation_;
   generation_ = req.generation();
   {
     absl::MutexLock s(&sync_mu_);
     if (req.reinitialize()) ResetStepsLocked(0);
+    // A SYNC step half gathered under the old generation is dropped: the
+    // chief starts every worker of the new one (a resized group) at this
+    // step, so each pushes it again and none counts twice.
+    // A pull of the old generation waiting for a step is answered now:
+    // its worker is being started again, and waits for no step of it. The
+    // record of pushes goes too: the generation fence refuses a retry of
+    // the old one, and a step pushed again in the new one must count.
+    if (new_generation) {
+      sync_pushed_.clear();
+      sync_dense_.clear();
+      sync_rows_.clear();
+      pushes_seen_.clear();
+      rows_seen_.clear();
+      stale.swap(waiters_);
+    }
     consistency_ = req.consistency();
     num_workers_ = req.num_workers();
     if (static_cast<int>(worker_next_step_.size()) < num_workers_) worker_next_step_.resize(num_workers_, 0);
@@ -148,6 +165,9 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
               << optimizer_->name() << ", " << ConsistencyDef::Mode_Name(req.consistency().mode())
               << ", " << req.num_workers() << " workers";
   }
+  }
+  for (Waiter& w : stale) {
+    w.run(absl::AbortedError(absl::StrCat(PsName(options_.task_index), " moved to generation ", req.generation())));
   }
   WakeWaiters();  // fewer workers can complete a SYNC step
   return resp;

@@ -37,6 +37,18 @@ RequestId Id(int worker, int64_t step, uint64_t inc = 1) {
   return id;
 }
 
+CreateVariablesRequest CreateAt(const std::string& mode, int workers, int64_t generation) {
+  CreateVariablesRequest req = Create(mode, workers);
+  req.set_generation(generation);
+  return req;
+}
+
+RequestId IdAt(int worker, int64_t step, int64_t generation) {
+  RequestId id = Id(worker, step);
+  id.set_generation(generation);
+  return id;
+}
+
 NamedTensors Grad(float a, float b) {
   return {{"w", Tensor::FromVector<float>({a, b}, TensorShape({2}))}};
 }
@@ -207,6 +219,34 @@ TEST(ServerCoreTest, SyncAppliesTheMeanOnceEveryWorkerPushedAndHoldsPulls) {
   EXPECT_EQ(*PullW(&ps, 1, 1), (std::vector<float>{-3, -6}));
 }
 
+// A SYNC group resized under a new generation (a worker joins): the step
+// half gathered is dropped, a pull waiting for it is answered ABORTED, and
+// the step pushed again by every member of the new group counts once.
+TEST(ServerCoreTest, ANewGenerationRestartsTheHalfGatheredSyncStep) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("SYNC", 2, 1)).ok());
+  ASSERT_TRUE(ps.Push(IdAt(0, 0, 1), Grad(100, 100)).ok());  // worker 0 of 2: waits
+  // Pull returns once the pull is queued (step 1 is not ready yet).
+  absl::Notification answered;
+  absl::Status waiting;
+  ps.Pull({"w"}, 0, 1, absl::Now() + absl::Seconds(30), [&](absl::Status s, NamedTensors, int64_t) {
+    waiting = s;
+    answered.Notify();
+  });
+  EXPECT_FALSE(answered.HasBeenNotified());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("SYNC", 3, 2)).ok());
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(waiting.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(waiting.message()), HasSubstr("moved to generation 2"));
+  for (int w = 0; w < 3; ++w) {
+    auto r = ps.Push(IdAt(w, 0, 2), Grad(3, 6));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->duplicate()) << "worker " << w;
+  }
+  // The mean of the new group's three, not worker 0's old gradient.
+  EXPECT_EQ(*PullW(&ps, 0, 1), (std::vector<float>{-3, -6}));
+}
+
 TEST(ServerCoreTest, BoundedStalenessBlocksTheFastWorkerWithADeadline) {
   ParameterServerCore ps(Options());
   ASSERT_TRUE(ps.CreateVariables(Create("BOUNDED_STALENESS", 2, 1)).ok());
@@ -330,20 +370,14 @@ TEST(ServerCoreTest, ARestartedServerSaysItLostItsVariables) {
 
 TEST(ServerCoreTest, PushesAndPullsOfAnotherGenerationAreRefused) {
   ParameterServerCore ps(Options());
-  CreateVariablesRequest create = Create("ASYNC", 1);
-  create.set_generation(7);
-  ASSERT_TRUE(ps.CreateVariables(create).ok());
-  RequestId stale = Id(0, 0);
-  stale.set_generation(6);
-  auto refused = ps.Push(stale, Grad(1, 1));
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("ASYNC", 1, 7)).ok());
+  auto refused = ps.Push(IdAt(0, 0, 6), Grad(1, 1));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("push of generation 6 refused"));
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("is at generation 7"));
   EXPECT_EQ(ps.CheckGeneration(6, "pull").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(ps.CheckGeneration(7, "pull").ok());
-  RequestId current = Id(0, 0);
-  current.set_generation(7);
-  ASSERT_TRUE(ps.Push(current, Grad(1, 1)).ok());
+  ASSERT_TRUE(ps.Push(IdAt(0, 0, 7), Grad(1, 1)).ok());
   EXPECT_EQ(ps.Status().global_step(), 1);  // the refused push changed nothing
   EXPECT_EQ(ps.Status().generation(), 7);
   EXPECT_EQ(ps.Status().stale_generation_refused(), 2);

@@ -1,0 +1,194 @@
+// Elastic workers under the parameter-server strategy: a worker that was
+// not in the spec joins a running job, one that leaves for good has its
+// data taken over.
+//
+// The invariant: each data stream (common/input/streams.h) is read in
+// order by one worker at a time, and a membership change moves streams
+// only at a step boundary, where the chief knows exactly which batch of
+// each stream comes next. So within an epoch no example is skipped or
+// read twice because a worker came or went:
+//   - ASYNC: every member stops after the step it is in (Pause returns the
+//     first step not pushed); each stream goes on from that member's step.
+//   - SYNC: every member goes back to the group's step T (the oldest step
+//     not applied; the PS drops a step half gathered when the generation
+//     changes), so every stream goes on from where step T reads it.
+//   - A leaver that said so stopped at a step it reported; one that died
+//     is counted at the step it last reported (ASYNC: the steps it pushed
+//     since may be read again; SYNC: exact unless it died in the instant
+//     its last push completed a step).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "chief/coordinator.h"
+#include "common/status_macros.h"
+
+namespace psrt {
+
+int Coordinator::NumStreams() const {
+  return std::max(options_.job.failure().max_workers(), options_.cluster.NumTasks(kWorkerJob));
+}
+
+absl::Status Coordinator::DealStreams() {
+  if (!Elastic()) return absl::OkStatus();
+  std::map<int, std::vector<StreamPos>> dealt;
+  RETURN_IF_ERROR(Deal(NumStreams(), GroupMembers(), {}, &dealt));
+  for (auto& [i, streams] : dealt) {
+    workers_[i].streams = streams;
+    workers_[i].stream_base = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Coordinator::WatchMembership() {
+  std::vector<int> joining;
+  std::vector<std::string> why;
+  // New workers: a view each, in index order (the registry admits them so).
+  for (int n = registry_->NumWorkers(); NumWorkers() < n;) {
+    const TaskId t = MakeTaskId(kWorkerJob, NumWorkers());
+    WorkerView v;
+    v.control = std::make_unique<WorkerControl>(channels_->Get(registry_->Get(t).info.address()), TaskName(t));
+    v.removed = true;  // a member from ChangeMembership on
+    v.reachable = true;
+    v.down_since = absl::InfiniteFuture();
+    workers_.push_back(std::move(v));
+    joining.push_back(NumWorkers() - 1);
+    why.push_back(TaskName(t) + " joins");
+  }
+  for (int i = 0; i < NumWorkers(); ++i) {
+    WorkerView& w = workers_[i];
+    const TaskState t = registry_->Get(MakeTaskId(kWorkerJob, i));
+    if (t.left && !w.left && w.incarnation != 0 && t.info.incarnation() == w.incarnation) {
+      // Its own word: stopped before step left_at_step. Not before what it
+      // reported, nor past the end.
+      w.step = std::clamp(t.left_at_step, std::min(w.step, end_step_), end_step_);
+      w.left = w.removed = true;
+      w.reachable = false;
+      why.push_back(absl::StrCat(w.control->name(), " leaves at step ", w.step));
+      const int members = static_cast<int>(GroupMembers().size());
+      if (members < options_.job.failure().min_workers()) {
+        report_(absl::StrCat("warning: ", members, " workers left, fewer than job.failure.min_workers=",
+                             options_.job.failure().min_workers()));
+      }
+    } else if (w.left && !t.left && t.info.incarnation() != 0 && t.info.incarnation() != w.incarnation) {
+      w.reachable = true;
+      joining.push_back(i);
+      why.push_back(w.control->name() + " comes back");
+    }
+  }
+  if (why.empty()) return false;
+  RETURN_IF_ERROR(ChangeMembership(absl::StrJoin(why, ", "), joining));
+  return true;
+}
+
+void Coordinator::WarmUpJoiners(const std::vector<int>& joining) {
+  // The deal as it would be now: which streams each joiner gets, and about
+  // where (the others only move on, so a little behind).
+  std::map<int, std::vector<StreamPos>> held, dealt;
+  int64_t now = end_step_;
+  for (int i = 0; i < NumWorkers(); ++i) {
+    const WorkerView& w = workers_[i];
+    if (w.streams.empty()) continue;
+    held[i] = PositionsAt(w.streams, w.stream_base, w.step);
+    now = std::min(now, w.step);
+  }
+  std::vector<int> members = GroupMembers();
+  members.insert(members.end(), joining.begin(), joining.end());
+  if (!Deal(NumStreams(), members, held, &dealt).ok()) return;
+  ForEachWorker([&](int i) {
+    if (std::find(joining.begin(), joining.end(), i) == joining.end() || dealt[i].empty()) return absl::OkStatus();
+    WorkerView& w = workers_[i];
+    w.streams = dealt[i];
+    w.stream_base = now;
+    WorkerAssignment a = AssignmentFor(i, now);
+    a.set_end_step(now);  // builds its input, runs nothing
+    w.streams.clear();
+    return w.control->Start(a);
+  });
+}
+
+absl::Status Coordinator::ChangeMembership(const std::string& why, const std::vector<int>& joining) {
+  // A joiner decodes its data before anyone stops: that takes seconds, the
+  // change itself milliseconds.
+  WarmUpJoiners(joining);
+  const absl::Time start = absl::Now();
+  // 1. Every member stops at a step boundary and says which.
+  ForEachWorker([this](int i) {
+    WorkerView& w = workers_[i];
+    if (w.removed || !w.reachable ||
+        (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
+    if (!s.ok()) {
+      w.reachable = false;
+      return s.status();
+    }
+    w.step = *s;
+    return absl::OkStatus();
+  });
+  // 2. Where each stream stands: at each holder's step (ASYNC), or at the
+  // group's step T, the oldest not applied (SYNC).
+  int64_t group_step = end_step_, old_min = end_step_;
+  for (const WorkerView& w : workers_) {
+    if (w.streams.empty()) continue;
+    group_step = std::min(group_step, w.step);
+    if (!w.removed) old_min = std::min(old_min, w.step);
+  }
+  if (old_min == end_step_) old_min = group_step;  // no member before: where the leavers stopped
+  std::map<int, std::vector<StreamPos>> held;
+  for (int i = 0; i < NumWorkers(); ++i) {
+    WorkerView& w = workers_[i];
+    if (w.streams.empty()) continue;
+    held[i] = PositionsAt(w.streams, w.stream_base, Sync() ? group_step : w.step);
+  }
+  for (int i : joining) {
+    workers_[i].removed = workers_[i].left = false;
+    workers_[i].step = Sync() ? group_step : old_min;
+  }
+  const std::vector<int> members = GroupMembers();
+  if (members.empty()) {
+    report_(absl::StrCat("membership: ", why, "; no worker left: training waits for one to join"));
+    return absl::OkStatus();  // the leavers keep their streams until then
+  }
+  std::map<int, std::vector<StreamPos>> dealt;
+  RETURN_IF_ERROR(Deal(NumStreams(), members, held, &dealt));
+  for (int i = 0; i < NumWorkers(); ++i) {
+    WorkerView& w = workers_[i];
+    if (w.removed) {
+      w.streams.clear();  // dealt to the members
+      continue;
+    }
+    if (Sync()) w.step = group_step;
+    w.streams = dealt[i];
+    w.stream_base = w.step;
+  }
+  // 3. The new group: its size on every PS (a SYNC step waits for that many
+  // pushes), under a new generation that fences off anything still in
+  // flight from the old one.
+  NewGeneration();
+  for (int p = 0; p < NumPs(); ++p) {
+    absl::Status s = CreateVariablesOn(p);
+    if (!s.ok()) report_(absl::StrCat("membership change: ", ps_[p].admin->name(), ": ", s.message()));
+  }
+  // 4. Every member starts again where it stopped, with its streams.
+  std::vector<absl::Status> started = ForEachWorker([this](int i) {
+    WorkerView& w = workers_[i];
+    if (w.removed || !w.reachable) return absl::OkStatus();
+    return StartWorker(i, w.step);
+  });
+  for (int i = 0; i < NumWorkers(); ++i) {
+    if (started[i].ok()) continue;
+    report_(absl::StrCat("starting ", workers_[i].control->name(), ": ", started[i].message()));
+    workers_[i].incarnation = 0;  // the watch starts it when it answers
+  }
+  ++membership_changes_;
+  std::vector<std::string> names;
+  for (int m : members) names.push_back(workers_[m].control->name());
+  report_(absl::StrCat("membership: ", why, "; ", members.size(), " workers (", absl::StrJoin(names, ", "), ")",
+                       Sync() ? absl::StrCat(", the SYNC group goes on at step ", group_step, " (generation ", generation_, ")") : "",
+                       "; training paused for ", absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
+  return absl::OkStatus();
+}
+
+}  // namespace psrt
