@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc/parsed_unary.h"
 #include "common/rpc/status_util.h"
+#include "common/status_macros.h"
 #include "common/transport/ps_wire.h"
 
 namespace psrt {
@@ -102,7 +103,25 @@ absl::Status Busy(absl::string_view method, int64_t limit) {
       absl::StartsWith(method, "Pull") ? "pulls" : "pushes", " (--max_inflight_requests); retry later"));
 }
 
+// A push's rows first, as a PushRows of the same id would be (its own
+// retry record), then the dense part.
+absl::StatusOr<PushResponse> ApplyPush(ParameterServerCore* core, const pswire::PushArgs& args) {
+  if (!args.rows.empty()) {
+    absl::StatusOr<PushResponse> rows = core->PushRows(args.id, args.rows);
+    if (!rows.ok()) return rows.status();
+  }
+  absl::StatusOr<PushResponse> r = core->Push(args.id, args.gradients);
+  if (r.ok()) r->set_rows_taken(!args.rows.empty());
+  return r;
+}
+
 }  // namespace
+
+absl::StatusOr<ParameterServerCore*> PsServiceImpl::CoreFor(const grpc::ServerContextBase& ctx, bool control) {
+  if (router_ == nullptr) return core_;
+  ASSIGN_OR_RETURN(ReplicaHeader h, ReadReplicaHeader(ctx));
+  return router_->Resolve(h, control);
+}
 
 // Pull and PullRows: the same checks in the same order, then the core's
 // pull of variables or of rows, answered from its callback.
@@ -115,14 +134,16 @@ grpc::ServerUnaryReactor* PsServiceImpl::ServePull(grpc::CallbackServerContext* 
   InflightSlot slot(pulls_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy(method, max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), method); !s.ok()) return Done(ctx, s);
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(*ctx, false);
+  if (!core.ok()) return Done(ctx, core.status());
   auto args = decode(*req);
   if (!args.ok()) return Done(ctx, args.status());
   CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
   if (!mine.held()) return Done(ctx, CallerBusy(method, mine, max_per_caller_));
-  if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
+  if (auto g = (*core)->CheckGeneration(args->generation, "pull"); !g.ok()) return Done(ctx, g);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   uint64_t incarnation = core_->incarnation();
-  issue(*std::move(args), PullDeadline(ctx),
+  issue(*core, *std::move(args), PullDeadline(ctx),
         [reactor, resp, incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
          mine = std::make_shared<CallerSlot>(std::move(mine))](absl::Status s, NamedTensors t, int64_t gs) mutable {
           slot.reset();  // free before the client hears back
@@ -136,24 +157,31 @@ grpc::ServerUnaryReactor* PsServiceImpl::ServePull(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
   return ServePull(ctx, req, resp, Rpc::kPsPull, "Pull", pswire::DecodePull,
-                   [this](pswire::PullArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
-                     core_->Pull(std::move(args.variables), args.worker, args.step, deadline, std::move(done));
+                   [](ParameterServerCore* core, pswire::PullArgs args, absl::Time deadline,
+                      ParameterServerCore::PullDone done) {
+                     core->Pull(std::move(args.variables), args.worker, args.step, deadline, std::move(done));
                    });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullRows(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
   return ServePull(ctx, req, resp, Rpc::kPsPullRows, "PullRows", pswire::DecodePullRows,
-                   [this](pswire::PullRowsArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
-                     core_->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done),
+                   [](ParameterServerCore* core, pswire::PullRowsArgs args, absl::Time deadline,
+                      ParameterServerCore::PullDone done) {
+                     core->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done),
                                      args.read_only);
                    });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  absl::StatusOr<ReplicaHeader> header =
+      router_ != nullptr ? ReadReplicaHeader(*ctx) : absl::StatusOr<ReplicaHeader>(ReplicaHeader());
+  if (!header.ok()) return Done(ctx, header.status());
   Caller caller;
-  if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsPush, &caller); !a.ok()) return Finish(ctx, a);
+  // A primary's forward to its backup is a PS's call, not a worker's.
+  const Rpc rpc = header->replica ? Rpc::kPsReplicate : Rpc::kPsPush;
+  if (grpc::Status a = auth_.Authorize(*ctx, rpc, &caller); !a.ok()) return Finish(ctx, a);
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return Done(ctx, Busy("Push", max_inflight_));
   if (auto s = CheckSize(req, core_->max_request_bytes(), "Push"); !s.ok()) return Done(ctx, s);
@@ -161,17 +189,9 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
   if (!args.ok()) return Done(ctx, args.status());
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
   if (!mine.held()) return Done(ctx, CallerBusy("Push", mine, max_per_caller_));
-  // The step's rows first, as a PushRows of the same id would be (its own
-  // retry record), then the dense part.
-  if (!args->rows.empty()) {
-    absl::StatusOr<PushResponse> rows = core_->PushRows(args->id, args->rows);
-    if (!rows.ok()) return Done(ctx, rows.status());
-  }
-  absl::StatusOr<PushResponse> r = core_->Push(args->id, args->gradients);
-  if (r.ok()) {
-    r->set_rows_taken(!args->rows.empty());
-    *resp = pswire::EncodePushResult(*r);
-  }
+  auto apply = [&](ParameterServerCore* core) { return ApplyPush(core, *args); };
+  absl::StatusOr<PushResponse> r = router_ != nullptr ? router_->Push(*header, *req, apply) : apply(core_);
+  if (r.ok()) *resp = pswire::EncodePushResult(*r);
   return Done(ctx, r.status());
 }
 
@@ -186,6 +206,10 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* c
   if (!args.ok()) return Done(ctx, args.status());
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
   if (!mine.held()) return Done(ctx, CallerBusy("PushRows", mine, max_per_caller_));
+  if (router_ != nullptr && router_->epoch() > 0) {
+    return Done(ctx, absl::FailedPreconditionError(
+                         "PushRows is not replicated: with job.replication, rows travel in Push"));
+  }
   absl::StatusOr<PushResponse> r = core_->PushRows(args->id, args->rows);
   if (r.ok()) *resp = pswire::EncodePushResult(*r);
   return Done(ctx, r.status());
@@ -222,7 +246,8 @@ grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx
 grpc::Status PsServiceImpl::CreateVariables(grpc::ServerContextBase* ctx, const CreateVariablesRequest* req,
                                             CreateVariablesResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsCreateVariables); !a.ok()) return a;
-  absl::StatusOr<CreateVariablesResponse> r = core_->CreateVariables(*req);
+  absl::StatusOr<CreateVariablesResponse> r =
+      router_ != nullptr ? router_->CreateVariables(*req) : core_->CreateVariables(*req);
   if (r.ok()) *resp = *r;
   return ToGrpcStatus(r.status());
 }
@@ -230,7 +255,9 @@ grpc::Status PsServiceImpl::CreateVariables(grpc::ServerContextBase* ctx, const 
 grpc::Status PsServiceImpl::Snapshot(grpc::ServerContextBase* ctx, const SnapshotRequest* req,
                                      SnapshotResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsSnapshot); !a.ok()) return a;
-  absl::StatusOr<SnapshotResponse> r = core_->Snapshot(*req);
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(*ctx, true);
+  if (!core.ok()) return ToGrpcStatus(core.status());
+  absl::StatusOr<SnapshotResponse> r = (*core)->Snapshot(*req);
   if (r.ok()) *resp = *r;
   return ToGrpcStatus(r.status());
 }
@@ -238,7 +265,9 @@ grpc::Status PsServiceImpl::Snapshot(grpc::ServerContextBase* ctx, const Snapsho
 grpc::Status PsServiceImpl::Restore(grpc::ServerContextBase* ctx, const RestoreRequest* req,
                                     RestoreResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsRestore); !a.ok()) return a;
-  absl::StatusOr<RestoreResponse> r = core_->Restore(*req);
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(*ctx, true);
+  if (!core.ok()) return ToGrpcStatus(core.status());
+  absl::StatusOr<RestoreResponse> r = (*core)->Restore(*req);
   if (r.ok()) *resp = *r;
   return ToGrpcStatus(r.status());
 }
@@ -246,7 +275,13 @@ grpc::Status PsServiceImpl::Restore(grpc::ServerContextBase* ctx, const RestoreR
 grpc::Status PsServiceImpl::Status(grpc::ServerContextBase* ctx, const PsStatusRequest*,
                                    PsStatusResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsStatus); !a.ok()) return a;
-  *resp = core_->Status();
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(*ctx, true);
+  if (!core.ok()) return ToGrpcStatus(core.status());
+  *resp = (*core)->Status();
+  if (router_ != nullptr) {
+    resp->set_epoch(router_->epoch());
+    resp->set_stale_epoch_refused(router_->stale_refused());
+  }
   return grpc::Status::OK;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "common/rpc/retry.h"
 #include "common/rpc/status_util.h"
+#include "common/transport/replica_header.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -37,6 +38,11 @@ PsClient::PsClient(const PlacementMap& placement, std::vector<std::string> ps_ad
   used_ps_.assign(used.begin(), used.end());
 }
 
+void PsClient::SetRoute(const ReplicaRoute& route) {
+  absl::MutexLock lock(&route_mu_);
+  route_ = route;
+}
+
 std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls) {
   struct Call {
@@ -44,13 +50,26 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     grpc::ByteBuffer response;
     grpc::Status status;
   };
+  ReplicaRoute route;
+  {
+    absl::MutexLock lock(&route_mu_);
+    route = route_;
+  }
+  // calls[i].first is a store; the task serving it, by the route.
+  std::vector<int> task(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const int store = calls[i].first;
+    task[i] = route.epoch() > 0 && store < route.store_task_size() ? route.store_task(store) : store;
+    if (task[i] < 0 || task[i] >= static_cast<int>(stubs_.size())) task[i] = store;
+  }
   std::vector<std::unique_ptr<Call>> state(calls.size());
   absl::BlockingCounter pending(static_cast<int>(calls.size()));
   for (size_t i = 0; i < calls.size(); ++i) {
     state[i] = std::make_unique<Call>();
     Call* c = state[i].get();
     SetDeadline(&c->ctx, options_.timeout);
-    const int ps = calls[i].first;
+    if (route.epoch() > 0) AddReplicaHeader(&c->ctx, calls[i].first, route.epoch());
+    const int ps = task[i];
     stubs_[ps]->UnaryCall(&c->ctx, calls[i].second.first, grpc::StubOptions(), &calls[i].second.second,
                           &c->response, [c, &pending](grpc::Status s) {
                             c->status = std::move(s);
@@ -63,7 +82,7 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     if (state[i]->status.ok()) {
       out.push_back(std::move(state[i]->response));
     } else {
-      out.push_back(FromGrpcStatus(state[i]->status, absl::StrCat("ps:", calls[i].first),
+      out.push_back(FromGrpcStatus(state[i]->status, absl::StrCat("ps:", task[i]),
                                    calls[i].second.first.substr(calls[i].second.first.rfind('/') + 1)));
     }
   }

@@ -1,0 +1,102 @@
+// ReplicaRouter: a PS's stores when the job replicates its shards
+// (job.replication.factor 2, issue #15). A PS serves its own store (store
+// N on ps:N) and holds a backup of another (ps:N-1's); after a failover it
+// serves that one as primary too. Each store is a ParameterServerCore of
+// its own, so values, optimizer slots, step counters and the record of
+// applied request ids are all per store, exactly as on the primary.
+//
+// Replication is forward-then-acknowledge, in order: a primary applies a
+// push and forwards the same request bytes (same request id) to its
+// backup, which applies them the same way; the worker hears back only
+// after the backup answered. One push at a time per store (the store's
+// lock is held across the apply and the forward), so the backup applies
+// the pushes in the primary's order and ends bit-identical (the optimizer
+// is deterministic). A push whose forward fails is not acknowledged; its
+// retry is a duplicate on the primary (nothing applied again) and is
+// forwarded again, so the backup gets it once too.
+//
+// Epochs against split brain: the chief moves every PS to a placement
+// epoch (CreateVariables with a ReplicaConfig); requests carry theirs
+// (replica_header.h) and one of another epoch is refused with
+// FAILED_PRECONDITION naming both. A promoted backup refuses the forwards
+// of its old primary (it is no backup any more, and they carry the old
+// epoch), so a primary cut off and come back can acknowledge nothing.
+//
+// Without replication (no ReplicaConfig ever received) every request goes
+// to the PS's own core as before. Thread-safe.
+#ifndef PSRT_COMMON_STORE_REPLICA_ROUTER_H_
+#define PSRT_COMMON_STORE_REPLICA_ROUTER_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/rpc/channel_cache.h"
+#include "common/store/server_core.h"
+#include "common/transport/replica_header.h"
+#include "grpcpp/channel.h"
+#include "proto/ps_service.pb.h"
+
+namespace psrt {
+
+class ReplicaRouter {
+ public:
+  // `own` (not owned) is the PS's store `base.task_index`; backups are made
+  // with `base` (their snapshot store named ps-<store>). `channels` (not
+  // owned, may be null: no forwarding) reaches the backups.
+  ReplicaRouter(ParameterServerCore* own, ServerCoreOptions base, ChannelCache* channels);
+
+  // CreateVariables as the chief sends it: without a ReplicaConfig to the
+  // own core; with one, to that store's core (a backup's made on first
+  // use) after the role and epoch are checked and set. Refused: an epoch
+  // older than this PS's, a backup of the PS's own store, promoting a store
+  // this PS holds no copy of.
+  absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req);
+
+  // The core a pull or control call is for: the own core without a header,
+  // else the store it names, served here as primary, at this epoch.
+  // `control` (the chief's Snapshot/Restore/Status) may address a backup.
+  absl::StatusOr<ParameterServerCore*> Resolve(const ReplicaHeader& h, bool control = false);
+
+  // A push: `apply` runs on the store's core, then (a primary with a
+  // backup) the request bytes `raw` are forwarded and waited for. A
+  // replica push (h.replica) is applied on a backup only.
+  using Apply = std::function<absl::StatusOr<PushResponse>(ParameterServerCore*)>;
+  absl::StatusOr<PushResponse> Push(const ReplicaHeader& h, const grpc::ByteBuffer& raw, const Apply& apply);
+
+  int64_t epoch() const { return epoch_.load(); }
+  int64_t stale_refused() const { return stale_refused_.load(); }
+
+ private:
+  struct Store {
+    std::unique_ptr<ParameterServerCore> owned;  // null for the PS's own store
+    ParameterServerCore* core = nullptr;
+    // Held across a push's apply and forward: one at a time, in order.
+    absl::Mutex mu;
+    std::atomic<bool> backup{false};  // written under mu; pulls read it without
+    int64_t epoch ABSL_GUARDED_BY(mu) = 0;  // of the last role change
+    int backup_task ABSL_GUARDED_BY(mu) = -1;
+    std::shared_ptr<grpc::Channel> to_backup ABSL_GUARDED_BY(mu);
+  };
+  absl::Status CheckEpoch(int64_t epoch, absl::string_view what) const;
+  absl::StatusOr<Store*> Find(int store) const;
+  // Sends `raw` to the backup as a replica push of `store`; waits.
+  absl::Status Forward(Store* s, int store, int64_t epoch, const grpc::ByteBuffer& raw)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+
+  ParameterServerCore* const own_;
+  const ServerCoreOptions base_;
+  ChannelCache* const channels_;
+  std::atomic<int64_t> epoch_{0};  // 0: not replicating
+  mutable std::atomic<int64_t> stale_refused_{0};
+
+  mutable absl::Mutex mu_;  // guards the map; each Store locks itself
+  std::map<int, std::unique_ptr<Store>> stores_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_STORE_REPLICA_ROUTER_H_
