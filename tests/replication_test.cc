@@ -222,5 +222,52 @@ TEST_F(PsPair, AcknowledgedPushesAreOnTheBackupBitIdenticallyAndStaleEpochsAreRe
   EXPECT_THAT(std::string(Configure(1, 1, false, -1).message()), HasSubstr("older than"));
 }
 
+class ReplicatedCluster : public testing::TrainingClusterTest {};
+
+TEST_F(ReplicatedCluster, PsKilledUnderLoadFailsOverWithoutRollbackOrLostPushes) {
+  constexpr int64_t kSteps = 2000;  // per worker
+  Setup(2, 2, ConsistencyDef::ASYNC, kSteps);
+  job_.mutable_replication()->set_factor(2);
+  job_.mutable_replication()->set_failover_after_ms(200);
+  job_.mutable_checkpoint()->set_every_steps(0);  // only the first and the last: no restore to fall back on quietly
+  job_.mutable_failure()->set_ps_wait_ms(60000);   // a failover that never comes fails the test, not hangs it
+  WriteJob();
+  auto ps0 = StartPs(0);
+  auto ps1 = StartPs(1);
+  auto w0 = StartWorker(0);
+  auto w1 = StartWorker(1);
+  auto chief = StartChief();
+  ASSERT_TRUE(chief && ps0 && ps1 && w0 && w1);
+  // Under load: past step 300 of 2000.
+  ASSERT_FALSE(chief->WaitForMatch("step ([3-9][0-9][0-9]|1[0-9][0-9][0-9])/", absl::Minutes(3)).empty());
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(ps0->Kill(SIGKILL));
+  ASSERT_TRUE(chief->WaitForLine("failover: ps:0 is gone", absl::Minutes(1)));
+  std::cerr << "\nFIGURE: PS SIGKILL -> workers resumed on the promoted backup: "
+            << absl::ToDoubleSeconds(absl::Now() - killed) << " s (failover_after_ms 200)\n";
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  const std::string summary = Summary();
+  std::cerr << "FIGURE: summary " << summary << std::endl;
+  EXPECT_EQ(Field(summary, "failovers"), 1) << summary;
+  EXPECT_EQ(Field(summary, "rolled_back_steps"), 0) << summary;
+  EXPECT_EQ(Field(summary, "restored_from_step"), -1) << summary;
+  EXPECT_EQ(Field(summary, "steps"), kSteps) << summary;
+  EXPECT_GT(Field(summary, "accuracy"), 0.7) << summary;
+  EXPECT_FALSE(chief->WaitForLine("recovering:", absl::ZeroDuration())) << "a restore ran";
+  // Every acknowledged push applied once: each store (ps:1's own, and
+  // store 0 it took over) applied one push per worker step.
+  ChannelCache channels;
+  PsAdmin own(channels.Get(cluster_.ps[1]), "ps:1");
+  auto st = own.Status();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->global_step(), 2 * kSteps) << "store 1";
+  ASSERT_GT(st->epoch(), 0);
+  PsAdmin taken(channels.Get(cluster_.ps[1]), "ps:1");
+  taken.SetReplica(0, st->epoch());
+  auto st0 = taken.Status();
+  ASSERT_TRUE(st0.ok()) << st0.status();
+  EXPECT_EQ(st0->global_step(), 2 * kSteps) << "store 0, promoted on ps:1";
+}
+
 }  // namespace
 }  // namespace psrt

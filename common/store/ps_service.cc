@@ -189,10 +189,25 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* ctx,
   if (!args.ok()) return Done(ctx, args.status());
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
   if (!mine.held()) return Done(ctx, CallerBusy("Push", mine, max_per_caller_));
-  auto apply = [&](ParameterServerCore* core) { return ApplyPush(core, *args); };
-  absl::StatusOr<PushResponse> r = router_ != nullptr ? router_->Push(*header, *req, apply) : apply(core_);
-  if (r.ok()) *resp = pswire::EncodePushResult(*r);
-  return Done(ctx, r.status());
+  if (router_ == nullptr) {
+    absl::StatusOr<PushResponse> r = ApplyPush(core_, *args);
+    if (r.ok()) *resp = pswire::EncodePushResult(*r);
+    return Done(ctx, r.status());
+  }
+  // The router may answer later, from a store's thread (a primary waits
+  // for its backup): the slots are held until then.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto pushed = std::make_shared<pswire::PushArgs>(*std::move(args));
+  router_->Push(
+      *header, req, [pushed](ParameterServerCore* core) { return ApplyPush(core, *pushed); },
+      [reactor, resp, slot = std::make_shared<InflightSlot>(std::move(slot)),
+       mine = std::make_shared<CallerSlot>(std::move(mine))](absl::StatusOr<PushResponse> r) mutable {
+        slot.reset();
+        mine.reset();
+        if (r.ok()) *resp = pswire::EncodePushResult(*r);
+        reactor->Finish(ToGrpcStatus(r.status()));
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* ctx,

@@ -137,19 +137,66 @@ absl::Status ReplicaRouter::Forward(Store* s, int store, int64_t epoch, const gr
   return FromGrpcStatus(status, absl::StrCat("ps:", s->backup_task), "Push (replica)");
 }
 
-absl::StatusOr<PushResponse> ReplicaRouter::Push(const ReplicaHeader& h, const grpc::ByteBuffer& raw,
-                                                 const Apply& apply) {
+ReplicaRouter::SerialQueue::SerialQueue() : thread_([this] {
+  while (true) {
+    std::function<void()> f;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](SerialQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->stop_ || !q->queue_.empty(); },
+          this));
+      if (queue_.empty()) return;
+      f = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    f();
+  }
+}) {}
+
+ReplicaRouter::SerialQueue::~SerialQueue() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void ReplicaRouter::SerialQueue::Post(std::function<void()> f) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(f));
+}
+
+void ReplicaRouter::Push(const ReplicaHeader& h, const grpc::ByteBuffer* raw, Apply apply, PushDone done) {
   if (!h.present) {
     if (epoch_.load() > 0) {
       stale_refused_.fetch_add(1);
-      return absl::FailedPreconditionError(absl::StrCat(
+      return done(absl::FailedPreconditionError(absl::StrCat(
           "ps:", base_.task_index, " replicates its shards (placement epoch ", epoch_.load(),
-          "): a push must name its store and epoch (psrt-store, psrt-epoch)"));
+          "): a push must name its store and epoch (psrt-store, psrt-epoch)")));
     }
-    return apply(own_);
+    return done(apply(own_));
   }
-  ASSIGN_OR_RETURN(Store * s, Find(h.store));
-  absl::MutexLock lock(&s->mu);
+  absl::StatusOr<Store*> found = Find(h.store);
+  if (!found.ok()) return done(found.status());
+  Store* s = *found;
+  bool forwards;
+  {
+    absl::MutexLock lock(&s->mu);
+    forwards = !h.replica && s->to_backup != nullptr;
+    // Applied here at once: a backup's replica push (it never waits on
+    // another PS), or a primary's with no backup (no order to keep).
+    if (!forwards) return done(PushLocked(s, h, *raw, apply));
+  }
+  // Queued in arrival order; the store's thread applies and forwards
+  // (rechecking the role: it may have changed meanwhile).
+  s->pushes.Post([this, s, h, raw, apply = std::move(apply), done = std::move(done)] {
+    absl::MutexLock lock(&s->mu);
+    done(PushLocked(s, h, *raw, apply));
+  });
+}
+
+absl::StatusOr<PushResponse> ReplicaRouter::PushLocked(Store* s, const ReplicaHeader& h, const grpc::ByteBuffer& raw,
+                                                       const Apply& apply) {
   RETURN_IF_ERROR(CheckEpoch(h.epoch, h.replica ? "a replica push" : "a push"));
   if (h.replica != s->backup.load()) {
     stale_refused_.fetch_add(1);

@@ -8,10 +8,12 @@
 // Replication is forward-then-acknowledge, in order: a primary applies a
 // push and forwards the same request bytes (same request id) to its
 // backup, which applies them the same way; the worker hears back only
-// after the backup answered. One push at a time per store (the store's
-// lock is held across the apply and the forward), so the backup applies
-// the pushes in the primary's order and ends bit-identical (the optimizer
-// is deterministic). A push whose forward fails is not acknowledged; its
+// after the backup answered. One push at a time per store, on the store's
+// own thread (the store's lock is held across the apply and the forward),
+// so the backup applies the pushes in the primary's order and ends
+// bit-identical (the optimizer is deterministic). gRPC's threads never wait
+// on another PS: with two PS each the other's backup, handlers blocked on
+// forwards starved both servers (seen: a PS stopped answering at step 2). A push whose forward fails is not acknowledged; its
 // retry is a duplicate on the primary (nothing applied again) and is
 // forwarded again, so the backup gets it once too.
 //
@@ -28,7 +30,9 @@
 #define PSRT_COMMON_STORE_REPLICA_ROUTER_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
+#include <thread>
 #include <map>
 #include <memory>
 
@@ -62,16 +66,34 @@ class ReplicaRouter {
   absl::StatusOr<ParameterServerCore*> Resolve(const ReplicaHeader& h, bool control = false);
 
   // A push: `apply` runs on the store's core, then (a primary with a
-  // backup) the request bytes `raw` are forwarded and waited for. A
-  // replica push (h.replica) is applied on a backup only.
+  // backup) the request bytes `raw` are forwarded and waited for; `done`
+  // gets the answer, once, maybe on another thread, maybe before Push
+  // returns. `raw`, `apply` and what they refer to must live until then.
+  // A replica push (h.replica) is applied on a backup only.
   using Apply = std::function<absl::StatusOr<PushResponse>(ParameterServerCore*)>;
-  absl::StatusOr<PushResponse> Push(const ReplicaHeader& h, const grpc::ByteBuffer& raw, const Apply& apply);
+  using PushDone = std::function<void(absl::StatusOr<PushResponse>)>;
+  void Push(const ReplicaHeader& h, const grpc::ByteBuffer* raw, Apply apply, PushDone done);
 
   int64_t epoch() const { return epoch_.load(); }
   int64_t stale_refused() const { return stale_refused_.load(); }
 
  private:
+  // Runs closures one at a time, in order, on its own thread; drains what
+  // is queued before its destructor returns.
+  class SerialQueue {
+   public:
+    SerialQueue();
+    ~SerialQueue();
+    void Post(std::function<void()> f);
+
+   private:
+    absl::Mutex mu_;
+    std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+    bool stop_ ABSL_GUARDED_BY(mu_) = false;
+    std::thread thread_;
+  };
   struct Store {
+    SerialQueue pushes;  // a primary's pushes, while it has a backup
     std::unique_ptr<ParameterServerCore> owned;  // null for the PS's own store
     ParameterServerCore* core = nullptr;
     // Held across a push's apply and forward: one at a time, in order.
@@ -86,6 +108,9 @@ class ReplicaRouter {
   // Sends `raw` to the backup as a replica push of `store`; waits.
   absl::Status Forward(Store* s, int store, int64_t epoch, const grpc::ByteBuffer& raw)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // The push on store `s` (found for h), its checks, apply and forward.
+  absl::StatusOr<PushResponse> PushLocked(Store* s, const ReplicaHeader& h, const grpc::ByteBuffer& raw,
+                                          const Apply& apply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
 
   ParameterServerCore* const own_;
   const ServerCoreOptions base_;
