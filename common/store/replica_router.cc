@@ -81,7 +81,11 @@ absl::StatusOr<CreateVariablesResponse> ReplicaRouter::CreateVariables(const Cre
                                                           " to serve as its primary"));
       }
       ServerCoreOptions o = base_;
-      o.store_name = absl::StrCat("ps-", rc.store());
+      // Its snapshots under a name of its own: the old primary, if only cut
+      // off, may still hold ps-<store> open (a shared --snapshot_dir). The
+      // manifest names the directory, and a restore onto the usual layout
+      // assembles from it (another layout, restore_assembly.h).
+      o.store_name = absl::StrCat("ps-", rc.store(), "-on-ps-", me);
       auto fresh = std::make_unique<Store>();
       fresh->owned = std::make_unique<ParameterServerCore>(o);
       fresh->core = fresh->owned.get();

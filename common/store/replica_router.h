@@ -49,7 +49,7 @@ namespace psrt {
 class ReplicaRouter {
  public:
   // `own` (not owned) is the PS's store `base.task_index`; backups are made
-  // with `base` (their snapshot store named ps-<store>). `channels` (not
+  // with `base` (their snapshot store named ps-<store>-on-ps-<task>). `channels` (not
   // owned, may be null: no forwarding) reaches the backups.
   ReplicaRouter(ParameterServerCore* own, ServerCoreOptions base, ChannelCache* channels);
 
