@@ -96,6 +96,13 @@ absl::StatusOr<CreateVariablesResponse> ReplicaRouter::CreateVariables(const Cre
   }
   // The variables first (all or nothing), then the role.
   ASSIGN_OR_RETURN(CreateVariablesResponse resp, s->core->CreateVariables(req));
+  {
+    // A forward waiting on a backup that stopped answering would hold the
+    // role change up to its deadline: cancelled, its push is not
+    // acknowledged and is retried under the new roles.
+    absl::MutexLock cancel(&s->forward_mu);
+    if (s->forwarding != nullptr) s->forwarding->TryCancel();
+  }
   absl::MutexLock lock(&s->mu);
   if (s->epoch > rc.epoch()) {
     return absl::FailedPreconditionError(absl::StrCat("replica.epoch ", rc.epoch(), " is older than store ",
@@ -135,8 +142,16 @@ absl::Status ReplicaRouter::Forward(Store* s, int store, int64_t epoch, const gr
   // A blocking call on its own completion queue (this thread polls it): it
   // needs none of the callback threads this handler may be holding.
   const grpc::internal::RpcMethod method(kPush, grpc::internal::RpcMethod::NORMAL_RPC);
+  {
+    absl::MutexLock l(&s->forward_mu);
+    s->forwarding = &ctx;
+  }
   grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
       s->to_backup.get(), method, &ctx, raw, &response);
+  {
+    absl::MutexLock l(&s->forward_mu);
+    s->forwarding = nullptr;
+  }
   if (status.ok()) return absl::OkStatus();
   return FromGrpcStatus(status, absl::StrCat("ps:", s->backup_task), "Push (replica)");
 }

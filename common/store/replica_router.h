@@ -111,6 +111,10 @@ class ReplicaRouter {
     int64_t epoch ABSL_GUARDED_BY(mu) = 0;  // of the last role change
     int backup_task ABSL_GUARDED_BY(mu) = -1;
     std::shared_ptr<grpc::Channel> to_backup ABSL_GUARDED_BY(mu);
+    // The forward in flight (held under mu too), so that a role change
+    // need not wait for a stopped backup's deadline: it cancels it.
+    absl::Mutex forward_mu ABSL_ACQUIRED_AFTER(mu);
+    grpc::ClientContext* forwarding ABSL_GUARDED_BY(forward_mu) = nullptr;
   };
   absl::Status CheckEpoch(int64_t epoch, absl::string_view what) const;
   absl::StatusOr<Store*> Find(int store) const;
