@@ -2,6 +2,7 @@
 
 #include "absl/strings/strip.h"
 #include "common/rpc/unary_call.h"
+#include "common/transport/replica_header.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -19,9 +20,21 @@ constexpr absl::Duration kStorageTimeout = absl::Minutes(10);
 PsAdmin::PsAdmin(std::shared_ptr<grpc::Channel> channel, std::string name)
     : name_(std::move(name)), stub_(ParameterServer::NewStub(channel)) {}
 
+template <typename Request, typename Response>
+absl::StatusOr<Response> PsAdmin::Call(grpc::Status (ParameterServer::Stub::*method)(grpc::ClientContext*,
+                                                                                    const Request&, Response*),
+                                       const Request& req, absl::Duration timeout, absl::string_view what) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  if (epoch_ > 0) AddReplicaHeader(&ctx, store_, epoch_);
+  Response response;
+  absl::Status s = FromGrpcStatus((stub_.get()->*method)(&ctx, req, &response), name_, what);
+  if (!s.ok()) return s;
+  return response;
+}
+
 absl::StatusOr<CreateVariablesResponse> PsAdmin::CreateVariables(const CreateVariablesRequest& req) {
-  return CallUnary(stub_.get(), &ParameterServer::Stub::CreateVariables, req, kControlTimeout,
-                   name_, "CreateVariables");
+  return Call(&ParameterServer::Stub::CreateVariables, req, kControlTimeout, "CreateVariables");
 }
 
 std::string CheckpointName(absl::string_view checkpoint_dir) {
@@ -42,9 +55,7 @@ absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::stri
   req.set_keep(keep);
   // Without wait_durable a snapshot is an in-memory copy: a PS that takes
   // longer is hung, and the checkpoint is abandoned rather than waited on.
-  return CallUnary(stub_.get(), &ParameterServer::Stub::Snapshot, req,
-                   wait_durable ? kStorageTimeout : kControlTimeout, name_,
-                   "Snapshot");
+  return Call(&ParameterServer::Stub::Snapshot, req, wait_durable ? kStorageTimeout : kControlTimeout, "Snapshot");
 }
 
 absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string& dir, int64_t generation,
@@ -54,13 +65,11 @@ absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string
   req.set_step(step);
   req.set_generation(generation);
   req.set_checkpoint(CheckpointName(dir));
-  return CallUnary(stub_.get(), &ParameterServer::Stub::Restore, req, kStorageTimeout, name_,
-                   "Restore");
+  return Call(&ParameterServer::Stub::Restore, req, kStorageTimeout, "Restore");
 }
 
 absl::StatusOr<PsStatusResponse> PsAdmin::Status(absl::Duration timeout) {
-  return CallUnary(stub_.get(), &ParameterServer::Stub::Status, PsStatusRequest(), timeout, name_,
-                   "Status");
+  return Call(&ParameterServer::Stub::Status, PsStatusRequest(), timeout, "Status");
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> PsAdmin::Pull(
@@ -69,8 +78,7 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> PsAdmin::Pull(
   req.set_generation(generation);
   for (const auto& n : names) req.add_variable(n);
   req.set_worker(-1);  // the chief: never waits on a sync step
-  ASSIGN_OR_RETURN(PullResponse resp, CallUnary(stub_.get(), &ParameterServer::Stub::Pull, req,
-                                                kControlTimeout, name_, "Pull"));
+  ASSIGN_OR_RETURN(PullResponse resp, Call(&ParameterServer::Stub::Pull, req, kControlTimeout, "Pull"));
   std::vector<std::pair<std::string, Tensor>> out;
   for (const NamedTensor& nt : resp.tensor()) {
     ASSIGN_OR_RETURN(Tensor t, Tensor::FromProto(nt.tensor()));
@@ -96,8 +104,9 @@ absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation, absl::Duration 
   return resp.step();
 }
 
-absl::Status WorkerControl::Resume(int64_t start_step, int64_t generation) {
+absl::Status WorkerControl::Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route) {
   ResumeRequest req;
+  if (route.epoch() > 0) *req.mutable_route() = route;
   req.set_start_step(start_step);
   req.set_generation(generation);
   return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kWorkerStateTimeout, name_, "Resume").status();

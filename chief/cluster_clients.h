@@ -31,6 +31,14 @@ class PsAdmin {
  public:
   PsAdmin(std::shared_ptr<grpc::Channel> channel, std::string name);
 
+  // Replicated shards: every call from now on names store `store` at
+  // placement `epoch` (replica_header.h), so that it reaches that store's
+  // core on this PS (its own, or one it took over). epoch 0: the PS's own.
+  void SetReplica(int store, int64_t epoch) {
+    store_ = store;
+    epoch_ = epoch;
+  }
+
   absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req);
   // `dir` is the chief's checkpoint directory; the PS is sent only its name
   // (CheckpointName), never the path.
@@ -51,8 +59,14 @@ class PsAdmin {
   const std::string& name() const { return name_; }
 
  private:
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(grpc::Status (ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                                             Response*),
+                                const Request& req, absl::Duration timeout, absl::string_view what);
   const std::string name_;
   std::unique_ptr<ParameterServer::Stub> stub_;
+  int store_ = 0;
+  int64_t epoch_ = 0;
 };
 
 class WorkerControl {
@@ -61,7 +75,8 @@ class WorkerControl {
 
   absl::Status Start(const WorkerAssignment& assignment);
   absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout = absl::Seconds(5));
-  absl::Status Resume(int64_t start_step, int64_t generation);
+  // `route` (epoch > 0): the placement after a failover (replicated shards).
+  absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
   absl::StatusOr<WorkerStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   absl::Status Shutdown();
   const std::string& name() const { return name_; }

@@ -119,6 +119,7 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
   for (const auto& m : plan_.metric_nodes) a.add_metric_node(m);
   a.set_seed(options_.job.seed());
   a.set_chief_incarnation(options_.incarnation);
+  if (Replicated()) *a.mutable_route() = Route();
   a.set_generation(generation_);
   for (const TaskState& t : registry_->All()) {
     if (t.info.task().job() == kPsJob) *a.add_ps() = t.info;
@@ -172,6 +173,7 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   req.set_chief_incarnation(options_.incarnation);
   req.set_generation(generation_);
   req.set_reinitialize(reinitialize);
+  if (Replicated()) return ConfigureStore(ps, std::move(req));
   ASSIGN_OR_RETURN(CreateVariablesResponse resp, ps_[ps].admin->CreateVariables(req));
   ps_[ps].incarnation = resp.incarnation();
   return absl::OkStatus();
@@ -204,6 +206,7 @@ absl::Status Coordinator::WaitForRegistration() {
 absl::Status Coordinator::Setup() {
   const TrainingJob& job = options_.job;
   RETURN_IF_ERROR(CheckStrategy(job, options_.cluster.NumTasks(kPsJob), NumWorkers()));
+  if (Replicated()) InitReplicas();
   Report(true);
   RETURN_IF_ERROR(WaitForRegistration());
   {
@@ -330,7 +333,7 @@ absl::Status Coordinator::Watch(bool* done) {
   // cut off), and workers park on their own failed calls meanwhile.
   std::string lost, waiting;
   for (int p = 0; p < NumPs(); ++p) {
-    if (!StoreActive(p)) continue;
+    if (!StoreActive(p) || LostToFailover(p)) continue;  // a lost PS's stores moved
     PsView& ps = ps_[p];
     absl::StatusOr<PsStatusResponse> st = ps.admin->Status(absl::Seconds(2));
     if (st.ok()) {
@@ -341,6 +344,7 @@ absl::Status Coordinator::Watch(bool* done) {
       }
       ps.down_since = absl::InfiniteFuture();
       if (st->incarnation() != ps.incarnation) {
+        if (Replicated()) return Failover(p, "restarted (new incarnation): what it held is gone");
         lost = absl::StrCat(ps.admin->name(), " restarted (new incarnation)");
       } else if (st->generation() != generation_) {
         lost = absl::StrCat(ps.admin->name(), " is at generation ", st->generation(), ", not ", generation_);
@@ -349,6 +353,10 @@ absl::Status Coordinator::Watch(bool* done) {
     }
     if (ps.down_since == absl::InfiniteFuture()) ps.down_since = absl::Now();
     const absl::Duration down = absl::Now() - ps.down_since;
+    const int failover_ms = options_.job.replication().failover_after_ms();
+    if (Replicated() && down >= absl::Milliseconds(failover_ms > 0 ? failover_ms : 500)) {
+      return Failover(p, absl::StrCat("not answering for ", absl::FormatDuration(down), ": ", st.status().message()));
+    }
     if (MaybeShrinkGroup(p, down)) {
       ps.down_since = absl::InfiniteFuture();
       return Recover(absl::StrCat(ps.admin->name(), " is gone: re-forming the collective group without it"));
@@ -448,7 +456,7 @@ absl::Status Coordinator::Watch(bool* done) {
       // Parked on its own (a PS call failed, or it lost the chief), and
       // every PS answers with its incarnation and generation: whatever it
       // was is over. Let it go on.
-      absl::Status s = w.control->Resume(w.step, generation_);
+      absl::Status s = w.control->Resume(w.step, generation_, Route());
       if (!s.ok()) report_(absl::StrCat("resuming ", w.control->name(), ": ", s.message()));
     }
     if (w.state != WorkerStatusResponse::DONE) all_done = false;

@@ -89,6 +89,10 @@ struct JobSummary {
   std::map<std::string, float> metrics;  // final evaluation
   std::vector<int64_t> checkpoints;
   int failures_survived = 0;
+  // Replicated shards: PS failures survived by promoting backups, and the
+  // worker steps a recovery took back (0 for a failover: none is redone).
+  int failovers = 0;
+  int64_t rolled_back_steps = 0;
   std::string checkpoint_dir;
 
   std::string ToJson() const;
@@ -213,6 +217,29 @@ class Coordinator {
   void WarmUpJoiners(const std::vector<int>& joining);
   // `joining`: workers (removed or new) that become members now.
   absl::Status ChangeMembership(const std::string& why, const std::vector<int>& joining);
+  // Replicated shards (job.replication.factor 2; coordinator_failover.cc).
+  // Store s (the placement's ps_task s) is served by PS task
+  // primary_of_[s], its backup held by backup_of_[s] (-1: none), at the
+  // placement epoch epoch_.
+  bool Replicated() const { return ReplicationFactor(options_.job) == 2; }
+  void InitReplicas();
+  // Sends `req` (store s's variables) to s's primary and backup with their
+  // roles at the current epoch.
+  absl::Status ConfigureStore(int store, CreateVariablesRequest req);
+  // PS task `ps` is gone (`why`): its stores' backups are promoted at a new
+  // epoch, workers paused, re-routed and resumed at their steps. When a
+  // store loses both copies, falls back to Recover (the checkpoint).
+  absl::Status Failover(int ps, const std::string& why);
+  // After a checkpoint restore the backups hold other values: dropped (the
+  // stores run unreplicated; rebuilding them is not built yet).
+  absl::Status DropBackups(const std::string& why);
+  void NewEpoch();
+  ReplicaRoute Route() const;
+  // The handle reaching store s's core (its primary's PS, with the header).
+  PsAdmin* StoreAdmin(int store) const;
+  uint64_t StoreIncarnation(int store) const;
+  bool LostToFailover(int ps) const { return Replicated() && ps < static_cast<int>(ps_lost_.size()) && ps_lost_[ps]; }
+
   // Collective group membership (coordinator_membership.cc). The members
   // are the workers not removed, in task order: rank r is the r-th of them,
   // and it reads data shard r of the members' count.
@@ -259,6 +286,11 @@ class Coordinator {
   std::vector<WorkerView> workers_;
   int64_t end_step_ = 0;
   int64_t generation_ = 0;
+  int64_t epoch_ = 0;
+  std::vector<int> primary_of_;
+  std::vector<int> backup_of_;
+  std::vector<bool> ps_lost_;  // failed over: its stores moved; not used again
+  std::vector<std::unique_ptr<PsAdmin>> store_admins_;
   int64_t last_checkpoint_step_ = -1;
   absl::Time last_checkpoint_time_;
   int64_t last_eval_step_ = 0;

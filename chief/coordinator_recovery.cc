@@ -57,7 +57,7 @@ absl::Status Coordinator::Checkpoint() {
   for (int p = 0; p < NumPs() && copy_status.ok(); ++p) {
     if (!StoreActive(p)) continue;
     absl::StatusOr<SnapshotResponse> r =
-        ps_[p].admin->Snapshot(step, manifests_.dir(), false, keep, IsReplica(p) ? replica_share_[p - NumPsTasks()] : std::vector<std::string>(), full_every);
+        StoreAdmin(p)->Snapshot(step, manifests_.dir(), false, keep, IsReplica(p) ? replica_share_[p - NumPsTasks()] : std::vector<std::string>(), full_every);
     if (r.ok()) {
       shards[p] = *r;
     } else {
@@ -118,9 +118,9 @@ absl::Status Coordinator::WaitDurable(int64_t step) {
   for (int p = 0; p < NumPs(); ++p) {
     if (!StoreActive(p)) continue;
     while (true) {
-      ASSIGN_OR_RETURN(PsStatusResponse st, ps_[p].admin->Status());
-      if (st.incarnation() != ps_[p].incarnation) {
-        return absl::UnavailableError(absl::StrCat(ps_[p].admin->name(), " restarted before step ", step,
+      ASSIGN_OR_RETURN(PsStatusResponse st, StoreAdmin(p)->Status());
+      if (st.incarnation() != StoreIncarnation(p)) {
+        return absl::UnavailableError(absl::StrCat(StoreAdmin(p)->name(), " restarted before step ", step,
                                                    " was durable"));
       }
       if (!st.error().empty()) {
@@ -255,7 +255,12 @@ absl::Status Coordinator::Recover(const std::string& why, bool failure) {
     if (!s.ok()) w.reachable = false;
     return s;
   });
+  std::vector<int64_t> reached(NumWorkers());
+  for (int i = 0; i < NumWorkers(); ++i) reached[i] = workers_[i].step;
   RETURN_IF_ERROR(RestoreOrStartFresh());
+  int64_t rolled_back = 0;
+  for (int i = 0; i < NumWorkers(); ++i) rolled_back += std::max<int64_t>(0, reached[i] - workers_[i].step);
+  summary_.rolled_back_steps += rolled_back;
   std::vector<absl::Status> resumed = ForEachWorker([this](int i) {
     WorkerView& w = workers_[i];
     if (w.removed) return absl::OkStatus();  // not in the group it re-forms
@@ -286,7 +291,7 @@ absl::Status Coordinator::Recover(const std::string& why, bool failure) {
   }
   report_(absl::StrCat("recovered to the checkpoint of step ", last_checkpoint_step_, " in ",
                        absl::FormatDuration(absl::Now() - start), "; failures survived: ",
-                       summary_.failures_survived));
+                       summary_.failures_survived, "; rolled_back_steps=", rolled_back));
   return absl::OkStatus();
 }
 
@@ -360,8 +365,9 @@ absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
     std::vector<std::string> sources;
     if (theirs != ours) sources = all;
     if (theirs == ours && IsReplica(p)) sources = replicas;
-    RETURN_IF_ERROR(ps_[p].admin->Restore(m.step(), manifests_.dir(), generation_, sources).status());
+    RETURN_IF_ERROR(StoreAdmin(p)->Restore(m.step(), manifests_.dir(), generation_, sources).status());
   }
+  if (Replicated()) return DropBackups(absl::StrCat("restored the checkpoint of step ", m.step()));
   return absl::OkStatus();
 }
 
@@ -403,9 +409,9 @@ absl::Status Coordinator::Evaluate(int64_t step) {
     for (const VariablePlacement::Shard& shard : vp.shard()) {
       // A replica's variables from the first member (all hold the same).
       const int store = IsReplica(shard.ps_task()) ? NumPsTasks() + GroupMembers().front() : shard.ps_task();
-      ASSIGN_OR_RETURN(auto pulled, ps_[store].admin->Pull({vp.variable().name()}, generation_));
+      ASSIGN_OR_RETURN(auto pulled, StoreAdmin(store)->Pull({vp.variable().name()}, generation_));
       if (pulled.size() != 1) {
-        return absl::InternalError(absl::StrCat(ps_[store].admin->name(), " returned ",
+        return absl::InternalError(absl::StrCat(StoreAdmin(store)->name(), " returned ",
                                                 pulled.size(), " tensors for ", vp.variable().name()));
       }
       parts.push_back(pulled[0].second);
@@ -436,6 +442,7 @@ absl::Status Coordinator::Evaluate(int64_t step) {
     o.read_only_rows = true;
     rows_client = std::make_unique<PsClient>(tables, addresses, channels_, o);
     rows_client->SetGeneration(generation_);
+    if (Replicated()) rows_client->SetRoute(Route());
     read_rows = [&rows_client, step](const std::string& table, const Tensor& ids) -> absl::StatusOr<Tensor> {
       ASSIGN_OR_RETURN(TensorMap rows, rows_client->PullRows({{table, ids}}, step));
       auto it = rows.find(table);
@@ -465,7 +472,8 @@ std::string JobSummary::ToJson() const {
       ",\n  \"wall_seconds\": ", wall_seconds, ",\n  \"examples_per_sec\": ", examples_per_sec,
       ",\n  \"examples_per_sec_last_window\": ", examples_per_sec_last_window,
       ",\n  \"checkpoints\": [", absl::StrJoin(checkpoints, ", "), "],\n  \"checkpoint_dir\": \"",
-      checkpoint_dir, "\",\n  \"failures_survived\": ", failures_survived, "\n}\n");
+      checkpoint_dir, "\",\n  \"failures_survived\": ", failures_survived, ",\n  \"failovers\": ", failovers,
+      ",\n  \"rolled_back_steps\": ", rolled_back_steps, "\n}\n");
 }
 
 }  // namespace psrt

@@ -22,6 +22,7 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "common/store/ps_service.h"
+#include "common/store/replica_router.h"
 #include "common/store/server_core.h"
 
 ABSL_FLAG(std::string, listen, "",
@@ -118,12 +119,16 @@ int Main(int argc, char** argv) {
   service.set_authenticator(RequestAuthenticator(rpc.security));
   service.set_max_inflight_requests(absl::GetFlag(FLAGS_max_inflight_requests));
   service.set_max_inflight_per_caller(absl::GetFlag(FLAGS_max_inflight_per_caller));
+  // Replicated shards (job.replication): backups of other stores, and the
+  // channels a primary forwards its pushes to its backup on.
+  ChannelCache channels(rpc);
+  ReplicaRouter router(&core, o, &channels);
+  service.set_router(&router);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex
             << incarnation << std::dec << ")";
 
-  ChannelCache channels(rpc);
   TaskInfo self;
   *self.mutable_task() = config->task;
   self.set_address(config->address);

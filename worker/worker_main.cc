@@ -170,7 +170,9 @@ int Main(int argc, char** argv) {
     PsClientOptions o;
     o.streams = absl::GetFlag(FLAGS_ps_streams);
     o.worker = index;
-    return std::unique_ptr<ParameterClient>(new PsClient(a.placement(), ps_addresses, &channels, o));
+    auto client = std::make_unique<PsClient>(a.placement(), ps_addresses, &channels, o);
+    if (a.route().epoch() > 0) client->SetRoute(a.route());  // replicated shards: where each store is now
+    return std::unique_ptr<ParameterClient>(std::move(client));
   };
   deps.make_runner = [threads, device = *device](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
     const int devices = std::max(1, a.local_devices());

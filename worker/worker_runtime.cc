@@ -159,7 +159,7 @@ absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration 
   return next_step_;
 }
 
-absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
+absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route) {
   if (!control_mu_.TryLock()) {
     return absl::FailedPreconditionError("another Start, Pause or Resume is under way; try again");
   }
@@ -173,6 +173,8 @@ absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation) {
     return absl::AbortedError(absl::StrCat("resume for generation ", generation,
                                            " but the worker is at ", generation_));
   }
+  // Before the loop runs again: its next calls go to the new primaries.
+  if (route.epoch() > 0 && client_ != nullptr) client_->SetRoute(route);
   generation_ = generation;
   next_step_ = start_step;
   pause_requested_ = false;

@@ -92,7 +92,9 @@ class WorkerRuntime {
   // of them is under way.
   absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout);
   // Continues from `start_step` under `generation`.
-  absl::Status Resume(int64_t start_step, int64_t generation);
+  // `route` (epoch > 0: replicated shards after a failover) re-routes the
+  // client's pulls and pushes to the stores' new primaries.
+  absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
   // Parks a running worker on its own (no chief to answer to): no further
   // push until the chief resumes it or starts it anew.
   void Park(const std::string& why);

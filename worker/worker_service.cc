@@ -60,7 +60,7 @@ grpc::Status WorkerServiceImpl::Pause(grpc::ServerContextBase* ctx, const PauseR
 grpc::Status WorkerServiceImpl::Resume(grpc::ServerContextBase* ctx, const ResumeRequest* req,
                                        ResumeResponse*) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerResume); !a.ok()) return a;
-  return ToGrpcStatus(worker_->Resume(req->start_step(), req->generation()));
+  return ToGrpcStatus(worker_->Resume(req->start_step(), req->generation(), req->route()));
 }
 
 grpc::Status WorkerServiceImpl::Status(grpc::ServerContextBase* ctx, const WorkerStatusRequest*,

@@ -100,7 +100,22 @@ int LocalDevices(const TrainingJob& job) {
   return 1;
 }
 
+int ReplicationFactor(const TrainingJob& job) { return std::max(1, job.replication().factor()); }
+
 absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) {
+  const int factor = job.replication().factor();
+  if (factor < 0 || factor > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("job.replication.factor: ", factor,
+                                                   " is not 1 or 2 (more replicas are not built)"));
+  }
+  if (factor == 2 && IsCollective(job)) {
+    return absl::InvalidArgumentError(
+        "job.replication.factor: 2 replicates PS shards; only the parameter_server strategy has them");
+  }
+  if (factor == 2 && num_ps < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("job.replication.factor: 2 needs at least 2 ps tasks (a "
+                                                   "backup on another PS), the cluster has ", num_ps));
+  }
   const int min_workers = job.failure().min_workers();
   if (min_workers < 0 || (min_workers > num_workers && num_workers > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("job.failure.min_workers: ", min_workers, " is not in [0, ",
@@ -184,6 +199,7 @@ absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps) {
   int64_t threshold = job.partition_threshold_bytes() > 0 ? job.partition_threshold_bytes() : int64_t{64} << 20;
   if (!IsHybrid(job)) {
     ASSIGN_OR_RETURN(plan.placement, PlaceVariables(model.variables, num_ps, threshold));
+    if (ReplicationFactor(job) == 2 && num_ps >= 2) AssignBackups(&plan.placement, num_ps);
     return plan;
   }
   // Embeddings placed on the PS as usual; dense variables whole on store

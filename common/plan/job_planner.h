@@ -18,7 +18,8 @@ absl::StatusOr<TrainingJob> LoadJob(const std::string& path);
 absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source);
 
 // The job's strategy against the cluster it runs on: the PS strategy needs
-// PS tasks, a mirrored one has none (its workers hold the variables).
+// PS tasks, a mirrored one has none (its workers hold the variables);
+// replication factor 2 needs 2 PS and the PS strategy.
 // INVALID_ARGUMENT naming the field.
 // Also job.failure.max_workers: 0, or in [num_workers, kMaxElasticWorkers]
 // and above num_workers only under the parameter-server strategy.
@@ -34,6 +35,8 @@ bool IsHybrid(const TrainingJob& job);
 bool IsCollective(const TrainingJob& job);
 // The collective deadline the job sets (0 = the default).
 int CollectiveTimeoutMs(const TrainingJob& job);
+// Copies of each PS shard the job keeps (job.replication.factor; 0 = 1).
+int ReplicationFactor(const TrainingJob& job);
 // Local device replicas per worker the strategy asks for (1 for the PS).
 int LocalDevices(const TrainingJob& job);
 

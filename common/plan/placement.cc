@@ -52,6 +52,12 @@ absl::StatusOr<PlacementMap> PlaceVariables(const std::vector<VariableDef>& vari
   return map;
 }
 
+void AssignBackups(PlacementMap* placement, int num_ps) {
+  for (VariablePlacement& vp : *placement->mutable_variable()) {
+    for (VariablePlacement::Shard& s : *vp.mutable_shard()) s.set_backup_ps_task((s.ps_task() + 1) % num_ps);
+  }
+}
+
 std::vector<VariableDef> VariablesOnStore(const PlacementMap& placement, int store) {
   std::vector<VariableDef> out;
   for (const VariablePlacement& vp : placement.variable()) {

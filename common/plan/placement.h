@@ -16,6 +16,11 @@ namespace psrt {
 absl::StatusOr<PlacementMap> PlaceVariables(const std::vector<VariableDef>& variables, int num_ps,
                                             int64_t partition_threshold_bytes);
 
+// job.replication.factor 2: every shard's backup on the PS after its
+// primary (ps_task + 1 mod num_ps), so a PS's shards all have their backup
+// on one PS and it can be promoted as a whole. REQUIRES: num_ps >= 2.
+void AssignBackups(PlacementMap* placement, int num_ps);
+
 // The definitions store `store` creates (CreateVariablesRequest.variable):
 // each variable placed there, with its row slice when split by rows, or
 // its hash shard (hash_shard of hash_shards, the index in the shard list

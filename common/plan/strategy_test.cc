@@ -67,6 +67,32 @@ TEST(StrategyTest, MaxWorkersIsCheckedAgainstTheClusterAndStrategy) {
               HasSubstr("need the parameter-server strategy, not multi_worker_mirrored"));
 }
 
+TEST(StrategyTest, ReplicationIsCheckedAndPlacesEachShardsBackupOnTheNextPs) {
+  const TrainingJob replicated = Job("replication { factor: 2 }");
+  EXPECT_TRUE(CheckStrategy(replicated, 2, 2).ok());
+  EXPECT_EQ(ReplicationFactor(replicated), 2);
+  EXPECT_EQ(ReplicationFactor(Job("")), 1);
+  EXPECT_THAT(Refusal(replicated, 1, 2),
+              HasSubstr("job.replication.factor: 2 needs at least 2 ps tasks (a backup on another PS), the cluster has 1"));
+  EXPECT_THAT(Refusal(Job("replication { factor: 3 }"), 3, 2), HasSubstr("job.replication.factor: 3 is not 1 or 2"));
+  EXPECT_THAT(Refusal(Job("replication { factor: -1 }"), 3, 2), HasSubstr("job.replication.factor: -1"));
+  EXPECT_THAT(Refusal(Job("strategy { multi_worker_mirrored {} } replication { factor: 2 }"), 0, 2),
+              HasSubstr("only the parameter_server strategy"));
+  // Every shard (here the layer's kernel, partitioned by rows over 3 PS,
+  // and its bias) has its backup on the PS after its primary.
+  TrainingJob split = Job("replication { factor: 2 } partition_threshold_bytes: 8");
+  absl::StatusOr<JobPlan> plan = PlanJob(split, 3);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int shards = 0;
+  for (const VariablePlacement& vp : plan->placement.variable()) {
+    for (const VariablePlacement::Shard& s : vp.shard()) {
+      EXPECT_EQ(s.backup_ps_task(), (s.ps_task() + 1) % 3) << vp.variable().name();
+      ++shards;
+    }
+  }
+  EXPECT_GE(shards, 4);
+}
+
 TEST(StrategyTest, MirroredPlansPutEveryVariableWholeOnTheReplicaAndRefuseEmbeddings) {
   TrainingJob job = Job("strategy { multi_worker_mirrored {} }");
   absl::StatusOr<JobPlan> plan = PlanJob(job, 3);

@@ -20,7 +20,8 @@ struct RpcPolicy {
   uint8_t allowed;
 };
 
-// The whole policy. A PS only ever calls the chief; the chief pulls for
+// The whole policy. A PS only ever calls the chief, and its backup's
+// replica pushes; the chief pulls for
 // evaluation; observers read status. Incarnations in JobStatus are shown
 // to the chief only (see chief_service.cc).
 constexpr RpcPolicy kPolicy[kRpcCount] = {
@@ -41,6 +42,7 @@ constexpr RpcPolicy kPolicy[kRpcCount] = {
     {Rpc::kWorkerResume, "Worker/Resume", kChief},
     {Rpc::kWorkerStatus, "Worker/Status", kChief | kObserver},
     {Rpc::kWorkerShutdown, "Worker/Shutdown", kChief},
+    {Rpc::kPsReplicate, "ParameterServer/Push (replica)", kPs},
 };
 
 const RpcPolicy& PolicyOf(Rpc rpc) { return kPolicy[static_cast<int>(rpc)]; }

@@ -43,12 +43,15 @@ TEST(RolesTest, TheTableGivesControlToTheChiefAndPushesToWorkers) {
   for (Rpc rpc : {Rpc::kPsPull, Rpc::kPsPullRows}) {
     EXPECT_TRUE(allowed(rpc, Role::kChief) && allowed(rpc, Role::kWorker)) << RpcName(rpc);
   }
-  // A PS calls the chief's Register/Heartbeat/ReportFailure and nothing else.
+  // A PS calls the chief's Register/Heartbeat/ReportFailure and, as a
+  // primary, its backup's replica pushes; nothing else (and nobody else
+  // those).
   for (int i = 0; i < kRpcCount; ++i) {
     Rpc rpc = static_cast<Rpc>(i);
     bool chief_link = rpc == Rpc::kChiefRegister || rpc == Rpc::kChiefHeartbeat || rpc == Rpc::kChiefReportFailure;
-    EXPECT_EQ(allowed(rpc, Role::kPs), chief_link) << RpcName(rpc);
+    EXPECT_EQ(allowed(rpc, Role::kPs), chief_link || rpc == Rpc::kPsReplicate) << RpcName(rpc);
   }
+  EXPECT_EQ(AllowedRoles(Rpc::kPsReplicate), static_cast<uint8_t>(Role::kPs));
 }
 
 std::string WriteFile(const std::string& name, const std::string& text) {

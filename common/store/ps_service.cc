@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc/parsed_unary.h"
 #include "common/rpc/status_util.h"
+#include "common/status_macros.h"
 #include "common/store/ps_exchange.h"
 #include "common/transport/ps_wire.h"
 
@@ -93,7 +94,25 @@ absl::Status Busy(absl::string_view method, int64_t limit) {
       absl::StartsWith(method, "Pull") ? "pulls" : "pushes", " (--max_inflight_requests); retry later"));
 }
 
+// A push's rows first, as a PushRows of the same id would be (its own
+// retry record), then the dense part.
+absl::StatusOr<PushResponse> ApplyPush(ParameterServerCore* core, const pswire::PushArgs& args) {
+  if (!args.rows.empty()) {
+    absl::StatusOr<PushResponse> rows = core->PushRows(args.id, args.rows);
+    if (!rows.ok()) return rows.status();
+  }
+  absl::StatusOr<PushResponse> r = core->Push(args.id, args.gradients);
+  if (r.ok()) r->set_rows_taken(!args.rows.empty());
+  return r;
+}
+
 }  // namespace
+
+absl::StatusOr<ParameterServerCore*> PsServiceImpl::CoreFor(const grpc::ServerContextBase& ctx, bool control) {
+  if (router_ == nullptr) return core_;
+  ASSIGN_OR_RETURN(ReplicaHeader h, ReadReplicaHeader(ctx));
+  return router_->Resolve(h, control);
+}
 
 // Pull and PullRows: the same checks in the same order, then the core's
 // pull of variables or of rows, answered from its callback.
@@ -105,13 +124,15 @@ void PsServiceImpl::ServePull(const grpc::ServerContextBase& ctx, const grpc::By
   InflightSlot slot(pulls_, max_inflight_);
   if (!slot.held()) return done(ToGrpcStatus(Busy(method, max_inflight_)), {});
   if (auto s = CheckSize(&req, core_->max_request_bytes(), method); !s.ok()) return done(ToGrpcStatus(s), {});
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(ctx, false);
+  if (!core.ok()) return done(ToGrpcStatus(core.status()), {});
   auto args = decode(req);
   if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
   CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
   if (!mine.held()) return done(ToGrpcStatus(CallerBusy(method, mine, max_per_caller_)), {});
-  if (auto g = core_->CheckGeneration(args->generation, "pull"); !g.ok()) return done(ToGrpcStatus(g), {});
+  if (auto g = (*core)->CheckGeneration(args->generation, "pull"); !g.ok()) return done(ToGrpcStatus(g), {});
   uint64_t incarnation = core_->incarnation();
-  issue(*std::move(args), deadline,
+  issue(*core, *std::move(args), deadline,
         [done = std::move(done), incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
          mine = std::make_shared<CallerSlot>(std::move(mine))](absl::Status s, NamedTensors t, int64_t gs) mutable {
           slot.reset();  // free before the client hears back
@@ -123,8 +144,13 @@ void PsServiceImpl::ServePull(const grpc::ServerContextBase& ctx, const grpc::By
 }
 
 void PsServiceImpl::ServePush(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done) {
+  absl::StatusOr<ReplicaHeader> header =
+      router_ != nullptr ? ReadReplicaHeader(ctx) : absl::StatusOr<ReplicaHeader>(ReplicaHeader());
+  if (!header.ok()) return done(ToGrpcStatus(header.status()), {});
   Caller caller;
-  if (grpc::Status a = auth_.Authorize(ctx, Rpc::kPsPush, &caller); !a.ok()) return done(a, {});
+  // A primary's forward to its backup is a PS's call, not a worker's.
+  const Rpc rpc = header->replica ? Rpc::kPsReplicate : Rpc::kPsPush;
+  if (grpc::Status a = auth_.Authorize(ctx, rpc, &caller); !a.ok()) return done(a, {});
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return done(ToGrpcStatus(Busy("Push", max_inflight_)), {});
   if (auto s = CheckSize(&req, core_->max_request_bytes(), "Push"); !s.ok()) return done(ToGrpcStatus(s), {});
@@ -132,19 +158,27 @@ void PsServiceImpl::ServePush(const grpc::ServerContextBase& ctx, const grpc::By
   if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
   if (!mine.held()) return done(ToGrpcStatus(CallerBusy("Push", mine, max_per_caller_)), {});
-  // The step's rows first, as a PushRows of the same id would be (its own
-  // retry record), then the dense part.
-  if (!args->rows.empty()) {
-    absl::StatusOr<PushResponse> rows = core_->PushRows(args->id, args->rows);
-    if (!rows.ok()) return done(ToGrpcStatus(rows.status()), {});
+  if (router_ == nullptr) {
+    absl::StatusOr<PushResponse> r = ApplyPush(core_, *args);
+    grpc::ByteBuffer resp;
+    if (r.ok()) resp = pswire::EncodePushResult(*r);
+    return done(ToGrpcStatus(r.status()), std::move(resp));
   }
-  absl::StatusOr<PushResponse> r = core_->Push(args->id, args->gradients);
-  grpc::ByteBuffer resp;
-  if (r.ok()) {
-    r->set_rows_taken(!args->rows.empty());
-    resp = pswire::EncodePushResult(*r);
-  }
-  done(ToGrpcStatus(r.status()), std::move(resp));
+  // The router may answer later, from a store's thread (a primary waits
+  // for its backup): the slots, the request's bytes (a frame's payload
+  // lives only as long as this call) and the args are held until then.
+  auto pushed = std::make_shared<pswire::PushArgs>(*std::move(args));
+  auto raw = std::make_shared<grpc::ByteBuffer>(req);  // slice references, not a copy of the bytes
+  router_->Push(
+      *header, raw.get(), [pushed](ParameterServerCore* core) { return ApplyPush(core, *pushed); },
+      [done = std::move(done), raw, slot = std::make_shared<InflightSlot>(std::move(slot)),
+       mine = std::make_shared<CallerSlot>(std::move(mine))](absl::StatusOr<PushResponse> r) mutable {
+        slot.reset();
+        mine.reset();
+        grpc::ByteBuffer resp;
+        if (r.ok()) resp = pswire::EncodePushResult(*r);
+        done(ToGrpcStatus(r.status()), std::move(resp));
+      });
 }
 
 void PsServiceImpl::ServePushRows(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done) {
@@ -157,6 +191,11 @@ void PsServiceImpl::ServePushRows(const grpc::ServerContextBase& ctx, const grpc
   if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
   if (!mine.held()) return done(ToGrpcStatus(CallerBusy("PushRows", mine, max_per_caller_)), {});
+  if (router_ != nullptr && router_->epoch() > 0) {
+    return done(ToGrpcStatus(absl::FailedPreconditionError(
+                    "PushRows is not replicated: with job.replication, rows travel in Push")),
+                {});
+  }
   absl::StatusOr<PushResponse> r = core_->PushRows(args->id, args->rows);
   grpc::ByteBuffer resp;
   if (r.ok()) resp = pswire::EncodePushResult(*r);
@@ -168,14 +207,16 @@ void PsServiceImpl::ServeData(const grpc::ServerContextBase& ctx, psframe::Metho
   switch (method) {
     case psframe::Method::kPull:
       return ServePull(ctx, req, deadline, Rpc::kPsPull, "Pull", pswire::DecodePull,
-                       [this](pswire::PullArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
-                         core_->Pull(std::move(args.variables), args.worker, args.step, deadline, std::move(done));
+                       [](ParameterServerCore* core, pswire::PullArgs args, absl::Time deadline,
+                          ParameterServerCore::PullDone done) {
+                         core->Pull(std::move(args.variables), args.worker, args.step, deadline, std::move(done));
                        },
                        std::move(done));
     case psframe::Method::kPullRows:
       return ServePull(ctx, req, deadline, Rpc::kPsPullRows, "PullRows", pswire::DecodePullRows,
-                       [this](pswire::PullRowsArgs args, absl::Time deadline, ParameterServerCore::PullDone done) {
-                         core_->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done),
+                       [](ParameterServerCore* core, pswire::PullRowsArgs args, absl::Time deadline,
+                          ParameterServerCore::PullDone done) {
+                         core->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done),
                                          args.read_only);
                        },
                        std::move(done));
@@ -252,7 +293,8 @@ grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx
 grpc::Status PsServiceImpl::CreateVariables(grpc::ServerContextBase* ctx, const CreateVariablesRequest* req,
                                             CreateVariablesResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsCreateVariables); !a.ok()) return a;
-  absl::StatusOr<CreateVariablesResponse> r = core_->CreateVariables(*req);
+  absl::StatusOr<CreateVariablesResponse> r =
+      router_ != nullptr ? router_->CreateVariables(*req) : core_->CreateVariables(*req);
   if (r.ok()) *resp = *r;
   return ToGrpcStatus(r.status());
 }
@@ -260,7 +302,9 @@ grpc::Status PsServiceImpl::CreateVariables(grpc::ServerContextBase* ctx, const 
 grpc::Status PsServiceImpl::Snapshot(grpc::ServerContextBase* ctx, const SnapshotRequest* req,
                                      SnapshotResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsSnapshot); !a.ok()) return a;
-  absl::StatusOr<SnapshotResponse> r = core_->Snapshot(*req);
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(*ctx, true);
+  if (!core.ok()) return ToGrpcStatus(core.status());
+  absl::StatusOr<SnapshotResponse> r = (*core)->Snapshot(*req);
   if (r.ok()) *resp = *r;
   return ToGrpcStatus(r.status());
 }
@@ -268,7 +312,9 @@ grpc::Status PsServiceImpl::Snapshot(grpc::ServerContextBase* ctx, const Snapsho
 grpc::Status PsServiceImpl::Restore(grpc::ServerContextBase* ctx, const RestoreRequest* req,
                                     RestoreResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsRestore); !a.ok()) return a;
-  absl::StatusOr<RestoreResponse> r = core_->Restore(*req);
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(*ctx, true);
+  if (!core.ok()) return ToGrpcStatus(core.status());
+  absl::StatusOr<RestoreResponse> r = (*core)->Restore(*req);
   if (r.ok()) *resp = *r;
   return ToGrpcStatus(r.status());
 }
@@ -276,7 +322,13 @@ grpc::Status PsServiceImpl::Restore(grpc::ServerContextBase* ctx, const RestoreR
 grpc::Status PsServiceImpl::Status(grpc::ServerContextBase* ctx, const PsStatusRequest*,
                                    PsStatusResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsStatus); !a.ok()) return a;
-  *resp = core_->Status();
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(*ctx, true);
+  if (!core.ok()) return ToGrpcStatus(core.status());
+  *resp = (*core)->Status();
+  if (router_ != nullptr) {
+    resp->set_epoch(router_->epoch());
+    resp->set_stale_epoch_refused(router_->stale_refused());
+  }
   return grpc::Status::OK;
 }
 

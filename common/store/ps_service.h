@@ -19,6 +19,7 @@
 #include "common/rpc/security.h"
 #include "common/transport/ps_frame.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "common/store/replica_router.h"
 #include "common/store/server_core.h"
 
 namespace psrt {
@@ -57,6 +58,11 @@ class PsServiceImpl final : public PsServiceBase {
   // --max_inflight_per_caller while the others are still served: one
   // flooding worker cannot take every slot of --max_inflight_requests.
   void set_max_inflight_per_caller(int64_t n) { max_per_caller_ = n; }
+  // Replicated shards (replica_router.h): requests naming a store and
+  // placement epoch go to that store's core; pushes are forwarded to the
+  // backup. Not owned; unset = every request to the one core (set before
+  // the server starts).
+  void set_router(ReplicaRouter* router) { router_ = router; }
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
@@ -100,7 +106,10 @@ class PsServiceImpl final : public PsServiceBase {
   void ServePushRows(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done);
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, psframe::Method method,
                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp);
+  // The core a call is for (the one core without a router).
+  absl::StatusOr<ParameterServerCore*> CoreFor(const grpc::ServerContextBase& ctx, bool control);
   ParameterServerCore* const core_;
+  ReplicaRouter* router_ = nullptr;
   RequestAuthenticator auth_;
   int64_t max_inflight_ = 4096;
   int64_t max_per_caller_ = 1024;

@@ -40,6 +40,11 @@ class ParameterClient {
   // carry it from now on (pushes carry theirs in the RequestId), and a PS at
   // another generation refuses them. Clients of a PS with no chief ignore it.
   virtual void SetGeneration(int64_t generation) {}
+  // Replicated shards (job.replication): the placement epoch and the PS
+  // serving each store as primary, from the chief (at start, and after a
+  // failover). Requests carry the epoch from then on. Callable from any
+  // thread, also while a pull or push runs. Clients with no PS ignore it.
+  virtual void SetRoute(const ReplicaRoute& route) {}
 
   // Clients of a mirrored strategy run every step in lockstep with the
   // other workers of their group: a worker that stopped between steps on

@@ -8,6 +8,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "common/rpc/retry.h"
 #include "common/rpc/status_util.h"
+#include "common/transport/replica_header.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -40,6 +41,11 @@ PsClient::PsClient(const PlacementMap& placement, std::vector<std::string> ps_ad
   used_ps_.assign(used.begin(), used.end());
 }
 
+void PsClient::SetRoute(const ReplicaRoute& route) {
+  absl::MutexLock lock(&route_mu_);
+  route_ = route;
+}
+
 std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls) {
   // Shared with the callbacks: the last one may still be returning when
@@ -53,6 +59,18 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     grpc::ClientContext ctx;
     grpc::ByteBuffer response;
   };
+  ReplicaRoute route;
+  {
+    absl::MutexLock lock(&route_mu_);
+    route = route_;
+  }
+  // calls[i].first is a store; the task serving it, by the route.
+  std::vector<int> task(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const int store = calls[i].first;
+    task[i] = route.epoch() > 0 && store < route.store_task_size() ? route.store_task(store) : store;
+    if (task[i] < 0 || task[i] >= static_cast<int>(stubs_.size())) task[i] = store;
+  }
   auto w = std::make_shared<Waiter>();
   {
     absl::MutexLock lock(&w->mu);
@@ -61,15 +79,18 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
   }
   // Small data calls go as frames of the PS's stream; large ones (whose
   // per-call cost is small beside their bytes, and whose size the server
-  // must be able to refuse alone) and control calls as unary calls.
+  // must be able to refuse alone), control calls, and every call of a
+  // replicated job (its store and epoch travel as per-call metadata) as
+  // unary calls.
   std::vector<std::unique_ptr<Unary>> unary(calls.size());
   std::vector<std::pair<PsStream*, uint64_t>> streamed(calls.size(), {nullptr, 0});
   for (size_t i = 0; i < calls.size(); ++i) {
-    const int ps = calls[i].first;
+    const int ps = task[i];
     const std::string& method = calls[i].second.first;
     const grpc::ByteBuffer& request = calls[i].second.second;
     psframe::Method m;
-    if (!streams_.empty() && request.Length() <= kMaxStreamedBytes && psframe::MethodFromPath(method, &m)) {
+    if (!streams_.empty() && route.epoch() == 0 && request.Length() <= kMaxStreamedBytes &&
+        psframe::MethodFromPath(method, &m)) {
       streamed[i].first = streams_[ps].get();
       streamed[i].second = streams_[ps]->Start(m, request, options_.timeout,
                                                [w, i](absl::StatusOr<grpc::ByteBuffer> r) {
@@ -82,6 +103,7 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     unary[i] = std::make_unique<Unary>();
     Unary* u = unary[i].get();
     SetDeadline(&u->ctx, options_.timeout);
+    if (route.epoch() > 0) AddReplicaHeader(&u->ctx, calls[i].first, route.epoch());
     stubs_[ps]->UnaryCall(&u->ctx, method, grpc::StubOptions(), &request, &u->response,
                           [w, i, u, ps, name = method.substr(method.rfind('/') + 1)](grpc::Status s) {
                             absl::MutexLock lock(&w->mu);
@@ -105,7 +127,7 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
       const std::string& method = calls[i].second.first;
       streamed[i].first->Expire(streamed[i].second,
                                 absl::DeadlineExceededError(absl::StrCat(
-                                    "ps:", calls[i].first, ": ", method.substr(method.rfind('/') + 1),
+                                    "ps:", task[i], ": ", method.substr(method.rfind('/') + 1),
                                     ": Deadline Exceeded (no answer within ", absl::FormatDuration(options_.timeout),
                                     ")")));
     }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/buffer_pool.h"
 #include "common/rpc/channel_cache.h"
@@ -57,6 +58,7 @@ class PsClient : public ParameterClient {
   absl::Status Push(const RequestId& id, const TensorMap& dense,
                     const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) override;
   void SetGeneration(int64_t generation) override { generation_ = generation; }
+  void SetRoute(const ReplicaRoute& route) override;
 
   // One raw call to one PS, for tools and benchmarks.
   absl::StatusOr<grpc::ByteBuffer> Call(int ps, const std::string& method,
@@ -83,6 +85,10 @@ class PsClient : public ParameterClient {
   std::map<std::string, std::vector<Shard>> shards_;
   std::vector<int> used_ps_;  // every PS holding a variable
   std::atomic<int64_t> generation_{0};
+  // Calls go to store s on ps task route_.store_task(s) with the epoch in
+  // their metadata; epoch 0 = store s on ps task s, no metadata.
+  absl::Mutex route_mu_;
+  ReplicaRoute route_ ABSL_GUARDED_BY(route_mu_);
   // Storage for pulled tensors: reused once the caller drops them.
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
 };

@@ -1,6 +1,8 @@
 // The cost of distribution: the MLP example's step through a real gRPC
 // parameter server on loopback, beside the same step against an in-process
-// one, in the same run; and the input pipeline's examples/s per format.
+// one, in the same run; the step over two PS with replicated shards
+// (job.replication.factor 2) beside the same two PS without; and the input
+// pipeline's examples/s per format.
 //
 //   bazel run //tests/bench:distribution_bench -- [--steps=300]
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/optimizer.h"
 #include "common/plan/job_planner.h"
 #include "common/io/record_io.h"
 #include "common/rpc/channel_cache.h"
@@ -20,7 +23,9 @@
 #include "proto/example.pb.h"
 #include "common/store/local_ps_client.h"
 #include "common/transport/ps_client.h"
+#include "common/plan/placement.h"
 #include "common/store/ps_service.h"
+#include "common/store/replica_router.h"
 #include "common/compute/graph_step_runner.h"
 #include "common/input/dataset.h"
 #include "worker/worker_runtime.h"
@@ -83,12 +88,13 @@ double LoopStepTime(const WorkerAssignment& base, const std::string& address, bo
   WorkerAssignment a = base;
   a.set_start_step(0);
   a.set_end_step(20);  // warm up
-  a.set_generation(1);
+  // Generation 0, the PS's (no chief moved it): a PS refuses pushes of
+  // another generation, and the worker would park on the first one.
+  a.set_generation(0);
   Check(worker.Start(a));
   worker.WaitFinished(absl::Minutes(5));
   a.set_start_step(20);
   a.set_end_step(20 + steps);
-  a.set_generation(2);
   absl::Time start = absl::Now();
   Check(worker.Start(a));
   if (worker.WaitFinished(absl::Minutes(10)) != WorkerStatusResponse::DONE) {
@@ -97,12 +103,75 @@ double LoopStepTime(const WorkerAssignment& base, const std::string& address, bo
   return absl::ToDoubleSeconds(absl::Now() - start) / steps;
 }
 
+// The job's optimizer with its schedule's length filled in, as the chief
+// does (the MLP example decays its learning rate over the job).
+OptimizerDef BenchOptimizer(const TrainingJob& job) { return ResolveSchedule(job.optimizer(), 100000); }
+
 CreateVariablesRequest Create(const TrainingJob& job, const JobPlan& plan) {
   CreateVariablesRequest req;
   for (const VariablePlacement& vp : plan.placement.variable()) *req.add_variable() = vp.variable();
-  *req.mutable_optimizer() = job.optimizer();
+  *req.mutable_optimizer() = BenchOptimizer(job);
   req.set_num_workers(1);
   return req;
+}
+
+// Two PS on loopback (each a core, a replica router and a gRPC server), the
+// plan's store s on PS s and, with `factor` 2, its backup on the other:
+// the step time over them through the worker's client.
+double TwoPsStepTime(const TrainingJob& job, int factor, GraphStepRunner* runner, Dataset* data, int steps) {
+  JobPlan plan = Check(PlanJob(job, 2));
+  ChannelCache channels;
+  std::unique_ptr<ParameterServerCore> cores[2];
+  std::unique_ptr<ReplicaRouter> routers[2];
+  std::unique_ptr<PsServiceImpl> services[2];
+  std::unique_ptr<grpc::Server> servers[2];
+  std::vector<std::string> addresses;
+  for (int p = 0; p < 2; ++p) {
+    ServerCoreOptions o;
+    o.task_index = p;
+    o.incarnation = 10 + p;
+    cores[p] = std::make_unique<ParameterServerCore>(o);
+    routers[p] = std::make_unique<ReplicaRouter>(cores[p].get(), o, &channels);
+    services[p] = std::make_unique<PsServiceImpl>(cores[p].get());
+    services[p]->set_router(routers[p].get());
+    grpc::ServerBuilder builder;
+    ConfigureServerBuilder(RpcOptions(), &builder);
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(services[p].get());
+    servers[p] = builder.BuildAndStart();
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  for (int s = 0; s < 2; ++s) {
+    CreateVariablesRequest req;
+    for (VariableDef& v : VariablesOnStore(plan.placement, s)) *req.add_variable() = std::move(v);
+    *req.mutable_optimizer() = BenchOptimizer(job);
+    req.set_num_workers(1);
+    if (factor == 1) {
+      Check(cores[s]->CreateVariables(req).status());
+      continue;
+    }
+    ReplicaConfig* rc = req.mutable_replica();
+    rc->set_store(s);
+    rc->set_epoch(1);
+    rc->set_backup(true);
+    Check(routers[1 - s]->CreateVariables(req).status());
+    rc->set_backup(false);
+    rc->set_backup_task(1 - s);
+    rc->set_backup_address(addresses[1 - s]);
+    Check(routers[s]->CreateVariables(req).status());
+  }
+  PsClient client(plan.placement, addresses, &channels, PsClientOptions());
+  if (factor == 2) {
+    ReplicaRoute route;
+    route.set_epoch(1);
+    route.add_store_task(0);
+    route.add_store_task(1);
+    client.SetRoute(route);
+  }
+  double t = StepTime(&client, runner, data, steps);
+  for (auto& s : servers) s->Shutdown();
+  return t;
 }
 
 double PipelineRate(InputDef input, const std::string& file, int64_t examples) {
@@ -157,6 +226,8 @@ int Main() {
   double loop_serial = LoopStepTime(a, address, false, steps);
   double loop_overlap = LoopStepTime(a, address, true, steps);
   server->Shutdown();
+  double two_ps = TwoPsStepTime(job, 1, runner.get(), data.get(), steps);
+  double replicated = TwoPsStepTime(job, 2, runner.get(), data.get(), steps);
 
   std::printf("MLP step, batch %d, %d steps:\n", job.input().batch_size(), steps);
   std::printf("  in-process PS           %7.2f ms/step\n", in_process * 1e3);
@@ -167,6 +238,10 @@ int Main() {
   std::printf("  serial                  %7.2f ms/step\n", loop_serial * 1e3);
   std::printf("  next pull overlapped    %7.2f ms/step (%.2fx; ratio to in-process %.2f)\n",
               loop_overlap * 1e3, loop_serial / loop_overlap, loop_overlap / in_process);
+  std::printf("two gRPC PS on loopback, replicated shards (job.replication):\n");
+  std::printf("  factor 1                %7.2f ms/step\n", two_ps * 1e3);
+  std::printf("  factor 2                %7.2f ms/step (ratio %.2f, goal <= 1.3)\n", replicated * 1e3,
+              replicated / two_ps);
 
   // The input pipeline, per format, on the same 60k Fashion-MNIST images.
   std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
