@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -231,6 +232,26 @@ Tensor Ids(int64_t first, int64_t n) {
 
 // Every limit refuses with RESOURCE_EXHAUSTED, names its flag, and leaves the
 // PS as it was.
+// Whether every thread of `pid` has stopped (kill returns before they have:
+// a call can still be served in between). Polls /proc up to `timeout`.
+bool WaitStopped(pid_t pid, absl::Duration timeout) {
+  auto stopped = [](const std::string& stat_path) {
+    std::ifstream stat(stat_path);
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');  // the state follows the command name
+    return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+  };
+  for (absl::Time end = absl::Now() + timeout; absl::Now() < end; absl::SleepFor(absl::Milliseconds(2))) {
+    bool all = true;
+    for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
+      all = all && stopped(task.path().string() + "/stat");
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
 // Pushes and pulls travel as frames of one stream per PS. A PS that stops
 // (SIGSTOP) makes the calls on the open stream DEADLINE_EXCEEDED at the
 // client's deadline, and the stream serves again once it resumes; a PS
@@ -253,6 +274,7 @@ TEST(PsServerTest, AStreamSurvivesAStoppedPsAndReopensAfterAKilledOne) {
 
   const pid_t pid = ps.daemon->process()->pid();
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  ASSERT_TRUE(WaitStopped(pid, absl::Seconds(10)));
   absl::Time start = absl::Now();
   absl::Status stopped = client.Push(Id(0, 1), Grad(2), {});
   EXPECT_EQ(stopped.code(), absl::StatusCode::kDeadlineExceeded) << stopped;
