@@ -38,12 +38,6 @@ void InParts(WorkPool* pool, int64_t units, int64_t unit_elements,
 
 }  // namespace
 
-int HashShardOf(int64_t id, int shards) {
-  if (shards <= 1) return 0;
-  const int64_t n = shards;
-  return static_cast<int>(((id % n) + n) % n);
-}
-
 absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def,
                                                            const Optimizer* optimizer) {
   return Create(def, optimizer, VariableLimits());

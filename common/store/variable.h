@@ -23,6 +23,7 @@
 #include "common/buffer_pool.h"
 #include "common/optimizer.h"
 #include "common/snapshot/variable_state.h"
+#include "common/transport/ps_types.h"
 #include "common/tensor.h"
 #include "common/work_pool.h"
 #include "proto/ps_service.pb.h"
@@ -36,10 +37,6 @@ struct VariableLimits {
   int64_t max_bytes = INT64_MAX;
   int64_t max_hash_rows = INT64_MAX;
 };
-
-// The shard of a hash table that holds `id` when it is split `shards` ways
-// (workers route by the same rule; 0 for one shard or none).
-int HashShardOf(int64_t id, int shards);
 
 class Variable {
  public:

@@ -8,6 +8,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "common/rpc/retry.h"
 #include "common/rpc/status_util.h"
+#include "common/transport/ps_types.h"
 #include "common/transport/replica_header.h"
 #include "common/status_macros.h"
 
@@ -221,8 +222,7 @@ absl::StatusOr<std::vector<int>> PsClient::Route(const std::string& variable, co
   for (int64_t i = 0; i < ids.NumElements(); ++i) {
     int64_t id = ids.data<int64_t>()[i];
     if (hash || shards.size() == 1) {
-      int64_t n = static_cast<int64_t>(shards.size());
-      route[i] = static_cast<int>(((id % n) + n) % n);
+      route[i] = HashShardOf(id, static_cast<int>(shards.size()));
       continue;
     }
     auto s = std::upper_bound(shards.begin(), shards.end(), id,
