@@ -5,7 +5,6 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "common/rpc/retry.h"
 #include "common/rpc/status_util.h"
 #include "common/transport/ps_types.h"

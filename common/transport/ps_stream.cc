@@ -290,9 +290,4 @@ void PsStream::Expire(uint64_t id, const absl::Status& status) {
   if (p.done) p.done(status);
 }
 
-int64_t PsStream::streams_opened() const {
-  absl::MutexLock lock(&mu_);
-  return opened_;
-}
-
 }  // namespace psrt

@@ -48,8 +48,6 @@ class PsStream {
   uint64_t Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout, Done done);
   // Ends call `id` with `status` unless it has ended already.
   void Expire(uint64_t id, const absl::Status& status);
-  // Streams opened so far (1 while the first one lives), for tests.
-  int64_t streams_opened() const;
 
   struct State;       // the calls in flight, shared with the streams
   class Connection;   // one open stream
@@ -62,7 +60,7 @@ class PsStream {
   const std::shared_ptr<State> state_;
   mutable absl::Mutex mu_;
   std::shared_ptr<Connection> current_ ABSL_GUARDED_BY(mu_);
-  int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;  // streams opened: each one's id
 };
 
 }  // namespace psrt
