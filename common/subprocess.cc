@@ -10,8 +10,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
 extern char** environ;
@@ -127,22 +131,64 @@ std::string DescribeWaitStatus(int status) {
   return absl::StrCat("status ", status);
 }
 
-absl::StatusOr<int> PickFreePort() {
+namespace {
+
+// Binds 127.0.0.1:port (0: any) and returns the port it got, or 0.
+int BindOnce(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket");
+  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    return absl::InternalError(absl::StrCat("bind: ", std::strerror(errno)));
+  int got = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    got = ntohs(addr.sin_port);
   }
-  int port = ntohs(addr.sin_port);
   ::close(fd);
-  return port;
+  return got;
+}
+
+// The first port of the kernel's ephemeral range (outgoing connections and
+// binds to port 0 take theirs from it), or 0 if it cannot be read.
+int EphemeralLow() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (!(range >> low >> high)) return 0;
+  return low;
+}
+
+}  // namespace
+
+absl::StatusOr<int> PickFreePort() {
+  // A port handed out here is bound by its daemon only later (after a spec
+  // is written, a process started), and a restarted PS binds the same port
+  // again. A port from the ephemeral range could meanwhile become the local
+  // end of some client's outgoing connection (seen: a restarted ps:0 whose
+  // port was taken), so pick at random below that range, where only
+  // explicit binds go, and never the same port twice in one process.
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* handed_out = new absl::flat_hash_set<int>();
+  static auto* bits = new absl::BitGen();
+  constexpr int kLowest = 10000;
+  const int ephemeral_low = EphemeralLow();
+  absl::MutexLock lock(&mu);
+  if (ephemeral_low > kLowest + 1000) {
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int port = absl::Uniform(*bits, kLowest, ephemeral_low);
+      if (handed_out->contains(port) || BindOnce(port) != port) continue;
+      handed_out->insert(port);
+      return port;
+    }
+  }
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const int port = BindOnce(0);
+    if (port == 0) return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(errno)));
+    if (handed_out->insert(port).second) return port;
+  }
+  return absl::InternalError("no free TCP port on 127.0.0.1");
 }
 
 }  // namespace psrt

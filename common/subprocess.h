@@ -69,7 +69,8 @@ class Subprocess {
 // A short human description of a wait status: "exit 0", "killed by SIGKILL".
 std::string DescribeWaitStatus(int status);
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0).
+// A TCP port on 127.0.0.1 that was free a moment ago: at random below the
+// kernel's ephemeral range, and never the same one twice in a process.
 absl::StatusOr<int> PickFreePort();
 
 }  // namespace psrt

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <fstream>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -68,6 +70,19 @@ TEST(SubprocessTest, FreePortsAreUsable) {
   auto port = PickFreePort();
   ASSERT_TRUE(port.ok());
   EXPECT_GT(*port, 0);
+}
+
+TEST(SubprocessTest, FreePortsAreDistinctAndOutsideTheEphemeralRange) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  ASSERT_TRUE(range >> low >> high);
+  std::set<int> seen;
+  for (int i = 0; i < 50; ++i) {
+    auto port = PickFreePort();
+    ASSERT_TRUE(port.ok()) << port.status();
+    EXPECT_TRUE(seen.insert(*port).second) << *port << " handed out twice";
+    if (low > 11000) EXPECT_LT(*port, low);
+  }
 }
 
 }  // namespace
