@@ -169,6 +169,15 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
     // Hybrid's PS: every worker's rows of every step, applied as they come.
     req.mutable_consistency()->set_mode(ConsistencyDef::ASYNC);
     *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * options_.cluster.NumTasks(kWorkerJob));
+  } else {
+    // Who trains, by task index (after joins and leaves not 0..N-1), and
+    // where each starts: BOUNDED_STALENESS waits for these workers only.
+    // A fresh start has no steps to give (every counter goes back to 0).
+    for (int i = 0; i < NumWorkers(); ++i) {
+      if (workers_[i].removed) continue;
+      req.add_active_workers(i);
+      if (!reinitialize) req.add_active_worker_steps(workers_[i].step);
+    }
   }
   req.set_chief_incarnation(options_.incarnation);
   req.set_generation(generation_);

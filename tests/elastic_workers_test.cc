@@ -64,6 +64,9 @@ class ElasticWorkersTest : public TrainingClusterTest {
     job_.mutable_failure()->set_max_workers(3);
     job_.mutable_failure()->set_heartbeat_timeout_ms(20000);
     job_.mutable_checkpoint()->set_every_steps(250);
+    // Bounded: the PS must wait for the workers training, by index (after
+    // worker:0 leaves, workers 1 and 2), not for the leaver's old step.
+    if (mode == ConsistencyDef::BOUNDED_STALENESS) job_.mutable_consistency()->set_staleness(2);
     WriteJob();
     auto log = [this](int i) { return absl::StrCat("--data_log=", dir_, "-data-", i, ".log"); };
     auto ps = StartPs(0);
@@ -179,6 +182,10 @@ class ElasticWorkersTest : public TrainingClusterTest {
 TEST_F(ElasticWorkersTest, AsyncJoinAndLeaveReadEveryBatchOnce) { Run(ConsistencyDef::ASYNC); }
 
 TEST_F(ElasticWorkersTest, SyncJoinAndLeaveReadEveryBatchOnce) { Run(ConsistencyDef::SYNC); }
+
+TEST_F(ElasticWorkersTest, BoundedStalenessJoinAndLeaveReadEveryBatchOnce) {
+  Run(ConsistencyDef::BOUNDED_STALENESS);
+}
 
 }  // namespace
 }  // namespace testing

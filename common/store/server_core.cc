@@ -87,6 +87,7 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   if (req.consistency().mode() == ConsistencyDef::BOUNDED_STALENESS && req.consistency().staleness() < 0) {
     return absl::InvalidArgumentError("consistency.staleness must be >= 0");
   }
+  RETURN_IF_ERROR(CheckActiveWorkers(req));
   std::deque<Waiter> stale;  // pulls of the generation being left
   CreateVariablesResponse resp;
   resp.set_incarnation(options_.incarnation);
@@ -158,7 +159,17 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     }
     consistency_ = req.consistency();
     num_workers_ = req.num_workers();
-    if (static_cast<int>(worker_next_step_.size()) < num_workers_) worker_next_step_.resize(num_workers_, 0);
+    active_workers_.assign(req.active_workers().begin(), req.active_workers().end());
+    if (static_cast<int>(worker_next_step_.size()) < StalenessSlotsLocked()) {
+      worker_next_step_.resize(StalenessSlotsLocked(), 0);
+    }
+    // Each worker's start step in this generation: exact when the
+    // generation is new (a resized SYNC group may start again at an
+    // earlier step), else never backwards.
+    for (int i = 0; i < req.active_worker_steps_size(); ++i) {
+      int64_t& next = worker_next_step_[req.active_workers(i)];
+      next = new_generation ? req.active_worker_steps(i) : std::max(next, req.active_worker_steps(i));
+    }
   }
   if (!fresh.empty()) {
     LOG(INFO) << "created " << fresh.size() << " variables (" << variables_.size() << " in all), "
@@ -192,6 +203,48 @@ absl::StatusOr<Variable*> ParameterServerCore::Find(const std::string& name) con
   return it->second.get();
 }
 
+absl::Status ParameterServerCore::CheckActiveWorkers(const CreateVariablesRequest& req) {
+  if (req.active_workers_size() == 0) {
+    if (req.active_worker_steps_size() == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError("active_worker_steps given without active_workers");
+  }
+  if (req.active_workers_size() != req.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("active_workers lists ", req.active_workers_size(),
+                                                   " workers but num_workers is ", req.num_workers()));
+  }
+  if (req.active_worker_steps_size() != 0 && req.active_worker_steps_size() != req.active_workers_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("active_worker_steps has ", req.active_worker_steps_size(),
+                                                   " steps for ", req.active_workers_size(), " active_workers"));
+  }
+  std::set<int> seen;
+  for (int i = 0; i < req.active_workers_size(); ++i) {
+    const int w = req.active_workers(i);
+    if (w < 0 || w >= kMaxWorkers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("active_workers[", i, "] = ", w, " is not a worker index in [0, ", kMaxWorkers, ")"));
+    }
+    if (!seen.insert(w).second) {
+      return absl::InvalidArgumentError(absl::StrCat("active_workers lists worker ", w, " twice"));
+    }
+    if (i < req.active_worker_steps_size() && req.active_worker_steps(i) < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("active_worker_steps[", i, "] = ", req.active_worker_steps(i), " is negative"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool ParameterServerCore::CountsForStalenessLocked(int worker) const {
+  if (active_workers_.empty()) return worker >= 0 && worker < num_workers_;
+  return std::find(active_workers_.begin(), active_workers_.end(), worker) != active_workers_.end();
+}
+
+int ParameterServerCore::StalenessSlotsLocked() const {
+  int slots = active_workers_.empty() ? num_workers_ : 0;
+  for (int w : active_workers_) slots = std::max(slots, w + 1);
+  return slots;
+}
+
 bool ParameterServerCore::ReadyLocked(int worker, int64_t step) const {
   if (worker < 0 || stop_) return true;
   switch (consistency_.mode()) {
@@ -199,8 +252,8 @@ bool ParameterServerCore::ReadyLocked(int worker, int64_t step) const {
       return sync_step_ >= step;
     case ConsistencyDef::BOUNDED_STALENESS: {
       int64_t slowest = step;
-      for (int w = 0; w < num_workers_ && w < static_cast<int>(worker_next_step_.size()); ++w) {
-        slowest = std::min(slowest, worker_next_step_[w]);
+      for (int w = 0; w < static_cast<int>(worker_next_step_.size()); ++w) {
+        if (CountsForStalenessLocked(w)) slowest = std::min(slowest, worker_next_step_[w]);
       }
       return step - slowest <= consistency_.staleness();
     }
@@ -381,8 +434,8 @@ void ParameterServerCore::RecordLocked(const RequestId& id) {
   // others); a worker id from the wire must not size the vector, since
   // worker 2^31-1 would allocate 16 GiB. The step saturates rather than
   // overflowing at INT64_MAX.
-  if (id.worker() >= 0 && id.worker() < num_workers_) {
-    if (static_cast<int>(worker_next_step_.size()) <= id.worker()) worker_next_step_.resize(num_workers_, 0);
+  if (CountsForStalenessLocked(id.worker())) {
+    if (static_cast<int>(worker_next_step_.size()) <= id.worker()) worker_next_step_.resize(StalenessSlotsLocked(), 0);
     int64_t next = id.step() == std::numeric_limits<int64_t>::max() ? id.step() : id.step() + 1;
     worker_next_step_[id.worker()] = std::max(worker_next_step_[id.worker()], next);
   }
@@ -855,7 +908,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     ResetStepsLocked(req.step());
     // Counters of another layout mean nothing here: start them at the step.
     global_step_ = snaps.empty() ? 0 : snaps[0].global_step;
-    worker_next_step_.assign(std::max<size_t>(worker_next_step_.size(), num_workers_), req.step());
+    worker_next_step_.assign(std::max<size_t>(worker_next_step_.size(), StalenessSlotsLocked()), req.step());
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(states.size()));
   }
@@ -914,7 +967,9 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     global_step_ = snap.global_step;
     sync_step_ = snap.sync_step;
     worker_next_step_ = snap.worker_next_step;
-    if (static_cast<int>(worker_next_step_.size()) < num_workers_) worker_next_step_.resize(num_workers_, snap.step);
+    if (static_cast<int>(worker_next_step_.size()) < StalenessSlotsLocked()) {
+      worker_next_step_.resize(StalenessSlotsLocked(), snap.step);
+    }
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));
   }

@@ -176,6 +176,9 @@ class ParameterServerCore {
   // Step counters and SYNC aggregation back to `step`, nothing seen.
   void ResetStepsLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   bool ReadyLocked(int worker, int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  // INVALID_ARGUMENT naming the field when active_workers or their steps
+  // are malformed (out of range, repeated, lengths that disagree).
+  static absl::Status CheckActiveWorkers(const CreateVariablesRequest& req);
   void WaitOrRun(int worker, int64_t step, absl::Time deadline, std::function<void(absl::Status)> run);
   void WakeWaiters();
   static bool Seen(const std::map<int, WorkerPushes>& seen, const RequestId& id);
@@ -226,6 +229,12 @@ class ParameterServerCore {
   std::map<std::string, Tensor> sync_dense_ ABSL_GUARDED_BY(sync_mu_);
   std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_ ABSL_GUARDED_BY(sync_mu_);
   std::vector<int64_t> worker_next_step_ ABSL_GUARDED_BY(sync_mu_);
+  // The workers BOUNDED_STALENESS waits for (CreateVariablesRequest.
+  // active_workers); empty = 0..num_workers_-1.
+  std::vector<int> active_workers_ ABSL_GUARDED_BY(sync_mu_);
+  bool CountsForStalenessLocked(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
+  // Slots worker_next_step_ needs: one per worker that counts.
+  int StalenessSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   std::map<int, WorkerPushes> pushes_seen_ ABSL_GUARDED_BY(sync_mu_);
   std::map<int, WorkerPushes> rows_seen_ ABSL_GUARDED_BY(sync_mu_);
   std::deque<Waiter> waiters_ ABSL_GUARDED_BY(sync_mu_);

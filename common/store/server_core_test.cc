@@ -261,6 +261,60 @@ TEST(ServerCoreTest, BoundedStalenessBlocksTheFastWorkerWithADeadline) {
   EXPECT_TRUE(got.ok()) << got.status();
 }
 
+// After worker 1 left a job of workers {0, 1, 2}, the group is {0, 2}:
+// worker 1's old step must not hold the others back, and worker 2 (an
+// index past num_workers) must.
+TEST(ServerCoreTest, BoundedStalenessWaitsForTheActiveWorkersOnly) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("BOUNDED_STALENESS", 3, 1)).ok());  // staleness 0
+  ASSERT_TRUE(ps.Push(IdAt(0, 0, 1), Grad(0, 0)).ok());
+  ASSERT_TRUE(ps.Push(IdAt(2, 0, 1), Grad(0, 0)).ok());  // worker 1 never pushes again
+  CreateVariablesRequest left = CreateAt("BOUNDED_STALENESS", 2, 2);
+  left.add_active_workers(0);
+  left.add_active_workers(2);
+  left.add_active_worker_steps(5);
+  left.add_active_worker_steps(3);
+  ASSERT_TRUE(ps.CreateVariables(left).ok());
+  // Worker 2 starts at step 3: worker 0 may pull step 3, not step 4.
+  EXPECT_TRUE(PullW(&ps, 0, 3, absl::Milliseconds(50)).ok());
+  EXPECT_EQ(PullW(&ps, 0, 4, absl::Milliseconds(50)).status().code(), absl::StatusCode::kDeadlineExceeded);
+  absl::StatusOr<std::vector<float>> got;
+  std::thread puller([&] { got = PullW(&ps, 0, 4); });
+  ASSERT_TRUE(ps.Push(IdAt(2, 3, 2), Grad(0, 0)).ok());  // worker 2 reaches step 4
+  puller.join();
+  EXPECT_TRUE(got.ok()) << got.status();
+}
+
+TEST(ServerCoreTest, MalformedActiveWorkersChangeNothing) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("BOUNDED_STALENESS", 2, 1)).ok());
+  struct Case {
+    std::vector<int> workers;
+    std::vector<int64_t> steps;
+    int num_workers;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {{0}, {}, 2, "lists 1 workers but num_workers is 2"},
+      {{0, 0}, {}, 2, "worker 0 twice"},
+      {{0, -1}, {}, 2, "active_workers[1] = -1"},
+      {{0, 1 << 16}, {}, 2, "is not a worker index"},
+      {{0, 1}, {1}, 2, "has 1 steps for 2"},
+      {{0, 1}, {1, -4}, 2, "active_worker_steps[1] = -4"},
+      {{}, {1}, 2, "without active_workers"},
+  };
+  for (const Case& c : cases) {
+    CreateVariablesRequest req = CreateAt("BOUNDED_STALENESS", c.num_workers, 2);
+    for (int w : c.workers) req.add_active_workers(w);
+    for (int64_t st : c.steps) req.add_active_worker_steps(st);
+    auto r = ps.CreateVariables(req);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.says;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.says));
+  }
+  // Nothing moved: generation 1's pushes are still the ones accepted.
+  EXPECT_TRUE(ps.Push(IdAt(0, 0, 1), Grad(1, 1)).ok());
+}
+
 TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
   const std::string dir = "core_snap";
   ParameterServerCore ps(Options());
