@@ -50,12 +50,10 @@ class ElasticWorkersTest : public TrainingClusterTest {
     return false;
   }
 
-  void Run(ConsistencyDef::Mode mode) {
-    // Room after the join for the leave: on a quiet machine ASYNC runs ~230
-    // steps a second and a joiner's warm-up took until step 572 of 700 once,
-    // so worker:0 had finished before its SIGTERM.
+  // Three workers at most, the chief's spec naming two (worker:2 is the
+  // joiner's address); returns the spec naming all three.
+  std::string SetupElastic(ConsistencyDef::Mode mode) {
     Setup(/*ps=*/1, /*workers=*/3, mode, /*steps=*/kSteps);
-    // The chief's spec names two workers; the third address is the joiner's.
     const std::string full = cluster_.spec_path;
     std::ofstream(dir_ + "-spec2.json") << "{\"cluster\": {\"chief\": [\"" << cluster_.chief << "\"], \"ps\": [\""
                                         << cluster_.ps[0] << "\"], \"worker\": [\"" << cluster_.workers[0] << "\", \""
@@ -64,6 +62,28 @@ class ElasticWorkersTest : public TrainingClusterTest {
     job_.mutable_failure()->set_max_workers(3);
     job_.mutable_failure()->set_heartbeat_timeout_ms(20000);
     job_.mutable_checkpoint()->set_every_steps(250);
+    return full;
+  }
+
+  // worker:2, with TF_CONFIG as a TFJob or StatefulSet writes it for the new pod.
+  std::unique_ptr<Daemon> StartJoiner(const std::string& full, std::vector<std::string> extra) {
+    std::ifstream in(full);
+    std::stringstream cluster_json;
+    cluster_json << in.rdbuf();
+    const std::string tf_config =
+        absl::StrCat("TF_CONFIG={\"cluster\": ", cluster_json.str(), ", \"task\": {\"type\": \"worker\", \"index\": 2}}");
+    std::vector<std::string> argv = {"/usr/bin/env", tf_config, RunfilePath("worker/main"), "--threads=1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto joiner = Daemon::Start("worker:2", argv);
+    EXPECT_TRUE(joiner.ok()) << joiner.status();
+    return joiner.ok() ? *std::move(joiner) : nullptr;
+  }
+
+  void Run(ConsistencyDef::Mode mode) {
+    // Room after the join for the leave: on a quiet machine ASYNC runs ~230
+    // steps a second and a joiner's warm-up took until step 572 of 700 once,
+    // so worker:0 had finished before its SIGTERM.
+    const std::string full = SetupElastic(mode);
     // Bounded: the PS must wait for the workers training, by index (after
     // worker:0 leaves, workers 1 and 2), not for the leaver's old step.
     if (mode == ConsistencyDef::BOUNDED_STALENESS) job_.mutable_consistency()->set_staleness(2);
@@ -76,14 +96,8 @@ class ElasticWorkersTest : public TrainingClusterTest {
     ASSERT_TRUE(chief && w0 && w1 && ps);
 
     ASSERT_TRUE(WaitForStep(chief.get(), 150));
-    // TF_CONFIG as a TFJob or StatefulSet writes it for the new pod.
-    std::ifstream in(full);
-    std::stringstream cluster_json;
-    cluster_json << in.rdbuf();
-    const std::string tf_config =
-        absl::StrCat("TF_CONFIG={\"cluster\": ", cluster_json.str(), ", \"task\": {\"type\": \"worker\", \"index\": 2}}");
-    auto joiner = Daemon::Start("worker:2", {"/usr/bin/env", tf_config, RunfilePath("worker/main"), "--threads=1", log(2)});
-    ASSERT_TRUE(joiner.ok()) << joiner.status();
+    auto joiner = StartJoiner(full, {log(2)});
+    ASSERT_TRUE(joiner);
     ASSERT_TRUE(chief->WaitForLine("membership: worker:2 joins", absl::Minutes(1)));
 
     ASSERT_TRUE(WaitForStep(chief.get(), 350));
@@ -185,6 +199,45 @@ TEST_F(ElasticWorkersTest, SyncJoinAndLeaveReadEveryBatchOnce) { Run(Consistency
 
 TEST_F(ElasticWorkersTest, BoundedStalenessJoinAndLeaveReadEveryBatchOnce) {
   Run(ConsistencyDef::BOUNDED_STALENESS);
+}
+
+// A worker and the PS fail in the middle of a join: both are stopped
+// (SIGSTOP) as the joiner starts, so the chief's pause of the group and its
+// calls to the PS time out inside the change; then both are killed and
+// restarted, as a supervisor would. The job goes on (the PS restored from
+// the checkpoint, the worker registered again) and finishes.
+TEST_F(ElasticWorkersTest, AWorkerAndThePsFailingDuringAJoinAreSurvived) {
+  const std::string full = SetupElastic(ConsistencyDef::ASYNC);
+  WriteJob();
+  auto ps = StartPs(0);
+  auto w0 = StartWorker(0);
+  auto w1 = StartWorker(1);
+  auto chief = StartChief();
+  ASSERT_TRUE(chief && w0 && w1 && ps);
+  ASSERT_TRUE(WaitForStep(chief.get(), 300));  // past the checkpoint of step 250
+  ASSERT_TRUE(w1->Kill(SIGSTOP));
+  ASSERT_TRUE(ps->Kill(SIGSTOP));
+  auto joiner = StartJoiner(full, {});
+  ASSERT_TRUE(joiner);
+  // The change is under way once the chief says anything of it: here its
+  // CreateVariables on the stopped PS failing (the chief's 30 s control
+  // deadline, or gRPC's keepalive before it, ends that call).
+  ASSERT_FALSE(chief->WaitForMatch("membership", absl::Minutes(2)).empty());
+  ASSERT_TRUE(w1->Kill(SIGKILL));
+  ASSERT_TRUE(ps->Kill(SIGKILL));
+  ASSERT_TRUE(w1->Wait(absl::Seconds(30)).ok());
+  ASSERT_TRUE(ps->Wait(absl::Seconds(30)).ok());
+  ps = StartPs(0);
+  w1 = StartWorker(1);
+  ASSERT_TRUE(ps && w1);
+
+  EXPECT_EQ(ExitCode(chief.get()), 0);
+  const std::string summary = Summary();
+  EXPECT_GE(Field(summary, "steps"), kSteps) << summary;
+  EXPECT_GE(Field(summary, "failures_survived"), 1) << summary;
+  EXPECT_EQ(ExitCode(w0.get(), absl::Minutes(1)), 0);
+  EXPECT_EQ(ExitCode(w1.get(), absl::Minutes(1)), 0);
+  EXPECT_EQ(ExitCode(joiner.get(), absl::Minutes(1)), 0);
 }
 
 }  // namespace
