@@ -9,6 +9,7 @@ namespace psrt {
 namespace {
 
 constexpr absl::Duration kControlTimeout = absl::Seconds(30);
+constexpr absl::Duration kReconfigureTimeout = absl::Seconds(5);
 // Pause and Resume: a worker that does not answer within this is treated as
 // unreachable (a checkpoint is abandoned, a recovery goes on without it).
 constexpr absl::Duration kWorkerStateTimeout = absl::Seconds(5);
@@ -33,8 +34,10 @@ absl::StatusOr<Response> PsAdmin::Call(grpc::Status (ParameterServer::Stub::*met
   return response;
 }
 
-absl::StatusOr<CreateVariablesResponse> PsAdmin::CreateVariables(const CreateVariablesRequest& req) {
-  return Call(&ParameterServer::Stub::CreateVariables, req, kControlTimeout, "CreateVariables");
+absl::StatusOr<CreateVariablesResponse> PsAdmin::CreateVariables(const CreateVariablesRequest& req,
+                                                                 bool reconfigure) {
+  return Call(&ParameterServer::Stub::CreateVariables, req, reconfigure ? kReconfigureTimeout : kControlTimeout,
+              "CreateVariables");
 }
 
 std::string CheckpointName(absl::string_view checkpoint_dir) {

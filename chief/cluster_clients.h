@@ -39,7 +39,12 @@ class PsAdmin {
     epoch_ = epoch;
   }
 
-  absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req);
+  // `reconfigure`: this PS incarnation already holds the variables, and
+  // only the group, generation or role changes (a few lookups), so a PS
+  // that does not answer within seconds is hung (stopped, cut off) and the
+  // caller goes on instead of waiting the 30 s a first creation may take.
+  absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req,
+                                                          bool reconfigure = false);
   // `dir` is the chief's checkpoint directory; the PS is sent only its name
   // (CheckpointName), never the path.
   // `variables`: only these (a mirrored replica's share); empty = all.

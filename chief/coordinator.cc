@@ -183,7 +183,11 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   req.set_generation(generation_);
   req.set_reinitialize(reinitialize);
   if (Replicated()) return ConfigureStore(ps, std::move(req));
-  ASSIGN_OR_RETURN(CreateVariablesResponse resp, ps_[ps].admin->CreateVariables(req));
+  // The incarnation that created them still registered: a reconfiguration
+  // (a stopped PS then holds a membership change up 5 s, not 30).
+  const bool reconfigure = !reinitialize && ps_[ps].incarnation != 0 &&
+                           registry_->Get(MakeTaskId(kPsJob, ps)).info.incarnation() == ps_[ps].incarnation;
+  ASSIGN_OR_RETURN(CreateVariablesResponse resp, ps_[ps].admin->CreateVariables(req, reconfigure));
   ps_[ps].incarnation = resp.incarnation();
   return absl::OkStatus();
 }

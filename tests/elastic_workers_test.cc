@@ -220,8 +220,8 @@ TEST_F(ElasticWorkersTest, AWorkerAndThePsFailingDuringAJoinAreSurvived) {
   auto joiner = StartJoiner(full, {});
   ASSERT_TRUE(joiner);
   // The change is under way once the chief says anything of it: here its
-  // CreateVariables on the stopped PS failing (the chief's 30 s control
-  // deadline, or gRPC's keepalive before it, ends that call).
+  // CreateVariables on the stopped PS failing (a reconfiguration of a PS
+  // that holds the variables has 5 s; it waited 26 s on gRPC's keepalive).
   ASSERT_FALSE(chief->WaitForMatch("membership", absl::Minutes(2)).empty());
   ASSERT_TRUE(w1->Kill(SIGKILL));
   ASSERT_TRUE(ps->Kill(SIGKILL));
