@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "chief/cluster_clients.h"
+#include "common/plan/job_planner.h"
 #include "common/transport/ps_client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -238,9 +239,21 @@ TEST_F(PsPair, AcknowledgedPushesAreOnTheBackupBitIdenticallyAndStaleEpochsAreRe
 class ReplicatedCluster : public testing::TrainingClusterTest {
  protected:
   // Trains the MLP with factor 2, sends ps:0 `sig` under load (SIGSTOP:
-  // continued once the chief failed it over, a primary cut off and back),
-  // and checks the job ends with no restore and no push lost or doubled.
+  // continued once the chief failed it over and training went on without
+  // it, a primary cut off and back), and checks the job ends with no
+  // restore and no push lost or doubled.
   void FailOverPs0(int sig);
+  // Waits until the chief reports step `step` or more (its progress lines
+  // after line `from`); false after `timeout`.
+  bool WaitForChiefStep(Daemon* chief, int64_t step, size_t from, absl::Duration timeout);
+  // Split brain: ps:0, store 0's old primary, answers again at its old
+  // placement epoch `old_epoch` after the chief promoted store 0's backup
+  // on ps:1. Pushes of the job's variables (zero gradients, a worker
+  // incarnation of the test's own) with the old placement: ps:0 applies
+  // but cannot acknowledge (its forward is refused by ps:1, a primary
+  // now), and ps:1 refuses the old epoch outright, for either store.
+  // `generation`: the job's (the PS check it before the epoch).
+  void ExpectOldPrimaryAcknowledgesNothing(int64_t old_epoch, int64_t generation);
 };
 
 TEST_F(ReplicatedCluster, PsKilledUnderLoadFailsOverWithoutRollbackOrLostPushes) { FailOverPs0(SIGKILL); }
@@ -266,14 +279,28 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   ASSERT_TRUE(chief && ps0 && ps1 && w0 && w1);
   // Under load: past step 300 of 2000.
   ASSERT_FALSE(chief->WaitForMatch("step ([3-9][0-9][0-9]|1[0-9][0-9][0-9])/", absl::Minutes(3)).empty());
+  ChannelCache channels;
+  PsAdmin ps0_admin(channels.Get(cluster_.ps[0]), "ps:0");
+  auto before = ps0_admin.Status();
+  ASSERT_TRUE(before.ok()) << before.status();
   const absl::Time killed = absl::Now();
   ASSERT_TRUE(ps0->Kill(sig));
-  ASSERT_TRUE(chief->WaitForLine("failover: ps:0 is gone", absl::Minutes(1)));
+  const std::string failover = chief->WaitForMatch("failover: ps:0 is gone.* resumed at step [0-9]+", absl::Minutes(1));
+  ASSERT_FALSE(failover.empty());
   std::cerr << "\nFIGURE: PS " << (sig == SIGKILL ? "SIGKILL" : "SIGSTOP")
             << " -> chief's failover done, workers resumed on the promoted backup: "
             << absl::ToDoubleSeconds(absl::Now() - killed) << " s (failover_after_ms 200)\n";
-  if (sig == SIGSTOP) ASSERT_TRUE(ps0->Kill(SIGCONT));
+  if (sig == SIGSTOP) {
+    // Training goes on while ps:0 is still stopped: nothing waits on it
+    // (the workers cancelled their calls to it, the new epoch ended ps:1's
+    // forwards to it).
+    const int64_t resumed = static_cast<int64_t>(testing::SummaryNumber(failover, "resumed at step ([0-9]+)"));
+    ASSERT_TRUE(WaitForChiefStep(chief.get(), resumed + 100, chief->lines(), absl::Minutes(1)))
+        << "training did not go on past step " << resumed + 100 << " with ps:0 stopped";
+    ASSERT_TRUE(ps0->Kill(SIGCONT));
+  }
   ASSERT_EQ(ExitCode(chief.get()), 0);
+  if (sig == SIGSTOP) ExpectOldPrimaryAcknowledgesNothing(before->epoch(), before->generation());
   const std::string summary = Summary();
   std::cerr << "FIGURE: summary " << summary << std::endl;
   EXPECT_EQ(Field(summary, "failovers"), 1) << summary;
@@ -284,7 +311,6 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   EXPECT_FALSE(chief->WaitForLine("recovering:", absl::ZeroDuration())) << "a restore ran";
   // Every acknowledged push applied once: each store (ps:1's own, and
   // store 0 it took over) applied one push per worker step.
-  ChannelCache channels;
   PsAdmin own(channels.Get(cluster_.ps[1]), "ps:1");
   auto st = own.Status();
   ASSERT_TRUE(st.ok()) << st.status();
@@ -297,10 +323,68 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   EXPECT_EQ(st0->global_step(), 2 * kSteps) << "store 0, promoted on ps:1";
   if (sig == SIGSTOP) {
     // The old primary answers again, at its old epoch, and is not used.
-    PsAdmin old(channels.Get(cluster_.ps[0]), "ps:0");
-    auto st_old = old.Status();
+    auto st_old = ps0_admin.Status();
     ASSERT_TRUE(st_old.ok()) << st_old.status();
+    EXPECT_EQ(st_old->epoch(), before->epoch());
     EXPECT_LT(st_old->epoch(), st->epoch());
+  }
+}
+
+bool ReplicatedCluster::WaitForChiefStep(Daemon* chief, int64_t step, size_t from, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    const std::string line = chief->WaitForMatch("step [0-9]+/[0-9]+ ", deadline - absl::Now(), from);
+    if (line.empty()) return false;
+    from = chief->lines();
+    if (testing::SummaryNumber(line, "step ([0-9]+)/") >= step) return true;
+  }
+  return false;
+}
+
+void ReplicatedCluster::ExpectOldPrimaryAcknowledgesNothing(int64_t old_epoch, int64_t generation) {
+  absl::StatusOr<JobPlan> plan = PlanJob(job_, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ChannelCache channels;
+  for (int store = 0; store < 2; ++store) {
+    // The variables of `store`, and a zero gradient for each.
+    PlacementMap placement;
+    TensorMap zeros;
+    for (const VariablePlacement& vp : plan->placement.variable()) {
+      if (vp.shard_size() != 1 || vp.shard(0).ps_task() != store) continue;
+      *placement.add_variable() = vp;
+      auto shape = TensorShape::FromProto(vp.variable().shape());
+      ASSERT_TRUE(shape.ok()) << shape.status();
+      zeros[vp.variable().name()] = Tensor::FromVector<float>(std::vector<float>(shape->num_elements(), 0.f), *shape);
+    }
+    ASSERT_FALSE(zeros.empty()) << "store " << store << " holds no variable";
+    RequestId id;
+    id.set_worker(0);
+    id.set_worker_incarnation(0xdead0000 + store);  // no worker's: never a duplicate
+    id.set_step(1000000);
+    id.set_generation(generation);
+    PsClientOptions o;
+    o.timeout = absl::Seconds(20);
+    // Store 0 to its old primary and to its new one; store 1 to its own.
+    for (int serving : store == 0 ? std::vector<int>{0, 1} : std::vector<int>{1}) {
+      PsClient client(placement, cluster_.ps, &channels, o);
+      ReplicaRoute old_route;
+      old_route.set_epoch(old_epoch);
+      old_route.add_store_task(store == 0 ? serving : 0);
+      old_route.add_store_task(1);
+      client.SetRoute(old_route);
+      const absl::Status s = client.Push(id, zeros, {});
+      SCOPED_TRACE(absl::StrCat("store ", store, " pushed to ps:", serving, " at the old epoch: ", s.ToString()));
+      if (store == 0 && serving == 0) {
+        // The old primary still takes it for its own copy, but its forward
+        // to ps:1 (store 0's primary now) is refused: not acknowledged.
+        EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+        EXPECT_THAT(std::string(s.message()), HasSubstr("not acknowledged"));
+        EXPECT_THAT(std::string(s.message()), HasSubstr("refused"));
+      } else {
+        EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("placement epoch ", old_epoch, " refused")));
+      }
+    }
   }
 }
 
