@@ -245,6 +245,9 @@ class Coordinator {
   // stores run unreplicated; rebuilding them is not built yet).
   absl::Status DropBackups(const std::string& why);
   void NewEpoch();
+  // The stores' replicas and the failovers into status_ (the status page,
+  // /metrics); NewEpoch calls it, as every change of roles makes one.
+  void PublishReplicas();
   ReplicaRoute Route() const;
   // The handle reaching store s's core (its primary's PS, with the header).
   PsAdmin* StoreAdmin(int store) const;

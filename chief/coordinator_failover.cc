@@ -50,6 +50,22 @@ void Coordinator::NewEpoch() {
   // Above any epoch a chief before this one gave (a PS refuses older ones).
   epoch_ = std::max(epoch_ + 1, static_cast<int64_t>(absl::ToUnixMillis(absl::Now())));
   for (int s = 0; s < static_cast<int>(store_admins_.size()); ++s) store_admins_[s]->SetReplica(s, epoch_);
+  PublishReplicas();
+}
+
+void Coordinator::PublishReplicas() {
+  absl::MutexLock lock(&mu_);
+  status_.clear_replica();
+  for (int s = 0; s < static_cast<int>(primary_of_.size()); ++s) {
+    JobStatusResponse::Replica* r = status_.add_replica();
+    r->set_store(s);
+    r->set_primary(absl::StrCat("ps:", primary_of_[s]));
+    if (backup_of_[s] >= 0) r->set_backup(absl::StrCat("ps:", backup_of_[s]));
+    r->set_epoch(epoch_);
+    r->set_state(backup_of_[s] >= 0 ? JobStatusResponse::Replica::REPLICATED
+                                    : JobStatusResponse::Replica::UNREPLICATED);
+  }
+  status_.set_failovers(summary_.failovers);
 }
 
 ReplicaRoute Coordinator::Route() const {
@@ -173,6 +189,7 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
     return s;
   });
   ++summary_.failovers;
+  PublishReplicas();
   CountFailure();
   std::vector<std::string> where;
   for (int s : moved) where.push_back(absl::StrCat("store ", s, " -> ps:", primary_of_[s]));

@@ -25,6 +25,7 @@
 
 #include "chief/cluster_clients.h"
 #include "common/plan/job_planner.h"
+#include "common/transport/chief_client.h"
 #include "common/transport/ps_client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -283,6 +284,18 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   PsAdmin ps0_admin(channels.Get(cluster_.ps[0]), "ps:0");
   auto before = ps0_admin.Status();
   ASSERT_TRUE(before.ok()) << before.status();
+  // Replica health as the status page and /metrics show it.
+  ChiefClient chief_client(channels.Get(cluster_.chief), cluster_.chief);
+  auto health = chief_client.JobStatus();
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->replica_size(), 2) << health->DebugString();
+  EXPECT_EQ(health->replica(0).primary(), "ps:0");
+  EXPECT_EQ(health->replica(0).backup(), "ps:1");
+  EXPECT_EQ(health->replica(0).state(), JobStatusResponse::Replica::REPLICATED);
+  EXPECT_EQ(health->replica(1).primary(), "ps:1");
+  EXPECT_EQ(health->replica(1).backup(), "ps:0");
+  EXPECT_EQ(health->replica(0).epoch(), before->epoch());
+  EXPECT_EQ(health->failovers(), 0);
   const absl::Time killed = absl::Now();
   ASSERT_TRUE(ps0->Kill(sig));
   const std::string failover = chief->WaitForMatch("failover: ps:0 is gone.* resumed at step [0-9]+", absl::Minutes(1));
@@ -290,6 +303,16 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   std::cerr << "\nFIGURE: PS " << (sig == SIGKILL ? "SIGKILL" : "SIGSTOP")
             << " -> chief's failover done, workers resumed on the promoted backup: "
             << absl::ToDoubleSeconds(absl::Now() - killed) << " s (failover_after_ms 200)\n";
+  health = chief_client.JobStatus();
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->replica_size(), 2) << health->DebugString();
+  for (int store = 0; store < 2; ++store) {
+    EXPECT_EQ(health->replica(store).primary(), "ps:1") << "store " << store;
+    EXPECT_EQ(health->replica(store).backup(), "") << "store " << store;
+    EXPECT_EQ(health->replica(store).state(), JobStatusResponse::Replica::UNREPLICATED) << "store " << store;
+    EXPECT_GT(health->replica(store).epoch(), before->epoch()) << "store " << store;
+  }
+  EXPECT_EQ(health->failovers(), 1);
   if (sig == SIGSTOP) {
     // Training goes on while ps:0 is still stopped: nothing waits on it
     // (the workers cancelled their calls to it, the new epoch ended ps:1's
