@@ -18,11 +18,13 @@
 #include <signal.h>
 
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "chief/cluster_clients.h"
 #include "common/plan/job_planner.h"
 #include "common/transport/chief_client.h"
@@ -30,6 +32,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "tests/harness/netns_partition.h"
 #include "tests/harness/training_cluster.h"
 
 namespace psrt {
@@ -239,11 +242,17 @@ TEST_F(PsPair, AcknowledgedPushesAreOnTheBackupBitIdenticallyAndStaleEpochsAreRe
 
 class ReplicatedCluster : public testing::TrainingClusterTest {
  protected:
-  // Trains the MLP with factor 2, sends ps:0 `sig` under load (SIGSTOP:
-  // continued once the chief failed it over and training went on without
-  // it, a primary cut off and back), and checks the job ends with no
-  // restore and no push lost or doubled.
-  void FailOverPs0(int sig);
+  // What befalls ps:0 under load.
+  enum class Fault {
+    kKill,  // SIGKILL
+    kStop,  // SIGSTOP, continued once training went on without it
+    kCut,   // its network namespace cut off from every other task, joined again later
+  };
+  // Trains the MLP with factor 2, brings `fault` on ps:0 under load, and
+  // checks the job ends with no restore and no push lost or doubled; after
+  // a stop or a cut (a primary cut off and back: split brain) the old
+  // primary can acknowledge nothing.
+  void FailOverPs0(Fault fault);
   // Waits until the chief reports step `step` or more (its progress lines
   // after line `from`); false after `timeout`.
   bool WaitForChiefStep(Daemon* chief, int64_t step, size_t from, absl::Duration timeout);
@@ -255,24 +264,58 @@ class ReplicatedCluster : public testing::TrainingClusterTest {
   // now), and ps:1 refuses the old epoch outright, for either store.
   // `generation`: the job's (the PS check it before the epoch).
   void ExpectOldPrimaryAcknowledgesNothing(int64_t old_epoch, int64_t generation);
+  // The cluster moved onto `p`'s addresses: ps:0 inside its namespace,
+  // every other task outside (same ports), the spec file rewritten.
+  void MoveOnto(const testing::NetnsPartition& p);
 };
 
-TEST_F(ReplicatedCluster, PsKilledUnderLoadFailsOverWithoutRollbackOrLostPushes) { FailOverPs0(SIGKILL); }
+TEST_F(ReplicatedCluster, PsKilledUnderLoadFailsOverWithoutRollbackOrLostPushes) { FailOverPs0(Fault::kKill); }
 
 // Split brain: ps:0 stopped (not dead) long enough to be failed over, then
 // continued with its old state and epoch. Its backup, promoted, refuses
 // its forwards, so it acknowledges nothing more, and the counts stay exact.
-TEST_F(ReplicatedCluster, PsStoppedAndContinuedAfterFailoverAcknowledgesNothing) { FailOverPs0(SIGSTOP); }
+TEST_F(ReplicatedCluster, PsStoppedAndContinuedAfterFailoverAcknowledgesNothing) { FailOverPs0(Fault::kStop); }
 
-void ReplicatedCluster::FailOverPs0(int sig) {
+// Split brain over the network: ps:0 runs on, in a network namespace whose
+// link to every other task is taken down and brought up again.
+TEST_F(ReplicatedCluster, PsCutOffAndJoinedAgainAfterFailoverAcknowledgesNothing) { FailOverPs0(Fault::kCut); }
+
+void ReplicatedCluster::MoveOnto(const testing::NetnsPartition& p) {
+  auto move = [](std::string* address, const std::string& host) { *address = host + address->substr(address->rfind(':')); };
+  move(&cluster_.chief, p.outside());
+  move(&cluster_.ps[0], p.inside());
+  move(&cluster_.ps[1], p.outside());
+  for (std::string& w : cluster_.workers) move(&w, p.outside());
+  std::ofstream(cluster_.spec_path) << "{\"chief\": [\"" << cluster_.chief << "\"], \"ps\": [\"" << cluster_.ps[0]
+                                    << "\", \"" << cluster_.ps[1] << "\"], \"worker\": [\"" << cluster_.workers[0]
+                                    << "\", \"" << cluster_.workers[1] << "\"]}\n";
+}
+
+void ReplicatedCluster::FailOverPs0(Fault fault) {
   constexpr int64_t kSteps = 2000;  // per worker
   Setup(2, 2, ConsistencyDef::ASYNC, kSteps);
+  std::unique_ptr<testing::NetnsPartition> partition;
+  if (fault == Fault::kCut) {
+    auto p = testing::NetnsPartition::Create();
+    if (!p.ok()) GTEST_SKIP() << "cannot make a network namespace to cut ps:0 off (needs the rights of `ip netns add`): " << p.status();
+    partition = *std::move(p);
+    MoveOnto(*partition);
+  }
   job_.mutable_replication()->set_factor(2);
   job_.mutable_replication()->set_failover_after_ms(200);
   job_.mutable_checkpoint()->set_every_steps(0);  // only the first and the last: no restore to fall back on quietly
   job_.mutable_failure()->set_ps_wait_ms(60000);   // a failover that never comes fails the test, not hangs it
   WriteJob();
-  auto ps0 = StartPs(0);
+  std::unique_ptr<Daemon> ps0;
+  if (partition != nullptr) {
+    std::vector<std::string> argv = {testing::RunfilePath("ps/server")};
+    for (const std::string& a : Common("ps:0")) argv.push_back(a);
+    auto d = Daemon::Start("ps:0", partition->In(argv));
+    ASSERT_TRUE(d.ok()) << d.status();
+    ps0 = *std::move(d);
+  } else {
+    ps0 = StartPs(0);
+  }
   auto ps1 = StartPs(1);
   auto w0 = StartWorker(0);
   auto w1 = StartWorker(1);
@@ -297,10 +340,14 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   EXPECT_EQ(health->replica(0).epoch(), before->epoch());
   EXPECT_EQ(health->failovers(), 0);
   const absl::Time killed = absl::Now();
-  ASSERT_TRUE(ps0->Kill(sig));
+  if (fault == Fault::kCut) {
+    ASSERT_TRUE(partition->Cut().ok());
+  } else {
+    ASSERT_TRUE(ps0->Kill(fault == Fault::kKill ? SIGKILL : SIGSTOP));
+  }
   const std::string failover = chief->WaitForMatch("failover: ps:0 is gone.* resumed at step [0-9]+", absl::Minutes(1));
   ASSERT_FALSE(failover.empty());
-  std::cerr << "\nFIGURE: PS " << (sig == SIGKILL ? "SIGKILL" : "SIGSTOP")
+  std::cerr << "\nFIGURE: PS " << (fault == Fault::kKill ? "SIGKILL" : fault == Fault::kStop ? "SIGSTOP" : "cut off")
             << " -> chief's failover done, workers resumed on the promoted backup: "
             << absl::ToDoubleSeconds(absl::Now() - killed) << " s (failover_after_ms 200)\n";
   health = chief_client.JobStatus();
@@ -313,17 +360,18 @@ void ReplicatedCluster::FailOverPs0(int sig) {
     EXPECT_GT(health->replica(store).epoch(), before->epoch()) << "store " << store;
   }
   EXPECT_EQ(health->failovers(), 1);
-  if (sig == SIGSTOP) {
-    // Training goes on while ps:0 is still stopped: nothing waits on it
-    // (the workers cancelled their calls to it, the new epoch ended ps:1's
-    // forwards to it).
+  const bool split_brain = fault != Fault::kKill;
+  if (split_brain) {
+    // Training goes on while ps:0 is still stopped or cut off: nothing
+    // waits on it (the workers cancelled their calls to it, the new epoch
+    // ended ps:1's forwards to it).
     const int64_t resumed = static_cast<int64_t>(testing::SummaryNumber(failover, "resumed at step ([0-9]+)"));
     ASSERT_TRUE(WaitForChiefStep(chief.get(), resumed + 100, chief->lines(), absl::Minutes(1)))
-        << "training did not go on past step " << resumed + 100 << " with ps:0 stopped";
-    ASSERT_TRUE(ps0->Kill(SIGCONT));
+        << "training did not go on past step " << resumed + 100 << " without ps:0";
+    ASSERT_TRUE(fault == Fault::kCut ? partition->Heal().ok() : ps0->Kill(SIGCONT));
   }
   ASSERT_EQ(ExitCode(chief.get()), 0);
-  if (sig == SIGSTOP) ExpectOldPrimaryAcknowledgesNothing(before->epoch(), before->generation());
+  if (split_brain) ExpectOldPrimaryAcknowledgesNothing(before->epoch(), before->generation());
   const std::string summary = Summary();
   std::cerr << "FIGURE: summary " << summary << std::endl;
   EXPECT_EQ(Field(summary, "failovers"), 1) << summary;
@@ -333,7 +381,8 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   EXPECT_GT(Field(summary, "accuracy"), 0.7) << summary;
   EXPECT_FALSE(chief->WaitForLine("recovering:", absl::ZeroDuration())) << "a restore ran";
   // Every acknowledged push applied once: each store (ps:1's own, and
-  // store 0 it took over) applied one push per worker step.
+  // store 0 it took over) applied one push per worker step; the pushes of
+  // ExpectOldPrimaryAcknowledgesNothing left no trace.
   PsAdmin own(channels.Get(cluster_.ps[1]), "ps:1");
   auto st = own.Status();
   ASSERT_TRUE(st.ok()) << st.status();
@@ -344,9 +393,12 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   auto st0 = taken.Status();
   ASSERT_TRUE(st0.ok()) << st0.status();
   EXPECT_EQ(st0->global_step(), 2 * kSteps) << "store 0, promoted on ps:1";
-  if (sig == SIGSTOP) {
-    // The old primary answers again, at its old epoch, and is not used.
-    auto st_old = ps0_admin.Status();
+  if (split_brain) {
+    // The old primary answers again, at its old epoch, and is not used (a
+    // channel of its own: the one from before a cut may still back off).
+    ChannelCache fresh;
+    PsAdmin old(fresh.Get(cluster_.ps[0]), "ps:0");
+    auto st_old = old.Status();
     ASSERT_TRUE(st_old.ok()) << st_old.status();
     EXPECT_EQ(st_old->epoch(), before->epoch());
     EXPECT_LT(st_old->epoch(), st->epoch());
@@ -395,7 +447,16 @@ void ReplicatedCluster::ExpectOldPrimaryAcknowledgesNothing(int64_t old_epoch, i
       old_route.add_store_task(store == 0 ? serving : 0);
       old_route.add_store_task(1);
       client.SetRoute(old_route);
-      const absl::Status s = client.Push(id, zeros, {});
+      absl::Status s = client.Push(id, zeros, {});
+      // Joined again after a cut, ps:0's channel to ps:1 may still be
+      // backing off: its forward fails unsent (not acknowledged either)
+      // until it reconnects. The retry has the same request id.
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      while (serving == 0 && s.code() == absl::StatusCode::kUnavailable &&
+             !absl::StrContains(s.message(), "refused") && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(100));
+        s = client.Push(id, zeros, {});
+      }
       SCOPED_TRACE(absl::StrCat("store ", store, " pushed to ps:", serving, " at the old epoch: ", s.ToString()));
       if (store == 0 && serving == 0) {
         // The old primary still takes it for its own copy, but its forward
