@@ -99,8 +99,10 @@ absl::Status WorkerControl::Start(const WorkerAssignment& assignment) {
   return CallUnary(stub_.get(), &Worker::Stub::Start, req, kControlTimeout, name_, "Start").status();
 }
 
-absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation, absl::Duration timeout) {
+absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation, absl::Duration timeout,
+                                             const std::vector<int>& abandon) {
   PauseRequest req;
+  for (int ps : abandon) req.add_abandon_ps(ps);
   req.set_generation(generation);
   ASSIGN_OR_RETURN(PauseResponse resp,
                    CallUnary(stub_.get(), &Worker::Stub::Pause, req, timeout, name_, "Pause"));

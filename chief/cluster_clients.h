@@ -79,7 +79,9 @@ class WorkerControl {
   WorkerControl(std::shared_ptr<grpc::Channel> channel, std::string name);
 
   absl::Status Start(const WorkerAssignment& assignment);
-  absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout = absl::Seconds(5));
+  // `abandon`: PS tasks the worker cancels its calls to first (a failover).
+  absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout = absl::Seconds(5),
+                                const std::vector<int>& abandon = {});
   // `route` (epoch > 0): the placement after a failover (replicated shards).
   absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
   absl::StatusOr<WorkerStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));

@@ -348,7 +348,8 @@ absl::Status Coordinator::Watch(bool* done) {
   for (int p = 0; p < NumPs(); ++p) {
     if (!StoreActive(p) || LostToFailover(p)) continue;  // a lost PS's stores moved
     PsView& ps = ps_[p];
-    absl::StatusOr<PsStatusResponse> st = ps.admin->Status(absl::Seconds(2));
+    const absl::Time asked = absl::Now();
+    absl::StatusOr<PsStatusResponse> st = ps.admin->Status(PsProbeTimeout());
     if (st.ok()) {
       if (ps.down_since != absl::InfiniteFuture() && st->incarnation() == ps.incarnation) {
         report_(absl::StrCat(ps.admin->name(), " answers again after ",
@@ -356,6 +357,7 @@ absl::Status Coordinator::Watch(bool* done) {
                              " with its state intact (same incarnation): no restore"));
       }
       ps.down_since = absl::InfiniteFuture();
+      ps.probes_timed_out = 0;
       if (st->incarnation() != ps.incarnation) {
         if (Replicated()) return Failover(p, "restarted (new incarnation): what it held is gone");
         lost = absl::StrCat(ps.admin->name(), " restarted (new incarnation)");
@@ -364,10 +366,11 @@ absl::Status Coordinator::Watch(bool* done) {
       }
       continue;
     }
-    if (ps.down_since == absl::InfiniteFuture()) ps.down_since = absl::Now();
+    // Replicated: silent since the probe went out (it waited its deadline).
+    if (ps.down_since == absl::InfiniteFuture()) ps.down_since = Replicated() ? asked : absl::Now();
+    ps.probes_timed_out = st.status().code() == absl::StatusCode::kDeadlineExceeded ? ps.probes_timed_out + 1 : 0;
     const absl::Duration down = absl::Now() - ps.down_since;
-    const int failover_ms = options_.job.replication().failover_after_ms();
-    if (Replicated() && down >= absl::Milliseconds(failover_ms > 0 ? failover_ms : 500)) {
+    if (Replicated() && FailOverNow(ps, down)) {
       return Failover(p, absl::StrCat("not answering for ", absl::FormatDuration(down), ": ", st.status().message()));
     }
     if (MaybeShrinkGroup(p, down)) {

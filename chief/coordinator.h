@@ -135,6 +135,7 @@ class Coordinator {
     uint64_t incarnation = 0;
     absl::Time down_since = absl::InfiniteFuture();
     absl::Time last_said = absl::InfinitePast();
+    int probes_timed_out = 0;  // in a row (replicated: see FailOverNow)
   };
 
   absl::Status Setup();
@@ -222,6 +223,16 @@ class Coordinator {
   // primary_of_[s], its backup held by backup_of_[s] (-1: none), at the
   // placement epoch epoch_.
   bool Replicated() const { return ReplicationFactor(options_.job) == 2; }
+  // replication.failover_after_ms (default 500 ms): also the deadline of the
+  // watch loop's probe of each PS when replicated (PsProbeTimeout; 2 s
+  // otherwise), so a stopped PS is failed over after one unanswered probe.
+  absl::Duration FailoverAfter() const;
+  absl::Duration PsProbeTimeout() const;
+  // Whether a PS silent for `down` is gone: a refused connection (it died)
+  // after FailoverAfter(); probes that time out (hung, stopped, cut off, or
+  // only slow on a loaded host) after two in a row, so one slow answer is
+  // not taken for a death (seen: a 200 ms probe missed on a loaded host).
+  bool FailOverNow(const PsView& ps, absl::Duration down) const;
   void InitReplicas();
   // Sends `req` (store s's variables) to s's primary and backup with their
   // roles at the current epoch.
@@ -234,6 +245,9 @@ class Coordinator {
   // stores run unreplicated; rebuilding them is not built yet).
   absl::Status DropBackups(const std::string& why);
   void NewEpoch();
+  // The stores' replicas and the failovers into status_ (the status page,
+  // /metrics); NewEpoch calls it, as every change of roles makes one.
+  void PublishReplicas();
   ReplicaRoute Route() const;
   // The handle reaching store s's core (its primary's PS, with the header).
   PsAdmin* StoreAdmin(int store) const;

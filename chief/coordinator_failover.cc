@@ -20,6 +20,17 @@
 
 namespace psrt {
 
+absl::Duration Coordinator::FailoverAfter() const {
+  const int ms = options_.job.replication().failover_after_ms();
+  return absl::Milliseconds(ms > 0 ? ms : 500);
+}
+
+absl::Duration Coordinator::PsProbeTimeout() const { return Replicated() ? FailoverAfter() : absl::Seconds(2); }
+
+bool Coordinator::FailOverNow(const PsView& ps, absl::Duration down) const {
+  return down >= FailoverAfter() && (ps.probes_timed_out == 0 || ps.probes_timed_out >= 2);
+}
+
 void Coordinator::InitReplicas() {
   const int n = NumPsTasks();
   primary_of_.assign(n, 0);
@@ -39,6 +50,22 @@ void Coordinator::NewEpoch() {
   // Above any epoch a chief before this one gave (a PS refuses older ones).
   epoch_ = std::max(epoch_ + 1, static_cast<int64_t>(absl::ToUnixMillis(absl::Now())));
   for (int s = 0; s < static_cast<int>(store_admins_.size()); ++s) store_admins_[s]->SetReplica(s, epoch_);
+  PublishReplicas();
+}
+
+void Coordinator::PublishReplicas() {
+  absl::MutexLock lock(&mu_);
+  status_.clear_replica();
+  for (int s = 0; s < static_cast<int>(primary_of_.size()); ++s) {
+    JobStatusResponse::Replica* r = status_.add_replica();
+    r->set_store(s);
+    r->set_primary(absl::StrCat("ps:", primary_of_[s]));
+    if (backup_of_[s] >= 0) r->set_backup(absl::StrCat("ps:", backup_of_[s]));
+    r->set_epoch(epoch_);
+    r->set_state(backup_of_[s] >= 0 ? JobStatusResponse::Replica::REPLICATED
+                                    : JobStatusResponse::Replica::UNREPLICATED);
+  }
+  status_.set_failovers(summary_.failovers);
 }
 
 ReplicaRoute Coordinator::Route() const {
@@ -109,23 +136,6 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
       return Recover(absl::StrCat(name, " lost with every copy of store ", s));
     }
   }
-  // Workers stop at a step boundary first, so that each resumes exactly
-  // where it stopped; one that cannot pause (its push waits on the dead
-  // PS) parks on its own failure and the watch loop resumes it re-routed.
-  std::vector<bool> paused(NumWorkers(), false);
-  ForEachWorker([&](int i) {
-    WorkerView& w = workers_[i];
-    if (!w.reachable || w.removed ||
-        (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
-      return absl::OkStatus();
-    }
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
-    if (s.ok()) {
-      w.step = *s;
-      paused[i] = true;
-    }
-    return s.status();
-  });
   ps_lost_[ps] = true;
   for (int s : moved) {
     primary_of_[s] = backup_of_[s];
@@ -148,6 +158,28 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
       return Recover(absl::StrCat("failover of ", name, " failed"));
     }
   }
+  // Then workers stop at a step boundary, so that each resumes exactly
+  // where it stopped. Nothing holds the pause up: the new epoch ended the
+  // forwards to `ps` (a push so ended is not acknowledged) and fences off
+  // every push in flight at the old one, and each worker cancels its calls
+  // to `ps` itself (a stopped PS would keep them to their deadline). A push
+  // cut short runs again under its request id: applied once wherever it
+  // had reached. One that cannot pause parks on its own failure and the
+  // watch loop resumes it re-routed.
+  std::vector<bool> paused(NumWorkers(), false);
+  ForEachWorker([&](int i) {
+    WorkerView& w = workers_[i];
+    if (!w.reachable || w.removed ||
+        (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2), {ps});
+    if (s.ok()) {
+      w.step = *s;
+      paused[i] = true;
+    }
+    return s.status();
+  });
   const ReplicaRoute route = Route();
   ForEachWorker([&](int i) {
     if (!paused[i]) return absl::OkStatus();
@@ -157,6 +189,7 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
     return s;
   });
   ++summary_.failovers;
+  PublishReplicas();
   CountFailure();
   std::vector<std::string> where;
   for (int s : moved) where.push_back(absl::StrCat("store ", s, " -> ps:", primary_of_[s]));

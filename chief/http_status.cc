@@ -1,5 +1,6 @@
 #include "chief/http_status.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
@@ -26,6 +27,50 @@ std::string LabelValue(absl::string_view v) {
     out += c;
   }
   return out;
+}
+
+std::string ReplicaStateName(JobStatusResponse::Replica::State s) {
+  return absl::AsciiStrToLower(JobStatusResponse::Replica::State_Name(s));
+}
+
+// Replicated shards: each store's primary, backup and state, and failovers.
+void AppendReplicaMetrics(const JobStatusResponse& s, std::string* out) {
+  if (s.replica_size() == 0) return;
+  absl::StrAppend(out,
+                  "# HELP psrt_failovers_total PS failures survived by promoting backups (no rollback).\n"
+                  "# TYPE psrt_failovers_total counter\npsrt_failovers_total ",
+                  s.failovers(), "\n");
+  absl::StrAppend(out,
+                  "# HELP psrt_replica_state A store's replication state (1 for the current one), with its "
+                  "primary and backup task (\"\": none).\n# TYPE psrt_replica_state gauge\n");
+  for (const JobStatusResponse::Replica& r : s.replica()) {
+    for (int i = JobStatusResponse::Replica::State_MIN; i <= JobStatusResponse::Replica::State_MAX; ++i) {
+      absl::StrAppend(out, "psrt_replica_state{store=\"", r.store(), "\",primary=\"", LabelValue(r.primary()),
+                      "\",backup=\"", LabelValue(r.backup()), "\",state=\"",
+                      ReplicaStateName(static_cast<JobStatusResponse::Replica::State>(i)), "\"} ",
+                      r.state() == i ? 1 : 0, "\n");
+    }
+  }
+  absl::StrAppend(out,
+                  "# HELP psrt_replica_epoch The placement epoch a store is served at.\n"
+                  "# TYPE psrt_replica_epoch gauge\n");
+  for (const JobStatusResponse::Replica& r : s.replica()) {
+    absl::StrAppend(out, "psrt_replica_epoch{store=\"", r.store(), "\"} ", r.epoch(), "\n");
+  }
+}
+
+std::string ReplicaTable(const JobStatusResponse& s) {
+  if (s.replica_size() == 0) return "";
+  std::string rows;
+  for (const JobStatusResponse::Replica& r : s.replica()) {
+    absl::StrAppend(&rows, "<tr><td>", r.store(), "</td><td>", HtmlEscape(r.primary()), "</td><td>",
+                    r.backup().empty() ? "none" : HtmlEscape(r.backup()), "</td><td>", r.epoch(), "</td><td>",
+                    ReplicaStateName(r.state()), "</td></tr>");
+  }
+  return absl::StrCat("<p>replicated shards: failovers ", s.failovers(),
+                      "</p><table border=1><tr><th>store</th><th>primary</th><th>backup</th><th>epoch</th>"
+                      "<th>state</th></tr>",
+                      rows, "</table>");
 }
 
 }  // namespace
@@ -59,6 +104,7 @@ std::string PrometheusMetrics(const JobStatusResponse& s, int64_t total_steps) {
   for (const TaskInfo& t : s.task()) {
     absl::StrAppend(&out, "psrt_task_registered{task=\"", LabelValue(TaskName(t.task())), "\"} ", t.incarnation() != 0 ? 1 : 0, "\n");
   }
+  AppendReplicaMetrics(s, &out);
   return out;
 }
 
@@ -81,8 +127,8 @@ std::string StatusPage(const JobStatusResponse& s, int64_t total_steps) {
           : absl::StrCat("<p><b>warning: ", s.checkpoint_failures(), " checkpoints failed in a row</b> (progress since step ",
                          s.last_checkpoint_step(), " is at risk): ", HtmlEscape(s.checkpoint_error())),
       s.waiting_for().empty() ? "" : absl::StrCat("<p>waiting for ", HtmlEscape(s.waiting_for())),
-      "</p><table border=1><tr><th>task</th><th>address</th><th>state</th></tr>", rows,
-      "</table><p><a href=/metrics>/metrics</a></p></body></html>");
+      "</p><table border=1><tr><th>task</th><th>address</th><th>state</th></tr>", rows, "</table>",
+      ReplicaTable(s), "<p><a href=/metrics>/metrics</a></p></body></html>");
 }
 
 HttpStatusServer::HttpStatusServer(std::function<JobStatusResponse()> status, int64_t total_steps)

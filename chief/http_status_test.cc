@@ -85,6 +85,43 @@ TEST(HttpStatusTest, CheckpointFailuresAndWaitsAreShown) {
   EXPECT_EQ(StatusPage(Sample(), 0).find("warning"), std::string::npos);
 }
 
+// Replicated shards: each store's copies and state, and the failovers, on
+// both pages; a job without replicas shows none of it.
+TEST(HttpStatusTest, ReplicaHealthIsShown) {
+  JobStatusResponse s = Sample();
+  s.set_failovers(1);
+  JobStatusResponse::Replica* r = s.add_replica();
+  r->set_store(0);
+  r->set_primary("ps:1");
+  r->set_epoch(1700000000123);
+  r->set_state(JobStatusResponse::Replica::UNREPLICATED);
+  r = s.add_replica();
+  r->set_store(1);
+  r->set_primary("ps:1");
+  r->set_backup("ps:<2>");
+  r->set_epoch(1700000000123);
+  r->set_state(JobStatusResponse::Replica::REPLICATED);
+  const std::string metrics = PrometheusMetrics(s, 0);
+  EXPECT_THAT(metrics, HasSubstr("psrt_failovers_total 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("psrt_replica_state{store=\"0\",primary=\"ps:1\",backup=\"\",state=\"unreplicated\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("psrt_replica_state{store=\"0\",primary=\"ps:1\",backup=\"\",state=\"replicated\"} 0\n"));
+  EXPECT_THAT(metrics, HasSubstr("psrt_replica_state{store=\"1\",primary=\"ps:1\",backup=\"ps:<2>\",state=\"replicated\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("psrt_replica_state{store=\"1\",primary=\"ps:1\",backup=\"ps:<2>\",state=\"rebuilding\"} 0\n"));
+  EXPECT_THAT(metrics, HasSubstr("psrt_replica_epoch{store=\"1\"} 1700000000123\n"));
+  std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/replica_metrics.txt";
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs(metrics.c_str(), f);
+  std::fclose(f);
+  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + path).c_str()), 0);
+
+  const std::string page = StatusPage(s, 0);
+  EXPECT_THAT(page, HasSubstr("replicated shards: failovers 1"));
+  EXPECT_THAT(page, HasSubstr("<tr><td>0</td><td>ps:1</td><td>none</td><td>1700000000123</td><td>unreplicated</td></tr>"));
+  EXPECT_THAT(page, HasSubstr("<tr><td>1</td><td>ps:1</td><td>ps:&lt;2&gt;</td><td>1700000000123</td><td>replicated</td></tr>"));
+  EXPECT_EQ(StatusPage(Sample(), 0).find("replicated shards"), std::string::npos);
+  EXPECT_EQ(PrometheusMetrics(Sample(), 0).find("psrt_replica"), std::string::npos);
+}
+
 TEST(HttpStatusTest, WithATokenEveryPageRequiresIt) {
   HttpStatusServer http([] { return Sample(); }, 5000);
   ASSERT_TRUE(http.Start("127.0.0.1", 0, "0123456789abcdef0123").ok());

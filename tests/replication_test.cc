@@ -18,16 +18,21 @@
 #include <signal.h>
 
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "chief/cluster_clients.h"
+#include "common/plan/job_planner.h"
+#include "common/transport/chief_client.h"
 #include "common/transport/ps_client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "tests/harness/netns_partition.h"
 #include "tests/harness/training_cluster.h"
 
 namespace psrt {
@@ -237,28 +242,80 @@ TEST_F(PsPair, AcknowledgedPushesAreOnTheBackupBitIdenticallyAndStaleEpochsAreRe
 
 class ReplicatedCluster : public testing::TrainingClusterTest {
  protected:
-  // Trains the MLP with factor 2, sends ps:0 `sig` under load (SIGSTOP:
-  // continued once the chief failed it over, a primary cut off and back),
-  // and checks the job ends with no restore and no push lost or doubled.
-  void FailOverPs0(int sig);
+  // What befalls ps:0 under load.
+  enum class Fault {
+    kKill,  // SIGKILL
+    kStop,  // SIGSTOP, continued once training went on without it
+    kCut,   // its network namespace cut off from every other task, joined again later
+  };
+  // Trains the MLP with factor 2, brings `fault` on ps:0 under load, and
+  // checks the job ends with no restore and no push lost or doubled; after
+  // a stop or a cut (a primary cut off and back: split brain) the old
+  // primary can acknowledge nothing.
+  void FailOverPs0(Fault fault);
+  // Waits until the chief reports step `step` or more (its progress lines
+  // after line `from`); false after `timeout`.
+  bool WaitForChiefStep(Daemon* chief, int64_t step, size_t from, absl::Duration timeout);
+  // Split brain: ps:0, store 0's old primary, answers again at its old
+  // placement epoch `old_epoch` after the chief promoted store 0's backup
+  // on ps:1. Pushes of the job's variables (zero gradients, a worker
+  // incarnation of the test's own) with the old placement: ps:0 applies
+  // but cannot acknowledge (its forward is refused by ps:1, a primary
+  // now), and ps:1 refuses the old epoch outright, for either store.
+  // `generation`: the job's (the PS check it before the epoch).
+  void ExpectOldPrimaryAcknowledgesNothing(int64_t old_epoch, int64_t generation);
+  // The cluster moved onto `p`'s addresses: ps:0 inside its namespace,
+  // every other task outside (same ports), the spec file rewritten.
+  void MoveOnto(const testing::NetnsPartition& p);
 };
 
-TEST_F(ReplicatedCluster, PsKilledUnderLoadFailsOverWithoutRollbackOrLostPushes) { FailOverPs0(SIGKILL); }
+TEST_F(ReplicatedCluster, PsKilledUnderLoadFailsOverWithoutRollbackOrLostPushes) { FailOverPs0(Fault::kKill); }
 
 // Split brain: ps:0 stopped (not dead) long enough to be failed over, then
 // continued with its old state and epoch. Its backup, promoted, refuses
 // its forwards, so it acknowledges nothing more, and the counts stay exact.
-TEST_F(ReplicatedCluster, PsStoppedAndContinuedAfterFailoverAcknowledgesNothing) { FailOverPs0(SIGSTOP); }
+TEST_F(ReplicatedCluster, PsStoppedAndContinuedAfterFailoverAcknowledgesNothing) { FailOverPs0(Fault::kStop); }
 
-void ReplicatedCluster::FailOverPs0(int sig) {
+// Split brain over the network: ps:0 runs on, in a network namespace whose
+// link to every other task is taken down and brought up again.
+TEST_F(ReplicatedCluster, PsCutOffAndJoinedAgainAfterFailoverAcknowledgesNothing) { FailOverPs0(Fault::kCut); }
+
+void ReplicatedCluster::MoveOnto(const testing::NetnsPartition& p) {
+  auto move = [](std::string* address, const std::string& host) { *address = host + address->substr(address->rfind(':')); };
+  move(&cluster_.chief, p.outside());
+  move(&cluster_.ps[0], p.inside());
+  move(&cluster_.ps[1], p.outside());
+  for (std::string& w : cluster_.workers) move(&w, p.outside());
+  std::ofstream(cluster_.spec_path) << "{\"chief\": [\"" << cluster_.chief << "\"], \"ps\": [\"" << cluster_.ps[0]
+                                    << "\", \"" << cluster_.ps[1] << "\"], \"worker\": [\"" << cluster_.workers[0]
+                                    << "\", \"" << cluster_.workers[1] << "\"]}\n";
+}
+
+void ReplicatedCluster::FailOverPs0(Fault fault) {
   constexpr int64_t kSteps = 2000;  // per worker
   Setup(2, 2, ConsistencyDef::ASYNC, kSteps);
+  std::unique_ptr<testing::NetnsPartition> partition;
+  if (fault == Fault::kCut) {
+    auto p = testing::NetnsPartition::Create();
+    if (!p.ok()) GTEST_SKIP() << "cannot make a network namespace to cut ps:0 off (needs the rights of `ip netns add`): " << p.status();
+    partition = *std::move(p);
+    MoveOnto(*partition);
+  }
   job_.mutable_replication()->set_factor(2);
   job_.mutable_replication()->set_failover_after_ms(200);
   job_.mutable_checkpoint()->set_every_steps(0);  // only the first and the last: no restore to fall back on quietly
   job_.mutable_failure()->set_ps_wait_ms(60000);   // a failover that never comes fails the test, not hangs it
   WriteJob();
-  auto ps0 = StartPs(0);
+  std::unique_ptr<Daemon> ps0;
+  if (partition != nullptr) {
+    std::vector<std::string> argv = {testing::RunfilePath("ps/server")};
+    for (const std::string& a : Common("ps:0")) argv.push_back(a);
+    auto d = Daemon::Start("ps:0", partition->In(argv));
+    ASSERT_TRUE(d.ok()) << d.status();
+    ps0 = *std::move(d);
+  } else {
+    ps0 = StartPs(0);
+  }
   auto ps1 = StartPs(1);
   auto w0 = StartWorker(0);
   auto w1 = StartWorker(1);
@@ -266,14 +323,55 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   ASSERT_TRUE(chief && ps0 && ps1 && w0 && w1);
   // Under load: past step 300 of 2000.
   ASSERT_FALSE(chief->WaitForMatch("step ([3-9][0-9][0-9]|1[0-9][0-9][0-9])/", absl::Minutes(3)).empty());
+  ChannelCache channels;
+  PsAdmin ps0_admin(channels.Get(cluster_.ps[0]), "ps:0");
+  auto before = ps0_admin.Status();
+  ASSERT_TRUE(before.ok()) << before.status();
+  // Replica health as the status page and /metrics show it.
+  ChiefClient chief_client(channels.Get(cluster_.chief), cluster_.chief);
+  auto health = chief_client.JobStatus();
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->replica_size(), 2) << health->DebugString();
+  EXPECT_EQ(health->replica(0).primary(), "ps:0");
+  EXPECT_EQ(health->replica(0).backup(), "ps:1");
+  EXPECT_EQ(health->replica(0).state(), JobStatusResponse::Replica::REPLICATED);
+  EXPECT_EQ(health->replica(1).primary(), "ps:1");
+  EXPECT_EQ(health->replica(1).backup(), "ps:0");
+  EXPECT_EQ(health->replica(0).epoch(), before->epoch());
+  EXPECT_EQ(health->failovers(), 0);
   const absl::Time killed = absl::Now();
-  ASSERT_TRUE(ps0->Kill(sig));
-  ASSERT_TRUE(chief->WaitForLine("failover: ps:0 is gone", absl::Minutes(1)));
-  std::cerr << "\nFIGURE: PS " << (sig == SIGKILL ? "SIGKILL" : "SIGSTOP")
+  if (fault == Fault::kCut) {
+    ASSERT_TRUE(partition->Cut().ok());
+  } else {
+    ASSERT_TRUE(ps0->Kill(fault == Fault::kKill ? SIGKILL : SIGSTOP));
+  }
+  const std::string failover = chief->WaitForMatch("failover: ps:0 is gone.* resumed at step [0-9]+", absl::Minutes(1));
+  ASSERT_FALSE(failover.empty());
+  std::cerr << "\nFIGURE: PS " << (fault == Fault::kKill ? "SIGKILL" : fault == Fault::kStop ? "SIGSTOP" : "cut off")
             << " -> chief's failover done, workers resumed on the promoted backup: "
             << absl::ToDoubleSeconds(absl::Now() - killed) << " s (failover_after_ms 200)\n";
-  if (sig == SIGSTOP) ASSERT_TRUE(ps0->Kill(SIGCONT));
+  health = chief_client.JobStatus();
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->replica_size(), 2) << health->DebugString();
+  for (int store = 0; store < 2; ++store) {
+    EXPECT_EQ(health->replica(store).primary(), "ps:1") << "store " << store;
+    EXPECT_EQ(health->replica(store).backup(), "") << "store " << store;
+    EXPECT_EQ(health->replica(store).state(), JobStatusResponse::Replica::UNREPLICATED) << "store " << store;
+    EXPECT_GT(health->replica(store).epoch(), before->epoch()) << "store " << store;
+  }
+  EXPECT_EQ(health->failovers(), 1);
+  const bool split_brain = fault != Fault::kKill;
+  if (split_brain) {
+    // Training goes on while ps:0 is still stopped or cut off: nothing
+    // waits on it (the workers cancelled their calls to it, the new epoch
+    // ended ps:1's forwards to it).
+    const int64_t resumed = static_cast<int64_t>(testing::SummaryNumber(failover, "resumed at step ([0-9]+)"));
+    ASSERT_TRUE(WaitForChiefStep(chief.get(), resumed + 100, chief->lines(), absl::Minutes(1)))
+        << "training did not go on past step " << resumed + 100 << " without ps:0";
+    ASSERT_TRUE(fault == Fault::kCut ? partition->Heal().ok() : ps0->Kill(SIGCONT));
+  }
   ASSERT_EQ(ExitCode(chief.get()), 0);
+  if (split_brain) ExpectOldPrimaryAcknowledgesNothing(before->epoch(), before->generation());
   const std::string summary = Summary();
   std::cerr << "FIGURE: summary " << summary << std::endl;
   EXPECT_EQ(Field(summary, "failovers"), 1) << summary;
@@ -283,8 +381,8 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   EXPECT_GT(Field(summary, "accuracy"), 0.7) << summary;
   EXPECT_FALSE(chief->WaitForLine("recovering:", absl::ZeroDuration())) << "a restore ran";
   // Every acknowledged push applied once: each store (ps:1's own, and
-  // store 0 it took over) applied one push per worker step.
-  ChannelCache channels;
+  // store 0 it took over) applied one push per worker step; the pushes of
+  // ExpectOldPrimaryAcknowledgesNothing left no trace.
   PsAdmin own(channels.Get(cluster_.ps[1]), "ps:1");
   auto st = own.Status();
   ASSERT_TRUE(st.ok()) << st.status();
@@ -295,12 +393,82 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   auto st0 = taken.Status();
   ASSERT_TRUE(st0.ok()) << st0.status();
   EXPECT_EQ(st0->global_step(), 2 * kSteps) << "store 0, promoted on ps:1";
-  if (sig == SIGSTOP) {
-    // The old primary answers again, at its old epoch, and is not used.
-    PsAdmin old(channels.Get(cluster_.ps[0]), "ps:0");
+  if (split_brain) {
+    // The old primary answers again, at its old epoch, and is not used (a
+    // channel of its own: the one from before a cut may still back off).
+    ChannelCache fresh;
+    PsAdmin old(fresh.Get(cluster_.ps[0]), "ps:0");
     auto st_old = old.Status();
     ASSERT_TRUE(st_old.ok()) << st_old.status();
+    EXPECT_EQ(st_old->epoch(), before->epoch());
     EXPECT_LT(st_old->epoch(), st->epoch());
+  }
+}
+
+bool ReplicatedCluster::WaitForChiefStep(Daemon* chief, int64_t step, size_t from, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    const std::string line = chief->WaitForMatch("step [0-9]+/[0-9]+ ", deadline - absl::Now(), from);
+    if (line.empty()) return false;
+    from = chief->lines();
+    if (testing::SummaryNumber(line, "step ([0-9]+)/") >= step) return true;
+  }
+  return false;
+}
+
+void ReplicatedCluster::ExpectOldPrimaryAcknowledgesNothing(int64_t old_epoch, int64_t generation) {
+  absl::StatusOr<JobPlan> plan = PlanJob(job_, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ChannelCache channels;
+  for (int store = 0; store < 2; ++store) {
+    // The variables of `store`, and a zero gradient for each.
+    PlacementMap placement;
+    TensorMap zeros;
+    for (const VariablePlacement& vp : plan->placement.variable()) {
+      if (vp.shard_size() != 1 || vp.shard(0).ps_task() != store) continue;
+      *placement.add_variable() = vp;
+      auto shape = TensorShape::FromProto(vp.variable().shape());
+      ASSERT_TRUE(shape.ok()) << shape.status();
+      zeros[vp.variable().name()] = Tensor::FromVector<float>(std::vector<float>(shape->num_elements(), 0.f), *shape);
+    }
+    ASSERT_FALSE(zeros.empty()) << "store " << store << " holds no variable";
+    RequestId id;
+    id.set_worker(0);
+    id.set_worker_incarnation(0xdead0000 + store);  // no worker's: never a duplicate
+    id.set_step(1000000);
+    id.set_generation(generation);
+    PsClientOptions o;
+    o.timeout = absl::Seconds(20);
+    // Store 0 to its old primary and to its new one; store 1 to its own.
+    for (int serving : store == 0 ? std::vector<int>{0, 1} : std::vector<int>{1}) {
+      PsClient client(placement, cluster_.ps, &channels, o);
+      ReplicaRoute old_route;
+      old_route.set_epoch(old_epoch);
+      old_route.add_store_task(store == 0 ? serving : 0);
+      old_route.add_store_task(1);
+      client.SetRoute(old_route);
+      absl::Status s = client.Push(id, zeros, {});
+      // Joined again after a cut, ps:0's channel to ps:1 may still be
+      // backing off: its forward fails unsent (not acknowledged either)
+      // until it reconnects. The retry has the same request id.
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      while (serving == 0 && s.code() == absl::StatusCode::kUnavailable &&
+             !absl::StrContains(s.message(), "refused") && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(100));
+        s = client.Push(id, zeros, {});
+      }
+      SCOPED_TRACE(absl::StrCat("store ", store, " pushed to ps:", serving, " at the old epoch: ", s.ToString()));
+      if (store == 0 && serving == 0) {
+        // The old primary still takes it for its own copy, but its forward
+        // to ps:1 (store 0's primary now) is refused: not acknowledged.
+        EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+        EXPECT_THAT(std::string(s.message()), HasSubstr("not acknowledged"));
+        EXPECT_THAT(std::string(s.message()), HasSubstr("refused"));
+      } else {
+        EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("placement epoch ", old_epoch, " refused")));
+      }
+    }
   }
 }
 

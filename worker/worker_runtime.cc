@@ -126,7 +126,8 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration timeout) {
+absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration timeout,
+                                             const std::vector<int>& abandon) {
   // Refused rather than queued: calls waiting here each held a server
   // thread, and a flood of them left none for Status (tests/control_soak_test).
   if (!control_mu_.TryLock()) {
@@ -151,6 +152,9 @@ absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration 
     return next_step_;
   }
   ++interruptions_;
+  // After the pause is requested, so that a cancelled step is not run again
+  // before the Resume. (Its callbacks never take mu_.)
+  if (!abandon.empty() && client_ != nullptr) client_->Abandon(abandon);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pushing_ == 0; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
     return absl::DeadlineExceededError("a push is still in flight");

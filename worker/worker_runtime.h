@@ -24,6 +24,7 @@
 #include <fstream>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -90,7 +91,12 @@ class WorkerRuntime {
   // Stops before the next push. Returns the first step not pushed.
   // Start, Pause and Resume are refused (FAILED_PRECONDITION) while another
   // of them is under way.
-  absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout);
+  // `abandon` (a failover, replicated shards): PS tasks whose calls in
+  // flight are cancelled first (ParameterClient::Abandon), so that the pause
+  // does not wait on a stopped or cut-off PS; the step they were for runs
+  // again after the Resume.
+  absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout,
+                                const std::vector<int>& abandon = {});
   // Continues from `start_step` under `generation`.
   // `route` (epoch > 0: replicated shards after a failover) re-routes the
   // client's pulls and pushes to the stores' new primaries.

@@ -1,5 +1,6 @@
 #include "worker/worker_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/rpc/parsed_unary.h"
 #include "common/rpc/status_util.h"
 
@@ -51,7 +52,17 @@ grpc::Status WorkerServiceImpl::Start(grpc::ServerContextBase* ctx, const StartR
 grpc::Status WorkerServiceImpl::Pause(grpc::ServerContextBase* ctx, const PauseRequest* req,
                                       PauseResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerPause); !a.ok()) return a;
-  absl::StatusOr<int64_t> step = worker_->Pause(req->generation(), absl::Seconds(30));
+  std::vector<int> abandon;
+  for (int ps : req->abandon_ps()) {
+    // The client ignores a task it has no channel to: nothing to validate
+    // but the sign, and a negative one names no task.
+    if (ps < 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("Pause: abandon_ps ", ps, " is negative"));
+    }
+    abandon.push_back(ps);
+  }
+  absl::StatusOr<int64_t> step = worker_->Pause(req->generation(), absl::Seconds(30), abandon);
   if (!step.ok()) return ToGrpcStatus(step.status());
   resp->set_step(*step);
   return grpc::Status::OK;

@@ -45,6 +45,12 @@ class ParameterClient {
   // failover). Requests carry the epoch from then on. Callable from any
   // thread, also while a pull or push runs. Clients with no PS ignore it.
   virtual void SetRoute(const ReplicaRoute& route) {}
+  // Replicated shards, a failover: the chief gave up on these PS tasks
+  // (stopped, hung, cut off). Calls in flight to them end now with
+  // CANCELLED (a push so ended is not acknowledged: the worker runs its
+  // step again, under the same request id), and new ones fail at once
+  // with CANCELLED until the next SetRoute. Any thread, like SetRoute.
+  virtual void Abandon(const std::vector<int>& ps_tasks) {}
 
   // Clients of a mirrored strategy run every step in lockstep with the
   // other workers of their group: a worker that stopped between steps on

@@ -42,8 +42,22 @@ PsClient::PsClient(const PlacementMap& placement, std::vector<std::string> ps_ad
 }
 
 void PsClient::SetRoute(const ReplicaRoute& route) {
-  absl::MutexLock lock(&route_mu_);
-  route_ = route;
+  {
+    absl::MutexLock lock(&route_mu_);
+    route_ = route;
+  }
+  absl::MutexLock lock(&inflight_mu_);
+  abandoned_.clear();
+}
+
+void PsClient::Abandon(const std::vector<int>& ps_tasks) {
+  absl::MutexLock lock(&inflight_mu_);
+  for (int t : ps_tasks) {
+    abandoned_.insert(t);
+    // The callbacks never take inflight_mu_, so cancelling under it is safe
+    // whichever thread they run on; CallAll unlists a context before it goes.
+    for (auto [it, end] = inflight_.equal_range(t); it != end; ++it) it->second->TryCancel();
+  }
 }
 
 std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
@@ -104,6 +118,18 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     Unary* u = unary[i].get();
     SetDeadline(&u->ctx, options_.timeout);
     if (route.epoch() > 0) AddReplicaHeader(&u->ctx, calls[i].first, route.epoch());
+    {
+      absl::MutexLock lock(&inflight_mu_);
+      if (abandoned_.count(ps) > 0) {
+        absl::MutexLock wl(&w->mu);
+        w->out[i] = absl::CancelledError(
+            absl::StrCat("ps:", ps, " was given up on by the chief (a failover): call not sent"));
+        --w->left;
+        unary[i].reset();
+        continue;
+      }
+      inflight_.emplace(ps, &u->ctx);
+    }
     stubs_[ps]->UnaryCall(&u->ctx, method, grpc::StubOptions(), &request, &u->response,
                           [w, i, u, ps, name = method.substr(method.rfind('/') + 1)](grpc::Status s) {
                             absl::MutexLock lock(&w->mu);
@@ -115,7 +141,7 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
                             --w->left;
                           });
   }
-  absl::MutexLock lock(&w->mu);
+  w->mu.Lock();
   auto all = [&w]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu) { return w->left == 0; };
   // Unary calls end by their own deadline; streamed ones are ended here
   // when it passes (a little later, so that the unary deadline, which
@@ -134,6 +160,20 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
     w->mu.Lock();
     w->mu.Await(absl::Condition(&all));  // unary deadlines, and callbacks already running
   }
+  w->mu.Unlock();  // before inflight_mu_: Abandon takes it first, then (a callback) w->mu
+  {
+    absl::MutexLock unlist(&inflight_mu_);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (unary[i] == nullptr) continue;
+      for (auto [it, end] = inflight_.equal_range(task[i]); it != end; ++it) {
+        if (it->second == &unary[i]->ctx) {
+          inflight_.erase(it);
+          break;
+        }
+      }
+    }
+  }
+  absl::MutexLock lock(&w->mu);
   return std::move(w->out);
 }
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,9 @@ class PsClient : public ParameterClient {
                     const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) override;
   void SetGeneration(int64_t generation) override { generation_ = generation; }
   void SetRoute(const ReplicaRoute& route) override;
+  // Unary calls only: streamed ones (never used with a route) run to their
+  // deadline.
+  void Abandon(const std::vector<int>& ps_tasks) override;
 
   // One raw call to one PS, for tools and benchmarks.
   absl::StatusOr<grpc::ByteBuffer> Call(int ps, const std::string& method,
@@ -89,6 +93,11 @@ class PsClient : public ParameterClient {
   // their metadata; epoch 0 = store s on ps task s, no metadata.
   absl::Mutex route_mu_;
   ReplicaRoute route_ ABSL_GUARDED_BY(route_mu_);
+  // Unary calls in flight (task -> context, alive while listed) and the
+  // tasks abandoned since the last SetRoute (see Abandon).
+  absl::Mutex inflight_mu_;
+  std::multimap<int, grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(inflight_mu_);
+  std::set<int> abandoned_ ABSL_GUARDED_BY(inflight_mu_);
   // Storage for pulled tensors: reused once the caller drops them.
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
 };
