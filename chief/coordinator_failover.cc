@@ -89,8 +89,7 @@ absl::Status Coordinator::DropBackups(const std::string& why) {
   for (int& b : backup_of_) b = -1;
   NewEpoch();
   for (int s = 0; s < NumPsTasks(); ++s) RETURN_IF_ERROR(CreateVariablesOn(s));
-  report_(absl::StrCat("WARNING: ", why, ": the backups hold other values and rebuilding them is not built "
-                       "yet; every store runs unreplicated (placement epoch ", epoch_, ")"));
+  report_(absl::StrCat("WARNING: ", why, ": every store runs unreplicated (placement epoch ", epoch_, ")"));
   return absl::OkStatus();
 }
 
@@ -112,20 +111,7 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
   // Workers stop at a step boundary first, so that each resumes exactly
   // where it stopped; one that cannot pause (its push waits on the dead
   // PS) parks on its own failure and the watch loop resumes it re-routed.
-  std::vector<bool> paused(NumWorkers(), false);
-  ForEachWorker([&](int i) {
-    WorkerView& w = workers_[i];
-    if (!w.reachable || w.removed ||
-        (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
-      return absl::OkStatus();
-    }
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
-    if (s.ok()) {
-      w.step = *s;
-      paused[i] = true;
-    }
-    return s.status();
-  });
+  const std::vector<bool> paused = PauseWorkers();
   ps_lost_[ps] = true;
   for (int s : moved) {
     primary_of_[s] = backup_of_[s];
@@ -148,14 +134,7 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
       return Recover(absl::StrCat("failover of ", name, " failed"));
     }
   }
-  const ReplicaRoute route = Route();
-  ForEachWorker([&](int i) {
-    if (!paused[i]) return absl::OkStatus();
-    WorkerView& w = workers_[i];
-    absl::Status s = w.control->Resume(w.step, generation_, route);
-    if (!s.ok()) report_(absl::StrCat("resuming ", w.control->name(), " after the failover: ", s.message()));
-    return s;
-  });
+  ResumeWorkers(paused, "the failover");
   ++summary_.failovers;
   CountFailure();
   std::vector<std::string> where;
@@ -164,7 +143,7 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
                        " promoted at placement epoch ", epoch_, "; training resumed at step ", MinStep(),
                        " without a restore in ", absl::FormatDuration(absl::Now() - start),
                        " (rolled_back_steps=0); unreplicated now: store ", absl::StrJoin(unreplicated, ", store "),
-                       " (rebuilding backups is not built yet)"));
+                       " (until ", name, " answers again and is rebuilt)"));
   return absl::OkStatus();
 }
 

@@ -247,7 +247,8 @@ TEST_F(ReplicatedCluster, PsKilledUnderLoadFailsOverWithoutRollbackOrLostPushes)
 
 // Split brain: ps:0 stopped (not dead) long enough to be failed over, then
 // continued with its old state and epoch. Its backup, promoted, refuses
-// its forwards, so it acknowledges nothing more, and the counts stay exact.
+// its forwards, so it acknowledges nothing more, and the counts stay exact;
+// answering again, it is rebuilt from the copies that served meanwhile.
 TEST_F(ReplicatedCluster, PsStoppedAndContinuedAfterFailoverAcknowledgesNothing) { FailOverPs0(SIGSTOP); }
 
 void ReplicatedCluster::FailOverPs0(int sig) {
@@ -272,7 +273,11 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   std::cerr << "\nFIGURE: PS " << (sig == SIGKILL ? "SIGKILL" : "SIGSTOP")
             << " -> chief's failover done, workers resumed on the promoted backup: "
             << absl::ToDoubleSeconds(absl::Now() - killed) << " s (failover_after_ms 200)\n";
-  if (sig == SIGSTOP) ASSERT_TRUE(ps0->Kill(SIGCONT));
+  if (sig == SIGSTOP) {
+    ASSERT_TRUE(ps0->Kill(SIGCONT));
+    // Back with its old state: rebuilt from the copies that served meanwhile.
+    ASSERT_TRUE(chief->WaitForLine("rebuilt: ps:0", absl::Minutes(1)));
+  }
   ASSERT_EQ(ExitCode(chief.get()), 0);
   const std::string summary = Summary();
   std::cerr << "FIGURE: summary " << summary << std::endl;
@@ -296,11 +301,19 @@ void ReplicatedCluster::FailOverPs0(int sig) {
   ASSERT_TRUE(st0.ok()) << st0.status();
   EXPECT_EQ(st0->global_step(), 2 * kSteps) << "store 0, promoted on ps:1";
   if (sig == SIGSTOP) {
-    // The old primary answers again, at its old epoch, and is not used.
+    // The old primary, rebuilt, is store 0's primary again at the current
+    // epoch, and its copy applied every push too (and store 1's backup).
+    EXPECT_EQ(Field(summary, "rebuilds"), 1) << summary;
     PsAdmin old(channels.Get(cluster_.ps[0]), "ps:0");
     auto st_old = old.Status();
     ASSERT_TRUE(st_old.ok()) << st_old.status();
-    EXPECT_LT(st_old->epoch(), st->epoch());
+    EXPECT_EQ(st_old->epoch(), st->epoch());
+    EXPECT_EQ(st_old->global_step(), 2 * kSteps) << "store 0, rebuilt on ps:0";
+    PsAdmin backup1(channels.Get(cluster_.ps[0]), "ps:0");
+    backup1.SetReplica(1, st->epoch());
+    auto st_b1 = backup1.Status();
+    ASSERT_TRUE(st_b1.ok()) << st_b1.status();
+    EXPECT_EQ(st_b1->global_step(), 2 * kSteps) << "store 1's backup, rebuilt on ps:0";
   }
 }
 

@@ -1,0 +1,222 @@
+// Rebuilding backups (job.replication.factor 2, issue #15): after a
+// failover the stores of the lost PS run unreplicated; when that PS
+// answers again (restarted, a replacement at its address, or one that was
+// only cut off) the chief makes it hold its two copies again, the layout
+// InitReplicas placed: store P's primary (its own core) and store P-1's
+// backup. With the workers paused at a step boundary:
+//   1. every PS moves to a new placement epoch with the new roles: store P
+//      served by ps:P again, forwarding to the copy that served it (now its
+//      backup); store P-1 forwarding to a new backup on ps:P. From then on
+//      a push of the old epoch (a worker the chief could not pause) is
+//      refused, so nothing lands on one copy only;
+//   2. the copy that served each of these stores snapshots it (values,
+//      optimizer slots, step and update counters, hash-table rows) into
+//      the checkpoint volume, as checkpoint "<name>-rebuild";
+//   3. ps:P restores its copies from those snapshots (restore_assembly.h);
+//   4. workers resume at their steps with the new route.
+// Any step failing puts the old roles back at another epoch (ps:P lost
+// again, tried again with backoff); if even that fails, the checkpoint.
+//
+// Why the whole copy inside the pause: it is exact by construction (the
+// state is still), and for the MLP it costs milliseconds. For a large model
+// copying the bulk while training goes on and only the rows touched since
+// inside the pause (the incremental checkpoints' deltas) would pause less:
+// not built.
+//
+// Why every worker must be running (none parked on a failed push) before a
+// rebuild starts: a restored copy has no record of the request ids applied
+// before, so a retried push its primary already applied would be applied
+// again on the rebuilt backup. A worker paused at a step boundary has no
+// push to retry.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "chief/coordinator.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace psrt {
+
+std::vector<bool> Coordinator::PauseWorkers() {
+  std::vector<bool> paused(NumWorkers(), false);
+  ForEachWorker([&](int i) {
+    WorkerView& w = workers_[i];
+    if (!w.reachable || w.removed ||
+        (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
+    if (s.ok()) {
+      w.step = *s;
+      paused[i] = true;
+    }
+    return s.status();
+  });
+  return paused;
+}
+
+void Coordinator::ResumeWorkers(const std::vector<bool>& paused, const std::string& after) {
+  const ReplicaRoute route = Route();
+  ForEachWorker([&](int i) {
+    if (!paused[i]) return absl::OkStatus();
+    WorkerView& w = workers_[i];
+    absl::Status s = w.control->Resume(w.step, generation_, route);
+    if (!s.ok()) report_(absl::StrCat("resuming ", w.control->name(), " after ", after, ": ", s.message()));
+    return s;
+  });
+}
+
+namespace {
+
+// A handle on store `store`'s copy on PS task `ps` at placement `epoch`
+// (a backup's too: control calls may address one).
+std::unique_ptr<PsAdmin> CopyAdmin(ChannelCache* channels, const ClusterSpec& cluster, int ps, int store,
+                                   int64_t epoch) {
+  auto a = std::make_unique<PsAdmin>(channels->Get(*cluster.AddressOf(MakeTaskId(kPsJob, ps))),
+                                     absl::StrCat("ps:", ps));
+  a->SetReplica(store, epoch);
+  return a;
+}
+
+}  // namespace
+
+absl::Status Coordinator::RestoreBackups(const CheckpointManifest& m, const std::vector<std::string>& sources) {
+  std::vector<std::string> restored;
+  for (int s = 0; s < NumPsTasks(); ++s) {
+    const int b = backup_of_[s];
+    if (b < 0 || ps_lost_[b]) continue;
+    // The same data the primary restored: its shard, or every shard of a
+    // checkpoint of another layout.
+    std::vector<std::string> from = sources;
+    for (const CheckpointManifest::Shard& sh : m.shard()) {
+      if (sources.empty() && sh.ps_task() == s) from.push_back(sh.path());
+    }
+    absl::Status r = from.empty() ? absl::NotFoundError(absl::StrCat("the checkpoint has no shard of store ", s))
+                                  : CopyAdmin(channels_, options_.cluster, b, s, epoch_)
+                                        ->Restore(m.step(), manifests_.dir(), generation_, from)
+                                        .status();
+    if (!r.ok()) {
+      return DropBackups(absl::StrCat("restoring store ", s, "'s backup on ps:", b, " from the checkpoint of step ",
+                                      m.step(), " failed (", r.message(), ")"));
+    }
+    restored.push_back(absl::StrCat("store ", s, " on ps:", b));
+  }
+  if (!restored.empty()) {
+    report_(absl::StrCat("backups restored from the checkpoint of step ", m.step(), " too: ",
+                         absl::StrJoin(restored, ", "), " (placement epoch ", epoch_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Coordinator::MaybeRebuild() {
+  if (!Replicated() || absl::Now() < next_rebuild_try_) return false;
+  next_rebuild_try_ = absl::Now() + absl::Milliseconds(200);  // a lost PS is polled at most this often
+  for (int p = 0; p < NumPsTasks(); ++p) {
+    if (!ps_lost_[p] || !ps_[p].admin->Status(absl::Milliseconds(300)).ok()) continue;
+    for (const WorkerView& w : workers_) {
+      if (w.removed || w.left || w.state == WorkerStatusResponse::DONE) continue;
+      // Not at a clean step boundary yet (see the file comment): next pass.
+      if (!w.reachable || w.state != WorkerStatusResponse::RUNNING) return false;
+    }
+    absl::Status s = Rebuild(p);
+    if (s.ok()) {
+      rebuild_failures_ = 0;
+      return true;
+    }
+    const absl::Duration wait = Backoff(rebuild_failures_++);
+    next_rebuild_try_ = absl::Now() + wait;
+    report_(absl::StrCat("WARNING: rebuilding ", ps_[p].admin->name(), " failed (", s.message(),
+                         "); its stores stay unreplicated, next try in ", absl::FormatDuration(wait)));
+    return true;
+  }
+  return false;
+}
+
+absl::Status Coordinator::Rebuild(int ps) {
+  const int n = NumPsTasks();
+  const std::string name = ps_[ps].admin->name();
+  const std::vector<int> old_primary = primary_of_, old_backup = backup_of_;
+  // The stores ps holds a copy of in the placed layout: its own, and the
+  // previous one's backup. Each is copied from the PS serving it now.
+  std::vector<int> stores = {ps};
+  if (n > 1 && (ps + n - 1) % n != ps) stores.push_back((ps + n - 1) % n);
+  for (int s : stores) {
+    if (old_primary[s] == ps || ps_lost_[old_primary[s]]) {
+      return absl::FailedPreconditionError(absl::StrCat("store ", s, " has no live copy to rebuild ", name, " from"));
+    }
+  }
+  const absl::Time paused_at = absl::Now();
+  const std::vector<bool> paused = PauseWorkers();
+  for (int i = 0; i < NumWorkers(); ++i) {
+    const WorkerView& w = workers_[i];
+    if (!paused[i] && !w.removed && !w.left && w.state != WorkerStatusResponse::DONE) {
+      ResumeWorkers(paused, "a postponed rebuild");
+      return absl::UnavailableError(absl::StrCat(w.control->name(), " did not pause at a step boundary"));
+    }
+  }
+  const int64_t step = MinStep();
+  ps_lost_[ps] = false;
+  for (int s : stores) {
+    const int home = s, next = (s + 1) % n;
+    primary_of_[s] = ps_lost_[home] ? next : home;
+    const int other = primary_of_[s] == home ? next : home;
+    backup_of_[s] = ps_lost_[other] ? -1 : other;
+  }
+  NewEpoch();
+  std::string dir(absl::StripSuffix(manifests_.dir(), "/"));
+  dir += "-rebuild";
+  int64_t bytes = 0;
+  absl::Status copied = [&]() -> absl::Status {
+    for (int s = 0; s < n; ++s) RETURN_IF_ERROR(CreateVariablesOn(s));
+    for (int s : stores) {
+      ASSIGN_OR_RETURN(SnapshotResponse snap, CopyAdmin(channels_, options_.cluster, old_primary[s], s, epoch_)
+                                                  ->Snapshot(step, dir, /*wait_durable=*/true, /*keep=*/1));
+      bytes += snap.bytes();
+      RETURN_IF_ERROR(
+          CopyAdmin(channels_, options_.cluster, ps, s, epoch_)->Restore(step, dir, generation_, {snap.path()}).status());
+    }
+    return absl::OkStatus();
+  }();
+  if (!copied.ok()) {
+    // The old roles back: the copies that served go on serving.
+    ps_lost_[ps] = true;
+    primary_of_ = old_primary;
+    backup_of_ = old_backup;
+    NewEpoch();
+    for (int s = 0; s < n; ++s) {
+      absl::Status c = CreateVariablesOn(s);
+      if (!c.ok()) {
+        report_(absl::StrCat("rebuilding ", name, " failed (", copied.message(), ") and putting store ", s,
+                             " back failed too (", c.message(), "); falling back to the last checkpoint"));
+        InitReplicas();
+        return Recover(absl::StrCat("a failed rebuild of ", name));
+      }
+    }
+    ResumeWorkers(paused, "a failed rebuild");
+    return copied;
+  }
+  ResumeWorkers(paused, "the rebuild");
+  ps_[ps].down_since = absl::InfiniteFuture();
+  const double pause_ms = absl::ToDoubleMilliseconds(absl::Now() - paused_at);
+  ++summary_.rebuilds;
+  std::vector<std::string> roles, unreplicated;
+  for (int s : stores) {
+    roles.push_back(absl::StrCat("store ", s, " ", primary_of_[s] == ps ? "primary" : "backup", " on ", name));
+  }
+  for (int s = 0; s < n; ++s) {
+    if (backup_of_[s] < 0) unreplicated.push_back(absl::StrCat(s));
+  }
+  report_(absl::StrCat("rebuilt: ", name, " answers again and holds its copies again (", absl::StrJoin(roles, ", "),
+                       "), ", bytes, " bytes copied at step ", step, ", placement epoch ", epoch_,
+                       "; training paused ", absl::StrFormat("%.1f", pause_ms), " ms; ",
+                       unreplicated.empty() ? std::string("every store is replicated again")
+                                            : absl::StrCat("unreplicated: store ", absl::StrJoin(unreplicated, ", store "))));
+  return absl::OkStatus();
+}
+
+}  // namespace psrt
