@@ -160,6 +160,14 @@ absl::Status Coordinator::Rebuild(int ps) {
     }
   }
   const int64_t step = MinStep();
+  // Where the pause goes: pausing, roles, snapshots, restores.
+  absl::Duration phase[4] = {absl::Now() - paused_at, absl::ZeroDuration(), absl::ZeroDuration(),
+                             absl::ZeroDuration()};
+  absl::Time mark = absl::Now();
+  auto lap = [&mark](absl::Duration* d) {
+    *d += absl::Now() - mark;
+    mark = absl::Now();
+  };
   ps_lost_[ps] = false;
   for (int s : stores) {
     const int home = s, next = (s + 1) % n;
@@ -173,12 +181,15 @@ absl::Status Coordinator::Rebuild(int ps) {
   int64_t bytes = 0;
   absl::Status copied = [&]() -> absl::Status {
     for (int s = 0; s < n; ++s) RETURN_IF_ERROR(CreateVariablesOn(s));
+    lap(&phase[1]);
     for (int s : stores) {
       ASSIGN_OR_RETURN(SnapshotResponse snap, CopyAdmin(channels_, options_.cluster, old_primary[s], s, epoch_)
                                                   ->Snapshot(step, dir, /*wait_durable=*/true, /*keep=*/1));
       bytes += snap.bytes();
+      lap(&phase[2]);
       RETURN_IF_ERROR(
           CopyAdmin(channels_, options_.cluster, ps, s, epoch_)->Restore(step, dir, generation_, {snap.path()}).status());
+      lap(&phase[3]);
     }
     return absl::OkStatus();
   }();
@@ -213,7 +224,11 @@ absl::Status Coordinator::Rebuild(int ps) {
   }
   report_(absl::StrCat("rebuilt: ", name, " answers again and holds its copies again (", absl::StrJoin(roles, ", "),
                        "), ", bytes, " bytes copied at step ", step, ", placement epoch ", epoch_,
-                       "; training paused ", absl::StrFormat("%.1f", pause_ms), " ms; ",
+                       "; training paused ", absl::StrFormat("%.1f", pause_ms), " ms (",
+                       absl::StrFormat("pausing %.1f, roles %.1f, snapshots %.1f, restores %.1f ms",
+                                       absl::ToDoubleMilliseconds(phase[0]), absl::ToDoubleMilliseconds(phase[1]),
+                                       absl::ToDoubleMilliseconds(phase[2]), absl::ToDoubleMilliseconds(phase[3])),
+                       "); ",
                        unreplicated.empty() ? std::string("every store is replicated again")
                                             : absl::StrCat("unreplicated: store ", absl::StrJoin(unreplicated, ", store "))));
   return absl::OkStatus();
