@@ -304,7 +304,7 @@ class Coordinator {
   int64_t epoch_ = 0;
   std::vector<int> primary_of_;
   std::vector<int> backup_of_;
-  std::vector<bool> ps_lost_;  // failed over: its stores moved; not used again
+  std::vector<bool> ps_lost_;  // failed over: its stores moved; used again once rebuilt
   std::vector<std::unique_ptr<PsAdmin>> store_admins_;
   absl::Time next_rebuild_try_ = absl::InfinitePast();
   int rebuild_failures_ = 0;  // in a row
