@@ -18,6 +18,11 @@
 // restored too: a later kill of one PS is again a failover, not another
 // restore, and every store's two copies applied the same pushes.
 //
+// A rebuild that cannot copy (here the PS do not share the snapshot volume
+// the copy goes through) puts the old roles back: training goes on from
+// the serving copies with no rollback and no push lost, and the chief
+// says so and tries again later.
+//
 // Figures (stderr, FIGURE:): SIGKILL -> failover done, and the training
 // pause of each rebuild.
 #include <signal.h>
@@ -194,6 +199,44 @@ TEST_F(ReplicationSoak, BackupsAreRestoredWithTheCheckpointSoTheNextKillIsAFailo
     ASSERT_EQ(counts.size(), 2u);
     EXPECT_EQ(counts[0], counts[1]) << "store " << s << ": primary and backup applied different pushes";
     EXPECT_GE(counts[0], 2 * 3000) << "store " << s;
+  }
+}
+
+TEST_F(ReplicationSoak, ARebuildThatCannotCopyPutsTheOldRolesBackAndLosesNothing) {
+  constexpr int64_t kShort = 2000;
+  Setup(2, 2, ConsistencyDef::ASYNC, kShort);
+  Prepare("unshared");
+  // Each PS its own snapshot directory: checkpoints work (each PS reads its
+  // own), the rebuild's copy from one PS to the other cannot.
+  auto own_dir = [this](int p) { return std::vector<std::string>{absl::StrCat("--snapshot_dir=", dir_, "/own", p)}; };
+  std::unique_ptr<Daemon> ps[2] = {Start("ps/server", "ps:0", own_dir(0)), Start("ps/server", "ps:1", own_dir(1))};
+  auto w0 = StartWorker(0), w1 = StartWorker(1);
+  auto chief = StartChief();
+  ASSERT_TRUE(chief && ps[0] && ps[1] && w0 && w1);
+  ASSERT_FALSE(chief->WaitForMatch("step ([3-9][0-9][0-9]|1[0-9][0-9][0-9])/", absl::Minutes(2)).empty());
+  ASSERT_TRUE(ps[0]->Kill(SIGKILL));
+  ASSERT_TRUE(chief->WaitForLine("failover: ps:0 is gone", absl::Minutes(1)));
+  (void)ps[0]->Wait(absl::Seconds(10));
+  ps[0] = Start("ps/server", "ps:0", own_dir(0));
+  ASSERT_TRUE(ps[0]);
+  ASSERT_TRUE(chief->WaitForLine("WARNING: rebuilding ps:0 failed", absl::Minutes(1)));
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  const std::string summary = SummaryOf("unshared");
+  EXPECT_EQ(Field(summary, "failovers"), 1) << summary;
+  EXPECT_EQ(Field(summary, "rebuilds"), 0) << summary;
+  EXPECT_EQ(Field(summary, "rolled_back_steps"), 0) << summary;
+  EXPECT_EQ(Field(summary, "steps"), kShort) << summary;
+  EXPECT_FALSE(chief->WaitForLine("recovering:", absl::ZeroDuration())) << "a restore ran";
+  // Both stores served by ps:1 to the end, every push applied once.
+  ChannelCache channels;
+  auto st = PsAdmin(channels.Get(cluster_.ps[1]), "ps:1").Status();
+  ASSERT_TRUE(st.ok()) << st.status();
+  for (int s = 0; s < 2; ++s) {
+    PsAdmin a(channels.Get(cluster_.ps[1]), "ps:1");
+    a.SetReplica(s, st->epoch());
+    auto c = a.Status();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->global_step(), 2 * kShort) << "store " << s << " on ps:1";
   }
 }
 
