@@ -116,7 +116,9 @@ absl::Status Coordinator::RestoreBackups(const CheckpointManifest& m, const std:
 
 absl::StatusOr<bool> Coordinator::MaybeRebuild() {
   if (!Replicated() || absl::Now() < next_rebuild_try_) return false;
-  next_rebuild_try_ = absl::Now() + absl::Milliseconds(200);  // a lost PS is polled at most this often
+  // A lost PS is polled at most this often: one that hangs costs the
+  // watch loop the poll's 300 ms each time.
+  next_rebuild_try_ = absl::Now() + absl::Milliseconds(500);
   for (int p = 0; p < NumPsTasks(); ++p) {
     if (!ps_lost_[p] || !ps_[p].admin->Status(absl::Milliseconds(300)).ok()) continue;
     for (const WorkerView& w : workers_) {

@@ -1,7 +1,7 @@
 // Soak of replicated PS shards (job.replication.factor 2, issue #15) with
-// real processes: a chief, two PS and two workers training the MLP on
-// Fashion-MNIST. The test kills a PS with SIGKILL every few seconds, the
-// two in turn, and restarts it as a supervisor would; each kill is failed
+// real processes: a chief, three PS and two workers training the MLP on
+// Fashion-MNIST. The test kills a PS with SIGKILL every few seconds, each
+// in turn, and restarts it as a supervisor would; each kill is failed
 // over (the backups promoted) and each restarted PS rebuilt (it becomes a
 // replica again while training goes on), so the next kill of the other PS
 // again finds every store with a live copy.
@@ -43,6 +43,7 @@ namespace {
 using testing::Daemon;
 
 constexpr int64_t kSteps = 7000;  // per worker
+constexpr int kPs = 3;  // so a rebuild also moves a store it does not copy
 constexpr int kKills = 6;
 
 class ReplicationSoak : public testing::TrainingClusterTest {
@@ -72,7 +73,7 @@ class ReplicationSoak : public testing::TrainingClusterTest {
     return std::stod(m[1]);
   }
   // Store `store`'s update counter (one per push applied) on each of its
-  // copies in the placed layout, ps:store and ps:store+1, at the current
+  // copies in the placed layout, ps:store and ps:store+1 (mod #PS), at the current
   // placement epoch; empty (and the test told) when one does not answer.
   std::vector<int64_t> CopyCounts(int store) {
     ChannelCache channels;
@@ -80,7 +81,8 @@ class ReplicationSoak : public testing::TrainingClusterTest {
     EXPECT_TRUE(st.ok()) << st.status();
     if (!st.ok()) return {};
     std::vector<int64_t> counts;
-    for (int on : {store, (store + 1) % 2}) {
+    const int n = static_cast<int>(cluster_.ps.size());
+    for (int on : {store, (store + 1) % n}) {
       PsAdmin a(channels.Get(cluster_.ps[on]), absl::StrCat("ps:", on));
       a.SetReplica(store, st->epoch());
       auto c = a.Status();
@@ -99,18 +101,18 @@ std::string Stats(std::vector<double> v) {
 }
 
 TEST_F(ReplicationSoak, PsKilledEveryFewSecondsLosesNothingAndEndsAsAccurate) {
-  Setup(2, 2, ConsistencyDef::ASYNC, kSteps);
+  Setup(kPs, 2, ConsistencyDef::ASYNC, kSteps);
   Prepare("soak");
   job_.mutable_eval()->set_max_examples(10000);  // the whole test set
   WriteJob();
-  std::unique_ptr<Daemon> ps[2] = {StartPs(0), StartPs(1)};
+  std::unique_ptr<Daemon> ps[kPs] = {StartPs(0), StartPs(1), StartPs(2)};
   auto w0 = StartWorker(0), w1 = StartWorker(1);
   auto chief = StartChief();
-  ASSERT_TRUE(chief && ps[0] && ps[1] && w0 && w1);
+  ASSERT_TRUE(chief && ps[0] && ps[1] && ps[2] && w0 && w1);
   ASSERT_TRUE(chief->WaitForLine("step ", absl::Minutes(2)));
   std::vector<double> failover_s, pause_ms;
   for (int k = 0; k < kKills; ++k) {
-    const int victim = k % 2;
+    const int victim = k % kPs;
     // Spread over the run: kill k once the chief reports step 900 (k+1).
     size_t from = chief->lines();
     while (true) {
@@ -152,7 +154,7 @@ TEST_F(ReplicationSoak, PsKilledEveryFewSecondsLosesNothingAndEndsAsAccurate) {
   // No acknowledged update missing, none applied twice: after the last
   // rebuild store s is on ps:s (primary) and ps:s+1 (backup), and both
   // copies applied one push per worker step.
-  for (int s = 0; s < 2; ++s) {
+  for (int s = 0; s < kPs; ++s) {
     EXPECT_EQ(CopyCounts(s), std::vector<int64_t>(2, 2 * kSteps)) << "store " << s;
   }
 }
