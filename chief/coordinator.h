@@ -242,6 +242,8 @@ class Coordinator {
   // that answers again holds its copies again. True when it ran one (the
   // caller's pass is over).
   absl::StatusOr<bool> MaybeRebuild();
+  // ABORTED: postponed (the workers did not all pause where a copy is
+  // exact), nothing changed.
   absl::Status Rebuild(int ps);
   // Workers running or parked, paused at a step boundary at once; which
   // paused (their steps in workers_).

@@ -23,6 +23,9 @@
 // inside the pause (the incremental checkpoints' deltas) would pause less:
 // not built.
 //
+// SYNC: the workers must all pause at the same step, or the primary holds
+// a step partly summed (not in a snapshot); otherwise it is tried later.
+//
 // Why every worker must be running (none parked on a failed push) before a
 // rebuild starts: a restored copy has no record of the request ids applied
 // before, so a retried push its primary already applied would be applied
@@ -131,6 +134,10 @@ absl::StatusOr<bool> Coordinator::MaybeRebuild() {
       rebuild_failures_ = 0;
       return true;
     }
+    if (s.code() == absl::StatusCode::kAborted) {  // postponed, nothing changed: soon again
+      LOG(INFO) << "rebuilding " << ps_[p].admin->name() << " postponed: " << s.message();
+      return true;
+    }
     const absl::Duration wait = Backoff(rebuild_failures_++);
     next_rebuild_try_ = absl::Now() + wait;
     report_(absl::StrCat("WARNING: rebuilding ", ps_[p].admin->name(), " failed (", s.message(),
@@ -159,8 +166,19 @@ absl::Status Coordinator::Rebuild(int ps) {
     const WorkerView& w = workers_[i];
     if (!paused[i] && !w.removed && !w.left && w.state != WorkerStatusResponse::DONE) {
       ResumeWorkers(paused, "a postponed rebuild");
-      return absl::UnavailableError(absl::StrCat(w.control->name(), " did not pause at a step boundary"));
+      return absl::AbortedError(absl::StrCat(w.control->name(), " did not pause at a step boundary"));
     }
+  }
+  // SYNC: workers paused at different steps leave a step partly summed on
+  // the primary, which a snapshot does not hold; the copy must wait.
+  int64_t highest = -1;
+  for (int i = 0; i < NumWorkers(); ++i) {
+    if (paused[i]) highest = std::max(highest, workers_[i].step);
+  }
+  if (Sync() && highest > MinStep()) {
+    ResumeWorkers(paused, "a postponed rebuild");
+    return absl::AbortedError(absl::StrCat("SYNC workers paused at steps ", MinStep(), " to ", highest,
+                                               ": step ", MinStep(), " is partly summed"));
   }
   const int64_t step = MinStep();
   // Where the pause goes: pausing, roles, snapshots, restores (the

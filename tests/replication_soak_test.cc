@@ -18,6 +18,10 @@
 // restored too: a later kill of one PS is again a failover, not another
 // restore, and every store's two copies applied the same pushes.
 //
+// SYNC: each PS killed once and rebuilt; the two copies of each store end
+// equal, with no rollback (a rebuild waits for the workers to pause at the
+// same step, so no step is partly summed on the copy it reads).
+//
 // A rebuild that cannot copy (here the PS do not share the snapshot volume
 // the copy goes through) puts the old roles back: training goes on from
 // the serving copies with no rollback and no push lost, and the chief
@@ -239,6 +243,40 @@ TEST_F(ReplicationSoak, ARebuildThatCannotCopyPutsTheOldRolesBackAndLosesNothing
     auto c = a.Status();
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->global_step(), 2 * kShort) << "store " << s << " on ps:1";
+  }
+}
+
+TEST_F(ReplicationSoak, SyncKillsAreFailedOverAndRebuiltWithEqualCopies) {
+  constexpr int64_t kShort = 2000;
+  Setup(2, 2, ConsistencyDef::SYNC, kShort);
+  Prepare("sync");
+  std::unique_ptr<Daemon> ps[2] = {StartPs(0), StartPs(1)};
+  auto w0 = StartWorker(0), w1 = StartWorker(1);
+  auto chief = StartChief();
+  ASSERT_TRUE(chief && ps[0] && ps[1] && w0 && w1);
+  ASSERT_FALSE(chief->WaitForMatch("step ([3-9][0-9][0-9]|1[0-9][0-9][0-9])/", absl::Minutes(2)).empty());
+  for (int victim = 0; victim < 2; ++victim) {
+    const size_t from = chief->lines();
+    ASSERT_TRUE(ps[victim]->Kill(SIGKILL));
+    ASSERT_TRUE(chief->WaitForLine(absl::StrCat("failover: ps:", victim, " is gone"), absl::Minutes(1), from));
+    (void)ps[victim]->Wait(absl::Seconds(10));
+    ps[victim] = StartPs(victim);
+    ASSERT_TRUE(ps[victim]);
+    ASSERT_TRUE(chief->WaitForLine(absl::StrCat("rebuilt: ps:", victim), absl::Minutes(1), from));
+  }
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  const std::string summary = SummaryOf("sync");
+  std::cerr << "FIGURE: sync summary " << summary << std::endl;
+  EXPECT_EQ(Field(summary, "failovers"), 2) << summary;
+  EXPECT_EQ(Field(summary, "rebuilds"), 2) << summary;
+  EXPECT_EQ(Field(summary, "rolled_back_steps"), 0) << summary;
+  EXPECT_EQ(Field(summary, "steps"), kShort) << summary;
+  EXPECT_FALSE(chief->WaitForLine("recovering:", absl::ZeroDuration())) << "a restore ran";
+  for (int s = 0; s < 2; ++s) {
+    const std::vector<int64_t> counts = CopyCounts(s);
+    ASSERT_EQ(counts.size(), 2u);
+    EXPECT_EQ(counts[0], counts[1]) << "store " << s << ": primary and backup applied different updates";
+    EXPECT_GE(counts[0], kShort) << "store " << s;
   }
 }
 
