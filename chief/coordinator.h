@@ -250,6 +250,10 @@ class Coordinator {
   std::vector<bool> PauseWorkers();
   // Resumes the paused ones at their steps with the current route.
   void ResumeWorkers(const std::vector<bool>& paused, const std::string& after);
+  // After a failover: each worker's step as it says now (a push of it may
+  // have been applied and not acknowledged, and be pushed again); a
+  // rebuild waits until every worker is past it (coordinator_rebuild.cc).
+  void NoteUnsettledSteps();
   void NewEpoch();
   ReplicaRoute Route() const;
   // The handle reaching store s's core (its primary's PS, with the header).
@@ -308,6 +312,7 @@ class Coordinator {
   std::vector<int> backup_of_;
   std::vector<bool> ps_lost_;  // failed over: its stores moved; used again once rebuilt
   std::vector<std::unique_ptr<PsAdmin>> store_admins_;
+  std::vector<int64_t> unsettled_step_;  // by worker; see NoteUnsettledSteps
   absl::Time next_rebuild_try_ = absl::InfinitePast();
   int rebuild_failures_ = 0;  // in a row
   int64_t last_checkpoint_step_ = -1;

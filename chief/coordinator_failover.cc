@@ -135,6 +135,7 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
     }
   }
   ResumeWorkers(paused, "the failover");
+  NoteUnsettledSteps();
   ++summary_.failovers;
   CountFailure();
   std::vector<std::string> where;

@@ -26,11 +26,13 @@
 // SYNC: the workers must all pause at the same step, or the primary holds
 // a step partly summed (not in a snapshot); otherwise it is tried later.
 //
-// Why every worker must be running (none parked on a failed push) before a
-// rebuild starts: a restored copy has no record of the request ids applied
-// before, so a retried push its primary already applied would be applied
-// again on the rebuilt backup. A worker paused at a step boundary has no
-// push to retry.
+// Why every worker must be running (none parked on a failed push), and
+// past the step it was at when the last failover ended, before a rebuild
+// starts: a restored copy has no record of the request ids applied before,
+// so a push its primary applied but could not acknowledge (its forward to
+// the lost backup failed), pushed again after the copy, would be applied
+// again on the rebuilt copy (seen: a backup one update ahead). A worker
+// past that step has pushed it again and been answered.
 #include <algorithm>
 #include <string>
 #include <thread>
@@ -75,6 +77,17 @@ void Coordinator::ResumeWorkers(const std::vector<bool>& paused, const std::stri
   });
 }
 
+void Coordinator::NoteUnsettledSteps() {
+  unsettled_step_.assign(NumWorkers(), -1);
+  ForEachWorker([&](int i) {
+    absl::StatusOr<WorkerStatusResponse> st = workers_[i].control->Status(absl::Seconds(2));
+    // One that does not answer: its step as last known, and it must pass
+    // the next one too (it may have gone on meanwhile).
+    unsettled_step_[i] = st.ok() ? st->step() : workers_[i].step + 1;
+    return st.status();
+  });
+}
+
 namespace {
 
 // A handle on store `store`'s copy on PS task `ps` at placement `epoch`
@@ -90,6 +103,7 @@ std::unique_ptr<PsAdmin> CopyAdmin(ChannelCache* channels, const ClusterSpec& cl
 }  // namespace
 
 absl::Status Coordinator::RestoreBackups(const CheckpointManifest& m, const std::vector<std::string>& sources) {
+  unsettled_step_.clear();  // the new generation refuses every push from before
   std::vector<std::string> restored;
   for (int s = 0; s < NumPsTasks(); ++s) {
     const int b = backup_of_[s];
@@ -124,10 +138,13 @@ absl::StatusOr<bool> Coordinator::MaybeRebuild() {
   next_rebuild_try_ = absl::Now() + absl::Milliseconds(500);
   for (int p = 0; p < NumPsTasks(); ++p) {
     if (!ps_lost_[p] || !ps_[p].admin->Status(absl::Milliseconds(300)).ok()) continue;
-    for (const WorkerView& w : workers_) {
+    for (int i = 0; i < NumWorkers(); ++i) {
+      const WorkerView& w = workers_[i];
       if (w.removed || w.left || w.state == WorkerStatusResponse::DONE) continue;
-      // Not at a clean step boundary yet (see the file comment): next pass.
+      // Not at a clean step boundary yet, or not past the step a failover
+      // left unsettled (see the file comment): a later pass.
       if (!w.reachable || w.state != WorkerStatusResponse::RUNNING) return false;
+      if (i < static_cast<int>(unsettled_step_.size()) && w.step <= unsettled_step_[i]) return false;
     }
     absl::Status s = Rebuild(p);
     if (s.ok()) {
