@@ -493,6 +493,10 @@ absl::Status Coordinator::Watch(bool* done) {
   }
   summary_.examples_per_sec_last_window = eps;
   Report(false);
+  if (!all_done && all_ps_answer) {  // a PS lost to a failover that is back: a backup again
+    ASSIGN_OR_RETURN(bool rebuilt, MaybeRebuild());
+    if (rebuilt) return absl::OkStatus();
+  }
   if (all_done) {
     *done = true;
     return absl::OkStatus();

@@ -93,6 +93,8 @@ struct JobSummary {
   // worker steps a recovery took back (0 for a failover: none is redone).
   int failovers = 0;
   int64_t rolled_back_steps = 0;
+  // Backups rebuilt on a PS that answered again after a failover.
+  int rebuilds = 0;
   std::string checkpoint_dir;
 
   std::string ToJson() const;
@@ -241,9 +243,29 @@ class Coordinator {
   // epoch, workers paused, re-routed and resumed at their steps. When a
   // store loses both copies, falls back to Recover (the checkpoint).
   absl::Status Failover(int ps, const std::string& why);
-  // After a checkpoint restore the backups hold other values: dropped (the
-  // stores run unreplicated; rebuilding them is not built yet).
+  // After a checkpoint restore: every backup restored from the primary's
+  // data in checkpoint `m` (`sources` when it was taken with another
+  // layout); on failure the backups are dropped (DropBackups).
+  absl::Status RestoreBackups(const CheckpointManifest& m, const std::vector<std::string>& sources);
+  // Every store runs unreplicated from now on (`why` is logged).
   absl::Status DropBackups(const std::string& why);
+  // Rebuilding backups (coordinator_rebuild.cc): a PS lost to a failover
+  // that answers again holds its copies again. True when it ran one (the
+  // caller's pass is over).
+  absl::StatusOr<bool> MaybeRebuild();
+  // ABORTED: postponed (the workers did not all pause where a copy is
+  // exact), nothing changed.
+  absl::Status Rebuild(int ps);
+  // Workers running or parked, paused at a step boundary at once; which
+  // paused (their steps in workers_). Each first cancels its calls to the
+  // PS tasks in `abandon` (lost ones, which would hold calls to their deadline).
+  std::vector<bool> PauseWorkers(const std::vector<int>& abandon = {});
+  // Resumes the paused ones at their steps with the current route.
+  void ResumeWorkers(const std::vector<bool>& paused, const std::string& after);
+  // After a failover: each worker's step as it says now (a push of it may
+  // have been applied and not acknowledged, and be pushed again); a
+  // rebuild waits until every worker is past it (coordinator_rebuild.cc).
+  void NoteUnsettledSteps();
   void NewEpoch();
   // The stores' replicas and the failovers into status_ (the status page,
   // /metrics); NewEpoch calls it, as every change of roles makes one.
@@ -303,8 +325,11 @@ class Coordinator {
   int64_t epoch_ = 0;
   std::vector<int> primary_of_;
   std::vector<int> backup_of_;
-  std::vector<bool> ps_lost_;  // failed over: its stores moved; not used again
+  std::vector<bool> ps_lost_;  // failed over: its stores moved; used again once rebuilt
   std::vector<std::unique_ptr<PsAdmin>> store_admins_;
+  std::vector<int64_t> unsettled_step_;  // by worker; see NoteUnsettledSteps
+  absl::Time next_rebuild_try_ = absl::InfinitePast();
+  int rebuild_failures_ = 0;  // in a row
   int64_t last_checkpoint_step_ = -1;
   absl::Time last_checkpoint_time_;
   int64_t last_eval_step_ = 0;

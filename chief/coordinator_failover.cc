@@ -66,6 +66,7 @@ void Coordinator::PublishReplicas() {
                                     : JobStatusResponse::Replica::UNREPLICATED);
   }
   status_.set_failovers(summary_.failovers);
+  status_.set_rebuilds(summary_.rebuilds);
 }
 
 ReplicaRoute Coordinator::Route() const {
@@ -116,8 +117,7 @@ absl::Status Coordinator::DropBackups(const std::string& why) {
   for (int& b : backup_of_) b = -1;
   NewEpoch();
   for (int s = 0; s < NumPsTasks(); ++s) RETURN_IF_ERROR(CreateVariablesOn(s));
-  report_(absl::StrCat("WARNING: ", why, ": the backups hold other values and rebuilding them is not built "
-                       "yet; every store runs unreplicated (placement epoch ", epoch_, ")"));
+  report_(absl::StrCat("WARNING: ", why, ": every store runs unreplicated (placement epoch ", epoch_, ")"));
   return absl::OkStatus();
 }
 
@@ -166,28 +166,9 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
   // cut short runs again under its request id: applied once wherever it
   // had reached. One that cannot pause parks on its own failure and the
   // watch loop resumes it re-routed.
-  std::vector<bool> paused(NumWorkers(), false);
-  ForEachWorker([&](int i) {
-    WorkerView& w = workers_[i];
-    if (!w.reachable || w.removed ||
-        (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
-      return absl::OkStatus();
-    }
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2), {ps});
-    if (s.ok()) {
-      w.step = *s;
-      paused[i] = true;
-    }
-    return s.status();
-  });
-  const ReplicaRoute route = Route();
-  ForEachWorker([&](int i) {
-    if (!paused[i]) return absl::OkStatus();
-    WorkerView& w = workers_[i];
-    absl::Status s = w.control->Resume(w.step, generation_, route);
-    if (!s.ok()) report_(absl::StrCat("resuming ", w.control->name(), " after the failover: ", s.message()));
-    return s;
-  });
+  const std::vector<bool> paused = PauseWorkers({ps});
+  ResumeWorkers(paused, "the failover");
+  NoteUnsettledSteps();
   ++summary_.failovers;
   PublishReplicas();
   CountFailure();
@@ -197,7 +178,7 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
                        " promoted at placement epoch ", epoch_, "; training resumed at step ", MinStep(),
                        " without a restore in ", absl::FormatDuration(absl::Now() - start),
                        " (rolled_back_steps=0); unreplicated now: store ", absl::StrJoin(unreplicated, ", store "),
-                       " (rebuilding backups is not built yet)"));
+                       " (until ", name, " answers again and is rebuilt)"));
   return absl::OkStatus();
 }
 

@@ -367,7 +367,7 @@ absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
     if (theirs == ours && IsReplica(p)) sources = replicas;
     RETURN_IF_ERROR(StoreAdmin(p)->Restore(m.step(), manifests_.dir(), generation_, sources).status());
   }
-  if (Replicated()) return DropBackups(absl::StrCat("restored the checkpoint of step ", m.step()));
+  if (Replicated()) return RestoreBackups(m, theirs != ours ? all : std::vector<std::string>{});
   return absl::OkStatus();
 }
 
@@ -473,7 +473,7 @@ std::string JobSummary::ToJson() const {
       ",\n  \"examples_per_sec_last_window\": ", examples_per_sec_last_window,
       ",\n  \"checkpoints\": [", absl::StrJoin(checkpoints, ", "), "],\n  \"checkpoint_dir\": \"",
       checkpoint_dir, "\",\n  \"failures_survived\": ", failures_survived, ",\n  \"failovers\": ", failovers,
-      ",\n  \"rolled_back_steps\": ", rolled_back_steps, "\n}\n");
+      ",\n  \"rolled_back_steps\": ", rolled_back_steps, ",\n  \"rebuilds\": ", rebuilds, "\n}\n");
 }
 
 }  // namespace psrt

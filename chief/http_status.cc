@@ -39,7 +39,10 @@ void AppendReplicaMetrics(const JobStatusResponse& s, std::string* out) {
   absl::StrAppend(out,
                   "# HELP psrt_failovers_total PS failures survived by promoting backups (no rollback).\n"
                   "# TYPE psrt_failovers_total counter\npsrt_failovers_total ",
-                  s.failovers(), "\n");
+                  s.failovers(), "\n",
+                  "# HELP psrt_rebuilds_total PS that came back and were made replicas again.\n"
+                  "# TYPE psrt_rebuilds_total counter\npsrt_rebuilds_total ",
+                  s.rebuilds(), "\n");
   absl::StrAppend(out,
                   "# HELP psrt_replica_state A store's replication state (1 for the current one), with its "
                   "primary and backup task (\"\": none).\n# TYPE psrt_replica_state gauge\n");

@@ -90,6 +90,7 @@ TEST(HttpStatusTest, CheckpointFailuresAndWaitsAreShown) {
 TEST(HttpStatusTest, ReplicaHealthIsShown) {
   JobStatusResponse s = Sample();
   s.set_failovers(1);
+  s.set_rebuilds(1);
   JobStatusResponse::Replica* r = s.add_replica();
   r->set_store(0);
   r->set_primary("ps:1");
@@ -103,6 +104,7 @@ TEST(HttpStatusTest, ReplicaHealthIsShown) {
   r->set_state(JobStatusResponse::Replica::REPLICATED);
   const std::string metrics = PrometheusMetrics(s, 0);
   EXPECT_THAT(metrics, HasSubstr("psrt_failovers_total 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("psrt_rebuilds_total 1\n"));
   EXPECT_THAT(metrics, HasSubstr("psrt_replica_state{store=\"0\",primary=\"ps:1\",backup=\"\",state=\"unreplicated\"} 1\n"));
   EXPECT_THAT(metrics, HasSubstr("psrt_replica_state{store=\"0\",primary=\"ps:1\",backup=\"\",state=\"replicated\"} 0\n"));
   EXPECT_THAT(metrics, HasSubstr("psrt_replica_state{store=\"1\",primary=\"ps:1\",backup=\"ps:<2>\",state=\"replicated\"} 1\n"));

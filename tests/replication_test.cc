@@ -273,7 +273,8 @@ TEST_F(ReplicatedCluster, PsKilledUnderLoadFailsOverWithoutRollbackOrLostPushes)
 
 // Split brain: ps:0 stopped (not dead) long enough to be failed over, then
 // continued with its old state and epoch. Its backup, promoted, refuses
-// its forwards, so it acknowledges nothing more, and the counts stay exact.
+// its forwards, so it acknowledges nothing more, and the counts stay exact;
+// answering again, it is rebuilt from the copies that served meanwhile.
 TEST_F(ReplicatedCluster, PsStoppedAndContinuedAfterFailoverAcknowledgesNothing) { FailOverPs0(Fault::kStop); }
 
 // Split brain over the network: ps:0 runs on, in a network namespace whose
@@ -369,9 +370,13 @@ void ReplicatedCluster::FailOverPs0(Fault fault) {
     ASSERT_TRUE(WaitForChiefStep(chief.get(), resumed + 100, chief->lines(), absl::Minutes(1)))
         << "training did not go on past step " << resumed + 100 << " without ps:0";
     ASSERT_TRUE(fault == Fault::kCut ? partition->Heal().ok() : ps0->Kill(SIGCONT));
+    // Back with its old state and epoch: nothing it is sent at that epoch
+    // is acknowledged, before or after the chief rebuilds it...
+    ExpectOldPrimaryAcknowledgesNothing(before->epoch(), before->generation());
+    // ...from the copies that served meanwhile.
+    ASSERT_TRUE(chief->WaitForLine("rebuilt: ps:0", absl::Minutes(1)));
   }
   ASSERT_EQ(ExitCode(chief.get()), 0);
-  if (split_brain) ExpectOldPrimaryAcknowledgesNothing(before->epoch(), before->generation());
   const std::string summary = Summary();
   std::cerr << "FIGURE: summary " << summary << std::endl;
   EXPECT_EQ(Field(summary, "failovers"), 1) << summary;
@@ -394,14 +399,22 @@ void ReplicatedCluster::FailOverPs0(Fault fault) {
   ASSERT_TRUE(st0.ok()) << st0.status();
   EXPECT_EQ(st0->global_step(), 2 * kSteps) << "store 0, promoted on ps:1";
   if (split_brain) {
-    // The old primary answers again, at its old epoch, and is not used (a
-    // channel of its own: the one from before a cut may still back off).
+    // The old primary, rebuilt, is store 0's primary again at the current
+    // epoch, and its copy applied every push too (and store 1's backup); a
+    // channel of its own: the one from before a cut may still back off.
+    EXPECT_EQ(Field(summary, "rebuilds"), 1) << summary;
     ChannelCache fresh;
     PsAdmin old(fresh.Get(cluster_.ps[0]), "ps:0");
     auto st_old = old.Status();
     ASSERT_TRUE(st_old.ok()) << st_old.status();
-    EXPECT_EQ(st_old->epoch(), before->epoch());
-    EXPECT_LT(st_old->epoch(), st->epoch());
+    EXPECT_GT(st_old->epoch(), before->epoch());
+    EXPECT_EQ(st_old->epoch(), st->epoch());
+    EXPECT_EQ(st_old->global_step(), 2 * kSteps) << "store 0, rebuilt on ps:0";
+    PsAdmin backup1(fresh.Get(cluster_.ps[0]), "ps:0");
+    backup1.SetReplica(1, st->epoch());
+    auto st_b1 = backup1.Status();
+    ASSERT_TRUE(st_b1.ok()) << st_b1.status();
+    EXPECT_EQ(st_b1->global_step(), 2 * kSteps) << "store 1's backup, rebuilt on ps:0";
   }
 }
 
@@ -458,10 +471,10 @@ void ReplicatedCluster::ExpectOldPrimaryAcknowledgesNothing(int64_t old_epoch, i
         s = client.Push(id, zeros, {});
       }
       SCOPED_TRACE(absl::StrCat("store ", store, " pushed to ps:", serving, " at the old epoch: ", s.ToString()));
-      if (store == 0 && serving == 0) {
-        // The old primary still takes it for its own copy, but its forward
-        // to ps:1 (store 0's primary now) is refused: not acknowledged.
-        EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+      if (store == 0 && serving == 0 && s.code() == absl::StatusCode::kUnavailable) {
+        // The old primary, not rebuilt yet, still takes it for its own copy,
+        // but its forward to ps:1 (store 0's primary now) is refused: not
+        // acknowledged. Once rebuilt it refuses the old epoch itself (below).
         EXPECT_THAT(std::string(s.message()), HasSubstr("not acknowledged"));
         EXPECT_THAT(std::string(s.message()), HasSubstr("refused"));
       } else {
