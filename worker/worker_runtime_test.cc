@@ -213,6 +213,12 @@ struct Harness {
     }
     FakePs* ps;
   };
+  // The first failure reported to the chief ("" if none within 30 s).
+  std::string FirstFailure() {
+    absl::MutexLock l(&mu);
+    auto reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !failures.empty(); };
+    return mu.AwaitWithTimeout(absl::Condition(&reported), absl::Seconds(30)) ? failures[0] : "";
+  }
   std::vector<int64_t> Pushed() {
     absl::MutexLock l(&ps.mu);
     return ps.pushed;
@@ -482,12 +488,7 @@ TEST(WorkerTest, AFailedBucketedPushParksAtItsStep) {
   h.ps.buckets = true;
   h.ps.fail_push_at = 3;
   ASSERT_TRUE(h.worker->Start(Assignment(6)).ok());
-  {
-    absl::MutexLock l(&h.mu);
-    auto reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) { return !h.failures.empty(); };
-    ASSERT_TRUE(h.mu.AwaitWithTimeout(absl::Condition(&reported), absl::Seconds(30)));
-    EXPECT_EQ(h.failures[0], "3: push refused");
-  }
+  EXPECT_EQ(h.FirstFailure(), "3: push refused");
   EXPECT_EQ(h.Pushed(), Range(0, 3));
   ASSERT_TRUE(h.worker->Resume(3, 2).ok());
   EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
