@@ -24,7 +24,7 @@ bool PushParts::Seen(const RequestId& id) const {
   return s != w->second.steps.end() && s->second.taken.count(id.bucket()) > 0;
 }
 
-absl::StatusOr<bool> PushParts::Take(const RequestId& id) {
+absl::StatusOr<bool> PushParts::Take(const RequestId& id, NamedTensors* hold) {
   if (id.bucket() == 0) return true;
   Worker& w = workers_[id.worker()];
   if (w.incarnation != id.worker_incarnation()) {
@@ -51,7 +51,12 @@ absl::StatusOr<bool> PushParts::Take(const RequestId& id) {
   Step& s = w.steps[id.step()];
   s.taken.insert(id.bucket());
   if (id.last_bucket()) s.last = id.bucket();
+  if (hold != nullptr) {
+    for (auto& g : *hold) s.held.push_back(std::move(g));
+    hold->clear();
+  }
   if (s.last > 0 && static_cast<int>(s.taken.size()) == s.last) {
+    if (hold != nullptr) *hold = std::move(s.held);
     w.steps.erase(id.step());
     return true;
   }

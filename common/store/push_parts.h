@@ -21,6 +21,7 @@
 #include <set>
 
 #include "absl/status/statusor.h"
+#include "common/transport/ps_types.h"
 #include "proto/ps_service.pb.h"
 
 namespace psrt {
@@ -44,7 +45,13 @@ class PushParts {
   // the part contradicts the step's others: a second last part of another
   // number, a part numbered past the last, or a last part below a part
   // already taken.
-  absl::StatusOr<bool> Take(const RequestId& id);
+  // With `hold` (SYNC, where a step's gradients are summed): an incomplete
+  // step keeps the part's gradients (moved out of *hold, which the caller
+  // must own), and the part completing it gets every part's in *hold, so
+  // that the caller sums them then. The parts of a worker that never
+  // completes its step (it died mid-step; a new incarnation pushes the step
+  // again) are never summed.
+  absl::StatusOr<bool> Take(const RequestId& id, NamedTensors* hold = nullptr);
 
   // Forgets everything (a restore or a new generation: the same steps will
   // be pushed again).
@@ -54,6 +61,7 @@ class PushParts {
   struct Step {
     std::set<int> taken;
     int last = 0;  // 0 until the last part is in
+    NamedTensors held;  // the parts' gradients, with Take's `hold`
   };
   struct Worker {
     uint64_t incarnation = 0;

@@ -467,9 +467,13 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
           resp.set_duplicate(true);
           return resp;
         }
-        // A bucket adds its part to the step; the worker counts once all are in.
-        ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id));
-        for (const auto& [name, grad] : gradients) {
+        // A bucket waits with the worker's other parts (copied: the request's
+        // buffers are not ours to keep); all are summed once all are in.
+        NamedTensors step_grads;
+        for (const auto& [name, grad] : gradients) step_grads.emplace_back(name, id.bucket() > 0 ? grad.Copy() : grad);
+        ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id, &step_grads));
+        if (!whole) return resp;
+        for (const auto& [name, grad] : step_grads) {
           auto it = sync_dense_.find(name);
           if (it == sync_dense_.end()) {
             sync_dense_[name] = grad.Copy();
@@ -477,11 +481,9 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
             it->second.flat<float>() += grad.flat<float>();
           }
         }
-        if (whole) {
-          sync_pushed_.insert(id.worker());
-          RecordLocked(id);
-        }
-        if (whole && static_cast<int>(sync_pushed_.size()) >= num_workers_) {
+        sync_pushed_.insert(id.worker());
+        RecordLocked(id);
+        if (static_cast<int>(sync_pushed_.size()) >= num_workers_) {
           RETURN_IF_ERROR(ApplySyncStepLocked());
           wake = true;
         }

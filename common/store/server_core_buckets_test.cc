@@ -33,10 +33,10 @@ class BucketsTest : public ::testing::Test {
   }
   // Part `bucket` of worker's step (0: the whole step) with gradient g for `var`.
   absl::StatusOr<PushResponse> Push(int worker, int64_t step, int bucket, bool last, const std::string& var,
-                                    float g) {
+                                    float g, uint64_t incarnation = 1) {
     RequestId id;
     id.set_worker(worker);
-    id.set_worker_incarnation(1);
+    id.set_worker_incarnation(incarnation);
     id.set_step(step);
     id.set_bucket(bucket);
     id.set_last_bucket(last);
@@ -91,6 +91,16 @@ TEST_F(BucketsTest, SyncCountsAWorkerOnceAllItsPartsAreIn) {
   EXPECT_EQ(next, (std::vector<float>{-4, -2}));  // (6 + 2) / 2 and 4 / 2, each once
   EXPECT_TRUE(Push(0, 0, 1, false, "a", 6)->duplicate());
   EXPECT_EQ(Pull(1), (std::vector<float>{-4, -2}));
+}
+
+// A worker that died with part of its step pushed: the restarted one
+// (another incarnation) pushes the step again, and only that counts.
+TEST_F(BucketsTest, SyncNeverCountsThePartsOfAWorkerThatDiedMidStep) {
+  Make(ConsistencyDef::SYNC, 2);
+  ASSERT_TRUE(Push(0, 0, 1, false, "a", 100).ok());  // incarnation 1, then it dies
+  ASSERT_TRUE(Push(0, 0, 0, false, "a", 6, 2).ok());  // incarnation 2, the whole step
+  ASSERT_TRUE(Push(1, 0, 0, false, "a", 2).ok());
+  EXPECT_EQ(Pull(1), (std::vector<float>{-4, 0}));  // (6 + 2) / 2: the dead part is not in
 }
 
 TEST_F(BucketsTest, MalformedOrContradictoryPartsAreRefusedAndChangeNothing) {
