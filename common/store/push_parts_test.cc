@@ -1,5 +1,7 @@
 #include "common/store/push_parts.h"
 
+#include "common/store/push_part_id.h"
+
 #include "common/transport/ps_types.h"
 #include "gtest/gtest.h"
 
@@ -7,13 +9,7 @@ namespace psrt {
 namespace {
 
 RequestId Part(int64_t step, int bucket, bool last, int worker = 0, uint64_t incarnation = 1) {
-  RequestId id;
-  id.set_worker(worker);
-  id.set_worker_incarnation(incarnation);
-  id.set_step(step);
-  id.set_bucket(bucket);
-  id.set_last_bucket(last);
-  return id;
+  return PartId(worker, incarnation, step, bucket, last);
 }
 
 TEST(PushPartsTest, StepCompletesOnlyWithEveryPartInAnyOrder) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/store/push_part_id.h"
 #include "common/store/server_core.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -34,13 +35,8 @@ class BucketsTest : public ::testing::Test {
   // Part `bucket` of worker's step (0: the whole step) with gradient g for `var`.
   absl::StatusOr<PushResponse> Push(int worker, int64_t step, int bucket, bool last, const std::string& var,
                                     float g, uint64_t incarnation = 1) {
-    RequestId id;
-    id.set_worker(worker);
-    id.set_worker_incarnation(incarnation);
-    id.set_step(step);
-    id.set_bucket(bucket);
-    id.set_last_bucket(last);
-    return ps_.Push(id, {{var, Tensor::FromVector<float>({g}, TensorShape({1}))}});
+    return ps_.Push(PartId(worker, incarnation, step, bucket, last),
+                    {{var, Tensor::FromVector<float>({g}, TensorShape({1}))}});
   }
   // a and b, for worker 0 at `step` (waits as a SYNC pull does).
   std::vector<float> Pull(int64_t step) {
