@@ -49,6 +49,11 @@ ABSL_FLAG(bool, overlap_push, false,
           "(one push in flight, in step order; a failed one takes the worker back to its step). "
           "Pays where pushes wait on the network and cores are spare; slower on a machine whose "
           "cores are all busy.");
+ABSL_FLAG(int64_t, push_bucket_bytes, 0,
+          "Push the step's gradients in parts (buckets) of about this many bytes per PS as the backward "
+          "pass makes them, last layers first, while it makes the rest (0 = one push per PS after the "
+          "backward pass). Not with --overlap_push nor mirrored strategies. See "
+          "tests/bench/PS_BENCH_RESULTS.md for what it gave.");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the step's kernels run.");
 ABSL_FLAG(bool, ps_streams, true,
           "Send pushes and pulls of up to 1 MiB as frames of one ParameterServer/Exchange stream per PS "
@@ -211,6 +216,11 @@ int Main(int argc, char** argv) {
   wo.stop_before_push_at_step = absl::GetFlag(FLAGS_fault_stop_before_push_at_step);
   wo.overlap_pull = absl::GetFlag(FLAGS_overlap_pull);
   wo.overlap_push = absl::GetFlag(FLAGS_overlap_push);
+  if (absl::GetFlag(FLAGS_push_bucket_bytes) < 0) {
+    LOG(ERROR) << "--push_bucket_bytes must be 0 or more, not " << absl::GetFlag(FLAGS_push_bucket_bytes);
+    return 2;
+  }
+  wo.push_bucket_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_push_bucket_bytes));
   wo.data_log = absl::GetFlag(FLAGS_data_log);
   WorkerRuntime runtime(wo, deps);
   absl::Notification stop;

@@ -274,8 +274,38 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   Batch& batch = in.batch;
   absl::Status status = in.status;
   StepResult result;
+  RequestId id;
+  id.set_worker(options_.index);
+  id.set_worker_incarnation(options_.incarnation);
+  id.set_step(step);
+  id.set_generation(generation);
+  // Bucketed push: the first part to leave commits the step to its push
+  // (a Pause or Resume before it drops the step, as before any push).
+  std::unique_ptr<BucketedPush> parts;
+  bool committed = false, dropped = false;
+  const bool stop_before_push = options_.stop_before_push_at_step > 0 && step == options_.stop_before_push_at_step;
+  if (status.ok() && options_.push_bucket_bytes > 0 && !lockstep && !overlap_push && !stop_before_push) {
+    parts = client_->StartBucketedPush(id, options_.push_bucket_bytes);
+    if (parts != nullptr && !bucket_logged_.exchange(true)) {
+      LOG(INFO) << "worker " << options_.index << " pushes in buckets of " << options_.push_bucket_bytes
+                << " bytes per PS";
+    }
+  }
   if (status.ok()) {
-    absl::StatusOr<StepResult> r = runner_->Run(in.dense, in.rows, batch, step);
+    absl::StatusOr<StepResult> r;
+    if (parts != nullptr) {
+      r = runner_->RunStreaming(in.dense, in.rows, batch, step, [&](const std::string& v, const Tensor& g) {
+        if (!committed && !dropped) {
+          absl::MutexLock lock(&mu_);
+          committed = interruptions_ == seen && !stop_;
+          dropped = !committed;
+          if (committed) ++pushing_;  // from here a Pause waits for this push
+        }
+        if (committed) parts->Add(v, g);
+      });
+    } else {
+      r = runner_->Run(in.dense, in.rows, batch, step);
+    }
     status = r.status();
     if (r.ok()) result = *std::move(r);
   }
@@ -287,6 +317,11 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   in.rows.clear();
   bool pause_wanted = false;
   if (!status.ok()) {
+    if (committed) {
+      parts.reset();  // waits for the parts on the wire; the PS never counts the step
+      absl::MutexLock lock(&mu_);
+      --pushing_;
+    }
     // Accounted after the push before it: that one may have failed first
     // (and dropped this step already).
     if (JoinPushBehind()) return;
@@ -295,14 +330,18 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   }
   {
     absl::MutexLock lock(&mu_);
-    if (interruptions_ != seen || stop_) return;  // paused or resumed under us: drop it
-    ++pushing_;  // from here a Pause waits for this push
+    if (dropped) return;  // paused or resumed before its first part left
+    if (!committed) {
+      if (interruptions_ != seen || stop_) return;  // paused or resumed under us: drop it
+      ++pushing_;  // from here a Pause waits for this push
+    }
     pause_wanted = pause_requested_;
     overlap_push = overlap_push && !lockstep;
   }
   // Step t-1's push is answered before step t's leaves: in order, once.
   if (JoinPushBehind()) {
     // It failed and took the worker back to its step: drop this one.
+    parts.reset();  // waits for the parts already on the wire
     absl::MutexLock lock(&mu_);
     --pushing_;
     return;
@@ -313,13 +352,12 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     std::cerr << "FAULT: stopping before the push of step " << step << std::endl;
     ::raise(SIGSTOP);
   }
-  RequestId id;
-  id.set_worker(options_.index);
-  id.set_worker_incarnation(options_.incarnation);
-  id.set_step(step);
-  id.set_generation(generation);
   PushDone done{step, seen, batch.size, start, absl::Now(), result.loss, batch.epoch};
   done.generation = generation;
+  if (parts != nullptr) {
+    FinishPush(done, parts->Finish(result.sparse_gradients));
+    return;
+  }
   if (overlap_push) {
     // The loop goes on to the next step while this push is in flight.
     done.behind = true;

@@ -72,6 +72,16 @@ struct WorkerOptions {
   // (tests/bench/PS_BENCH_RESULTS.md); it pays where a push waits on the
   // network with cores to spare.
   bool overlap_push = false;
+  // Bucketed push (issue #13): the step's dense gradients leave for their
+  // PS in parts of about this many bytes per PS while the backward pass
+  // makes the rest, last layers first (as Horovod and PyTorch DDP send
+  // all-reduce buckets). Each part has its own request id (RequestId.bucket)
+  // and the PS counts the step once it has all of them; once the first part
+  // has left, the step's push is under way (a Pause waits for it) and is
+  // completed. 0 = the whole step in one push after the backward pass.
+  // Not with overlap_push, nor in lockstep (mirrored strategies), nor for
+  // clients that cannot (the in-process one): those push whole.
+  size_t push_bucket_bytes = 0;
   // Tests: appends "generation step stream batch unix_ms" for every step pushed,
   // so a test can check that each batch of each data stream was trained
   // once across membership changes ("" = no log).
@@ -150,6 +160,7 @@ class WorkerRuntime {
   absl::Mutex control_mu_;
   std::atomic<bool> stopped_for_fault_{false};  // stop_before_push_at_step fires once
   std::atomic<bool> cancel_fetch_{false};       // set while a Start stops the loop
+  std::atomic<bool> bucket_logged_{false};      // the first bucketed push is logged
 
   mutable absl::Mutex mu_;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -61,9 +62,35 @@ class FakePs : public ParameterClient {
     return absl::OkStatus();
   }
 
+  // Bucketed pushes (FakeParts): a part is applied when it arrives, the
+  // step counts (pushed) at Finish. events: "part S", "backward S",
+  // "finish S" in the order they happened.
+  void AddPart(const RequestId& id, const Tensor& g) {
+    absl::MutexLock l(&mu);
+    w -= 0.1f * g.data<float>()[0];
+    events.push_back(absl::StrCat("part ", id.step()));
+  }
+  absl::Status FinishParts(const RequestId& id) {
+    absl::MutexLock l(&mu);
+    if (fail_push_at == id.step()) {
+      fail_push_at = -1;
+      return absl::Status(fail_push_code, "push refused");
+    }
+    events.push_back(absl::StrCat("finish ", id.step()));
+    pushed.push_back(id.step());
+    return absl::OkStatus();
+  }
+
   absl::Mutex mu;
   float w = 0;
   std::vector<int64_t> pushed;
+  bool buckets = false;  // the client makes BucketedPushes
+  std::vector<std::string> events;
+  // The runner holds step hold_at's backward on `backward_release`, after
+  // its first gradient was handed over (hold_before_part: before).
+  int64_t hold_at = -1;
+  bool hold_before_part = false;
+  absl::Notification backward_held, backward_release;
   int64_t fail_pull_at = -1;
   int64_t block_pull_at = -1;
   absl::Notification pulled_blocked, release;
@@ -72,6 +99,16 @@ class FakePs : public ParameterClient {
   absl::StatusCode fail_push_code = absl::StatusCode::kUnavailable;
   int64_t block_push_at = -1;   // that push waits for push_release
   absl::Notification push_release;
+};
+
+struct FakeParts : BucketedPush {
+  FakeParts(FakePs* p, const RequestId& i) : ps(p), id(i) {}
+  void Add(const std::string&, const Tensor& g) override { ps->AddPart(id, g); }
+  absl::Status Finish(const std::map<std::string, std::pair<Tensor, Tensor>>&) override {
+    return ps->FinishParts(id);
+  }
+  FakePs* ps;
+  RequestId id;
 };
 
 // loss = (w - 3)^2 per batch.
@@ -87,6 +124,36 @@ class QuadraticRunner : public StepRunner {
     return r;
   }
   std::string device() const override { return "cpu"; }
+};
+
+// The same, handing w's gradient over before its "backward" ends.
+class StreamingRunner : public QuadraticRunner {
+ public:
+  explicit StreamingRunner(FakePs* ps) : ps_(ps) {}
+  absl::StatusOr<StepResult> RunStreaming(const TensorMap& dense, const TensorMap& rows, const Batch& b,
+                                          int64_t step, const GradientReady& ready) override {
+    absl::StatusOr<StepResult> r = Run(dense, rows, b, step);
+    bool hold, before;
+    {
+      absl::MutexLock l(&ps_->mu);
+      hold = ps_->hold_at == step;
+      before = ps_->hold_before_part;
+    }
+    if (hold && before) Hold();
+    ready("w", r->dense_gradients.at("w"));
+    if (hold && !before) Hold();
+    r->dense_gradients.clear();
+    absl::MutexLock l(&ps_->mu);
+    ps_->events.push_back(absl::StrCat("backward ", step));
+    return r;
+  }
+
+ private:
+  void Hold() {
+    ps_->backward_held.Notify();
+    ps_->backward_release.WaitForNotification();
+  }
+  FakePs* ps_;
 };
 
 WorkerAssignment Assignment(int64_t steps, int64_t generation = 1) {
@@ -120,6 +187,7 @@ struct Harness {
         runner_entered.Notify();
         hold->WaitForNotification();
       }
+      if (ps.buckets) return std::unique_ptr<StepRunner>(new StreamingRunner(&ps));
       return std::unique_ptr<StepRunner>(new QuadraticRunner());
     };
     deps.report_failure = [this](const absl::Status& s, int64_t step) {
@@ -139,8 +207,18 @@ struct Harness {
                       const std::map<std::string, std::pair<Tensor, Tensor>>& sp) override {
       return ps->Push(id, d, sp);
     }
+    std::unique_ptr<BucketedPush> StartBucketedPush(const RequestId& id, size_t) override {
+      if (!ps->buckets) return nullptr;
+      return std::make_unique<FakeParts>(ps, id);
+    }
     FakePs* ps;
   };
+  // The first failure reported to the chief ("" if none within 30 s).
+  std::string FirstFailure() {
+    absl::MutexLock l(&mu);
+    auto reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !failures.empty(); };
+    return mu.AwaitWithTimeout(absl::Condition(&reported), absl::Seconds(30)) ? failures[0] : "";
+  }
   std::vector<int64_t> Pushed() {
     absl::MutexLock l(&ps.mu);
     return ps.pushed;
@@ -155,6 +233,12 @@ struct Harness {
   std::vector<WorkerStatusResponse::State> state_at_report;
   std::unique_ptr<WorkerRuntime> worker;
 };
+
+WorkerOptions Buckets() {
+  WorkerOptions o{0, 99};
+  o.push_bucket_bytes = 1;
+  return o;
+}
 
 WorkerOptions OverlapPush() {
   WorkerOptions o{0, 99};
@@ -318,6 +402,97 @@ TEST(WorkerTest, ATimedOutPushBehindIsRetried) {
   ASSERT_TRUE(h.worker->Start(Assignment(8)).ok());
   EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
   EXPECT_EQ(h.Pushed(), Range(0, 8));
+}
+
+// Bucketed push: each step's gradient leaves while its backward pass still
+// runs, and the step counts once, after the backward pass, in order.
+TEST(WorkerTest, BucketsLeaveDuringTheBackwardPassAndEachStepCountsOnce) {
+  Harness h(Buckets());
+  h.ps.buckets = true;
+  ASSERT_TRUE(h.worker->Start(Assignment(60)).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 60));
+  EXPECT_NEAR(h.ps.w, 3.0f, 1e-3);
+  absl::MutexLock l(&h.ps.mu);
+  ASSERT_EQ(h.ps.events.size(), 180u) << absl::StrJoin(h.ps.events, ", ");
+  for (int64_t s = 0; s < 60; ++s) {
+    EXPECT_EQ(h.ps.events[3 * s], absl::StrCat("part ", s));
+    EXPECT_EQ(h.ps.events[3 * s + 1], absl::StrCat("backward ", s));
+    EXPECT_EQ(h.ps.events[3 * s + 2], absl::StrCat("finish ", s));
+  }
+}
+
+// Once a part has left, the step's push is under way: a Pause waits for
+// the rest of it, and the step counts as pushed.
+TEST(WorkerTest, APauseAfterTheFirstBucketWaitsForTheWholeStep) {
+  Harness h(Buckets());
+  h.ps.buckets = true;
+  h.ps.hold_at = 4;
+  ASSERT_TRUE(h.worker->Start(Assignment(8)).ok());
+  h.ps.backward_held.WaitForNotification();
+  // Step 4's first part has left and its backward pass is held: a Pause
+  // cannot return before the rest of the step is pushed.
+  absl::StatusOr<int64_t> paused_at = h.worker->Pause(1, absl::Milliseconds(100));
+  EXPECT_EQ(paused_at.status().code(), absl::StatusCode::kDeadlineExceeded) << paused_at.status();
+  EXPECT_EQ(h.Pushed(), Range(0, 4));
+  h.ps.backward_release.Notify();
+  paused_at = h.worker->Pause(1, absl::Seconds(30));
+  ASSERT_TRUE(paused_at.ok()) << paused_at.status();
+  EXPECT_EQ(*paused_at, 5);
+  EXPECT_EQ(h.Pushed(), Range(0, 5));
+  ASSERT_TRUE(h.worker->Resume(5, 1).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 8));
+}
+
+// A Pause before any part left drops the step as before any push: nothing
+// of it reaches the PS, and it is computed again after the Resume.
+TEST(WorkerTest, APauseBeforeTheFirstBucketDropsTheStep) {
+  Harness h(Buckets());
+  h.ps.buckets = true;
+  h.ps.hold_at = 4;
+  h.ps.hold_before_part = true;
+  ASSERT_TRUE(h.worker->Start(Assignment(8)).ok());
+  h.ps.backward_held.WaitForNotification();
+  absl::StatusOr<int64_t> paused_at = h.worker->Pause(1, absl::Seconds(10));
+  ASSERT_TRUE(paused_at.ok()) << paused_at.status();
+  EXPECT_EQ(*paused_at, 4);
+  float w_at_pause;
+  {
+    absl::MutexLock l(&h.ps.mu);
+    w_at_pause = h.ps.w;
+    h.ps.hold_at = -1;
+  }
+  h.ps.backward_release.Notify();
+  // The held step ends its backward pass and is dropped: the worker is
+  // paused, so waiting for its loop to park shows no part of it left.
+  {
+    absl::MutexLock l(&h.ps.mu);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.ps.mu) {
+      return !h.ps.events.empty() && h.ps.events.back() == "backward 4";
+    };
+    ASSERT_TRUE(h.ps.mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(30)));
+    EXPECT_EQ(h.ps.w, w_at_pause);
+    EXPECT_EQ(std::count(h.ps.events.begin(), h.ps.events.end(), "part 4"), 0);
+  }
+  ASSERT_TRUE(h.worker->Resume(4, 1).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 8));
+  absl::MutexLock l(&h.ps.mu);
+  EXPECT_EQ(std::count(h.ps.events.begin(), h.ps.events.end(), "part 4"), 1);
+}
+
+// A bucketed push that fails parks and reports like a whole one.
+TEST(WorkerTest, AFailedBucketedPushParksAtItsStep) {
+  Harness h(Buckets());
+  h.ps.buckets = true;
+  h.ps.fail_push_at = 3;
+  ASSERT_TRUE(h.worker->Start(Assignment(6)).ok());
+  EXPECT_EQ(h.FirstFailure(), "3: push refused");
+  EXPECT_EQ(h.Pushed(), Range(0, 3));
+  ASSERT_TRUE(h.worker->Resume(3, 2).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 6));
 }
 
 }  // namespace

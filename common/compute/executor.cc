@@ -35,9 +35,33 @@ Executor::~Executor() {
 absl::StatusOr<std::vector<Tensor>> Executor::Run(const std::map<std::string, Tensor>& feeds,
                                                   const std::vector<std::string>& fetches,
                                                   uint64_t seed, bool training) {
+  return RunStreaming(feeds, fetches, seed, training, nullptr);
+}
+
+absl::StatusOr<std::vector<Tensor>> Executor::RunStreaming(const std::map<std::string, Tensor>& feeds,
+                                                           const std::vector<std::string>& fetches,
+                                                           uint64_t seed, bool training,
+                                                           const FetchReady& ready) {
   ASSIGN_OR_RETURN(const GraphPlan::Steps* steps, plan_->For(fetches));
   const GraphDef& graph = plan_->graph();
   GraphPlan::Values values(graph.node_size());
+  // Per node: the fetches it makes, handed to `ready` once it has run.
+  std::vector<std::vector<size_t>> fetched_by;
+  if (ready) {
+    fetched_by.resize(graph.node_size());
+    for (size_t f = 0; f < steps->fetches.size(); ++f) fetched_by[steps->fetches[f].first].push_back(f);
+  }
+  auto hand_over = [&](int i) -> absl::Status {
+    if (!ready) return absl::OkStatus();
+    for (size_t f : fetched_by[i]) {
+      const int output = steps->fetches[f].second;
+      if (output < 0 || output >= static_cast<int>(values[i].size())) {
+        return absl::InvalidArgumentError(absl::StrCat("fetch ", fetches[f], ": no such output"));
+      }
+      ready(f, values[i][output]);
+    }
+    return absl::OkStatus();
+  };
   std::vector<int> uses = steps->uses;
   KernelContext ctx;
   ctx.device = device_.get();
@@ -51,6 +75,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(const std::map<std::string, Te
         return absl::InvalidArgumentError(absl::StrCat("node ", n.name(), " (", n.op(), ") was not fed"));
       }
       values[i] = {f->second};
+      RETURN_IF_ERROR(hand_over(i));
       continue;
     }
     ctx.node = &n;
@@ -59,6 +84,7 @@ absl::StatusOr<std::vector<Tensor>> Executor::Run(const std::map<std::string, Te
     RETURN_IF_ERROR((*kernels_[i])(ctx));
     values[i] = std::move(ctx.outputs);
     ctx.inputs.clear();
+    RETURN_IF_ERROR(hand_over(i));
     plan_->ReleaseInputs(i, *steps, &uses, &values);
   }
   return plan_->Fetched(*steps, fetches, values);

@@ -41,6 +41,10 @@ class Executor : public StepExecutor {
   absl::StatusOr<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& feeds,
                                           const std::vector<std::string>& fetches, uint64_t seed,
                                           bool training) override;
+  // Hands each fetch to `ready` right after the node making it has run.
+  absl::StatusOr<std::vector<Tensor>> RunStreaming(const std::map<std::string, Tensor>& feeds,
+                                                   const std::vector<std::string>& fetches, uint64_t seed,
+                                                   bool training, const FetchReady& ready) override;
   std::string device_name() const override { return "cpu"; }
 
   const GraphDef& graph() const { return plan_->graph(); }

@@ -123,19 +123,41 @@ absl::StatusOr<std::map<std::string, Tensor>> GraphStepRunner::Feeds(
 
 absl::StatusOr<StepResult> GraphStepRunner::Run(const TensorMap& dense, const TensorMap& rows,
                                                 const Batch& batch, int64_t step) {
+  return RunImpl(dense, rows, batch, step, nullptr);
+}
+
+absl::StatusOr<StepResult> GraphStepRunner::RunStreaming(const TensorMap& dense, const TensorMap& rows,
+                                                         const Batch& batch, int64_t step,
+                                                         const GradientReady& ready) {
+  return RunImpl(dense, rows, batch, step, &ready);
+}
+
+absl::StatusOr<StepResult> GraphStepRunner::RunImpl(const TensorMap& dense, const TensorMap& rows,
+                                                    const Batch& batch, int64_t step,
+                                                    const GradientReady* ready) {
   std::map<std::string, Tensor> unique;
   ASSIGN_OR_RETURN(auto feeds, Feeds(dense, rows, batch, false, &unique));
   std::vector<std::string> fetches = {loss_};
   for (const auto& [v, g] : grads_) fetches.push_back(g);
   for (const auto& [m, t] : metrics_) fetches.push_back(t);
-  ASSIGN_OR_RETURN(std::vector<Tensor> out, exec_->Run(feeds, fetches, seed_ + 1000003 * static_cast<uint64_t>(step + 1), true));
+  // Fetch 1 + i is variable i's gradient: a dense one goes to `ready` now.
+  StepExecutor::FetchReady on_fetch;
+  if (ready != nullptr) {
+    on_fetch = [&](size_t f, const Tensor& t) {
+      if (f < 1 || f > grads_.size() || unique.count(grads_[f - 1].first)) return;
+      (*ready)(grads_[f - 1].first, t);
+    };
+  }
+  ASSIGN_OR_RETURN(std::vector<Tensor> out,
+                   exec_->RunStreaming(feeds, fetches, seed_ + 1000003 * static_cast<uint64_t>(step + 1), true,
+                                       on_fetch));
   StepResult r;
   r.loss = out[0].data<float>()[0];
   for (size_t i = 0; i < grads_.size(); ++i) {
     const std::string& v = grads_[i].first;
     auto u = unique.find(v);
     if (u == unique.end()) {
-      r.dense_gradients[v] = out[1 + i];
+      if (ready == nullptr) r.dense_gradients[v] = out[1 + i];
     } else {
       r.sparse_gradients[v] = {u->second, out[1 + i]};
     }

@@ -48,6 +48,8 @@ class GraphStepRunner : public StepRunner {
   absl::StatusOr<RowRequest> SparseRows(const Batch& batch) const override;
   absl::StatusOr<StepResult> Run(const TensorMap& dense, const TensorMap& rows,
                                  const Batch& batch, int64_t step) override;
+  absl::StatusOr<StepResult> RunStreaming(const TensorMap& dense, const TensorMap& rows, const Batch& batch,
+                                          int64_t step, const GradientReady& ready) override;
   std::string device() const override { return device_; }
 
   // Loss and metrics of a batch without gradients (training off: dropout
@@ -62,6 +64,9 @@ class GraphStepRunner : public StepRunner {
 
  private:
   GraphStepRunner() = default;
+  // Run, with dense gradients handed to `ready` when it is set.
+  absl::StatusOr<StepResult> RunImpl(const TensorMap& dense, const TensorMap& rows, const Batch& batch,
+                                     int64_t step, const GradientReady* ready);
   absl::StatusOr<std::map<std::string, float>> EvaluateFeeds(const std::map<std::string, Tensor>& feeds);
   absl::StatusOr<std::map<std::string, Tensor>> Feeds(const TensorMap& dense, const TensorMap& rows,
                                                       const Batch& batch, bool whole_tables,

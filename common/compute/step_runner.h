@@ -4,6 +4,7 @@
 #ifndef PSRT_COMMON_COMPUTE_STEP_RUNNER_H_
 #define PSRT_COMMON_COMPUTE_STEP_RUNNER_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -36,6 +37,23 @@ class StepRunner {
   // randomness (dropout), so a step recomputed after a restore is the same.
   virtual absl::StatusOr<StepResult> Run(const TensorMap& dense, const TensorMap& rows,
                                          const Batch& batch, int64_t step) = 0;
+  // A dense gradient the backward pass has finished, handed over while
+  // the step goes on (bucketed push, issue #13).
+  using GradientReady = std::function<void(const std::string& variable, const Tensor& gradient)>;
+  // Run that hands each dense gradient to `ready` as soon as it is final,
+  // on the calling thread, in the order the backward pass makes them (the
+  // last layers' first); those are left out of the result's
+  // dense_gradients. Sparse gradients come in the result as from Run. This
+  // default hands them over after Run.
+  virtual absl::StatusOr<StepResult> RunStreaming(const TensorMap& dense, const TensorMap& rows,
+                                                  const Batch& batch, int64_t step, const GradientReady& ready) {
+    absl::StatusOr<StepResult> r = Run(dense, rows, batch, step);
+    if (r.ok()) {
+      for (const auto& [v, g] : r->dense_gradients) ready(v, g);
+      r->dense_gradients.clear();
+    }
+    return r;
+  }
   virtual std::string device() const = 0;  // "cpu" or "gpu:0 (NVIDIA H100 ...)"
 };
 

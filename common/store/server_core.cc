@@ -155,6 +155,7 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
       sync_rows_.clear();
       pushes_seen_.clear();
       rows_seen_.clear();
+      push_parts_.Clear();
       stale.swap(waiters_);
     }
     consistency_ = req.consistency();
@@ -485,6 +486,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
     absl::ReaderMutexLock lock(&mu_);
     RETURN_IF_ERROR(CheckGenerationLocked(id.generation(), "push"));
     // Validate everything first: a refused push changes nothing.
+    RETURN_IF_ERROR(PushParts::Check(id));
     std::vector<Variable*> vars;
     for (const auto& [name, grad] : gradients) {
       ASSIGN_OR_RETURN(Variable * v, Find(name));
@@ -504,7 +506,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
     {
       absl::MutexLock s(&sync_mu_);
       resp.set_global_step(global_step_);
-      if (SeenLocked(id)) {
+      if (SeenLocked(id) || push_parts_.Seen(id)) {
         resp.set_duplicate(true);
         return resp;
       }
@@ -518,7 +520,13 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
           resp.set_duplicate(true);
           return resp;
         }
-        for (const auto& [name, grad] : gradients) {
+        // A bucket waits with the worker's other parts (copied: the request's
+        // buffers are not ours to keep); all are summed once all are in.
+        NamedTensors step_grads;
+        for (const auto& [name, grad] : gradients) step_grads.emplace_back(name, id.bucket() > 0 ? grad.Copy() : grad);
+        ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id, &step_grads));
+        if (!whole) return resp;
+        for (const auto& [name, grad] : step_grads) {
           auto it = sync_dense_.find(name);
           if (it == sync_dense_.end()) {
             sync_dense_[name] = grad.Copy();
@@ -535,10 +543,14 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
         resp.set_global_step(global_step_);
       } else {
         // Recorded before applying, so a concurrent retry of the same id is
-        // answered as a duplicate rather than applied twice.
-        RecordLocked(id);
-        resp.set_global_step(++global_step_);
-        wake = consistency_.mode() == ConsistencyDef::BOUNDED_STALENESS;
+        // answered as a duplicate rather than applied twice. A bucket is
+        // applied at once; the step counts when its last part is in.
+        ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id));
+        if (whole) {
+          RecordLocked(id);
+          resp.set_global_step(++global_step_);
+          wake = consistency_.mode() == ConsistencyDef::BOUNDED_STALENESS;
+        }
         apply_now = true;
       }
     }
@@ -563,6 +575,11 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   PushResponse resp;
   absl::ReaderMutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckGenerationLocked(id.generation(), "push"));
+  RETURN_IF_ERROR(PushParts::Check(id));
+  if (id.bucket() > 0 && !id.last_bucket() && !rows.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("rows came in bucket ", id.bucket(),
+                                                   " of a step; they travel only in its last bucket"));
+  }
   std::vector<Variable*> vars;
   for (const SparseUpdate& u : rows) {
     ASSIGN_OR_RETURN(Variable * v, Find(u.variable));
@@ -586,7 +603,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   if (consistency_.mode() == ConsistencyDef::SYNC) {
     // Rows of step t wait with the dense part; the worker's Push (sent after
     // its PushRows) completes its share of the step.
-    if (id.step() != sync_step_ || sync_pushed_.count(id.worker())) {
+    if (id.step() != sync_step_ || sync_pushed_.count(id.worker()) || push_parts_.Seen(id)) {
       resp.set_duplicate(true);
       return resp;
     }
@@ -1000,6 +1017,7 @@ void ParameterServerCore::ResetStepsLocked(int64_t step) {
   sync_rows_.clear();
   pushes_seen_.clear();  // the same steps will be pushed again
   rows_seen_.clear();
+  push_parts_.Clear();
 }
 
 PsStatusResponse ParameterServerCore::Status() {

@@ -16,7 +16,9 @@
 // wait for exists, or with DEADLINE_EXCEEDED at their deadline.
 //
 // A push carries (worker, incarnation, step); one already applied is
-// acknowledged again and changes nothing. Bad input (an unknown variable, a
+// acknowledged again and changes nothing. A step may come in parts
+// (RequestId.bucket, push_parts.h): each applied once, the step counted
+// once all are in. Bad input (an unknown variable, a
 // wrong shape, an id out of range) is refused before anything changes.
 //
 // Snapshot copies every variable, slot and counter in memory while pushes
@@ -45,6 +47,7 @@
 #include "common/optimizer.h"
 #include "common/transport/ps_types.h"
 #include "common/snapshot/snapshot_store.h"
+#include "common/store/push_parts.h"
 #include "common/store/variable.h"
 #include "common/work_pool.h"
 #include "proto/ps_service.pb.h"
@@ -237,6 +240,7 @@ class ParameterServerCore {
   int StalenessSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   std::map<int, WorkerPushes> pushes_seen_ ABSL_GUARDED_BY(sync_mu_);
   std::map<int, WorkerPushes> rows_seen_ ABSL_GUARDED_BY(sync_mu_);
+  PushParts push_parts_ ABSL_GUARDED_BY(sync_mu_);  // bucketed pushes' parts
   std::deque<Waiter> waiters_ ABSL_GUARDED_BY(sync_mu_);
   bool stop_ ABSL_GUARDED_BY(sync_mu_) = false;
 

@@ -20,6 +20,29 @@ using TensorMap = std::map<std::string, Tensor>;
 // Rows of sparse variables a step reads: variable -> unique ids.
 using RowRequest = std::map<std::string, Tensor>;
 
+// One step's push in parts (buckets, issue #13), as Horovod and PyTorch DDP
+// send all-reduce buckets: the gradients a backward pass has finished leave
+// while it makes the rest. Made by ParameterClient::StartBucketedPush; used
+// by one thread (the one running the step).
+//
+//   std::unique_ptr<BucketedPush> push = client->StartBucketedPush(id, 256 << 10);
+//   runner->RunStreaming(..., [&](const std::string& v, const Tensor& g) { push->Add(v, g); });
+//   RETURN_IF_ERROR(push->Finish(result.sparse_gradients));
+class BucketedPush {
+ public:
+  // Waits for the parts already sent (never sent again); with no Finish,
+  // no last part leaves and the PS never counts the step.
+  virtual ~BucketedPush() = default;
+  // A dense gradient (whole variable) of the step. Each PS's gradients
+  // leave as one part once they reach the bucket size. A failure is
+  // returned by Finish.
+  virtual void Add(const std::string& variable, const Tensor& gradient) = 0;
+  // Sends what is left, with the sparse gradients, as each PS's last part
+  // (every PS the worker uses gets one: each counts the step), and waits
+  // for every part's answer: OK when all were taken, else the first error.
+  virtual absl::Status Finish(const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) = 0;
+};
+
 // Pulls and pushes against every PS of the job, in parallel where it can.
 // A pull (on the worker's prefetch thread) may run while a push (on its loop
 // thread) does; implementations allow that one pull and one push at once.
@@ -36,6 +59,12 @@ class ParameterClient {
   // Dense gradients (whole variables) and sparse ones (ids + rows).
   virtual absl::Status Push(const RequestId& id, const TensorMap& dense,
                             const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) = 0;
+  // A push of step `id` in parts of about `bucket_bytes` per PS, or null
+  // where the client cannot (the worker then pushes the step whole). The
+  // parts carry id with RequestId.bucket and last_bucket set.
+  virtual std::unique_ptr<BucketedPush> StartBucketedPush(const RequestId& id, size_t bucket_bytes) {
+    return nullptr;
+  }
   // The generation the chief issued at the last start or restore: pulls
   // carry it from now on (pushes carry theirs in the RequestId), and a PS at
   // another generation refuses them. Clients of a PS with no chief ignore it.

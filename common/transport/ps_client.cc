@@ -60,32 +60,27 @@ void PsClient::Abandon(const std::vector<int>& ps_tasks) {
   }
 }
 
-std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
+std::unique_ptr<PsClient::Pending> PsClient::StartCalls(
     const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls) {
-  // Shared with the callbacks: the last one may still be returning when
-  // this function has what it waits for.
-  struct Waiter {
-    absl::Mutex mu;
-    size_t left ABSL_GUARDED_BY(mu) = 0;
-    std::vector<absl::StatusOr<grpc::ByteBuffer>> out ABSL_GUARDED_BY(mu);
-  };
-  struct Unary {
-    grpc::ClientContext ctx;
-    grpc::ByteBuffer response;
-  };
   ReplicaRoute route;
   {
     absl::MutexLock lock(&route_mu_);
     route = route_;
   }
+  auto p = std::make_unique<Pending>();
+  // Unary calls end by their own deadline; streamed ones are ended by
+  // WaitCalls when it passes (a little later, so that the unary deadline,
+  // which started first, fires first when both are out).
+  p->deadline = absl::Now() + options_.timeout + absl::Milliseconds(50);
   // calls[i].first is a store; the task serving it, by the route.
-  std::vector<int> task(calls.size());
+  p->task.resize(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) {
     const int store = calls[i].first;
-    task[i] = route.epoch() > 0 && store < route.store_task_size() ? route.store_task(store) : store;
-    if (task[i] < 0 || task[i] >= static_cast<int>(stubs_.size())) task[i] = store;
+    p->task[i] = route.epoch() > 0 && store < route.store_task_size() ? route.store_task(store) : store;
+    if (p->task[i] < 0 || p->task[i] >= static_cast<int>(stubs_.size())) p->task[i] = store;
+    p->methods.push_back(calls[i].second.first);
   }
-  auto w = std::make_shared<Waiter>();
+  const std::shared_ptr<Pending::Waiter>& w = p->w;
   {
     absl::MutexLock lock(&w->mu);
     w->left = calls.size();
@@ -96,26 +91,26 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
   // must be able to refuse alone), control calls, and every call of a
   // replicated job (its store and epoch travel as per-call metadata) as
   // unary calls.
-  std::vector<std::unique_ptr<Unary>> unary(calls.size());
-  std::vector<std::pair<PsStream*, uint64_t>> streamed(calls.size(), {nullptr, 0});
+  p->unary.resize(calls.size());
+  p->streamed.assign(calls.size(), {nullptr, 0});
   for (size_t i = 0; i < calls.size(); ++i) {
-    const int ps = task[i];
+    const int ps = p->task[i];
     const std::string& method = calls[i].second.first;
     const grpc::ByteBuffer& request = calls[i].second.second;
     psframe::Method m;
     if (!streams_.empty() && route.epoch() == 0 && request.Length() <= kMaxStreamedBytes &&
         psframe::MethodFromPath(method, &m)) {
-      streamed[i].first = streams_[ps].get();
-      streamed[i].second = streams_[ps]->Start(m, request, options_.timeout,
-                                               [w, i](absl::StatusOr<grpc::ByteBuffer> r) {
-                                                 absl::MutexLock lock(&w->mu);
-                                                 w->out[i] = std::move(r);
-                                                 --w->left;
-                                               });
+      p->streamed[i].first = streams_[ps].get();
+      p->streamed[i].second = streams_[ps]->Start(m, request, options_.timeout,
+                                                  [w, i](absl::StatusOr<grpc::ByteBuffer> r) {
+                                                    absl::MutexLock lock(&w->mu);
+                                                    w->out[i] = std::move(r);
+                                                    --w->left;
+                                                  });
       continue;
     }
-    unary[i] = std::make_unique<Unary>();
-    Unary* u = unary[i].get();
+    p->unary[i] = std::make_unique<Pending::Unary>();
+    Pending::Unary* u = p->unary[i].get();
     SetDeadline(&u->ctx, options_.timeout);
     if (route.epoch() > 0) AddReplicaHeader(&u->ctx, calls[i].first, route.epoch());
     {
@@ -125,7 +120,7 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
         w->out[i] = absl::CancelledError(
             absl::StrCat("ps:", ps, " was given up on by the chief (a failover): call not sent"));
         --w->left;
-        unary[i].reset();
+        p->unary[i].reset();
         continue;
       }
       inflight_.emplace(ps, &u->ctx);
@@ -141,21 +136,23 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
                             --w->left;
                           });
   }
+  return p;
+}
+
+std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::WaitCalls(Pending* p) {
+  const std::shared_ptr<Pending::Waiter>& w = p->w;
   w->mu.Lock();
   auto all = [&w]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu) { return w->left == 0; };
-  // Unary calls end by their own deadline; streamed ones are ended here
-  // when it passes (a little later, so that the unary deadline, which
-  // started first, fires first when both are out).
-  if (!w->mu.AwaitWithTimeout(absl::Condition(&all), options_.timeout + absl::Milliseconds(50))) {
+  if (!w->mu.AwaitWithDeadline(absl::Condition(&all), p->deadline)) {
     w->mu.Unlock();
-    for (size_t i = 0; i < calls.size(); ++i) {
-      if (streamed[i].first == nullptr) continue;
-      const std::string& method = calls[i].second.first;
-      streamed[i].first->Expire(streamed[i].second,
-                                absl::DeadlineExceededError(absl::StrCat(
-                                    "ps:", task[i], ": ", method.substr(method.rfind('/') + 1),
-                                    ": Deadline Exceeded (no answer within ", absl::FormatDuration(options_.timeout),
-                                    ")")));
+    for (size_t i = 0; i < p->streamed.size(); ++i) {
+      if (p->streamed[i].first == nullptr) continue;
+      const std::string& method = p->methods[i];
+      p->streamed[i].first->Expire(p->streamed[i].second,
+                                   absl::DeadlineExceededError(absl::StrCat(
+                                       "ps:", p->task[i], ": ", method.substr(method.rfind('/') + 1),
+                                       ": Deadline Exceeded (no answer within ",
+                                       absl::FormatDuration(options_.timeout), ")")));
     }
     w->mu.Lock();
     w->mu.Await(absl::Condition(&all));  // unary deadlines, and callbacks already running
@@ -163,10 +160,10 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
   w->mu.Unlock();  // before inflight_mu_: Abandon takes it first, then (a callback) w->mu
   {
     absl::MutexLock unlist(&inflight_mu_);
-    for (size_t i = 0; i < calls.size(); ++i) {
-      if (unary[i] == nullptr) continue;
-      for (auto [it, end] = inflight_.equal_range(task[i]); it != end; ++it) {
-        if (it->second == &unary[i]->ctx) {
+    for (size_t i = 0; i < p->unary.size(); ++i) {
+      if (p->unary[i] == nullptr) continue;
+      for (auto [it, end] = inflight_.equal_range(p->task[i]); it != end; ++it) {
+        if (it->second == &p->unary[i]->ctx) {
           inflight_.erase(it);
           break;
         }
@@ -175,6 +172,12 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
   }
   absl::MutexLock lock(&w->mu);
   return std::move(w->out);
+}
+
+std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::CallAll(
+    const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls) {
+  std::unique_ptr<Pending> p = StartCalls(calls);
+  return WaitCalls(p.get());
 }
 
 absl::StatusOr<grpc::ByteBuffer> PsClient::Call(int ps, const std::string& method,
@@ -335,28 +338,29 @@ absl::StatusOr<TensorMap> PsClient::PullRows(const RowRequest& rows, int64_t ste
   return out;
 }
 
-absl::Status PsClient::Push(const RequestId& id, const TensorMap& dense,
-                            const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) {
-  std::map<int, pswire::PushArgs> per_ps;
-  for (int ps : used_ps_) per_ps[ps].id = id;  // every PS counts this worker's step
-  for (const auto& [v, grad] : dense) {
-    auto it = shards_.find(v);
-    if (it == shards_.end()) return absl::NotFoundError(absl::StrCat("variable ", v, " is not in the placement"));
-    if (it->second.size() == 1) {
-      per_ps[it->second[0].ps].gradients.emplace_back(v, grad);
-      continue;
-    }
-    for (const Shard& s : it->second) {
-      per_ps[s.ps].gradients.emplace_back(v, grad.Slice(s.row_begin, s.row_end));  // a view, no copy
-    }
+absl::Status PsClient::RouteDense(const std::string& v, const Tensor& grad,
+                                  std::map<int, pswire::PushArgs>* per_ps) const {
+  auto it = shards_.find(v);
+  if (it == shards_.end()) return absl::NotFoundError(absl::StrCat("variable ", v, " is not in the placement"));
+  if (it->second.size() == 1) {
+    (*per_ps)[it->second[0].ps].gradients.emplace_back(v, grad);
+    return absl::OkStatus();
   }
-  // One call per PS for the whole step: the rows travel in the Push.
+  for (const Shard& s : it->second) {
+    (*per_ps)[s.ps].gradients.emplace_back(v, grad.Slice(s.row_begin, s.row_end));  // a view, no copy
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::RouteSparse(const std::map<std::string, std::pair<Tensor, Tensor>>& sparse,
+                                   std::map<int, pswire::PushArgs>* per_ps) const {
   for (const auto& [v, ids_values] : sparse) {
     const auto& [ids, values] = ids_values;
     ASSIGN_OR_RETURN(std::vector<int> route, Route(v, ids));
+    const std::vector<Shard>& shards = shards_.at(v);
     int64_t dim = values.shape().dim(1);
-    std::vector<std::vector<int64_t>> shard_ids(shards_[v].size());
-    std::vector<std::vector<float>> shard_vals(shards_[v].size());
+    std::vector<std::vector<int64_t>> shard_ids(shards.size());
+    std::vector<std::vector<float>> shard_vals(shards.size());
     for (int64_t i = 0; i < ids.NumElements(); ++i) {
       shard_ids[route[i]].push_back(ids.data<int64_t>()[i]);
       shard_vals[route[i]].insert(shard_vals[route[i]].end(), values.data<float>() + i * dim,
@@ -365,30 +369,45 @@ absl::Status PsClient::Push(const RequestId& id, const TensorMap& dense,
     for (size_t s = 0; s < shard_ids.size(); ++s) {
       if (shard_ids[s].empty()) continue;
       int64_t n = static_cast<int64_t>(shard_ids[s].size());
-      pswire::PushArgs& args = per_ps[shards_[v][s].ps];
-      args.id = id;
-      args.rows.push_back({v, Tensor::FromVector<int64_t>(shard_ids[s], TensorShape({n})),
-                           Tensor::FromVector<float>(shard_vals[s], TensorShape({n, dim}))});
+      (*per_ps)[shards[s].ps].rows.push_back({v, Tensor::FromVector<int64_t>(shard_ids[s], TensorShape({n})),
+                                              Tensor::FromVector<float>(shard_vals[s], TensorShape({n, dim}))});
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::CheckPushAnswer(int ps, const RequestId& id, bool with_rows,
+                                       const absl::StatusOr<grpc::ByteBuffer>& answer) {
+  RETURN_IF_ERROR(answer.status());
+  if (!with_rows) return absl::OkStatus();
+  ASSIGN_OR_RETURN(PushResponse r, pswire::DecodePushResult(*answer));
+  // A PS that predates rows in a Push ignored them: say so rather than
+  // train on without them.
+  if (!r.rows_taken() && !r.duplicate()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ps:", ps, " did not take the rows sent with the push of step ", id.step(),
+        ": it is older than this worker; run the same psrt version on every task"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Push(const RequestId& id, const TensorMap& dense,
+                            const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) {
+  std::map<int, pswire::PushArgs> per_ps;
+  for (int ps : used_ps_) per_ps[ps];  // every PS counts this worker's step
+  for (const auto& [v, grad] : dense) RETURN_IF_ERROR(RouteDense(v, grad, &per_ps));
+  // One call per PS for the whole step: the rows travel in the Push.
+  RETURN_IF_ERROR(RouteSparse(sparse, &per_ps));
   std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>> calls;
   std::vector<bool> with_rows;
   for (auto& [ps, args] : per_ps) {
+    args.id = id;
     calls.push_back({ps, {kPush, pswire::EncodePush(args)}});
     with_rows.push_back(!args.rows.empty());
   }
   std::vector<absl::StatusOr<grpc::ByteBuffer>> answers = CallAll(calls);
   for (size_t i = 0; i < answers.size(); ++i) {
-    RETURN_IF_ERROR(answers[i].status());
-    if (!with_rows[i]) continue;
-    ASSIGN_OR_RETURN(PushResponse r, pswire::DecodePushResult(*answers[i]));
-    // A PS that predates rows in a Push ignored them: say so rather than
-    // train on without them.
-    if (!r.rows_taken() && !r.duplicate()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ps:", calls[i].first, " did not take the rows sent with the push of step ", id.step(),
-          ": it is older than this worker; run the same psrt version on every task"));
-    }
+    RETURN_IF_ERROR(CheckPushAnswer(calls[i].first, id, with_rows[i], answers[i]));
   }
   return absl::OkStatus();
 }

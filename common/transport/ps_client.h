@@ -58,6 +58,8 @@ class PsClient : public ParameterClient {
   absl::StatusOr<TensorMap> PullRows(const RowRequest& rows, int64_t step) override;
   absl::Status Push(const RequestId& id, const TensorMap& dense,
                     const std::map<std::string, std::pair<Tensor, Tensor>>& sparse) override;
+  // Parts of about `bucket_bytes` per PS (ps_bucketed_push.h).
+  std::unique_ptr<BucketedPush> StartBucketedPush(const RequestId& id, size_t bucket_bytes) override;
   void SetGeneration(int64_t generation) override { generation_ = generation; }
   void SetRoute(const ReplicaRoute& route) override;
   // Unary calls only: streamed ones (never used with a route) run to their
@@ -75,9 +77,43 @@ class PsClient : public ParameterClient {
     int64_t row_begin;
     int64_t row_end;
   };
+  friend class PsBucketedPush;
+  // Calls under way (StartCalls), until WaitCalls has every answer.
+  struct Pending {
+    // Shared with the callbacks: the last one may still be returning when
+    // WaitCalls has what it waits for.
+    struct Waiter {
+      absl::Mutex mu;
+      size_t left ABSL_GUARDED_BY(mu) = 0;
+      std::vector<absl::StatusOr<grpc::ByteBuffer>> out ABSL_GUARDED_BY(mu);
+    };
+    struct Unary {
+      grpc::ClientContext ctx;
+      grpc::ByteBuffer response;
+    };
+    std::shared_ptr<Waiter> w = std::make_shared<Waiter>();
+    std::vector<std::unique_ptr<Unary>> unary;
+    std::vector<std::pair<PsStream*, uint64_t>> streamed;
+    std::vector<int> task;
+    std::vector<std::string> methods;
+    absl::Time deadline;
+  };
   // Sends one request per entry in parallel; fills the responses in order.
   std::vector<absl::StatusOr<grpc::ByteBuffer>> CallAll(
       const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls);
+  // CallAll in two halves: the calls leave now, WaitCalls (called once for
+  // each, before the Pending is dropped) waits for their answers.
+  std::unique_ptr<Pending> StartCalls(
+      const std::vector<std::pair<int, std::pair<std::string, grpc::ByteBuffer>>>& calls);
+  std::vector<absl::StatusOr<grpc::ByteBuffer>> WaitCalls(Pending* p);
+  // Adds a dense gradient to the push of each PS holding (a slice of) it.
+  absl::Status RouteDense(const std::string& v, const Tensor& grad, std::map<int, pswire::PushArgs>* per_ps) const;
+  // Adds sparse gradients' rows to the push of the PS holding each id.
+  absl::Status RouteSparse(const std::map<std::string, std::pair<Tensor, Tensor>>& sparse,
+                           std::map<int, pswire::PushArgs>* per_ps) const;
+  // A push's answer from `ps`: OK, or why the push did not count.
+  static absl::Status CheckPushAnswer(int ps, const RequestId& id, bool with_rows,
+                                      const absl::StatusOr<grpc::ByteBuffer>& answer);
   // For each id: the shard index of `variable` that holds it.
   absl::StatusOr<std::vector<int>> Route(const std::string& variable, const Tensor& ids) const;
 

@@ -24,6 +24,10 @@ inline int HashShardOf(int64_t id, int shards) {
   return static_cast<int>(((id % n) + n) % n);
 }
 
+// Most parts one step's push to one PS may come in (RequestId.bucket): a
+// client with more gradients than this puts the rest in the last part.
+inline constexpr int kMaxPushBuckets = 4096;
+
 // Rows of one sparse variable: a push applies `values[i]` to row `ids[i]`.
 struct SparseUpdate {
   std::string variable;

@@ -19,6 +19,8 @@ size_t RequestIdSize(const RequestId& id) {
   if (id.worker_incarnation() != 0) n += 1 + 8;
   if (id.step() != 0) n += 1 + wire::VarintSize(Signed(id.step()));
   if (id.generation() != 0) n += 1 + wire::VarintSize(Signed(id.generation()));
+  if (id.bucket() != 0) n += 1 + wire::VarintSize(Signed(id.bucket()));
+  if (id.last_bucket()) n += 1 + 1;
   return n;
 }
 
@@ -28,6 +30,8 @@ void WriteRequestId(Writer* w, uint32_t field, const RequestId& id) {
   if (id.worker_incarnation() != 0) w->Fixed64(2, id.worker_incarnation());
   if (id.step() != 0) w->Varint(3, Signed(id.step()));
   if (id.generation() != 0) w->Varint(4, Signed(id.generation()));
+  if (id.bucket() != 0) w->Varint(5, Signed(id.bucket()));
+  if (id.last_bucket()) w->Varint(6, 1);
 }
 
 absl::Status ReadRequestId(Reader* r, RequestId* id) {
@@ -44,6 +48,10 @@ absl::Status ReadRequestId(Reader* r, RequestId* id) {
       id->set_step(static_cast<int64_t>(v));
     } else if (f == 4 && t == wire::kVarint && r->ReadVarint(&v)) {
       id->set_generation(static_cast<int64_t>(v));
+    } else if (f == 5 && t == wire::kVarint && r->ReadVarint(&v)) {
+      id->set_bucket(static_cast<int32_t>(v));
+    } else if (f == 6 && t == wire::kVarint && r->ReadVarint(&v)) {
+      id->set_last_bucket(v != 0);
     } else if (!r->Skip(t)) {
       break;
     }

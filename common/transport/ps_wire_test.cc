@@ -46,6 +46,27 @@ TEST(PsWireTest, PushBothWays) {
   EXPECT_EQ(back->rows[0].values.data<float>()[3], 4.0f);
 }
 
+// A bucketed push's part number and last mark (RequestId fields 5 and 6)
+// travel both ways, a negative number too (the PS refuses it, see
+// push_parts.h).
+TEST(PsWireTest, BucketFieldsBothWays) {
+  for (int bucket : {7, -3}) {
+    PushArgs a;
+    a.id.set_step(9);
+    a.id.set_bucket(bucket);
+    a.id.set_last_bucket(bucket > 0);
+    PushRequest proto;
+    ASSERT_TRUE(proto.ParseFromString(wire::ToString(EncodePush(a))));
+    EXPECT_EQ(proto.id().bucket(), bucket);
+    EXPECT_EQ(proto.id().last_bucket(), bucket > 0);
+    auto back = DecodePush(FromProto(proto));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->id.bucket(), bucket);
+    EXPECT_EQ(back->id.last_bucket(), bucket > 0);
+    EXPECT_EQ(back->id.step(), 9);
+  }
+}
+
 TEST(PsWireTest, PullAndResultBothWays) {
   PullArgs a{{"x", "y"}, -1, 77, 42};
   PullRequest proto;

@@ -2,11 +2,18 @@
 // parameter server on loopback, beside the same step against an in-process
 // one, in the same run; the step over two PS with replicated shards
 // (job.replication.factor 2) beside the same two PS without; and the input
-// pipeline's examples/s per format.
+// pipeline's examples/s per format. Each step line also gives the CPU time
+// per step of the whole process (getrusage: the worker's compute and
+// client, and the PS's service and apply, which run in this process too), so
+// the cost shows apart from the contention on a machine of few cores. The
+// bucketed push (worker --push_bucket_bytes) is measured against the whole
+// push in the same run, alternated.
 //
 //   bazel run //tests/bench:distribution_bench -- [--steps=300]
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -33,6 +40,7 @@
 ABSL_FLAG(int, steps, 300, "Training steps per measurement.");
 ABSL_FLAG(int, loop_threads, 1, "Compute threads of the worker-loop measurement (the PS shares the machine).");
 ABSL_FLAG(std::string, job, "examples/fashion_mnist_mlp.pbtxt", "Job file.");
+ABSL_FLAG(int64_t, bucket_bytes, 64 << 10, "Bucket size of the bucketed-push lines (per PS).");
 
 namespace psrt {
 namespace {
@@ -49,28 +57,70 @@ T Check(absl::StatusOr<T> s) {
   return *std::move(s);
 }
 
-// Seconds per step of `steps` training steps through `client`.
-double StepTime(ParameterClient* client, GraphStepRunner* runner, Dataset* data, int steps) {
+// Wall and CPU seconds per step.
+struct Timing {
+  double wall = 0, cpu = 0;
+};
+
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Times `steps` calls of `run` (after `warm_up` more).
+template <typename Run>
+Timing Measure(int steps, Run run) {
+  const absl::Time start = absl::Now();
+  const double cpu = CpuSeconds();
+  run();
+  return {absl::ToDoubleSeconds(absl::Now() - start) / steps, (CpuSeconds() - cpu) / steps};
+}
+
+// A server's shutdown ends the clients' open streams (ps_stream.h) at this
+// deadline rather than waiting for them forever.
+std::chrono::system_clock::time_point ShutdownDeadline() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(2);
+}
+
+// The mean of two measurements.
+Timing Mean(const Timing& a, const Timing& b) { return {(a.wall + b.wall) / 2, (a.cpu + b.cpu) / 2}; }
+
+// Per step of `steps` training steps through `client`; with `bucket_bytes`
+// > 0 the gradients leave in buckets during the backward pass.
+Timing StepTime(ParameterClient* client, GraphStepRunner* runner, Dataset* data, int steps,
+                size_t bucket_bytes = 0) {
+  // Distinct ids for every call of this function on the same PS.
+  static int64_t next_step = 0;
   auto step = [&](int64_t i) {
     Batch b;
     Check(data->Next(&b).status());
     TensorMap dense = Check(client->Pull(runner->DenseVariables(), i));
-    StepResult r = Check(runner->Run(dense, {}, b, i));
     RequestId id;
     id.set_step(i);
     id.set_worker_incarnation(1);
+    std::unique_ptr<BucketedPush> parts = bucket_bytes > 0 ? client->StartBucketedPush(id, bucket_bytes) : nullptr;
+    if (parts != nullptr) {
+      StepResult r = Check(runner->RunStreaming(dense, {}, b, i, [&](const std::string& v, const Tensor& g) {
+        parts->Add(v, g);
+      }));
+      Check(parts->Finish({}));
+      return;
+    }
+    StepResult r = Check(runner->Run(dense, {}, b, i));
     Check(client->Push(id, r.dense_gradients, {}));
   };
-  for (int i = 0; i < 20; ++i) step(i);  // warm up
-  absl::Time start = absl::Now();
-  for (int i = 20; i < 20 + steps; ++i) step(i);
-  return absl::ToDoubleSeconds(absl::Now() - start) / steps;
+  for (int i = 0; i < 20; ++i) step(next_step++);  // warm up
+  return Measure(steps, [&] {
+    for (int i = 0; i < steps; ++i) step(next_step++);
+  });
 }
 
 // Seconds per step of the worker's own loop (WorkerRuntime: read, pull,
 // compute, push) against the PS at `address`, with the next step's read and
 // pull overlapping this compute or not. Also the test accuracy after it.
-double LoopStepTime(const WorkerAssignment& base, const std::string& address, bool overlap, int steps) {
+Timing LoopStepTime(const WorkerAssignment& base, const std::string& address, bool overlap, int steps,
+                    size_t bucket_bytes = 0) {
   ChannelCache channels;
   WorkerDeps deps;
   deps.make_client = [&](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
@@ -83,7 +133,10 @@ double LoopStepTime(const WorkerAssignment& base, const std::string& address, bo
   };
   WorkerOptions o;
   o.overlap_pull = overlap;
-  o.incarnation = overlap ? 2 : 1;
+  o.push_bucket_bytes = bucket_bytes;
+  // A new incarnation per run: each starts again from step 0 on this PS.
+  static uint64_t incarnation = 1000;  // StepTime's pushes are incarnation 1
+  o.incarnation = incarnation++;
   WorkerRuntime worker(o, deps);
   WorkerAssignment a = base;
   a.set_start_step(0);
@@ -95,12 +148,12 @@ double LoopStepTime(const WorkerAssignment& base, const std::string& address, bo
   worker.WaitFinished(absl::Minutes(5));
   a.set_start_step(20);
   a.set_end_step(20 + steps);
-  absl::Time start = absl::Now();
-  Check(worker.Start(a));
-  if (worker.WaitFinished(absl::Minutes(10)) != WorkerStatusResponse::DONE) {
-    Check(absl::InternalError(worker.Status().error()));
-  }
-  return absl::ToDoubleSeconds(absl::Now() - start) / steps;
+  return Measure(steps, [&] {
+    Check(worker.Start(a));
+    if (worker.WaitFinished(absl::Minutes(10)) != WorkerStatusResponse::DONE) {
+      Check(absl::InternalError(worker.Status().error()));
+    }
+  });
 }
 
 // The job's optimizer with its schedule's length filled in, as the chief
@@ -118,7 +171,8 @@ CreateVariablesRequest Create(const TrainingJob& job, const JobPlan& plan) {
 // Two PS on loopback (each a core, a replica router and a gRPC server), the
 // plan's store s on PS s and, with `factor` 2, its backup on the other:
 // the step time over them through the worker's client.
-double TwoPsStepTime(const TrainingJob& job, int factor, GraphStepRunner* runner, Dataset* data, int steps) {
+Timing TwoPsStepTime(const TrainingJob& job, int factor, GraphStepRunner* runner, Dataset* data, int steps,
+                     size_t bucket_bytes = 0) {
   JobPlan plan = Check(PlanJob(job, 2));
   ChannelCache channels;
   std::unique_ptr<ParameterServerCore> cores[2];
@@ -169,8 +223,8 @@ double TwoPsStepTime(const TrainingJob& job, int factor, GraphStepRunner* runner
     route.add_store_task(1);
     client.SetRoute(route);
   }
-  double t = StepTime(&client, runner, data, steps);
-  for (auto& s : servers) s->Shutdown();
+  Timing t = StepTime(&client, runner, data, steps, bucket_bytes);
+  for (auto& s : servers) s->Shutdown(ShutdownDeadline());
   return t;
 }
 
@@ -208,7 +262,7 @@ int Main() {
   ParameterServerCore local_core(po);
   Check(local_core.CreateVariables(Create(job, plan)).status());
   LocalPsClient local(&local_core, 0);
-  double in_process = StepTime(&local, runner.get(), data.get(), steps);
+  Timing in_process = StepTime(&local, runner.get(), data.get(), steps);
 
   ParameterServerCore remote_core(po);
   Check(remote_core.CreateVariables(Create(job, plan)).status());
@@ -222,26 +276,52 @@ int Main() {
   const std::string address = absl::StrCat("127.0.0.1:", port);
   ChannelCache channels;
   PsClient remote(plan.placement, {address}, &channels, PsClientOptions());
-  double distributed = StepTime(&remote, runner.get(), data.get(), steps);
-  double loop_serial = LoopStepTime(a, address, false, steps);
-  double loop_overlap = LoopStepTime(a, address, true, steps);
-  server->Shutdown();
-  double two_ps = TwoPsStepTime(job, 1, runner.get(), data.get(), steps);
-  double replicated = TwoPsStepTime(job, 2, runner.get(), data.get(), steps);
+  const size_t bucket = static_cast<size_t>(absl::GetFlag(FLAGS_bucket_bytes));
+  // Whole and bucketed pushes alternated, twice each: the mean of each
+  // (also on two PS below).
+  Timing distributed = StepTime(&remote, runner.get(), data.get(), steps);
+  Timing bucketed = StepTime(&remote, runner.get(), data.get(), steps, bucket);
+  distributed = Mean(distributed, StepTime(&remote, runner.get(), data.get(), steps));
+  bucketed = Mean(bucketed, StepTime(&remote, runner.get(), data.get(), steps, bucket));
+  Timing loop_serial = LoopStepTime(a, address, false, steps);
+  Timing loop_overlap = LoopStepTime(a, address, true, steps);
+  Timing loop_bucketed = LoopStepTime(a, address, true, steps, bucket);
+  server->Shutdown(ShutdownDeadline());
+  Timing two_ps = TwoPsStepTime(job, 1, runner.get(), data.get(), steps);
+  Timing two_ps_bucketed = TwoPsStepTime(job, 1, runner.get(), data.get(), steps, bucket);
+  two_ps = Mean(two_ps, TwoPsStepTime(job, 1, runner.get(), data.get(), steps));
+  two_ps_bucketed = Mean(two_ps_bucketed, TwoPsStepTime(job, 1, runner.get(), data.get(), steps, bucket));
+  Timing replicated = TwoPsStepTime(job, 2, runner.get(), data.get(), steps);
 
-  std::printf("MLP step, batch %d, %d steps:\n", job.input().batch_size(), steps);
-  std::printf("  in-process PS           %7.2f ms/step\n", in_process * 1e3);
-  std::printf("  gRPC PS on loopback     %7.2f ms/step\n", distributed * 1e3);
-  std::printf("  ratio (goal <= 1.3)     %7.2f\n", distributed / in_process);
+  auto line = [](const char* what, const Timing& t) {
+    std::printf("  %-30s %7.2f ms/step, CPU %6.2f ms/step", what, t.wall * 1e3, t.cpu * 1e3);
+  };
+  std::printf("MLP step, batch %d, %d steps (CPU: the whole process, PS included):\n", job.input().batch_size(),
+              steps);
+  line("in-process PS", in_process);
+  std::printf("\n");
+  line("gRPC PS on loopback", distributed);
+  std::printf(" (ratio %.2f, goal <= 1.15)\n", distributed.wall / in_process.wall);
+  const std::string b = absl::StrCat("same, buckets of ", bucket >> 10, " KiB");
+  line(b.c_str(), bucketed);
+  std::printf(" (ratio %.2f; %.2fx the whole push)\n", bucketed.wall / in_process.wall,
+              distributed.wall / bucketed.wall);
   std::printf("worker loop (read, pull, compute, push) against the gRPC PS, %d compute thread(s):\n",
               absl::GetFlag(FLAGS_loop_threads));
-  std::printf("  serial                  %7.2f ms/step\n", loop_serial * 1e3);
-  std::printf("  next pull overlapped    %7.2f ms/step (%.2fx; ratio to in-process %.2f)\n",
-              loop_overlap * 1e3, loop_serial / loop_overlap, loop_overlap / in_process);
+  line("serial", loop_serial);
+  std::printf("\n");
+  line("next pull overlapped", loop_overlap);
+  std::printf(" (%.2fx; ratio to in-process %.2f)\n", loop_serial.wall / loop_overlap.wall,
+              loop_overlap.wall / in_process.wall);
+  line("same, bucketed push", loop_bucketed);
+  std::printf(" (%.2fx the whole push)\n", loop_overlap.wall / loop_bucketed.wall);
   std::printf("two gRPC PS on loopback, replicated shards (job.replication):\n");
-  std::printf("  factor 1                %7.2f ms/step\n", two_ps * 1e3);
-  std::printf("  factor 2                %7.2f ms/step (ratio %.2f, goal <= 1.3)\n", replicated * 1e3,
-              replicated / two_ps);
+  line("factor 1", two_ps);
+  std::printf("\n");
+  line("factor 1, bucketed push", two_ps_bucketed);
+  std::printf(" (%.2fx the whole push)\n", two_ps.wall / two_ps_bucketed.wall);
+  line("factor 2", replicated);
+  std::printf(" (ratio %.2f, goal <= 1.3)\n", replicated.wall / two_ps.wall);
 
   // The input pipeline, per format, on the same 60k Fashion-MNIST images.
   std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
