@@ -68,6 +68,10 @@ absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string
   return Call(&ParameterServer::Stub::Restore, req, kStorageTimeout, "Restore");
 }
 
+absl::StatusOr<MoveVariablesResponse> PsAdmin::MoveVariables(const MoveVariablesRequest& req) {
+  return Call(&ParameterServer::Stub::MoveVariables, req, kStorageTimeout, "MoveVariables");
+}
+
 absl::StatusOr<PsStatusResponse> PsAdmin::Status(absl::Duration timeout) {
   return Call(&ParameterServer::Stub::Status, PsStatusRequest(), timeout, "Status");
 }

@@ -53,6 +53,9 @@ class PsAdmin {
   absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir, int64_t generation = 0,
                                           const std::vector<std::string>& sources = {});
   absl::StatusOr<PsStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
+  // Copies variables' state out, loads it in, forgets variables
+  // (MoveVariablesRequest): a PS joining or leaving a running job.
+  absl::StatusOr<MoveVariablesResponse> MoveVariables(const MoveVariablesRequest& req);
   // Whole tensors (or slices this PS holds) by name, over the protobuf path.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Pull(
       const std::vector<std::string>& names, int64_t generation = 0);
