@@ -168,6 +168,7 @@ absl::Status Coordinator::ChangeMembership(const std::string& why, const std::ve
   // flight from the old one.
   NewGeneration();
   for (int p = 0; p < NumPs(); ++p) {
+    if (!StoreActive(p)) continue;  // a PS that left, or has not joined yet
     absl::Status s = CreateVariablesOn(p);
     if (!s.ok()) report_(absl::StrCat("membership change: ", ps_[p].admin->name(), ": ", s.message()));
   }

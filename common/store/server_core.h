@@ -125,6 +125,9 @@ class ParameterServerCore {
   // changes, for an unknown or repeated name, an import whose def or state
   // differs from the variable here, or another generation.
   absl::StatusOr<MoveVariablesResponse> MoveVariables(const MoveVariablesRequest& req);
+  // A PS leaving the job: true once it holds no variable (the chief moved
+  // them all off), false at `deadline`.
+  bool WaitHoldsNone(absl::Time deadline);
 
   int64_t max_request_bytes() const { return options_.max_request_bytes; }
   // Storage for pulled rows and received gradients; reused once gRPC and

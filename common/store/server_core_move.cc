@@ -134,4 +134,10 @@ absl::StatusOr<MoveVariablesResponse> ParameterServerCore::MoveVariables(const M
   return resp;
 }
 
+bool ParameterServerCore::WaitHoldsNone(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return variables_.empty(); };
+  return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
+}
+
 }  // namespace psrt
