@@ -36,20 +36,6 @@ constexpr int kSteps = 1400;
 
 class ElasticWorkersTest : public TrainingClusterTest {
  protected:
-  // The step the chief reports, once it is at least `step`.
-  bool WaitForStep(Daemon* chief, int64_t step) {
-    const absl::Time deadline = absl::Now() + absl::Minutes(3);
-    size_t from = 0;
-    while (absl::Now() < deadline) {
-      std::string line = chief->WaitForMatch("step [0-9]+/", deadline - absl::Now(), from);
-      if (line.empty()) return false;
-      from = chief->lines();
-      std::smatch m;
-      if (std::regex_search(line, m, std::regex("step ([0-9]+)/")) && std::stoll(m[1]) >= step) return true;
-    }
-    return false;
-  }
-
   void Run(ConsistencyDef::Mode mode) {
     // Room after the join for the leave: on a quiet machine ASYNC runs ~230
     // steps a second and a joiner's warm-up took until step 572 of 700 once,
