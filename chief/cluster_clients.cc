@@ -116,6 +116,15 @@ absl::Status WorkerControl::Resume(int64_t start_step, int64_t generation, const
   return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kWorkerStateTimeout, name_, "Resume").status();
 }
 
+absl::Status WorkerControl::ResumePlaced(int64_t start_step, int64_t generation, const WorkerAssignment& a) {
+  ResumeRequest req;
+  *req.mutable_placement() = a.placement();
+  *req.mutable_ps() = a.ps();
+  req.set_start_step(start_step);
+  req.set_generation(generation);
+  return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kWorkerStateTimeout, name_, "Resume").status();
+}
+
 absl::StatusOr<WorkerStatusResponse> WorkerControl::Status(absl::Duration timeout) {
   return CallUnary(stub_.get(), &Worker::Stub::Status, WorkerStatusRequest(), timeout, name_,
                    "Status");

@@ -80,6 +80,9 @@ class WorkerControl {
   absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout = absl::Seconds(5));
   // `route` (epoch > 0): the placement after a failover (replicated shards).
   absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
+  // Resume with the placement and PS of `a` (a PS joined or left): the
+  // worker replaces only its PS client (ResumeRequest.placement).
+  absl::Status ResumePlaced(int64_t start_step, int64_t generation, const WorkerAssignment& a);
   absl::StatusOr<WorkerStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   absl::Status Shutdown();
   const std::string& name() const { return name_; }

@@ -188,7 +188,8 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
   // Phase two: workers stopped at a step boundary, every PS fenced at a new
   // generation with the new placement, the last copy, the switch.
   const absl::Time pause_start = absl::Now();
-  ForEachWorker([this](int i) {
+  std::vector<bool> paused_here(NumWorkers(), false);
+  ForEachWorker([&](int i) {
     WorkerView& w = workers_[i];
     if (w.removed || !w.reachable ||
         (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
@@ -200,8 +201,10 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
       return s.status();
     }
     w.step = *s;
+    paused_here[i] = true;
     return absl::OkStatus();
   });
+  const absl::Duration stopping = absl::Now() - pause_start;
   std::vector<int> live = LivePs();
   if (joining >= 0) live.push_back(joining);
   NewGeneration();
@@ -211,6 +214,7 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
     if (!c.ok() && fenced.ok()) fenced = c;
   }
   const absl::Time last_copy_start = absl::Now();
+  const absl::Duration fencing = last_copy_start - pause_start - stopping;
   absl::StatusOr<int64_t> last = fenced.ok() ? copy() : absl::StatusOr<int64_t>(fenced);
   const absl::Duration last_copy = absl::Now() - last_copy_start;
   if (!last.ok()) {
@@ -227,9 +231,16 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
     if (leaving >= 0) ps_[leaving].left = true;
     for (const auto& [src, names] : from) drop(src, names);
   }
-  std::vector<absl::Status> started = ForEachWorker([this](int i) {
+  const absl::Time starting = absl::Now();
+  // Each worker paused here goes on with the new placement (only its PS
+  // client is made again); any other is started anew.
+  std::vector<absl::Status> started = ForEachWorker([&](int i) {
     WorkerView& w = workers_[i];
     if (w.removed || !w.reachable) return absl::OkStatus();
+    if (paused_here[i] && w.control->ResumePlaced(w.step, generation_, AssignmentFor(i, w.step)).ok()) {
+      w.state = WorkerStatusResponse::RUNNING;
+      return absl::OkStatus();
+    }
     return StartWorker(i, w.step);
   });
   for (int i = 0; i < NumWorkers(); ++i) {
@@ -249,8 +260,11 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
   report_(absl::StrCat("ps membership: ", why, "; ", LivePs().size(), " PS; moved ", plan.moves.size(),
                        " variables (", *last, " bytes: ", absl::StrJoin(moves, ", "), "); copied while training in ",
                        absl::ToInt64Milliseconds(warm_time), " ms, then training paused for ",
-                       absl::ToInt64Milliseconds(paused), " ms (the last copy ",
-                       absl::ToInt64Milliseconds(last_copy), " ms) at generation ", generation_));
+                       absl::ToInt64Milliseconds(paused), " ms (stopping the workers ",
+                       absl::ToInt64Milliseconds(stopping), " ms, every PS to the new generation ",
+                       absl::ToInt64Milliseconds(fencing), " ms, the last copy ", absl::ToInt64Milliseconds(last_copy),
+                       " ms, starting the workers ", absl::ToInt64Milliseconds(absl::Now() - starting),
+                       " ms) at generation ", generation_));
   return absl::OkStatus();
 }
 
