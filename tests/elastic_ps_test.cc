@@ -10,7 +10,7 @@
 // (--data_log); every PS counts the pushes applied to each variable. In
 // the final checkpoint each variable is held by exactly one store, and its
 // count equals the acknowledged pushes: none lost in a move, none applied
-// twice.
+// twice. A new chief then restores that checkpoint onto the spec's PS.
 #include <signal.h>
 
 #include <algorithm>
@@ -147,6 +147,26 @@ TEST_F(ElasticPsTest, AsyncPsJoinsAndLeavesEveryAcknowledgedPushCountedOnce) {
     EXPECT_EQ(n, 1) << name << " held by " << n << " stores";
     EXPECT_EQ(updates[name], acknowledged) << name << ": pushes applied vs acknowledged";
   }
+
+  // That checkpoint restores: a new chief of the spec's two PS (new
+  // processes; ps:2 gone) reads it, assembling each store's variables
+  // since they are no longer where the first placement put them, and
+  // trains on (a longer run: its schedule differs, so the PS are new).
+  ps2->reset();
+  ps0.reset();
+  ps0 = StartPs(0);
+  ps1 = StartPs(1);
+  w0 = StartWorker(0);
+  w1 = StartWorker(1);
+  job_.set_steps(kSteps + 100);
+  WriteJob();
+  chief = StartChief();
+  ASSERT_TRUE(chief && w0 && w1 && ps0 && ps1);
+  EXPECT_TRUE(chief->WaitForLine("was taken with another layout", absl::Minutes(2)));
+  EXPECT_EQ(ExitCode(chief.get()), 0);
+  const std::string resumed = Summary();
+  EXPECT_EQ(Field(resumed, "restored_from_step"), m->step()) << resumed;
+  EXPECT_GE(Field(resumed, "steps"), kSteps + 100) << resumed;
 }
 
 }  // namespace
