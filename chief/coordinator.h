@@ -221,6 +221,10 @@ class Coordinator {
   // about to get, so that it decodes them before the others pause; its real
   // start reads them forward from there.
   void WarmUpJoiners(const std::vector<int>& joining);
+  // Every member running or paused stops at a step boundary (w.step: the
+  // first step it did not push); one that does not answer is marked
+  // unreachable (a new generation fences it). Returns which stopped.
+  std::vector<bool> PauseMembers();
   // `joining`: workers (removed or new) that become members now.
   absl::Status ChangeMembership(const std::string& why, const std::vector<int>& joining);
   // Elastic PS (coordinator_ps_move.cc): a PS beyond the spec joins (up to

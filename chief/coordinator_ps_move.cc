@@ -188,22 +188,7 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
   // Phase two: workers stopped at a step boundary, every PS fenced at a new
   // generation with the new placement, the last copy, the switch.
   const absl::Time pause_start = absl::Now();
-  std::vector<bool> paused_here(NumWorkers(), false);
-  ForEachWorker([&](int i) {
-    WorkerView& w = workers_[i];
-    if (w.removed || !w.reachable ||
-        (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
-      return absl::OkStatus();
-    }
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
-    if (!s.ok()) {
-      w.reachable = false;  // fenced by the generation; started again when it answers
-      return s.status();
-    }
-    w.step = *s;
-    paused_here[i] = true;
-    return absl::OkStatus();
-  });
+  const std::vector<bool> paused_here = PauseMembers();
   const absl::Duration stopping = absl::Now() - pause_start;
   std::vector<int> live = LivePs();
   if (joining >= 0) live.push_back(joining);

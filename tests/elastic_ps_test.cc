@@ -61,12 +61,7 @@ TEST_F(ElasticPsTest, AsyncPsJoinsAndLeavesEveryAcknowledgedPushCountedOnce) {
   ASSERT_TRUE(chief && w0 && w1 && ps0 && ps1);
 
   ASSERT_TRUE(WaitForStep(chief.get(), 150));
-  std::ifstream in(full);
-  std::stringstream cluster_json;
-  cluster_json << in.rdbuf();
-  const std::string tf_config =
-      absl::StrCat("TF_CONFIG={\"cluster\": ", cluster_json.str(), ", \"task\": {\"type\": \"ps\", \"index\": 2}}");
-  auto ps2 = Daemon::Start("ps:2", {"/usr/bin/env", tf_config, RunfilePath("ps/server"), "--snapshot_dir=" + dir_});
+  auto ps2 = Daemon::Start("ps:2", {"/usr/bin/env", TfConfig(full, "ps", 2), RunfilePath("ps/server"), "--snapshot_dir=" + dir_});
   ASSERT_TRUE(ps2.ok()) << ps2.status();
   const std::string joined = chief->WaitForMatch("^ps membership: ps:2 joins; .*training paused for", absl::Minutes(1));
   ASSERT_FALSE(joined.empty());

@@ -60,12 +60,8 @@ class ElasticWorkersTest : public TrainingClusterTest {
 
     ASSERT_TRUE(WaitForStep(chief.get(), 150));
     // TF_CONFIG as a TFJob or StatefulSet writes it for the new pod.
-    std::ifstream in(full);
-    std::stringstream cluster_json;
-    cluster_json << in.rdbuf();
-    const std::string tf_config =
-        absl::StrCat("TF_CONFIG={\"cluster\": ", cluster_json.str(), ", \"task\": {\"type\": \"worker\", \"index\": 2}}");
-    auto joiner = Daemon::Start("worker:2", {"/usr/bin/env", tf_config, RunfilePath("worker/main"), "--threads=1", log(2)});
+    auto joiner = Daemon::Start("worker:2", {"/usr/bin/env", TfConfig(full, "worker", 2), RunfilePath("worker/main"),
+                                             "--threads=1", log(2)});
     ASSERT_TRUE(joiner.ok()) << joiner.status();
     ASSERT_TRUE(chief->WaitForLine("membership: worker:2 joins", absl::Minutes(1)));
 
