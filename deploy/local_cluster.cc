@@ -202,7 +202,7 @@ void Scale(Launcher* launcher, std::vector<Child>* children, const std::string& 
       if (launcher->Start(&c).ok()) started.push_back(TaskName(c.task));
     }
   }
-  launcher->Say(absl::StrCat("scaling to ", n, " ", job, " tasks at step ", step,
+  launcher->Say(absl::StrCat("scaling to ", n, job == kPsJob ? " PS" : " workers", " at step ", step,
                              started.empty() ? "" : absl::StrCat(": started ", absl::StrJoin(started, ", ")),
                              stopped.empty() ? "" : absl::StrCat(": stopped (SIGTERM) ", absl::StrJoin(stopped, ", "))));
 }
