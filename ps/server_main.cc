@@ -158,7 +158,7 @@ int Main(int argc, char** argv) {
       LOG(INFO) << "left the job: the chief moved every variable off this PS";
     } else {
       LOG(WARNING) << "the chief did not move this PS's variables off within --leave_wait_ms=" << leave_wait_ms
-                   << ": stopping with them (the chief recovers them from the last checkpoint)";
+                   << ": stopping with them (the chief then waits for this PS as for a failed one)";
     }
   }
   link.Stop();
