@@ -63,21 +63,21 @@ absl::StatusOr<MoveVariablesResponse> ParameterServerCore::MoveVariables(const M
   RETURN_IF_ERROR(CheckNames(req.copy(), "copy"));
   RETURN_IF_ERROR(CheckNames(req.drop(), "drop"));
   if (req.load_size() > kMaxNames) {
-    return absl::InvalidArgumentError(absl::StrCat("move: ", req.load_size(), " imports, at most ", kMaxNames));
+    return absl::InvalidArgumentError(absl::StrCat("move: ", req.load_size(), " loads, at most ", kMaxNames));
   }
-  // Every import decoded before the lock: nothing here changes yet.
+  // Every load decoded before the lock: nothing here changes yet.
   std::vector<VariableState> imports;
   std::set<std::string> imported;
   for (const VariableStateProto& p : req.load()) {
     const std::string& name = p.def().name();
     if (!imported.insert(name).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("move: variable \"", absl::CEscape(name.substr(0, 128)), "\" imported twice"));
+          absl::StrCat("move: variable \"", absl::CEscape(name.substr(0, 128)), "\" loaded twice"));
     }
     absl::StatusOr<VariableState> st = FromProto(p);
     if (!st.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("move: import of \"", absl::CEscape(name.substr(0, 128)), "\": ", st.status().message()));
+          absl::StrCat("move: load of \"", absl::CEscape(name.substr(0, 128)), "\": ", st.status().message()));
     }
     imports.push_back(*std::move(st));
   }
