@@ -71,6 +71,10 @@ absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string
   return Call(&ParameterServer::Stub::Restore, req, kStorageTimeout, "Restore");
 }
 
+absl::StatusOr<MoveVariablesResponse> PsAdmin::MoveVariables(const MoveVariablesRequest& req) {
+  return Call(&ParameterServer::Stub::MoveVariables, req, kStorageTimeout, "MoveVariables");
+}
+
 absl::StatusOr<PsStatusResponse> PsAdmin::Status(absl::Duration timeout) {
   return Call(&ParameterServer::Stub::Status, PsStatusRequest(), timeout, "Status");
 }
@@ -112,6 +116,15 @@ absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation, absl::Duration 
 absl::Status WorkerControl::Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route) {
   ResumeRequest req;
   if (route.epoch() > 0) *req.mutable_route() = route;
+  req.set_start_step(start_step);
+  req.set_generation(generation);
+  return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kWorkerStateTimeout, name_, "Resume").status();
+}
+
+absl::Status WorkerControl::ResumePlaced(int64_t start_step, int64_t generation, const WorkerAssignment& a) {
+  ResumeRequest req;
+  *req.mutable_placement() = a.placement();
+  *req.mutable_ps() = a.ps();
   req.set_start_step(start_step);
   req.set_generation(generation);
   return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kWorkerStateTimeout, name_, "Resume").status();

@@ -58,6 +58,9 @@ class PsAdmin {
   absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir, int64_t generation = 0,
                                           const std::vector<std::string>& sources = {});
   absl::StatusOr<PsStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
+  // Copies variables' state out, loads it in, forgets variables
+  // (MoveVariablesRequest): a PS joining or leaving a running job.
+  absl::StatusOr<MoveVariablesResponse> MoveVariables(const MoveVariablesRequest& req);
   // Whole tensors (or slices this PS holds) by name, over the protobuf path.
   absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> Pull(
       const std::vector<std::string>& names, int64_t generation = 0);
@@ -84,6 +87,9 @@ class WorkerControl {
                                 const std::vector<int>& abandon = {});
   // `route` (epoch > 0): the placement after a failover (replicated shards).
   absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
+  // Resume with the placement and PS of `a` (a PS joined or left): the
+  // worker replaces only its PS client (ResumeRequest.placement).
+  absl::Status ResumePlaced(int64_t start_step, int64_t generation, const WorkerAssignment& a);
   absl::StatusOr<WorkerStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   absl::Status Shutdown();
   const std::string& name() const { return name_; }

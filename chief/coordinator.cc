@@ -67,6 +67,11 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
   }
   // Workers beyond the spec may join up to failure.max_workers.
   if (Elastic()) registry_->AdmitWorkersUpTo(options_.job.failure().max_workers());
+  // PS beyond the spec may join up to failure.max_ps, and PS may leave.
+  if (ElasticPs()) registry_->AdmitPsUpTo(std::max(options_.job.failure().max_ps(), NumPsTasks()));
+  if (options_.job.failure().max_ps() > 0 && !ElasticPs()) {
+    report_("job.failure.max_ps is ignored: " + ElasticPsRefusal() + "; no PS joins or leaves this job");
+  }
   absl::MutexLock lock(&mu_);
   status_.set_state(JobStatusResponse::WAITING_FOR_TASKS);
 }
@@ -404,6 +409,10 @@ absl::Status Coordinator::Watch(bool* done) {
   if (Elastic()) {
     ASSIGN_OR_RETURN(bool changed, WatchMembership());
     if (changed) return absl::OkStatus();
+  }
+  if (ElasticPs() && all_ps_answer) {
+    ASSIGN_OR_RETURN(bool moved, WatchPsMembership());
+    if (moved) return absl::OkStatus();
   }
   bool all_done = true;
   double eps = 0;

@@ -51,6 +51,7 @@
 #include "chief/cluster_clients.h"
 #include "common/plan/job_plan.h"
 #include "common/plan/job_planner.h"
+#include "common/plan/placement_move.h"
 #include "chief/task_registry.h"
 #include "common/cluster_spec.h"
 #include "common/input/streams.h"
@@ -138,6 +139,11 @@ class Coordinator {
     absl::Time down_since = absl::InfiniteFuture();
     absl::Time last_said = absl::InfinitePast();
     int probes_timed_out = 0;  // in a row (replicated: see FailOverNow)
+    // Not one of the job's PS (yet, or any more): a PS beyond the spec
+    // until its share is moved there, one that left once it is moved off
+    // (coordinator_ps_move.cc). Not watched, checkpointed nor restored.
+    bool left = false;
+    uint64_t refused = 0;  // the incarnation whose join or leave was refused (said once)
   };
 
   absl::Status Setup();
@@ -218,8 +224,32 @@ class Coordinator {
   // about to get, so that it decodes them before the others pause; its real
   // start reads them forward from there.
   void WarmUpJoiners(const std::vector<int>& joining);
+  // Every member running or paused stops at a step boundary (w.step: the
+  // first step it did not push); one that does not answer is marked
+  // unreachable (a new generation fences it). Returns which stopped.
+  std::vector<bool> PauseMembers();
   // `joining`: workers (removed or new) that become members now.
   absl::Status ChangeMembership(const std::string& why, const std::vector<int>& joining);
+  // Elastic PS (coordinator_ps_move.cc): a PS beyond the spec joins (up to
+  // failure.max_ps), one that says it leaves has its variables moved off;
+  // ASYNC parameter-server jobs without replication.
+  bool ElasticPs() const { return options_.job.failure().max_ps() > 0 && ElasticPsRefusal().empty(); }
+  // Why this job's PS cannot join or leave ("" when they can).
+  std::string ElasticPsRefusal() const;
+  std::vector<int> LivePs() const;
+  // A PS registered beyond ps_ joins, a live one that said it leaves goes.
+  // Returns true when it moved variables (then the caller's pass is over).
+  absl::StatusOr<bool> WatchPsMembership();
+  // Moves `moves` to the placement `to`: copies while training goes on,
+  // then pauses the workers at a step boundary, fences every PS at a new
+  // generation, copies again, switches and restarts the workers. A failure
+  // before the switch puts everything back as it was. `joining`/`leaving`:
+  // the PS that becomes live / stops being live (-1: none).
+  absl::Status MovePsVariables(const PsMovePlan& plan, const std::string& why, int joining, int leaving);
+  // Whether checkpoint `m`'s stores held the variables the placement puts
+  // on them now (the restore can read each store's own snapshot).
+  bool SamePlacement(const CheckpointManifest& m) const;
+
   // Replicated shards (job.replication.factor 2; coordinator_failover.cc).
   // Store s (the placement's ps_task s) is served by PS task
   // primary_of_[s], its backup held by backup_of_[s] (-1: none), at the
@@ -281,7 +311,9 @@ class Coordinator {
   // and it reads data shard r of the members' count.
   std::vector<int> GroupMembers() const;
   // A store the chief uses: every PS, and the replicas of members.
-  bool StoreActive(int store) const { return !IsReplica(store) || !workers_[store - NumPsTasks()].removed; }
+  bool StoreActive(int store) const {
+    return IsReplica(store) ? !workers_[store - NumPsTasks()].removed : !ps_[store].left;
+  }
   // Which variables each member's replica writes to a checkpoint (1/N of
   // them, greedy by bytes); recomputed when the membership changes.
   absl::Status ShareReplicaVariables();
@@ -297,7 +329,7 @@ class Coordinator {
   // per worker.
   bool Collective() const { return IsCollective(options_.job); }
   int NumPsTasks() const { return options_.cluster.NumTasks(kPsJob); }
-  bool IsReplica(int store) const { return store >= NumPsTasks(); }
+  bool IsReplica(int store) const { return Collective() && store >= NumPsTasks(); }
   // A store's snapshot name in a checkpoint: "ps-N", or "worker-N".
   std::string StoreName(int store) const {
     return IsReplica(store) ? "worker-" + std::to_string(store - NumPsTasks()) : "ps-" + std::to_string(store);
@@ -339,6 +371,10 @@ class Coordinator {
   absl::Time last_report_ = absl::InfinitePast();
   JobSummary summary_;
   int membership_changes_ = 0;
+  int ps_moves_ = 0;
+  // Variables a PS still holds after they moved off it (its drop failed):
+  // dropped again at the next pass, so its snapshots hold no stale copy.
+  std::map<int, std::vector<std::string>> pending_drops_;
 
   mutable absl::Mutex mu_;
   JobStatusResponse status_ ABSL_GUARDED_BY(mu_);

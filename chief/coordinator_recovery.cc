@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "chief/coordinator.h"
+#include "common/plan/placement.h"
 #include "common/status_macros.h"
 #include "common/transport/ps_client.h"
 #include "glog/logging.h"
@@ -96,6 +97,9 @@ absl::Status Coordinator::Checkpoint() {
     sh->set_bytes(shards[p].bytes());
     sh->set_delta(shards[p].delta());
     sh->set_base_step(shards[p].base_step());
+    if (!IsReplica(p)) {
+      for (const VariableDef& v : VariablesOnStore(plan_.placement, p)) sh->add_variable(v.name());
+    }
   }
   for (const VariablePlacement& vp : plan_.placement.variable()) {
     CheckpointManifest::Variable* v = m.add_variable();
@@ -354,17 +358,23 @@ absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
     all.push_back(shard.path());
     if (absl::StartsWith(shard.path(), "worker-")) replicas.push_back(shard.path());
   }
+  // The same stores holding the same variables (after a PS joined or
+  // left they may not): each reads its own snapshot.
+  const bool same = theirs == ours && SamePlacement(m);
   if (theirs != ours) {
     report_(absl::StrCat("checkpoint of step ", m.step(), " was taken with another layout (",
                          absl::StrJoin(theirs, ", "), "): assembling every store's variables from it"));
+  } else if (!same) {
+    report_(absl::StrCat("checkpoint of step ", m.step(), " was taken with its variables on other PS (a PS "
+                         "joined or left since): assembling every store's variables from it"));
   }
   for (int p = 0; p < NumPs(); ++p) {
     if (!StoreActive(p)) continue;
     // Same layout: a PS reads its own snapshot, a replica the replicas'
     // shares (each wrote 1/N). Another layout: every store reads them all.
     std::vector<std::string> sources;
-    if (theirs != ours) sources = all;
-    if (theirs == ours && IsReplica(p)) sources = replicas;
+    if (!same) sources = all;
+    if (same && IsReplica(p)) sources = replicas;
     RETURN_IF_ERROR(StoreAdmin(p)->Restore(m.step(), manifests_.dir(), generation_, sources).status());
   }
   if (Replicated()) return RestoreBackups(m, theirs != ours ? all : std::vector<std::string>{});

@@ -23,6 +23,46 @@ TaskRegistry::TaskRegistry(const ClusterSpec& cluster, absl::Duration heartbeat_
     tasks_[Key(t)] = s;
   }
   spec_workers_ = cluster.NumTasks(kWorkerJob);
+  spec_ps_ = cluster.NumTasks(kPsJob);
+}
+
+void TaskRegistry::AdmitPsUpTo(int max_ps) {
+  absl::MutexLock lock(&mu_);
+  max_ps_ = max_ps;
+}
+
+int TaskRegistry::CountLocked(absl::string_view job) const {
+  int n = 0;
+  while (tasks_.count(Key(MakeTaskId(std::string(job), n)))) ++n;
+  return n;
+}
+
+int TaskRegistry::NumPs() const {
+  absl::MutexLock lock(&mu_);
+  return CountLocked(kPsJob);
+}
+
+absl::StatusOr<std::map<std::string, TaskState>::iterator> TaskRegistry::JoinLocked(const TaskInfo& task) {
+  // A worker or PS joining the running job (a TFJob or StatefulSet scaled up).
+  const bool ps = task.task().job() == kPsJob;
+  const int most = ps ? max_ps_ : max_workers_;
+  const std::string policy = ps ? "job.failure.max_ps" : "job.failure.max_workers";
+  const std::string job(ps ? kPsJob : kWorkerJob);
+  const int index = task.task().index();
+  if (index >= most) {
+    return absl::FailedPreconditionError(absl::StrCat(TaskName(task.task()), " cannot join: the job allows at most ",
+                                                      policy, "=", most, " ", job, " tasks (", job, ":0..",
+                                                      most - 1, ")"));
+  }
+  if (index < 0 || !tasks_.count(Key(MakeTaskId(job, index - 1)))) {
+    return absl::UnavailableError(absl::StrCat(TaskName(task.task()), " cannot join before ", job, ":", index - 1,
+                                               " has: ", job, " tasks join in index order; retry"));
+  }
+  RETURN_IF_ERROR(ValidateAddress(task.address()));
+  TaskState fresh;
+  *fresh.info.mutable_task() = task.task();
+  fresh.info.set_address(task.address());
+  return tasks_.emplace(Key(task.task()), fresh).first;
 }
 
 void TaskRegistry::AdmitWorkersUpTo(int max_workers) {
@@ -32,9 +72,7 @@ void TaskRegistry::AdmitWorkersUpTo(int max_workers) {
 
 int TaskRegistry::NumWorkers() const {
   absl::MutexLock lock(&mu_);
-  int n = 0;
-  while (tasks_.count(Key(MakeTaskId(kWorkerJob, n)))) ++n;
-  return n;
+  return CountLocked(kWorkerJob);
 }
 
 absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo& task) {
@@ -57,23 +95,9 @@ absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo
   }
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(Key(task.task()));
-  if (it == tasks_.end() && task.task().job() == kWorkerJob && max_workers_ > spec_workers_) {
-    // A worker joining the running job (a TFJob or StatefulSet scaled up).
-    const int index = task.task().index();
-    if (index >= max_workers_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(TaskName(task.task()), " cannot join: the job allows at most job.failure.max_workers=",
-                       max_workers_, " workers (worker:0..", max_workers_ - 1, ")"));
-    }
-    if (index < 0 || !tasks_.count(Key(MakeTaskId(kWorkerJob, index - 1)))) {
-      return absl::UnavailableError(absl::StrCat(TaskName(task.task()), " cannot join before worker:", index - 1,
-                                                 " has: workers join in index order; retry"));
-    }
-    RETURN_IF_ERROR(ValidateAddress(task.address()));
-    TaskState fresh;
-    *fresh.info.mutable_task() = task.task();
-    fresh.info.set_address(task.address());
-    it = tasks_.emplace(Key(task.task()), fresh).first;
+  if (it == tasks_.end() && ((task.task().job() == kWorkerJob && max_workers_ > spec_workers_) ||
+                             (task.task().job() == kPsJob && max_ps_ > spec_ps_))) {
+    ASSIGN_OR_RETURN(it, JoinLocked(task));
   }
   if (it == tasks_.end()) {
     return absl::InvalidArgumentError(
@@ -100,9 +124,9 @@ absl::StatusOr<TaskRegistry::Registration> TaskRegistry::Register(const TaskInfo
 }
 
 absl::Status TaskRegistry::Heartbeat(const HeartbeatRequest& beat) {
-  if (beat.leaving() && (beat.step() < 0 || beat.task().job() != kWorkerJob)) {
+  if (beat.leaving() && (beat.step() < 0 || (beat.task().job() != kWorkerJob && beat.task().job() != kPsJob))) {
     return absl::InvalidArgumentError(absl::StrCat(TaskName(beat.task()), ": leaving at step ", beat.step(),
-                                                   ": only a worker leaves, at a step >= 0"));
+                                                   ": only a worker or a PS leaves, at a step >= 0"));
   }
   absl::MutexLock lock(&mu_);
   auto it = tasks_.find(Key(beat.task()));
@@ -112,6 +136,11 @@ absl::Status TaskRegistry::Heartbeat(const HeartbeatRequest& beat) {
       it->second.info.incarnation() != beat.incarnation()) {
     return absl::AbortedError(absl::StrCat(TaskName(beat.task()), " incarnation ",
                                            beat.incarnation(), " is not registered"));
+  }
+  if (beat.leaving() && beat.task().job() == kPsJob && max_ps_ == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        TaskName(beat.task()), " cannot leave the running job: it does not let PS join or leave "
+        "(job.failure.max_ps, ASYNC, no replication)"));
   }
   TaskState& s = it->second;
   s.last_seen = env_->Now();

@@ -56,6 +56,9 @@ class TaskRegistry {
   // Elastic jobs: workers may join up to `max_workers` (job.failure.
   // max_workers); 0 (the default) admits only the spec's.
   void AdmitWorkersUpTo(int max_workers);
+  // The same for PS (job.failure.max_ps): they join in index order too,
+  // and one may say it leaves (a heartbeat with `leaving`).
+  void AdmitPsUpTo(int max_ps);
   // ABORTED if the task is not registered under this incarnation.
   absl::Status Heartbeat(const HeartbeatRequest& beat);
 
@@ -67,6 +70,8 @@ class TaskRegistry {
   std::vector<TaskId> Expired(absl::string_view job) const;
   // Workers registered so far, spec's and joined (indices 0..n-1).
   int NumWorkers() const;
+  // PS registered so far, spec's and joined (indices 0..n-1).
+  int NumPs() const;
   // Forgets a task's incarnation: it must register again to count.
   void MarkDead(const TaskId& task);
 
@@ -84,8 +89,15 @@ class TaskRegistry {
   mutable absl::Mutex mu_;
   std::map<std::string, TaskState> tasks_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Joins beyond the spec, in index order up to the bound.
+  absl::StatusOr<std::map<std::string, TaskState>::iterator> JoinLocked(const TaskInfo& task)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int CountLocked(absl::string_view job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   int max_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_ps_ ABSL_GUARDED_BY(mu_) = 0;
   int spec_workers_ = 0;  // constant after construction
+  int spec_ps_ = 0;       // constant after construction
 };
 
 }  // namespace psrt

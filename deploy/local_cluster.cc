@@ -2,7 +2,7 @@
 //
 //   bazel run //deploy:local_cluster -- [--job=FILE] [--cluster_spec=FILE]
 //       [--ps=2] [--workers=2] [--kill=ps:1@800] [--remove=worker:1@3000] [--run_dir=DIR]
-//       [--scale=worker:3@1500,worker:1@3000]
+//       [--scale=worker:3@1500,worker:1@3000,ps:3@3000]
 //       [--strategy=parameter_server|multi_worker_mirrored|mirrored|central_storage|hybrid]
 //       [--evaluator]
 //
@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <tuple>
 #include <sstream>
 
 #include "absl/flags/flag.h"
@@ -67,7 +68,10 @@ ABSL_FLAG(std::vector<std::string>, scale, {},
           "worker:N@STEP[,...]: once the job reaches STEP, grow or shrink the running workers to N, as an "
           "orchestrator scaling a StatefulSet would: new workers (beyond the spec: worker:2, worker:3, ...) are "
           "started and join the running job; workers above N are stopped with SIGTERM and leave it for good. "
-          "The job must allow it: failure.max_workers >= the largest N (parameter-server strategy).");
+          "The job must allow it: failure.max_workers >= the largest N (parameter-server strategy). "
+          "ps:N@STEP does the same with parameter servers: a new PS (ps:2, ...) joins and takes its share "
+          "of the variables; a PS above N is stopped with SIGTERM and leaves once its variables moved off "
+          "(failure.max_ps >= the largest N; ASYNC, no replication).");
 ABSL_FLAG(std::string, run_dir, "", "Where logs, checkpoints and the summary go (default: /tmp/psrt-run-TIME).");
 ABSL_FLAG(int, max_restarts, 5, "Give up after restarting one daemon this many times.");
 ABSL_FLAG(bool, tls, false,
@@ -176,17 +180,18 @@ absl::StatusOr<std::string> DefaultSpec(const std::string& run_dir, int ps, int 
   return path;
 }
 
-// --scale: workers 0..n-1 run, the others not. A worker above n gets
-// SIGTERM (it tells the chief it leaves) and is not restarted; one below n
-// that does not run is started (beyond the spec, it joins the job).
-void ScaleWorkers(Launcher* launcher, std::vector<Child>* children, int n, int64_t step) {
+// --scale: tasks 0..n-1 of `job` (worker or ps) run, the others not. One
+// above n gets SIGTERM (it tells the chief it leaves; a PS waits until its
+// variables moved off) and is not restarted; one below n that does not run
+// is started (beyond the spec, it joins the job).
+void Scale(Launcher* launcher, std::vector<Child>* children, const std::string& job, int n, int64_t step) {
   std::vector<std::string> started, stopped;
   for (Child& c : *children) {
-    if (c.task.job() != kWorkerJob) continue;
+    if (c.task.job() != job) continue;
     const bool runs = c.process && c.process->Running();
     if (c.task.index() >= n && runs) {
       c.process->Signal(SIGTERM);
-      (void)c.process->Wait(absl::Seconds(10));
+      (void)c.process->Wait(absl::Seconds(job == kPsJob ? 70 : 10));
       c.process.reset();
       c.finished = true;  // never restarted
       stopped.push_back(TaskName(c.task));
@@ -197,7 +202,7 @@ void ScaleWorkers(Launcher* launcher, std::vector<Child>* children, int n, int64
       if (launcher->Start(&c).ok()) started.push_back(TaskName(c.task));
     }
   }
-  launcher->Say(absl::StrCat("scaling to ", n, " workers at step ", step,
+  launcher->Say(absl::StrCat("scaling to ", n, job == kPsJob ? " PS" : " workers", " at step ", step,
                              started.empty() ? "" : absl::StrCat(": started ", absl::StrJoin(started, ", ")),
                              stopped.empty() ? "" : absl::StrCat(": stopped (SIGTERM) ", absl::StrJoin(stopped, ", "))));
 }
@@ -269,39 +274,41 @@ int Run(int argc, char** argv) {
     }
   }
 
-  // --scale=worker:N@STEP: (step, workers), in step order.
-  std::vector<std::pair<int64_t, int>> scales;
-  int most_workers = spec->NumTasks(kWorkerJob);
+  // --scale=JOB:N@STEP: (step, job, N), in step order.
+  std::vector<std::tuple<int64_t, std::string, int>> scales;
+  std::map<std::string, int> most = {{std::string(kWorkerJob), spec->NumTasks(kWorkerJob)},
+                                     {std::string(kPsJob), spec->NumTasks(kPsJob)}};
   for (const std::string& k : absl::GetFlag(FLAGS_scale)) {
     std::vector<std::string> parts = absl::StrSplit(k, absl::ByAnyChar(":@"));
     int64_t step;
     int n;
-    if (parts.size() != 3 || parts[0] != kWorkerJob || !absl::SimpleAtoi(parts[1], &n) || n < 1 || n > 1024 ||
+    if (parts.size() != 3 || most.count(parts[0]) == 0 || !absl::SimpleAtoi(parts[1], &n) || n < 1 || n > 1024 ||
         !absl::SimpleAtoi(parts[2], &step) || step < 0) {
-      std::cerr << "error: --scale=" << k << ": expected worker:N@STEP with N in [1, 1024], e.g. worker:3@1500\n";
+      std::cerr << "error: --scale=" << k
+                << ": expected worker:N@STEP or ps:N@STEP with N in [1, 1024], e.g. worker:3@1500\n";
       return 2;
     }
-    scales.emplace_back(step, n);
-    most_workers = std::max(most_workers, n);
+    scales.emplace_back(step, parts[0], n);
+    most[parts[0]] = std::max(most[parts[0]], n);
   }
-  std::stable_sort(scales.begin(), scales.end());
-  // Workers beyond the spec: free loopback ports, and a spec naming them
-  // too for those workers only (as a TFJob or StatefulSet scaled up writes
-  // the new pod's TF_CONFIG); the chief keeps the spec it started with.
+  std::stable_sort(scales.begin(), scales.end(),
+                   [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  // Tasks beyond the spec: free loopback ports, and a spec naming them too
+  // for those tasks only (as a TFJob or StatefulSet scaled up writes the
+  // new pod's TF_CONFIG); the chief keeps the spec it started with.
   std::string joiner_spec_path;
-  if (most_workers > spec->NumTasks(kWorkerJob)) {
+  if (most[std::string(kWorkerJob)] > spec->NumTasks(kWorkerJob) || most[std::string(kPsJob)] > spec->NumTasks(kPsJob)) {
     ClusterDef def = spec->def();
-    ClusterJob* workers = nullptr;
     for (ClusterJob& j : *def.mutable_job()) {
-      if (j.name() == kWorkerJob) workers = &j;
-    }
-    while (workers->address_size() < most_workers) {
-      absl::StatusOr<int> port = PickFreePort();
-      if (!port.ok()) {
-        std::cerr << "error: " << port.status().message() << "\n";
-        return 2;
+      if (most.count(j.name()) == 0) continue;
+      while (j.address_size() < most[j.name()]) {
+        absl::StatusOr<int> port = PickFreePort();
+        if (!port.ok()) {
+          std::cerr << "error: " << port.status().message() << "\n";
+          return 2;
+        }
+        j.add_address(absl::StrCat("127.0.0.1:", *port));
       }
-      workers->add_address(absl::StrCat("127.0.0.1:", *port));
     }
     absl::StatusOr<ClusterSpec> joined = ClusterSpec::FromClusterDef(def, "--scale");
     if (!joined.ok()) {
@@ -393,15 +400,19 @@ int Run(int argc, char** argv) {
     for (const std::string& f : security_flags(t)) c.argv.push_back(f);
     children.push_back(std::move(c));
   }
-  // Workers --scale may start later: not started now.
-  for (int i = spec->NumTasks(kWorkerJob); i < most_workers; ++i) {
-    Child c;
-    c.task = MakeTaskId(kWorkerJob, i);
-    c.argv = {Binary(argv[0], "worker/main"), "--cluster_spec=" + joiner_spec_path, "--task=" + TaskName(c.task),
-              "--snapshot_dir=" + run_dir};
-    for (const std::string& f : security_flags(c.task)) c.argv.push_back(f);
-    c.finished = true;  // stopped until a --scale starts it
-    children.push_back(std::move(c));
+  // Workers and PS --scale may start later: not started now.
+  for (const auto& [job_name, n] : most) {
+    for (int i = spec->NumTasks(job_name); i < n; ++i) {
+      Child c;
+      c.task = MakeTaskId(job_name, i);
+      const bool ps = job_name == kPsJob;
+      c.argv = {Binary(argv[0], ps ? "ps/server" : "worker/main"), "--cluster_spec=" + joiner_spec_path,
+                "--task=" + TaskName(c.task), "--snapshot_dir=" + run_dir};
+      for (const std::string& f : absl::GetFlag(ps ? FLAGS_ps_flags : FLAGS_worker_flags)) c.argv.push_back(f);
+      for (const std::string& f : security_flags(c.task)) c.argv.push_back(f);
+      c.finished = true;  // stopped until a --scale starts it
+      children.push_back(std::move(c));
+    }
   }
   if (tls) launcher.Say("mutual TLS, certificates in " + certs);
   if (role_tokens) launcher.Say("per-role tokens in " + certs + "/tokens");
@@ -461,8 +472,8 @@ int Run(int argc, char** argv) {
         }
         it = kills.erase(it);
       }
-      while (st.ok() && !scales.empty() && st->step() >= scales.front().first) {
-        ScaleWorkers(&launcher, &children, scales.front().second, st->step());
+      while (st.ok() && !scales.empty() && st->step() >= std::get<0>(scales.front())) {
+        Scale(&launcher, &children, std::get<1>(scales.front()), std::get<2>(scales.front()), st->step());
         scales.erase(scales.begin());
       }
     }

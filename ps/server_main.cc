@@ -52,6 +52,10 @@ ABSL_FLAG(std::string, snapshot_dir, "",
           "its --checkpoint_dir) is kept in DIR/NAME/ps-N, so give the directory above the "
           "chief's --checkpoint_dir. Requests name checkpoints, never paths. Empty: "
           "./psrt_snapshots under the working directory (logged).");
+ABSL_FLAG(int64_t, leave_wait_ms, 60000,
+          "On SIGTERM while it holds variables of a job that lets PS leave (job.failure.max_ps): how long "
+          "the PS serves on while the chief moves its variables to the others before it exits (it exits "
+          "as soon as they are moved; at once when the chief refuses). 0: exit at once.");
 ABSL_FLAG(int, apply_threads, 0,
           "Threads that apply pushed gradients: the variables of one push, and row ranges of a "
           "large variable, are updated in parallel (0 = one per core, 1 = all on the thread that "
@@ -139,6 +143,24 @@ int Main(int argc, char** argv) {
 
   int sig = WaitForTerminationSignal();
   LOG(INFO) << "signal " << sig << ": draining";
+  // Stopped by its operator (a scale-down) while it holds variables: it
+  // leaves the job, serving until the chief has moved them all off.
+  const int64_t leave_wait_ms = absl::GetFlag(FLAGS_leave_wait_ms);
+  if (leave_wait_ms > 0 && core.Status().variables() > 0) {
+    HeartbeatRequest beat;
+    *beat.mutable_task() = config->task;
+    beat.set_incarnation(incarnation);
+    beat.set_leaving(true);
+    absl::StatusOr<HeartbeatResponse> r = link.client()->Heartbeat(beat);
+    if (!r.ok()) {
+      LOG(INFO) << "not leaving the job (stopping with its variables): " << r.status().message();
+    } else if (core.WaitHoldsNone(absl::Now() + absl::Milliseconds(leave_wait_ms))) {
+      LOG(INFO) << "left the job: the chief moved every variable off this PS";
+    } else {
+      LOG(WARNING) << "the chief did not move this PS's variables off within --leave_wait_ms=" << leave_wait_ms
+                   << ": stopping with them (the chief then waits for this PS as for a failed one)";
+    }
+  }
   link.Stop();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   LOG(INFO) << "stopped";

@@ -36,20 +36,6 @@ constexpr int kSteps = 1400;
 
 class ElasticWorkersTest : public TrainingClusterTest {
  protected:
-  // The step the chief reports, once it is at least `step`.
-  bool WaitForStep(Daemon* chief, int64_t step) {
-    const absl::Time deadline = absl::Now() + absl::Minutes(3);
-    size_t from = 0;
-    while (absl::Now() < deadline) {
-      std::string line = chief->WaitForMatch("step [0-9]+/", deadline - absl::Now(), from);
-      if (line.empty()) return false;
-      from = chief->lines();
-      std::smatch m;
-      if (std::regex_search(line, m, std::regex("step ([0-9]+)/")) && std::stoll(m[1]) >= step) return true;
-    }
-    return false;
-  }
-
   // Three workers at most, the chief's spec naming two (worker:2 is the
   // joiner's address); returns the spec naming all three.
   std::string SetupElastic(ConsistencyDef::Mode mode) {
@@ -67,12 +53,8 @@ class ElasticWorkersTest : public TrainingClusterTest {
 
   // worker:2, with TF_CONFIG as a TFJob or StatefulSet writes it for the new pod.
   std::unique_ptr<Daemon> StartJoiner(const std::string& full, std::vector<std::string> extra) {
-    std::ifstream in(full);
-    std::stringstream cluster_json;
-    cluster_json << in.rdbuf();
-    const std::string tf_config =
-        absl::StrCat("TF_CONFIG={\"cluster\": ", cluster_json.str(), ", \"task\": {\"type\": \"worker\", \"index\": 2}}");
-    std::vector<std::string> argv = {"/usr/bin/env", tf_config, RunfilePath("worker/main"), "--threads=1"};
+    std::vector<std::string> argv = {"/usr/bin/env", TfConfig(full, "worker", 2), RunfilePath("worker/main"),
+                                     "--threads=1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto joiner = Daemon::Start("worker:2", argv);
     EXPECT_TRUE(joiner.ok()) << joiner.status();

@@ -228,7 +228,9 @@ void ExpectRefused(const std::string& flag, const std::string& run, const std::s
 }
 
 TEST(LauncherTest, BadScaleFlagIsRefused) {
-  ExpectRefused("--scale=ps:3@10", "badscale", "--scale=ps:3@10: expected worker:N@STEP");
+  // ps:N@STEP is a form now (elastic PS); a chief is not scaled.
+  ExpectRefused("--scale=chief:3@10", "badscale", "--scale=chief:3@10: expected worker:N@STEP or ps:N@STEP");
+  ExpectRefused("--scale=ps:0@10", "badscale0", "--scale=ps:0@10: expected worker:N@STEP or ps:N@STEP");
 }
 
 TEST(LauncherTest, BadKillFlagIsRefused) {

@@ -92,6 +92,8 @@ absl::Status CheckCollective(const CollectiveGroup& g, const AssignmentLimits& l
 
 absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimits& limits_in) {
   AssignmentLimits limits = limits_in;
+  // PS that joined the running job beyond the worker's spec.
+  limits.num_ps = static_cast<int>(PsAddresses(a, std::vector<std::string>(limits.num_ps, "spec")).size());
   if (a.has_collective()) {
     RETURN_IF_ERROR(CheckCollective(a.collective(), limits));
     limits.mirrored = true;
@@ -139,6 +141,23 @@ absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimit
     RETURN_IF_ERROR(CheckPlacement(a.placement().variable(i), i, ops, limits));
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> PsAddresses(const WorkerAssignment& a, std::vector<std::string> spec) {
+  std::map<int, std::string> joined;
+  for (const TaskInfo& t : a.ps()) {
+    const std::string& addr = t.address();
+    if (t.task().job() != "ps" || t.task().index() < static_cast<int>(spec.size()) || addr.empty() || addr.size() > 256 ||
+        addr.find(':') == std::string::npos || addr.find_first_of(" \t\r\n/") != std::string::npos) {
+      continue;
+    }
+    joined[t.task().index()] = addr;
+  }
+  for (auto it = joined.find(static_cast<int>(spec.size())); it != joined.end();
+       it = joined.find(static_cast<int>(spec.size()))) {
+    spec.push_back(it->second);
+  }
+  return spec;
 }
 
 }  // namespace psrt

@@ -6,6 +6,9 @@
 #ifndef PSRT_WORKER_ASSIGNMENT_VALIDATOR_H_
 #define PSRT_WORKER_ASSIGNMENT_VALIDATOR_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "proto/worker_service.pb.h"
 
@@ -22,6 +25,13 @@ struct AssignmentLimits {
 };
 
 absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimits& limits);
+
+// The PS addresses a worker reaches: its spec's (`spec`), then those of PS
+// that joined the running job beyond the spec (job.failure.max_ps), from
+// the assignment's `ps` list: ps:N, ps:N+1, ... while they follow without
+// a gap and their address is a plausible host:port (anything else there
+// is ignored, so a placement naming it is refused by ValidateAssignment).
+std::vector<std::string> PsAddresses(const WorkerAssignment& a, std::vector<std::string> spec);
 
 }  // namespace psrt
 

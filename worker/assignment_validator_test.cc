@@ -117,5 +117,26 @@ TEST(AssignmentValidatorTest, RowShardsMustTileTheirVariable) {
   EXPECT_TRUE(ValidateAssignment(a, TwoPs()).ok());
 }
 
+TEST(AssignmentValidatorTest, APsThatJoinedBeyondTheSpecIsReachedByTheAssignmentsAddress) {
+  WorkerAssignment a = Mlp();
+  a.mutable_placement()->mutable_variable(0)->mutable_shard(0)->set_ps_task(2);
+  EXPECT_THAT(Refusal(a), HasSubstr("is not a PS of this cluster (it has 2)"));
+  auto add = [&a](const std::string& job, int index, const std::string& address) {
+    TaskInfo* t = a.add_ps();
+    t->mutable_task()->set_job(job);
+    t->mutable_task()->set_index(index);
+    t->set_address(address);
+  };
+  add("ps", 0, "ignored:1");  // the spec's address wins
+  add("ps", 3, "after-a-gap:1");
+  add("worker", 2, "not-a-ps:1");
+  EXPECT_THAT(Refusal(a), HasSubstr("(it has 2)"));
+  add("ps", 2, "new ps:1");  // not a host:port
+  EXPECT_THAT(Refusal(a), HasSubstr("(it has 2)"));
+  add("ps", 2, "ps-2.local:2222");
+  EXPECT_TRUE(ValidateAssignment(a, TwoPs()).ok()) << ValidateAssignment(a, TwoPs());
+  EXPECT_EQ(PsAddresses(a, {"a:1", "b:1"}), (std::vector<std::string>{"a:1", "b:1", "ps-2.local:2222", "after-a-gap:1"}));
+}
+
 }  // namespace
 }  // namespace psrt

@@ -175,7 +175,7 @@ int Main(int argc, char** argv) {
     PsClientOptions o;
     o.streams = absl::GetFlag(FLAGS_ps_streams);
     o.worker = index;
-    auto client = std::make_unique<PsClient>(a.placement(), ps_addresses, &channels, o);
+    auto client = std::make_unique<PsClient>(a.placement(), PsAddresses(a, ps_addresses), &channels, o);
     if (a.route().epoch() > 0) client->SetRoute(a.route());  // replicated shards: where each store is now
     return std::unique_ptr<ParameterClient>(std::move(client));
   };

@@ -95,6 +95,7 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   // freed before any new one is built (StreamInput::Create).
   runner_.reset();
   client_.reset();
+  retired_clients_.clear();
   absl::StatusOr<std::unique_ptr<StreamInput>> input =
       StreamInput::Create(assignment, deps_.make_dataset ? deps_.make_dataset : ShardDataset, input_.get());
   input_.reset();
@@ -185,6 +186,41 @@ absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation, const
   ++interruptions_;
   error_.clear();
   state_ = WorkerStatusResponse::RUNNING;
+  return absl::OkStatus();
+}
+
+WorkerAssignment WorkerRuntime::assignment() const {
+  absl::MutexLock lock(&mu_);
+  return assignment_;
+}
+
+absl::Status WorkerRuntime::ReplaceClient(const WorkerAssignment& a) {
+  if (!control_mu_.TryLock()) {
+    return absl::FailedPreconditionError("another Start, Pause or Resume is under way; try again");
+  }
+  absl::Cleanup unlock = [this] { control_mu_.Unlock(); };
+  auto check = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    if (state_ != WorkerStatusResponse::PAUSED || lockstep_ || client_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("a new placement needs a paused parameter-server worker, not ",
+                                                        WorkerStatusResponse::State_Name(state_)));
+    }
+    return absl::OkStatus();
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(check());
+  }
+  prefetcher_.Drop();  // its pull went to the old placement
+  ASSIGN_OR_RETURN(std::unique_ptr<ParameterClient> client, deps_.make_client(a));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(check());
+  client->SetGeneration(generation_);
+  retired_clients_.push_back(std::move(client_));
+  client_ = std::move(client);
+  *assignment_.mutable_placement() = a.placement();
+  *assignment_.mutable_ps() = a.ps();
+  ++interruptions_;  // a step in flight is dropped, not pushed
+  LOG(INFO) << "new placement: " << a.ps_size() << " PS";
   return absl::OkStatus();
 }
 

@@ -111,6 +111,13 @@ class WorkerRuntime {
   // `route` (epoch > 0: replicated shards after a failover) re-routes the
   // client's pulls and pushes to the stores' new primaries.
   absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
+  // A paused worker's PS client made again for `a`'s placement and PS (a
+  // PS joined or left; `a` is the current assignment with those replaced,
+  // checked by the caller). FAILED_PRECONDITION unless paused, or for a
+  // collective group. The old client is kept until the next Start: a
+  // prefetch still in it finds it alive (and its old generation refused).
+  absl::Status ReplaceClient(const WorkerAssignment& a);
+  WorkerAssignment assignment() const;
   // Parks a running worker on its own (no chief to answer to): no further
   // push until the chief resumes it or starts it anew.
   void Park(const std::string& why);
@@ -189,6 +196,7 @@ class WorkerRuntime {
 
   // Owned by the loop thread while it runs.
   std::unique_ptr<ParameterClient> client_;
+  std::vector<std::unique_ptr<ParameterClient>> retired_clients_;  // see ReplaceClient
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<StreamInput> input_;
   // Declared after what its fetches use, so it stops first.

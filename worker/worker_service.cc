@@ -71,6 +71,14 @@ grpc::Status WorkerServiceImpl::Pause(grpc::ServerContextBase* ctx, const PauseR
 grpc::Status WorkerServiceImpl::Resume(grpc::ServerContextBase* ctx, const ResumeRequest* req,
                                        ResumeResponse*) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerResume); !a.ok()) return a;
+  if (req->has_placement()) {
+    // A PS joined or left: the new placement checked as a Start's would be.
+    WorkerAssignment a = worker_->assignment();
+    *a.mutable_placement() = req->placement();
+    *a.mutable_ps() = req->ps();
+    if (absl::Status v = ValidateAssignment(a, limits_); !v.ok()) return ToGrpcStatus(v);
+    if (absl::Status s = worker_->ReplaceClient(a); !s.ok()) return ToGrpcStatus(s);
+  }
   return ToGrpcStatus(worker_->Resume(req->start_step(), req->generation(), req->route()));
 }
 

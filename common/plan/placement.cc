@@ -7,15 +7,17 @@
 
 namespace psrt {
 
+int64_t PlacementBytes(const VariableDef& v) {
+  int64_t n = 4;
+  for (int64_t d : v.shape().dim()) n *= std::max<int64_t>(d, 1);
+  return n;
+}
+
 absl::StatusOr<PlacementMap> PlaceVariables(const std::vector<VariableDef>& variables, int num_ps,
                                             int64_t threshold) {
   if (num_ps < 1) return absl::InvalidArgumentError("placement needs at least one PS");
   std::vector<int64_t> bytes(variables.size());
-  for (size_t i = 0; i < variables.size(); ++i) {
-    int64_t n = 4;
-    for (int64_t d : variables[i].shape().dim()) n *= std::max<int64_t>(d, 1);
-    bytes[i] = n;
-  }
+  for (size_t i = 0; i < variables.size(); ++i) bytes[i] = PlacementBytes(variables[i]);
   std::vector<size_t> order(variables.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });

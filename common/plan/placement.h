@@ -13,6 +13,9 @@
 
 namespace psrt {
 
+// The bytes placement counts a variable as (4 a value, its whole shape).
+int64_t PlacementBytes(const VariableDef& v);
+
 absl::StatusOr<PlacementMap> PlaceVariables(const std::vector<VariableDef>& variables, int num_ps,
                                             int64_t partition_threshold_bytes);
 

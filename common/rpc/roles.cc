@@ -43,6 +43,7 @@ constexpr RpcPolicy kPolicy[kRpcCount] = {
     {Rpc::kWorkerStatus, "Worker/Status", kChief | kObserver},
     {Rpc::kWorkerShutdown, "Worker/Shutdown", kChief},
     {Rpc::kPsReplicate, "ParameterServer/Push (replica)", kPs},
+    {Rpc::kPsMoveVariables, "ParameterServer/MoveVariables", kChief},
 };
 
 const RpcPolicy& PolicyOf(Rpc rpc) { return kPolicy[static_cast<int>(rpc)]; }

@@ -28,15 +28,15 @@ inline constexpr uint8_t kEveryRole = 1 | 2 | 4 | 8;
 absl::string_view RoleName(Role r);  // "chief", "ps", "worker", "observer"
 std::optional<Role> RoleFromName(absl::string_view name);
 
-// The 17 methods of the three services, and kPsReplicate: a Push a
+// The methods of the three services, and kPsReplicate: a Push a
 // primary PS forwards to its backup (job.replication; it travels as a Push
 // marked psrt-replica in its metadata).
 enum class Rpc {
   kChiefRegister, kChiefHeartbeat, kChiefReportFailure, kChiefJobStatus,
   kPsCreateVariables, kPsPull, kPsPullRows, kPsPush, kPsPushRows, kPsSnapshot, kPsRestore, kPsStatus,
-  kWorkerStart, kWorkerPause, kWorkerResume, kWorkerStatus, kWorkerShutdown, kPsReplicate,
+  kWorkerStart, kWorkerPause, kWorkerResume, kWorkerStatus, kWorkerShutdown, kPsReplicate, kPsMoveVariables,
 };
-inline constexpr int kRpcCount = 18;
+inline constexpr int kRpcCount = 19;
 
 absl::string_view RpcName(Rpc rpc);  // "ParameterServer/Restore"
 // The roles allowed to call `rpc` (a mask of Role values).

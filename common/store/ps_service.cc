@@ -290,6 +290,19 @@ grpc::ServerUnaryReactor* PsServiceImpl::Status(grpc::CallbackServerContext* ctx
       [&](const PsStatusRequest& r, PsStatusResponse* out) { return Status(ctx, &r, out); });
 }
 
+grpc::ServerUnaryReactor* PsServiceImpl::MoveVariables(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  return ServeParsed<MoveVariablesRequest, MoveVariablesResponse>(
+      ctx, req, resp, "MoveVariables", [&] { return auth_.Authorize(*ctx, Rpc::kPsMoveVariables); },
+      [&](const MoveVariablesRequest& r, MoveVariablesResponse* out) {
+        // The PS's own store: moves are refused under replication (the
+        // chief does not send them there).
+        absl::StatusOr<MoveVariablesResponse> m = core_->MoveVariables(r);
+        if (m.ok()) *out = *std::move(m);
+        return ToGrpcStatus(m.status());
+      });
+}
+
 grpc::Status PsServiceImpl::CreateVariables(grpc::ServerContextBase* ctx, const CreateVariablesRequest* req,
                                             CreateVariablesResponse* resp) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kPsCreateVariables); !a.ok()) return a;

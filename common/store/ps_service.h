@@ -31,7 +31,8 @@ using PsServiceBase = ParameterServer::WithRawCallbackMethod_Exchange<ParameterS
     ParameterServer::WithRawCallbackMethod_Push<ParameterServer::WithRawCallbackMethod_PullRows<
         ParameterServer::WithRawCallbackMethod_PushRows<ParameterServer::WithRawCallbackMethod_CreateVariables<
             ParameterServer::WithRawCallbackMethod_Snapshot<ParameterServer::WithRawCallbackMethod_Restore<
-                ParameterServer::WithRawCallbackMethod_Status<ParameterServer::Service>>>>>>>>>;
+                ParameterServer::WithRawCallbackMethod_Status<
+                    ParameterServer::WithRawCallbackMethod_MoveVariables<ParameterServer::Service>>>>>>>>>>;
 
 // Calls in flight per caller; an entry lives while its count is above 0.
 struct CallerCounts {
@@ -89,6 +90,8 @@ class PsServiceImpl final : public PsServiceBase {
                                      grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                     grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* MoveVariables(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                         grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                    grpc::ByteBuffer* resp) override;
   // ...and parsed, as in-process callers (benchmarks, fuzzers) use them.

@@ -123,6 +123,14 @@ class ParameterServerCore {
   // checkpoint taken with another layout (restore_assembly.h).
   absl::StatusOr<RestoreResponse> Restore(const RestoreRequest& req);
   PsStatusResponse Status();
+  // Moving variables to another PS while the job runs (server_core_move.cc;
+  // MoveVariablesRequest says the order). Refused whole, before anything
+  // changes, for an unknown or repeated name, an import whose def or state
+  // differs from the variable here, or another generation.
+  absl::StatusOr<MoveVariablesResponse> MoveVariables(const MoveVariablesRequest& req);
+  // A PS leaving the job: true once it holds no variable (the chief moved
+  // them all off), false at `deadline`.
+  bool WaitHoldsNone(absl::Time deadline);
 
   int64_t max_request_bytes() const { return options_.max_request_bytes; }
   // Storage for pulled rows and received gradients; reused once gRPC and

@@ -148,6 +148,28 @@ class TrainingClusterTest : public ::testing::Test {
     if (!std::regex_search(summary, m, re)) return NAN;
     return std::stod(m[1]);
   }
+  // TF_CONFIG=... for task TYPE:INDEX of the cluster in `spec_path`, as a
+  // TFJob or a scaled StatefulSet writes it for a new pod.
+  static std::string TfConfig(const std::string& spec_path, const std::string& type, int index) {
+    std::ifstream in(spec_path);
+    std::stringstream cluster_json;
+    cluster_json << in.rdbuf();
+    return absl::StrCat("TF_CONFIG={\"cluster\": ", cluster_json.str(), ", \"task\": {\"type\": \"", type,
+                        "\", \"index\": ", index, "}}");
+  }
+  // True once the chief reports a step of at least `step` (false after 3 minutes).
+  bool WaitForStep(Daemon* chief, int64_t step) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(3);
+    size_t from = 0;
+    while (absl::Now() < deadline) {
+      std::string line = chief->WaitForMatch("step [0-9]+/", deadline - absl::Now(), from);
+      if (line.empty()) return false;
+      from = chief->lines();
+      std::smatch m;
+      if (std::regex_search(line, m, std::regex("step ([0-9]+)/")) && std::stoll(m[1]) >= step) return true;
+    }
+    return false;
+  }
   int ExitCode(Daemon* d, absl::Duration timeout = absl::Minutes(5)) {
     auto s = d->Wait(timeout);
     EXPECT_TRUE(s.ok()) << s.status();
