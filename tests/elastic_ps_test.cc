@@ -39,18 +39,29 @@ double Millis(const std::string& d) {
   return m[2] == "us" ? v / 1000 : m[2] == "ms" ? v : v * 1000;
 }
 
-class ElasticPsTest : public TrainingClusterTest {};
+class ElasticPsTest : public TrainingClusterTest {
+ protected:
+  // Three PS at most, the chief's spec naming two (ps:2 is the joiner's
+  // address); returns the spec naming all three. The job is not written.
+  std::string SetupTwoOfThreePs() {
+    Setup(/*ps=*/3, /*workers=*/2, ConsistencyDef::ASYNC, /*steps=*/kSteps);
+    const std::string full = cluster_.spec_path;
+    std::ofstream(dir_ + "-spec2.json") << "{\"cluster\": {\"chief\": [\"" << cluster_.chief << "\"], \"ps\": [\""
+                                        << cluster_.ps[0] << "\", \"" << cluster_.ps[1] << "\"], \"worker\": [\""
+                                        << cluster_.workers[0] << "\", \"" << cluster_.workers[1] << "\"]}}";
+    cluster_.spec_path = dir_ + "-spec2.json";
+    job_.mutable_failure()->set_max_ps(3);
+    job_.mutable_checkpoint()->set_every_steps(250);
+    return full;
+  }
+  absl::StatusOr<std::unique_ptr<Daemon>> StartJoiningPs(const std::string& full) {
+    return Daemon::Start("ps:2", {"/usr/bin/env", TfConfig(full, "ps", 2), RunfilePath("ps/server"),
+                                  "--snapshot_dir=" + dir_});
+  }
+};
 
 TEST_F(ElasticPsTest, AsyncPsJoinsAndLeavesEveryAcknowledgedPushCountedOnce) {
-  Setup(/*ps=*/3, /*workers=*/2, ConsistencyDef::ASYNC, /*steps=*/kSteps);
-  // The spec names two PS; the third address is the joiner's.
-  const std::string full = cluster_.spec_path;
-  std::ofstream(dir_ + "-spec2.json") << "{\"cluster\": {\"chief\": [\"" << cluster_.chief << "\"], \"ps\": [\""
-                                      << cluster_.ps[0] << "\", \"" << cluster_.ps[1] << "\"], \"worker\": [\""
-                                      << cluster_.workers[0] << "\", \"" << cluster_.workers[1] << "\"]}}";
-  cluster_.spec_path = dir_ + "-spec2.json";
-  job_.mutable_failure()->set_max_ps(3);
-  job_.mutable_checkpoint()->set_every_steps(250);
+  const std::string full = SetupTwoOfThreePs();
   WriteJob();
   auto log = [this](int i) { return absl::StrCat("--data_log=", dir_, "-data-", i, ".log"); };
   auto ps0 = StartPs(0);
@@ -61,7 +72,7 @@ TEST_F(ElasticPsTest, AsyncPsJoinsAndLeavesEveryAcknowledgedPushCountedOnce) {
   ASSERT_TRUE(chief && w0 && w1 && ps0 && ps1);
 
   ASSERT_TRUE(WaitForStep(chief.get(), 150));
-  auto ps2 = Daemon::Start("ps:2", {"/usr/bin/env", TfConfig(full, "ps", 2), RunfilePath("ps/server"), "--snapshot_dir=" + dir_});
+  auto ps2 = StartJoiningPs(full);
   ASSERT_TRUE(ps2.ok()) << ps2.status();
   const std::string joined = chief->WaitForMatch("^ps membership: ps:2 joins; .*training paused for", absl::Minutes(1));
   ASSERT_FALSE(joined.empty());
@@ -162,6 +173,44 @@ TEST_F(ElasticPsTest, AsyncPsJoinsAndLeavesEveryAcknowledgedPushCountedOnce) {
   const std::string resumed = Summary();
   EXPECT_EQ(Field(resumed, "restored_from_step"), m->step()) << resumed;
   EXPECT_GE(Field(resumed, "steps"), kSteps + 100) << resumed;
+}
+
+// Failures around a PS join: a worker is stopped (SIGSTOP) as ps:2 starts,
+// so the move's pause of the workers times out on it inside the move; once
+// the move is done, that worker and ps:0 are killed and restarted, as a
+// supervisor would, and the chief restores a checkpoint taken with the
+// placement before the move onto the placement after it. The job finishes.
+TEST_F(ElasticPsTest, AWorkerStoppedDuringAPsJoinThenKilledWithAPsIsSurvived) {
+  const std::string full = SetupTwoOfThreePs();
+  WriteJob();
+  auto ps0 = StartPs(0);
+  auto ps1 = StartPs(1);
+  auto w0 = StartWorker(0);
+  auto w1 = StartWorker(1);
+  auto chief = StartChief();
+  ASSERT_TRUE(chief && w0 && w1 && ps0 && ps1);
+  ASSERT_TRUE(WaitForStep(chief.get(), 150));  // before the checkpoint of step 250
+  ASSERT_TRUE(w1->Kill(SIGSTOP));
+  auto ps2 = StartJoiningPs(full);
+  ASSERT_TRUE(ps2.ok()) << ps2.status();
+  const std::string joined = chief->WaitForMatch("^ps membership: ps:2 joins; .*training paused for", absl::Minutes(2));
+  ASSERT_FALSE(joined.empty());
+  std::cerr << "FIGURE: with worker:1 stopped: " << joined << std::endl;
+  ASSERT_TRUE(w1->Kill(SIGKILL));
+  ASSERT_TRUE(ps0->Kill(SIGKILL));
+  ASSERT_TRUE(w1->Wait(absl::Seconds(30)).ok());
+  ASSERT_TRUE(ps0->Wait(absl::Seconds(30)).ok());
+  ps0 = StartPs(0);
+  w1 = StartWorker(1);
+  ASSERT_TRUE(ps0 && w1);
+
+  EXPECT_EQ(ExitCode(chief.get()), 0);
+  const std::string summary = Summary();
+  EXPECT_GE(Field(summary, "steps"), kSteps) << summary;
+  EXPECT_GE(Field(summary, "failures_survived"), 1) << summary;
+  EXPECT_GT(Field(summary, "accuracy"), 0.8) << summary;
+  EXPECT_EQ(ExitCode(w0.get(), absl::Minutes(1)), 0);
+  EXPECT_EQ(ExitCode(w1.get(), absl::Minutes(1)), 0);
 }
 
 }  // namespace
