@@ -96,6 +96,10 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   runner_.reset();
   client_.reset();
   retired_clients_.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    pending_client_.reset();
+  }
   absl::StatusOr<std::unique_ptr<StreamInput>> input =
       StreamInput::Create(assignment, deps_.make_dataset ? deps_.make_dataset : ShardDataset, input_.get());
   input_.reset();
@@ -210,13 +214,13 @@ absl::Status WorkerRuntime::ReplaceClient(const WorkerAssignment& a) {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(check());
   }
-  prefetcher_.Drop();  // its pull went to the old placement
   ASSIGN_OR_RETURN(std::unique_ptr<ParameterClient> client, deps_.make_client(a));
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(check());
-  client->SetGeneration(generation_);
-  retired_clients_.push_back(std::move(client_));
-  client_ = std::move(client);
+  // Installed by the loop before its next step (see Loop). Joining the
+  // prefetcher's fetch here raced with the loop's own join of it, and a
+  // worker hung in ReplaceClient for good (elastic_ps_test, once in CI).
+  pending_client_ = std::move(client);
   *assignment_.mutable_placement() = a.placement();
   *assignment_.mutable_ps() = a.ps();
   ++interruptions_;  // a step in flight is dropped, not pushed
@@ -246,6 +250,20 @@ void WorkerRuntime::Loop() {
       };
       mu_.Await(absl::Condition(&runnable));
       if (stop_) return;
+      if (pending_client_ != nullptr) {
+        // A new placement: once no fetch or push of the old client is in
+        // flight (the old one is kept, retired, for any late callback).
+        mu_.Unlock();
+        JoinPushBehind();
+        prefetcher_.Drop();  // its pull went to the old placement
+        mu_.Lock();
+        if (pending_client_ != nullptr) {
+          pending_client_->SetGeneration(generation_);
+          retired_clients_.push_back(std::move(client_));
+          client_ = std::move(pending_client_);
+        }
+        continue;
+      }
       if (next_step_ >= assignment_.end_step() && push_behind_.joinable()) {
         // The last push may still fail and take the worker back.
         mu_.Unlock();

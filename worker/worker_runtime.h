@@ -197,6 +197,10 @@ class WorkerRuntime {
   // Owned by the loop thread while it runs.
   std::unique_ptr<ParameterClient> client_;
   std::vector<std::unique_ptr<ParameterClient>> retired_clients_;  // see ReplaceClient
+  // Made by ReplaceClient (an RPC thread), installed by the loop thread at
+  // its next step: the loop owns client_ and the prefetcher, so no other
+  // thread swaps the one or joins the other's fetch.
+  std::unique_ptr<ParameterClient> pending_client_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<StreamInput> input_;
   // Declared after what its fetches use, so it stops first.
