@@ -224,10 +224,6 @@ class Coordinator {
   // about to get, so that it decodes them before the others pause; its real
   // start reads them forward from there.
   void WarmUpJoiners(const std::vector<int>& joining);
-  // Every member running or paused stops at a step boundary (w.step: the
-  // first step it did not push); one that does not answer is marked
-  // unreachable (a new generation fences it). Returns which stopped.
-  std::vector<bool> PauseMembers();
   // `joining`: workers (removed or new) that become members now.
   absl::Status ChangeMembership(const std::string& why, const std::vector<int>& joining);
   // Elastic PS (coordinator_ps_move.cc): a PS beyond the spec joins (up to
@@ -286,10 +282,12 @@ class Coordinator {
   // ABORTED: postponed (the workers did not all pause where a copy is
   // exact), nothing changed.
   absl::Status Rebuild(int ps);
-  // Workers running or parked, paused at a step boundary at once; which
-  // paused (their steps in workers_). Each first cancels its calls to the
-  // PS tasks in `abandon` (lost ones, which would hold calls to their deadline).
-  std::vector<bool> PauseWorkers(const std::vector<int>& abandon = {});
+  // Workers running or parked, paused at a step boundary at once (w.step:
+  // the first step each did not push); which paused. Each first cancels
+  // its calls to the PS tasks in `abandon` (lost ones, which would hold
+  // calls to their deadline). `mark_unreachable`: one that does not answer
+  // is marked unreachable (a membership change's new generation fences it).
+  std::vector<bool> PauseWorkers(const std::vector<int>& abandon = {}, bool mark_unreachable = false);
   // Resumes the paused ones at their steps with the current route.
   void ResumeWorkers(const std::vector<bool>& paused, const std::string& after);
   // After a failover: each worker's step as it says now (a push of it may

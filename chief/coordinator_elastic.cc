@@ -113,7 +113,7 @@ absl::Status Coordinator::ChangeMembership(const std::string& why, const std::ve
   WarmUpJoiners(joining);
   const absl::Time start = absl::Now();
   // 1. Every member stops at a step boundary and says which.
-  PauseMembers();
+  PauseWorkers({}, /*mark_unreachable=*/true);
   // 2. Where each stream stands: at each holder's step (ASYNC), or at the
   // group's step T, the oldest not applied (SYNC).
   int64_t group_step = end_step_, old_min = end_step_;
@@ -177,26 +177,6 @@ absl::Status Coordinator::ChangeMembership(const std::string& why, const std::ve
                        Sync() ? absl::StrCat(", the SYNC group goes on at step ", group_step, " (generation ", generation_, ")") : "",
                        "; training paused for ", absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
   return absl::OkStatus();
-}
-
-std::vector<bool> Coordinator::PauseMembers() {
-  std::vector<bool> paused(NumWorkers(), false);
-  ForEachWorker([&](int i) {
-    WorkerView& w = workers_[i];
-    if (w.removed || !w.reachable ||
-        (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
-      return absl::OkStatus();
-    }
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
-    if (!s.ok()) {
-      w.reachable = false;
-      return s.status();
-    }
-    w.step = *s;
-    paused[i] = true;
-    return absl::OkStatus();
-  });
-  return paused;
 }
 
 }  // namespace psrt

@@ -188,7 +188,7 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
   // Phase two: workers stopped at a step boundary, every PS fenced at a new
   // generation with the new placement, the last copy, the switch.
   const absl::Time pause_start = absl::Now();
-  const std::vector<bool> paused_here = PauseMembers();
+  const std::vector<bool> paused_here = PauseWorkers({}, /*mark_unreachable=*/true);
   const absl::Duration stopping = absl::Now() - pause_start;
   std::vector<int> live = LivePs();
   if (joining >= 0) live.push_back(joining);

@@ -52,7 +52,7 @@
 
 namespace psrt {
 
-std::vector<bool> Coordinator::PauseWorkers(const std::vector<int>& abandon) {
+std::vector<bool> Coordinator::PauseWorkers(const std::vector<int>& abandon, bool mark_unreachable) {
   std::vector<bool> paused(NumWorkers(), false);
   ForEachWorker([&](int i) {
     WorkerView& w = workers_[i];
@@ -64,6 +64,8 @@ std::vector<bool> Coordinator::PauseWorkers(const std::vector<int>& abandon) {
     if (s.ok()) {
       w.step = *s;
       paused[i] = true;
+    } else if (mark_unreachable) {
+      w.reachable = false;
     }
     return s.status();
   });

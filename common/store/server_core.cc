@@ -160,7 +160,11 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     }
     consistency_ = req.consistency();
     num_workers_ = req.num_workers();
-    active_workers_.assign(req.active_workers().begin(), req.active_workers().end());
+    active_workers_.clear();
+    for (int w : req.active_workers()) {
+      if (w >= static_cast<int>(active_workers_.size())) active_workers_.resize(w + 1, false);
+      active_workers_[w] = true;
+    }
     if (static_cast<int>(worker_next_step_.size()) < StalenessSlotsLocked()) {
       worker_next_step_.resize(StalenessSlotsLocked(), 0);
     }
@@ -237,13 +241,11 @@ absl::Status ParameterServerCore::CheckActiveWorkers(const CreateVariablesReques
 
 bool ParameterServerCore::CountsForStalenessLocked(int worker) const {
   if (active_workers_.empty()) return worker >= 0 && worker < num_workers_;
-  return std::find(active_workers_.begin(), active_workers_.end(), worker) != active_workers_.end();
+  return worker >= 0 && worker < static_cast<int>(active_workers_.size()) && active_workers_[worker];
 }
 
 int ParameterServerCore::StalenessSlotsLocked() const {
-  int slots = active_workers_.empty() ? num_workers_ : 0;
-  for (int w : active_workers_) slots = std::max(slots, w + 1);
-  return slots;
+  return active_workers_.empty() ? num_workers_ : static_cast<int>(active_workers_.size());
 }
 
 bool ParameterServerCore::ReadyLocked(int worker, int64_t step) const {

@@ -241,8 +241,9 @@ class ParameterServerCore {
   std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_ ABSL_GUARDED_BY(sync_mu_);
   std::vector<int64_t> worker_next_step_ ABSL_GUARDED_BY(sync_mu_);
   // The workers BOUNDED_STALENESS waits for (CreateVariablesRequest.
-  // active_workers); empty = 0..num_workers_-1.
-  std::vector<int> active_workers_ ABSL_GUARDED_BY(sync_mu_);
+  // active_workers), by index up to the highest; empty = 0..num_workers_-1.
+  // Read for every push: a lookup, not a search.
+  std::vector<bool> active_workers_ ABSL_GUARDED_BY(sync_mu_);
   bool CountsForStalenessLocked(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   // Slots worker_next_step_ needs: one per worker that counts.
   int StalenessSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);

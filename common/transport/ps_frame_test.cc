@@ -2,19 +2,13 @@
 
 #include <vector>
 
+#include "common/tensor_wire.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
 namespace psframe {
 namespace {
 
-std::string Bytes(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!b.Valid() || !b.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
 
 // Two slices, so header and payload boundaries fall inside and between them.
 grpc::ByteBuffer TwoSlices(const std::string& a, const std::string& b) {
@@ -35,11 +29,11 @@ TEST(PsFrameTest, RequestRoundTripKeepsEveryField) {
   EXPECT_EQ(got->method, Method::kPushRows);
   EXPECT_EQ(got->timeout_ms, 30000u);
   EXPECT_EQ(got->call_id, h.call_id);
-  EXPECT_EQ(Bytes(payload), "push payload");
+  EXPECT_EQ(wire::ToString(payload), "push payload");
   // The header split across slices decodes the same.
-  std::string whole = Bytes(frame);
+  std::string whole = wire::ToString(frame);
   ASSERT_TRUE(DecodeRequest(TwoSlices(whole.substr(0, 5), whole.substr(5)), &payload).ok());
-  EXPECT_EQ(Bytes(payload), "push payload");
+  EXPECT_EQ(wire::ToString(payload), "push payload");
 }
 
 TEST(PsFrameTest, MalformedRequestsAreNamed) {
@@ -48,7 +42,7 @@ TEST(PsFrameTest, MalformedRequestsAreNamed) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("header"), absl::string_view::npos) << s;
   RequestHeader h;
-  std::string bad = Bytes(EncodeRequest(h, TwoSlices("x", "")));
+  std::string bad = wire::ToString(EncodeRequest(h, TwoSlices("x", "")));
   bad[0] = 9;
   s = DecodeRequest(TwoSlices(bad, ""), &payload).status();
   EXPECT_NE(s.message().find("version 9"), absl::string_view::npos) << s;
@@ -68,20 +62,20 @@ TEST(PsFrameTest, ResponsesCarryStatusOrPayload) {
   ASSERT_TRUE(DecodeResponse(EncodeResponse(77, grpc::Status::OK, TwoSlices("ans", "wer")), &id, &st, &payload).ok());
   EXPECT_EQ(id, 77u);
   EXPECT_TRUE(st.ok());
-  EXPECT_EQ(Bytes(payload), "answer");
+  EXPECT_EQ(wire::ToString(payload), "answer");
   grpc::Status refused(grpc::StatusCode::FAILED_PRECONDITION, "generation 3 is stale");
   ASSERT_TRUE(DecodeResponse(EncodeResponse(78, refused, TwoSlices("dropped", "")), &id, &st, &payload).ok());
   EXPECT_EQ(id, 78u);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(st.error_message(), "generation 3 is stale");
-  EXPECT_EQ(Bytes(payload), "");  // an error carries no payload
+  EXPECT_EQ(wire::ToString(payload), "");  // an error carries no payload
 }
 
 TEST(PsFrameTest, MalformedResponsesAreRefused) {
   uint64_t id;
   grpc::Status st;
   grpc::ByteBuffer payload;
-  std::string f = Bytes(EncodeResponse(1, grpc::Status(grpc::StatusCode::INTERNAL, "abc"), grpc::ByteBuffer()));
+  std::string f = wire::ToString(EncodeResponse(1, grpc::Status(grpc::StatusCode::INTERNAL, "abc"), grpc::ByteBuffer()));
   EXPECT_FALSE(DecodeResponse(TwoSlices(f.substr(0, 10), ""), &id, &st, &payload).ok());  // short
   std::string longer = f;
   longer[4] = 100;  // says 100 bytes of message, has 3

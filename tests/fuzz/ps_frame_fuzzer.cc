@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tensor_wire.h"
 #include "common/transport/ps_frame.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -35,13 +36,6 @@ grpc::ByteBuffer SliceUp(const uint8_t* data, size_t size) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-std::string Bytes(const grpc::ByteBuffer& b) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!b.Valid() || !b.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
 
 }  // namespace
 
@@ -52,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (h.ok()) {
     Check(static_cast<int>(h->method) >= 1 && static_cast<int>(h->method) <= 4, "accepted method out of range");
     grpc::ByteBuffer again = psframe::EncodeRequest(*h, payload);
-    Check(Bytes(again) == Bytes(frame), "request frame does not re-encode to its bytes");
+    Check(psrt::wire::ToString(again) == psrt::wire::ToString(frame), "request frame does not re-encode to its bytes");
   }
   uint64_t id = 0;
   grpc::Status status;
@@ -65,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(id2 == id && status2.error_code() == status.error_code() &&
               status2.error_message() == status.error_message(),
           "answer header does not round-trip");
-    Check(!status.ok() || Bytes(payload2) == Bytes(payload), "answer payload does not round-trip");
+    Check(!status.ok() || psrt::wire::ToString(payload2) == psrt::wire::ToString(payload), "answer payload does not round-trip");
   }
   return 0;
 }
