@@ -274,12 +274,18 @@ uint64_t PsStream::Start(psframe::Method method, const grpc::ByteBuffer& request
   // it, so it goes on a fresh stream.
   for (int attempt = 0;; ++attempt) {
     std::shared_ptr<Connection> c = Current();
-    const uint64_t id = state_->Add(done, c->id(), method);
+    const uint64_t id = state_->Add(std::move(done), c->id(), method);
     h.call_id = id;
     if (c->Send(psframe::EncodeRequest(h, request))) return id;
-    State::Pending mine = state_->Take(id);  // not sent: ours to end or resend
+    // Not sent: ours to end or resend, unless the broken stream's FailAll
+    // took it first (between Add and Send) and has ended it already. Sent
+    // again then, `done` would run twice (a caller counting its answers
+    // returns early and a late answer writes into what it freed).
+    State::Pending mine = state_->Take(id);
+    if (mine.done == nullptr) return id;
+    done = std::move(mine.done);
     if (attempt == 1) {
-      if (mine.done) mine.done(absl::UnavailableError(absl::StrCat("no stream to ", peer_)));
+      done(absl::UnavailableError(absl::StrCat("no stream to ", peer_)));
       return id;
     }
   }
