@@ -18,6 +18,13 @@
 
 namespace psrt {
 namespace collective_internal {
+
+using net::ConfigureSocket;
+using net::ConnectOnce;
+using net::ErrnoText;
+using net::IoExact;
+using net::SleepUnlessCancelled;
+using net::SplitHostPort;
 namespace {
 
 constexpr uint64_t kMagic = 0x474e495254525350ull;  // "PSRTRING" little-endian

@@ -22,10 +22,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/collective/ring_socket.h"
+#include "common/net/socket.h"
 
 namespace psrt {
 namespace collective_internal {
+
+using net::Fd;
 
 struct HandshakeParams {
   int rank = 0;

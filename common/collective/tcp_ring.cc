@@ -37,8 +37,8 @@
 
 namespace psrt {
 
-using collective_internal::ErrnoText;
-using collective_internal::Fd;
+using net::ErrnoText;
+using net::Fd;
 
 namespace {
 
@@ -79,34 +79,10 @@ struct TcpRingCollective::Plan {
 };
 
 absl::StatusOr<std::unique_ptr<CollectiveListener>> CollectiveListener::Bind(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  int gai = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (gai != 0 || res == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("resolve ", host, ": ", ::gai_strerror(gai)));
-  }
-  Fd fd(::socket(res->ai_family, SOCK_STREAM, 0));
-  int one = 1;
-  int rc = fd.valid() ? ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) : -1;
   // Accepted sockets inherit the listener's buffer sizes (which sets the TCP window scale).
-  absl::Status st = fd.valid() ? collective_internal::ConfigureSocket(fd.get(), TcpRingOptions().socket_buffer_bytes)
-                               : absl::OkStatus();
-  if (rc == 0 && st.ok()) rc = ::bind(fd.get(), res->ai_addr, res->ai_addrlen);
-  int err = errno;
-  ::freeaddrinfo(res);
-  if (!st.ok()) return st;
-  if (rc != 0 || ::listen(fd.get(), 64) != 0) {
-    return absl::UnavailableError(absl::StrCat("bind ", host, ":", port, ": ", ErrnoText(rc != 0 ? err : errno)));
-  }
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-  int bound = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                         : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  return std::unique_ptr<CollectiveListener>(new CollectiveListener(std::move(fd), bound));
+  absl::StatusOr<net::Listener> l = net::Listen(host, port, TcpRingOptions().socket_buffer_bytes);
+  if (!l.ok()) return l.status();
+  return std::unique_ptr<CollectiveListener>(new CollectiveListener(std::move(l->fd), l->port));
 }
 
 absl::StatusOr<std::unique_ptr<TcpRingCollective>> TcpRingCollective::Create(CollectiveListener* listener,

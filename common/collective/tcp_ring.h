@@ -45,7 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/collective/collective.h"
-#include "common/collective/ring_socket.h"
+#include "common/net/socket.h"
 
 namespace psrt {
 
@@ -77,8 +77,8 @@ class CollectiveListener {
   int fd() const { return fd_.get(); }
 
  private:
-  CollectiveListener(collective_internal::Fd fd, int port) : fd_(std::move(fd)), port_(port) {}
-  collective_internal::Fd fd_;
+  CollectiveListener(net::Fd fd, int port) : fd_(std::move(fd)), port_(port) {}
+  net::Fd fd_;
   int port_;
 };
 
@@ -104,8 +104,8 @@ class TcpRingCollective : public Collective {
  private:
   struct Plan;  // what one call sends and receives (tcp_ring.cc)
 
-  TcpRingCollective(TcpRingOptions options, collective_internal::Fd next, collective_internal::Fd prev,
-                    collective_internal::Fd wake_read, collective_internal::Fd wake_write);
+  TcpRingCollective(TcpRingOptions options, net::Fd next, net::Fd prev,
+                    net::Fd wake_read, net::Fd wake_write);
   // Runs one call's plan; on failure breaks the object and shuts the sockets.
   absl::Status Execute(const Plan& plan);
   absl::Status Transfer(const Plan& plan);
@@ -114,10 +114,10 @@ class TcpRingCollective : public Collective {
 
   // Constant after construction.
   const TcpRingOptions options_;
-  const collective_internal::Fd next_;        // sends to rank+1
-  const collective_internal::Fd prev_;        // receives from rank-1
-  const collective_internal::Fd wake_read_;   // Abort() writes to wake_write_
-  const collective_internal::Fd wake_write_;
+  const net::Fd next_;        // sends to rank+1
+  const net::Fd prev_;        // receives from rank-1
+  const net::Fd wake_read_;   // Abort() writes to wake_write_
+  const net::Fd wake_write_;
   const std::string next_name_, prev_name_;   // "rank 2 (host:port)"
 
   // Used only by the calling thread.

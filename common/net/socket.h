@@ -1,12 +1,13 @@
-// Small POSIX socket helpers for the TCP ring (private to this package).
+// Small POSIX socket helpers shared by the TCP ring (common/collective) and
+// the PS data plane over TCP (common/transport, common/store).
 //
 // Every blocking-looking helper here is a poll loop with a deadline and an
 // optional cancel flag: nothing waits forever on a peer. Sockets are
 // non-blocking and writes use MSG_NOSIGNAL, so a dead peer is an error
 // status, never SIGPIPE. Errors are UNAVAILABLE (peer gone, refused, reset),
 // DEADLINE_EXCEEDED (deadline passed) or CANCELLED (cancel flag set).
-#ifndef PSRT_COMMON_COLLECTIVE_RING_SOCKET_H_
-#define PSRT_COMMON_COLLECTIVE_RING_SOCKET_H_
+#ifndef PSRT_COMMON_NET_SOCKET_H_
+#define PSRT_COMMON_NET_SOCKET_H_
 
 #include <atomic>
 #include <cstddef>
@@ -19,7 +20,7 @@
 #include "absl/time/time.h"
 
 namespace psrt {
-namespace collective_internal {
+namespace net {
 
 // An owned file descriptor; closes on destruction.
 class Fd {
@@ -49,6 +50,15 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& hos
 // `buffer_bytes` > 0, SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning).
 absl::Status ConfigureSocket(int fd, int buffer_bytes);
 
+// A listening socket on host:port (host empty: every interface; port 0:
+// any free port), configured as ConfigureSocket does (accepted sockets
+// inherit its buffer sizes). Returns it and the port it is bound to.
+struct Listener {
+  Fd fd;
+  int port = 0;
+};
+absl::StatusOr<Listener> Listen(const std::string& host, int port, int buffer_bytes);
+
 // One non-blocking connect to host:port, finished before `deadline`.
 absl::StatusOr<Fd> ConnectOnce(const std::string& host, int port, int buffer_bytes,
                                absl::Time deadline, const std::atomic<bool>* cancel);
@@ -62,7 +72,7 @@ absl::Status IoExact(int fd, void* buf, size_t len, bool write, absl::Time deadl
 // Sleeps `d` unless `cancel` is set first (checked every 20 ms).
 void SleepUnlessCancelled(absl::Duration d, const std::atomic<bool>* cancel);
 
-}  // namespace collective_internal
+}  // namespace net
 }  // namespace psrt
 
-#endif  // PSRT_COMMON_COLLECTIVE_RING_SOCKET_H_
+#endif  // PSRT_COMMON_NET_SOCKET_H_

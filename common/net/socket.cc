@@ -1,4 +1,4 @@
-#include "common/collective/ring_socket.h"
+#include "common/net/socket.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -17,7 +17,7 @@
 #include "absl/time/clock.h"
 
 namespace psrt {
-namespace collective_internal {
+namespace net {
 
 Fd& Fd::operator=(Fd&& o) noexcept {
   if (this != &o) {
@@ -62,6 +62,37 @@ absl::Status ConfigureSocket(int fd, int buffer_bytes) {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Listener> Listen(const std::string& host, int port, int buffer_bytes) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (gai != 0 || res == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("resolve ", host, ": ", ::gai_strerror(gai)));
+  }
+  Fd fd(::socket(res->ai_family, SOCK_STREAM, 0));
+  int one = 1;
+  int rc = fd.valid() ? ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) : -1;
+  absl::Status st = fd.valid() ? ConfigureSocket(fd.get(), buffer_bytes) : absl::OkStatus();
+  if (rc == 0 && st.ok()) rc = ::bind(fd.get(), res->ai_addr, res->ai_addrlen);
+  int err = errno;
+  ::freeaddrinfo(res);
+  if (!st.ok()) return st;
+  if (rc != 0 || ::listen(fd.get(), 64) != 0) {
+    return absl::UnavailableError(absl::StrCat("bind ", host, ":", port, ": ", ErrnoText(rc != 0 ? err : errno)));
+  }
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  Listener l;
+  l.port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  l.fd = std::move(fd);
+  return l;
 }
 
 namespace {
@@ -161,5 +192,5 @@ void SleepUnlessCancelled(absl::Duration d, const std::atomic<bool>* cancel) {
   }
 }
 
-}  // namespace collective_internal
+}  // namespace net
 }  // namespace psrt
