@@ -10,6 +10,7 @@ namespace wire {
 namespace {
 
 std::atomic<uint64_t> g_tensor_bytes_copied{0};
+std::atomic<uint64_t> g_tensor_bytes_adopted{0};
 
 // TensorProto field numbers (proto/tensor.proto).
 constexpr uint32_t kDtypeField = 1;
@@ -41,6 +42,7 @@ void DeleteBufferRef(void* user_data) {
 }  // namespace
 
 uint64_t TensorBytesCopied() { return g_tensor_bytes_copied.load(std::memory_order_relaxed); }
+uint64_t TensorBytesAdopted() { return g_tensor_bytes_adopted.load(std::memory_order_relaxed); }
 
 size_t VarintSize(uint64_t v) {
   size_t n = 1;
@@ -206,6 +208,20 @@ bool Reader::ReadRaw(void* dst, size_t n) {
 
 bool Reader::Advance(size_t n) { return ReadRaw(nullptr, n); }
 
+std::shared_ptr<TensorBuffer> Reader::Adopt(size_t n) {
+  if (!adopt_aligned_ || n < kAdoptMinBytes || Remaining() < n) return nullptr;
+  size_t s = slice_, off = slice_offset_;
+  while (s < slices_.size() && off == slices_[s].size()) {  // at a slice's end: the next one
+    ++s;
+    off = 0;
+  }
+  if (s == slices_.size() || slices_[s].size() - off < n) return nullptr;
+  uint8_t* p = const_cast<uint8_t*>(slices_[s].begin()) + off;
+  if (reinterpret_cast<uintptr_t>(p) % 64 != 0) return nullptr;
+  // The buffer holds a reference to the slice until the tensor goes.
+  return std::make_shared<TensorBuffer>(p, n, [slice = slices_[s]](void*) {});
+}
+
 bool Reader::ReadVarint(uint64_t* v) {
   uint64_t result = 0;
   for (int shift = 0; shift < 64; shift += 7) {
@@ -311,8 +327,13 @@ absl::StatusOr<psrt::Tensor> Reader::ReadTensor() {
         Fail(absl::StrCat("tensor content of ", content_bytes, " bytes is truncated"));
         break;
       }
-      // The one copy: from gRPC's slices into our aligned storage. Read
-      // before the shape is known, since fields may come in any order.
+      // Read before the shape is known, since fields may come in any order.
+      if ((content = Adopt(content_bytes)) != nullptr) {
+        if (!Advance(content_bytes)) break;
+        g_tensor_bytes_adopted.fetch_add(content_bytes, std::memory_order_relaxed);
+        continue;
+      }
+      // The one copy: from gRPC's slices into our aligned storage.
       content = allocator_ ? allocator_(content_bytes) : TensorBuffer::Allocate(content_bytes);
       if (!ReadRaw(content->data(), content_bytes)) break;
       g_tensor_bytes_copied.fetch_add(content_bytes, std::memory_order_relaxed);

@@ -51,6 +51,8 @@ enum WireType : int {
 
 // Bytes of tensor content copied by Reader in this process so far.
 uint64_t TensorBytesCopied();
+// Bytes of tensor content Reader referenced where it lay (set_adopt_aligned).
+uint64_t TensorBytesAdopted();
 
 size_t VarintSize(uint64_t v);
 // Size of the body of a TensorProto / NamedTensor message (no tag, no length).
@@ -97,6 +99,13 @@ class Reader {
 
   // Where tensor storage comes from (default TensorBuffer::Allocate).
   void set_allocator(Allocator a) { allocator_ = std::move(a); }
+  // With true, a tensor's content of kAdoptMinBytes or more that lies in
+  // one slice at a 64-byte-aligned address is not copied: the tensor
+  // references it (holding the slice). For buffers whose slices nobody
+  // writes to afterwards (received messages); the TCP data plane aligns its
+  // frames' tensors so (transport/tcp_frame.h). Off by default.
+  void set_adopt_aligned(bool adopt) { adopt_aligned_ = adopt; }
+  static constexpr size_t kAdoptMinBytes = 16 << 10;
 
   // The next field of the current message. False at its end or on error;
   // then status() says which.
@@ -131,8 +140,13 @@ class Reader {
   size_t slice_offset_ = 0;  // offset inside it
   size_t pos_ = 0;           // offset in the whole message
   std::vector<size_t> limits_;  // end of each enclosing message
+  // The current position's bytes as a tensor buffer, when set_adopt_aligned
+  // allows it for `n` bytes there; null otherwise.
+  std::shared_ptr<TensorBuffer> Adopt(size_t n);
+
   absl::Status status_;
   Allocator allocator_;
+  bool adopt_aligned_ = false;
 };
 
 // Parse-side helper: the whole buffer as one string (copies; tests and

@@ -22,6 +22,7 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "common/store/ps_service.h"
+#include "common/store/ps_tcp_server.h"
 #include "common/store/replica_router.h"
 #include "common/store/server_core.h"
 
@@ -56,6 +57,13 @@ ABSL_FLAG(int64_t, leave_wait_ms, 60000,
           "On SIGTERM while it holds variables of a job that lets PS leave (job.failure.max_ps): how long "
           "the PS serves on while the chief moves its variables to the others before it exits (it exits "
           "as soon as they are moved; at once when the chief refuses). 0: exit at once.");
+ABSL_FLAG(std::string, tcp_data_plane, "auto",
+          "Serve pushes and pulls on a plain TCP port too (common/transport/tcp_frame.h), which workers "
+          "use in place of gRPC (--ps_transport=tcp, their default): on, off, or auto (on unless --tls_* is "
+          "set: the TCP data plane is authenticated, by a ticket from the gRPC service, but not encrypted).");
+ABSL_FLAG(int, data_port, 0,
+          "The TCP data plane's port (0 = any free port; workers learn it from the PS's gRPC service). Give a "
+          "fixed one where a firewall must let it through.");
 ABSL_FLAG(int, apply_threads, 0,
           "Threads that apply pushed gradients: the variables of one push, and row ranges of a "
           "large variable, are updated in parallel (0 = one per core, 1 = all on the thread that "
@@ -128,10 +136,39 @@ int Main(int argc, char** argv) {
   ChannelCache channels(rpc);
   ReplicaRouter router(&core, o, &channels);
   service.set_router(&router);
+  // The TCP data plane: the same calls, checks and core, without gRPC.
+  const std::string tcp_mode = absl::GetFlag(FLAGS_tcp_data_plane);
+  if (tcp_mode != "auto" && tcp_mode != "on" && tcp_mode != "off") {
+    return ExitWithError(absl::InvalidArgumentError(
+        absl::StrCat("--tcp_data_plane=", tcp_mode, ": want auto, on or off")));
+  }
+  const int data_port = absl::GetFlag(FLAGS_data_port);
+  if (data_port < 0 || data_port > 65535) {
+    return ExitWithError(absl::InvalidArgumentError(absl::StrCat("--data_port=", data_port, ": want 0 to 65535")));
+  }
+  std::unique_ptr<PsTcpServer> tcp;
+  if (tcp_mode == "on" || (tcp_mode == "auto" && !rpc.security.tls())) {
+    PsTcpServerOptions t;
+    const std::string listen_host = listen.substr(0, listen.rfind(':'));
+    t.host = listen_host == "0.0.0.0" || listen_host == "[::]" ? "" : listen_host;
+    if (t.host.size() >= 2 && t.host.front() == '[') t.host = t.host.substr(1, t.host.size() - 2);
+    t.port = data_port;
+    t.max_request_bytes = static_cast<uint64_t>(o.max_request_bytes);
+    absl::StatusOr<std::unique_ptr<PsTcpServer>> started = PsTcpServer::Start(&service, t);
+    if (!started.ok()) return ExitWithError(started.status());
+    tcp = *std::move(started);
+    service.set_tcp_server(tcp.get());
+  } else if (tcp_mode == "auto") {
+    LOG(INFO) << "no TCP data plane under TLS (it would not be encrypted): workers use the gRPC stream; "
+                 "--tcp_data_plane=on offers it anyway";
+  }
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex
-            << incarnation << std::dec << ")";
+            << incarnation << std::dec << ")"
+            << (tcp != nullptr ? absl::StrCat(", TCP data plane on port ", tcp->port(),
+                                              rpc.security.tls() ? " (NOT encrypted)" : "")
+                               : std::string());
 
   TaskInfo self;
   *self.mutable_task() = config->task;
@@ -162,6 +199,7 @@ int Main(int argc, char** argv) {
     }
   }
   link.Stop();
+  if (tcp != nullptr) tcp->Shutdown();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   LOG(INFO) << "stopped";
   return 0;

@@ -252,12 +252,16 @@ bool WaitStopped(pid_t pid, absl::Duration timeout) {
   return false;
 }
 
-// Pushes and pulls travel as frames of one stream per PS. A PS that stops
-// (SIGSTOP) makes the calls on the open stream DEADLINE_EXCEEDED at the
-// client's deadline, and the stream serves again once it resumes; a PS
-// killed in the middle of the open stream fails its calls promptly with
-// UNAVAILABLE, and once it is back the same client opens a new stream.
-TEST(PsServerTest, AStreamSurvivesAStoppedPsAndReopensAfterAKilledOne) {
+// Pushes and pulls travel as frames of one connection per PS: a TCP
+// connection to the PS's data plane (the default) or a gRPC stream. A PS
+// that stops (SIGSTOP) makes the calls on the open connection
+// DEADLINE_EXCEEDED at the client's deadline, and the connection serves
+// again once it resumes; a PS killed in the middle of the open connection
+// fails its calls promptly with UNAVAILABLE, and once it is back (on
+// another data port) the same client opens a new connection.
+class FramedTransportTest : public ::testing::TestWithParam<PsTransport> {};
+
+TEST_P(FramedTransportTest, AConnectionSurvivesAStoppedPsAndReopensAfterAKilledOne) {
   Ps ps;
   ps.cluster = *testing::MakeTestCluster(1, 1, "stream");
   ps.Start();
@@ -267,7 +271,8 @@ TEST(PsServerTest, AStreamSurvivesAStoppedPsAndReopensAfterAKilledOne) {
   placement.mutable_variable(0)->add_shard()->set_ps_task(0);
   PsClientOptions quick;
   quick.timeout = absl::Seconds(2);
-  ASSERT_TRUE(quick.streams);  // the default
+  ASSERT_EQ(PsClientOptions().transport, PsTransport::kTcp);  // the default
+  quick.transport = GetParam();
   PsClient client(placement, ps.cluster.ps, &ps.channels, quick);
   ASSERT_TRUE(client.Push(Id(0, 0), Grad(2), {}).ok());
   EXPECT_FLOAT_EQ(W0(&client), -1.0f);
@@ -302,6 +307,12 @@ TEST(PsServerTest, AStreamSurvivesAStoppedPsAndReopensAfterAKilledOne) {
   ASSERT_TRUE(again.ok()) << again;
   EXPECT_FLOAT_EQ(W0(&client), -1.0f);  // a fresh PS: one push of 2 x 0.5
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, FramedTransportTest,
+                         ::testing::Values(PsTransport::kTcp, PsTransport::kStream),
+                         [](const ::testing::TestParamInfo<PsTransport>& p) {
+                           return p.param == PsTransport::kTcp ? std::string("Tcp") : std::string("Stream");
+                         });
 
 TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
   Ps ps;

@@ -42,7 +42,7 @@ const std::vector<std::pair<int, std::string>>& AllMethods() {
       {1, "/psrt.ParameterServer/Push"},    {1, "/psrt.ParameterServer/PullRows"},
       {1, "/psrt.ParameterServer/PushRows"}, {1, "/psrt.ParameterServer/Snapshot"},
       {1, "/psrt.ParameterServer/Restore"}, {1, "/psrt.ParameterServer/Status"},
-      {1, "/psrt.ParameterServer/MoveVariables"},
+      {1, "/psrt.ParameterServer/MoveVariables"}, {1, "/psrt.ParameterServer/OpenDataPlane"},
       {2, "/psrt.Worker/Start"},            {2, "/psrt.Worker/Pause"},
       {2, "/psrt.Worker/Resume"},           {2, "/psrt.Worker/Status"},
       {2, "/psrt.Worker/Shutdown"}};
@@ -325,7 +325,7 @@ TEST_F(SecurityTest, UnderTlsEachCertificateMayCallOnlyWhatItsTaskMay) {
                           {Role::kWorker, Tls(certs_, certs_, "worker-0")},
                           {Role::kObserver, Tls(certs_, certs_, "client")}},
                          Addresses(), &refused);
-  EXPECT_EQ(refused, 45);  // 18 methods x 4 roles, less the 27 allowed pairs
+  EXPECT_EQ(refused, 47);  // 19 methods x 4 roles, less the 29 allowed pairs
   // A worker's certificate speaks for its own task only.
   RpcOptions worker1 = Tls(certs_, certs_, "worker-1");
   HeartbeatRequest beat;
@@ -367,7 +367,7 @@ TEST_F(SecurityTest, PerRoleTokensLimitEachRoleAndAWorkerTokenCannotActForAPs) {
                           {Role::kWorker, RoleToken(certs_, "worker")},
                           {Role::kObserver, RoleToken(certs_, "observer")}},
                          Addresses(), &refused);
-  EXPECT_EQ(refused, 45);
+  EXPECT_EQ(refused, 47);
   HeartbeatRequest beat;
   *beat.mutable_task() = *ParseTaskId("ps:0");
   grpc::Status s = CallProto(MakeChannel(cluster_.chief, RoleToken(certs_, "worker")), "/psrt.Chief/Heartbeat", beat);

@@ -55,9 +55,11 @@ ABSL_FLAG(int64_t, push_bucket_bytes, 0,
           "backward pass). Not with --overlap_push nor mirrored strategies. See "
           "tests/bench/PS_BENCH_RESULTS.md for what it gave.");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the step's kernels run.");
-ABSL_FLAG(bool, ps_streams, true,
-          "Send pushes and pulls of up to 1 MiB as frames of one ParameterServer/Exchange stream per PS "
-          "(false: one unary call each, as before; for comparison).");
+ABSL_FLAG(std::string, ps_transport, "tcp",
+          "How pushes and pulls travel to each PS: tcp (frames of one TCP connection per PS, on the data port "
+          "the PS offers; over its gRPC stream where it offers none, as under TLS), stream (frames of one "
+          "ParameterServer/Exchange gRPC stream per PS, up to 1 MiB; larger ones unary) or unary (one gRPC "
+          "call each). For comparison; the answers are the same.");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: this task's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
 ABSL_FLAG(int, collective_port, 0,
@@ -93,6 +95,10 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<DeviceChoice> device = ChooseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return ExitWithError(device.status());
+  absl::StatusOr<PsTransport> transport_flag = ParsePsTransport(absl::GetFlag(FLAGS_ps_transport));
+  if (!transport_flag.ok()) return ExitWithError(absl::InvalidArgumentError(
+      absl::StrCat("--ps_transport: ", transport_flag.status().message())));
+  const PsTransport ps_transport = *transport_flag;
 
   const uint64_t incarnation = NewIncarnationId();
   absl::StatusOr<RpcOptions> rpc_flags = RpcOptionsFromFlags();
@@ -159,7 +165,7 @@ int Main(int argc, char** argv) {
       std::unique_ptr<ParameterClient> embeddings;
       if (on_ps.variable_size() > 0) {
         PsClientOptions po;
-        po.streams = absl::GetFlag(FLAGS_ps_streams);
+        po.transport = ps_transport;
         po.worker = index;
         embeddings = std::make_unique<PsClient>(on_ps, ps_addresses, &channels, po);
       }
@@ -173,7 +179,7 @@ int Main(int argc, char** argv) {
           std::move(embeddings)));
     }
     PsClientOptions o;
-    o.streams = absl::GetFlag(FLAGS_ps_streams);
+    o.transport = ps_transport;
     o.worker = index;
     auto client = std::make_unique<PsClient>(a.placement(), PsAddresses(a, ps_addresses), &channels, o);
     if (a.route().epoch() > 0) client->SetRoute(a.route());  // replicated shards: where each store is now

@@ -44,6 +44,9 @@ constexpr RpcPolicy kPolicy[kRpcCount] = {
     {Rpc::kWorkerShutdown, "Worker/Shutdown", kChief},
     {Rpc::kPsReplicate, "ParameterServer/Push (replica)", kPs},
     {Rpc::kPsMoveVariables, "ParameterServer/MoveVariables", kChief},
+    // A ticket for the TCP data plane carries the caller's roles: each
+    // frame on it is then checked as its unary method would be.
+    {Rpc::kPsOpenDataPlane, "ParameterServer/OpenDataPlane", kChief | kWorker},
 };
 
 const RpcPolicy& PolicyOf(Rpc rpc) { return kPolicy[static_cast<int>(rpc)]; }

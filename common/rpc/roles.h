@@ -35,8 +35,9 @@ enum class Rpc {
   kChiefRegister, kChiefHeartbeat, kChiefReportFailure, kChiefJobStatus,
   kPsCreateVariables, kPsPull, kPsPullRows, kPsPush, kPsPushRows, kPsSnapshot, kPsRestore, kPsStatus,
   kWorkerStart, kWorkerPause, kWorkerResume, kWorkerStatus, kWorkerShutdown, kPsReplicate, kPsMoveVariables,
+  kPsOpenDataPlane,
 };
-inline constexpr int kRpcCount = 19;
+inline constexpr int kRpcCount = 20;
 
 absl::string_view RpcName(Rpc rpc);  // "ParameterServer/Restore"
 // The roles allowed to call `rpc` (a mask of Role values).

@@ -231,11 +231,15 @@ grpc::Status RequestAuthenticator::Authorize(const grpc::ServerContextBase& ctx,
   Caller local;
   Caller* c = caller != nullptr ? caller : &local;
   if (grpc::Status s = Identify(ctx, c); !s.ok()) return s;
-  if ((c->roles & AllowedRoles(rpc)) != 0) return grpc::Status::OK;
+  return Permit(*c, rpc);
+}
+
+grpc::Status RequestAuthenticator::Permit(const Caller& c, Rpc rpc) {
+  if ((c.roles & AllowedRoles(rpc)) != 0) return grpc::Status::OK;
   Caller allowed;
   allowed.roles = AllowedRoles(rpc);
   return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat(c->name, " (role ", c->RolesText(), ") may not call ", RpcName(rpc),
+                      absl::StrCat(c.name, " (role ", c.RolesText(), ") may not call ", RpcName(rpc),
                                    ": only ", allowed.RolesText(), " may"));
 }
 

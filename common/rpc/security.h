@@ -99,6 +99,10 @@ class RequestAuthenticator {
   grpc::Status Authorize(const grpc::ServerContextBase& ctx, Rpc rpc, Caller* caller = nullptr) const;
   // Authentication only (any role).
   grpc::Status Check(const grpc::ServerContextBase& ctx) const;
+  // The role table alone, for a caller identified already (a connection
+  // whose identity was set once, e.g. the PS's TCP data plane):
+  // PERMISSION_DENIED naming the caller, its role and the method.
+  static grpc::Status Permit(const Caller& caller, Rpc rpc);
 
  private:
   struct Config {

@@ -6,6 +6,7 @@
 #include "common/rpc/status_util.h"
 #include "common/status_macros.h"
 #include "common/store/ps_exchange.h"
+#include "common/store/ps_tcp_server.h"
 #include "common/transport/ps_wire.h"
 
 namespace psrt {
@@ -110,21 +111,32 @@ absl::StatusOr<PushResponse> ApplyPush(ParameterServerCore* core, const pswire::
 
 absl::StatusOr<ParameterServerCore*> PsServiceImpl::CoreFor(const grpc::ServerContextBase& ctx, bool control) {
   if (router_ == nullptr) return core_;
-  ASSIGN_OR_RETURN(ReplicaHeader h, ReadReplicaHeader(ctx));
-  return router_->Resolve(h, control);
+  return CoreFor(ReadReplicaHeader(ctx), control);
+}
+
+absl::StatusOr<ParameterServerCore*> PsServiceImpl::CoreFor(const absl::StatusOr<ReplicaHeader>& header,
+                                                            bool control) {
+  if (router_ == nullptr) return core_;
+  if (!header.ok()) return header.status();
+  return router_->Resolve(*header, control);
+}
+
+grpc::Status PsServiceImpl::Permit(const DataCaller& who, Rpc rpc) {
+  if (!who.identified.ok()) return who.identified;
+  return RequestAuthenticator::Permit(who.caller, rpc);
 }
 
 // Pull and PullRows: the same checks in the same order, then the core's
 // pull of variables or of rows, answered from its callback.
 template <typename Decode, typename Issue>
-void PsServiceImpl::ServePull(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, absl::Time deadline,
-                              Rpc rpc, const char* method, Decode decode, Issue issue, DataDone done) {
-  Caller caller;
-  if (grpc::Status a = auth_.Authorize(ctx, rpc, &caller); !a.ok()) return done(a, {});
+void PsServiceImpl::ServePull(const DataCaller& who, const grpc::ByteBuffer& req, absl::Time deadline, Rpc rpc,
+                              const char* method, Decode decode, Issue issue, DataDone done) {
+  const Caller& caller = who.caller;
+  if (grpc::Status a = Permit(who, rpc); !a.ok()) return done(a, {});
   InflightSlot slot(pulls_, max_inflight_);
   if (!slot.held()) return done(ToGrpcStatus(Busy(method, max_inflight_)), {});
   if (auto s = CheckSize(&req, core_->max_request_bytes(), method); !s.ok()) return done(ToGrpcStatus(s), {});
-  absl::StatusOr<ParameterServerCore*> core = CoreFor(ctx, false);
+  absl::StatusOr<ParameterServerCore*> core = CoreFor(who.header, false);
   if (!core.ok()) return done(ToGrpcStatus(core.status()), {});
   auto args = decode(req);
   if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
@@ -143,18 +155,17 @@ void PsServiceImpl::ServePull(const grpc::ServerContextBase& ctx, const grpc::By
         });
 }
 
-void PsServiceImpl::ServePush(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done) {
-  absl::StatusOr<ReplicaHeader> header =
-      router_ != nullptr ? ReadReplicaHeader(ctx) : absl::StatusOr<ReplicaHeader>(ReplicaHeader());
+void PsServiceImpl::ServePush(const DataCaller& who, const grpc::ByteBuffer& req, DataDone done) {
+  const absl::StatusOr<ReplicaHeader>& header = who.header;
   if (!header.ok()) return done(ToGrpcStatus(header.status()), {});
-  Caller caller;
+  const Caller& caller = who.caller;
   // A primary's forward to its backup is a PS's call, not a worker's.
   const Rpc rpc = header->replica ? Rpc::kPsReplicate : Rpc::kPsPush;
-  if (grpc::Status a = auth_.Authorize(ctx, rpc, &caller); !a.ok()) return done(a, {});
+  if (grpc::Status a = Permit(who, rpc); !a.ok()) return done(a, {});
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return done(ToGrpcStatus(Busy("Push", max_inflight_)), {});
   if (auto s = CheckSize(&req, core_->max_request_bytes(), "Push"); !s.ok()) return done(ToGrpcStatus(s), {});
-  absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(req, core_->pool()->Allocator());
+  absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(req, core_->pool()->Allocator(), /*adopt_aligned=*/true);
   if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
   CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
   if (!mine.held()) return done(ToGrpcStatus(CallerBusy("Push", mine, max_per_caller_)), {});
@@ -181,9 +192,9 @@ void PsServiceImpl::ServePush(const grpc::ServerContextBase& ctx, const grpc::By
       });
 }
 
-void PsServiceImpl::ServePushRows(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done) {
-  Caller caller;
-  if (grpc::Status a = auth_.Authorize(ctx, Rpc::kPsPushRows, &caller); !a.ok()) return done(a, {});
+void PsServiceImpl::ServePushRows(const DataCaller& who, const grpc::ByteBuffer& req, DataDone done) {
+  const Caller& caller = who.caller;
+  if (grpc::Status a = Permit(who, Rpc::kPsPushRows); !a.ok()) return done(a, {});
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return done(ToGrpcStatus(Busy("PushRows", max_inflight_)), {});
   if (auto s = CheckSize(&req, core_->max_request_bytes(), "PushRows"); !s.ok()) return done(ToGrpcStatus(s), {});
@@ -204,16 +215,24 @@ void PsServiceImpl::ServePushRows(const grpc::ServerContextBase& ctx, const grpc
 
 void PsServiceImpl::ServeData(const grpc::ServerContextBase& ctx, psframe::Method method,
                               const grpc::ByteBuffer& req, absl::Time deadline, DataDone done) {
+  DataCaller who;
+  who.identified = auth_.Identify(ctx, &who.caller);
+  if (router_ != nullptr) who.header = ReadReplicaHeader(ctx);
+  ServeDataAs(who, method, req, deadline, std::move(done));
+}
+
+void PsServiceImpl::ServeDataAs(const DataCaller& who, psframe::Method method, const grpc::ByteBuffer& req,
+                                absl::Time deadline, DataDone done) {
   switch (method) {
     case psframe::Method::kPull:
-      return ServePull(ctx, req, deadline, Rpc::kPsPull, "Pull", pswire::DecodePull,
+      return ServePull(who, req, deadline, Rpc::kPsPull, "Pull", pswire::DecodePull,
                        [](ParameterServerCore* core, pswire::PullArgs args, absl::Time deadline,
                           ParameterServerCore::PullDone done) {
                          core->Pull(std::move(args.variables), args.worker, args.step, deadline, std::move(done));
                        },
                        std::move(done));
     case psframe::Method::kPullRows:
-      return ServePull(ctx, req, deadline, Rpc::kPsPullRows, "PullRows", pswire::DecodePullRows,
+      return ServePull(who, req, deadline, Rpc::kPsPullRows, "PullRows", pswire::DecodePullRows,
                        [](ParameterServerCore* core, pswire::PullRowsArgs args, absl::Time deadline,
                           ParameterServerCore::PullDone done) {
                          core->PullRows(std::move(args.ids), args.worker, args.step, deadline, std::move(done),
@@ -221,9 +240,9 @@ void PsServiceImpl::ServeData(const grpc::ServerContextBase& ctx, psframe::Metho
                        },
                        std::move(done));
     case psframe::Method::kPush:
-      return ServePush(ctx, req, std::move(done));
+      return ServePush(who, req, std::move(done));
     case psframe::Method::kPushRows:
-      return ServePushRows(ctx, req, std::move(done));
+      return ServePushRows(who, req, std::move(done));
   }
   done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown data method"), {});
 }
@@ -260,6 +279,23 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* c
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PsServiceImpl::Exchange(grpc::CallbackServerContext* ctx) {
   return NewExchangeReactor(this, ctx);
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::OpenDataPlane(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  return ServeParsed<OpenDataPlaneRequest, OpenDataPlaneResponse>(
+      ctx, req, resp, "OpenDataPlane", [&] { return auth_.Authorize(*ctx, Rpc::kPsOpenDataPlane); },
+      [&](const OpenDataPlaneRequest&, OpenDataPlaneResponse* out) {
+        if (tcp_ == nullptr) return grpc::Status::OK;  // port 0: none offered
+        Caller caller;
+        if (grpc::Status a = auth_.Identify(*ctx, &caller); !a.ok()) return a;
+        absl::StatusOr<PsTcpServer::Ticket> t = tcp_->IssueTicket(caller);
+        if (!t.ok()) return ToGrpcStatus(t.status());
+        out->set_port(tcp_->port());
+        out->set_ticket(t->bytes);
+        out->set_ticket_ttl_ms(absl::ToInt64Milliseconds(t->ttl));
+        return grpc::Status::OK;
+      });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CreateVariables(grpc::CallbackServerContext* ctx,

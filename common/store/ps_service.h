@@ -27,12 +27,23 @@ namespace psrt {
 // Every method is raw: the data path is read by ps_wire.h, the control
 // methods are parsed by ServeParsed (common/rpc/parsed_unary.h) so that
 // unparsable bytes get INVALID_ARGUMENT naming the method.
-using PsServiceBase = ParameterServer::WithRawCallbackMethod_Exchange<ParameterServer::WithRawCallbackMethod_Pull<
+using PsServiceBase = ParameterServer::WithRawCallbackMethod_OpenDataPlane<ParameterServer::WithRawCallbackMethod_Exchange<ParameterServer::WithRawCallbackMethod_Pull<
     ParameterServer::WithRawCallbackMethod_Push<ParameterServer::WithRawCallbackMethod_PullRows<
         ParameterServer::WithRawCallbackMethod_PushRows<ParameterServer::WithRawCallbackMethod_CreateVariables<
             ParameterServer::WithRawCallbackMethod_Snapshot<ParameterServer::WithRawCallbackMethod_Restore<
                 ParameterServer::WithRawCallbackMethod_Status<
-                    ParameterServer::WithRawCallbackMethod_MoveVariables<ParameterServer::Service>>>>>>>>>>;
+                    ParameterServer::WithRawCallbackMethod_MoveVariables<ParameterServer::Service>>>>>>>>>>>;
+
+class PsTcpServer;
+
+// Who sent a data call, and the store and epoch it names, as its transport
+// told: a gRPC call's metadata and certificate, or a TCP data-plane
+// connection's ticket (ps_tcp_server.h).
+struct DataCaller {
+  grpc::Status identified;  // why the caller is not known (UNAUTHENTICATED), or OK
+  Caller caller;
+  absl::StatusOr<ReplicaHeader> header = ReplicaHeader();
+};
 
 // Calls in flight per caller; an entry lives while its count is above 0.
 struct CallerCounts {
@@ -64,6 +75,9 @@ class PsServiceImpl final : public PsServiceBase {
   // backup. Not owned; unset = every request to the one core (set before
   // the server starts).
   void set_router(ReplicaRouter* router) { router_ = router; }
+  // The TCP data plane that OpenDataPlane issues tickets for; not owned.
+  // Unset: OpenDataPlane answers port 0 (callers stay on gRPC).
+  void set_tcp_server(PsTcpServer* tcp) { tcp_ = tcp; }
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
@@ -82,6 +96,11 @@ class PsServiceImpl final : public PsServiceBase {
   using DataDone = std::function<void(grpc::Status, grpc::ByteBuffer)>;
   void ServeData(const grpc::ServerContextBase& ctx, psframe::Method method, const grpc::ByteBuffer& req,
                  absl::Time deadline, DataDone done);
+  // The same for a caller its transport identified already.
+  void ServeDataAs(const DataCaller& who, psframe::Method method, const grpc::ByteBuffer& req, absl::Time deadline,
+                   DataDone done);
+  grpc::ServerUnaryReactor* OpenDataPlane(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                          grpc::ByteBuffer* resp) override;
 
   // The control methods as gRPC calls them (raw bytes, parsed here)...
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
@@ -103,16 +122,20 @@ class PsServiceImpl final : public PsServiceBase {
 
  private:
   template <typename Decode, typename Issue>
-  void ServePull(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, absl::Time deadline, Rpc rpc,
+  void ServePull(const DataCaller& who, const grpc::ByteBuffer& req, absl::Time deadline, Rpc rpc,
                  const char* method, Decode decode, Issue issue, DataDone done);
-  void ServePush(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done);
-  void ServePushRows(const grpc::ServerContextBase& ctx, const grpc::ByteBuffer& req, DataDone done);
+  void ServePush(const DataCaller& who, const grpc::ByteBuffer& req, DataDone done);
+  void ServePushRows(const DataCaller& who, const grpc::ByteBuffer& req, DataDone done);
+  // `who` may call `rpc`: its identification's error, or the role check's.
+  static grpc::Status Permit(const DataCaller& who, Rpc rpc);
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, psframe::Method method,
                                   const grpc::ByteBuffer* req, grpc::ByteBuffer* resp);
   // The core a call is for (the one core without a router).
   absl::StatusOr<ParameterServerCore*> CoreFor(const grpc::ServerContextBase& ctx, bool control);
+  absl::StatusOr<ParameterServerCore*> CoreFor(const absl::StatusOr<ReplicaHeader>& header, bool control);
   ParameterServerCore* const core_;
   ReplicaRouter* router_ = nullptr;
+  PsTcpServer* tcp_ = nullptr;
   RequestAuthenticator auth_;
   int64_t max_inflight_ = 4096;
   int64_t max_per_caller_ = 1024;

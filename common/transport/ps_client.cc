@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc/retry.h"
 #include "common/rpc/status_util.h"
+#include "common/transport/ps_stream.h"
+#include "common/transport/ps_tcp_channel.h"
 #include "common/transport/ps_types.h"
 #include "common/transport/replica_header.h"
 #include "common/status_macros.h"
@@ -21,12 +23,26 @@ constexpr char kPushRows[] = "/psrt.ParameterServer/PushRows";
 
 }  // namespace
 
+absl::StatusOr<PsTransport> ParsePsTransport(absl::string_view name) {
+  if (name == "unary") return PsTransport::kUnary;
+  if (name == "stream") return PsTransport::kStream;
+  if (name == "tcp") return PsTransport::kTcp;
+  return absl::InvalidArgumentError(absl::StrCat("PS transport '", name, "': want tcp, stream or unary"));
+}
+
 PsClient::PsClient(const PlacementMap& placement, std::vector<std::string> ps_addresses,
                    ChannelCache* channels, PsClientOptions options)
     : options_(options), addresses_(std::move(ps_addresses)) {
   for (size_t i = 0; i < addresses_.size(); ++i) {
     stubs_.push_back(std::make_unique<grpc::GenericStub>(channels->Get(addresses_[i])));
-    if (options_.streams) streams_.push_back(std::make_unique<PsStream>(channels->Get(addresses_[i]), absl::StrCat("ps:", i)));
+    const std::string peer = absl::StrCat("ps:", i);
+    if (options_.transport == PsTransport::kStream) {
+      framed_.push_back(std::make_unique<PsStream>(channels->Get(addresses_[i]), peer));
+      max_framed_bytes_ = kMaxStreamedBytes;
+    } else if (options_.transport == PsTransport::kTcp) {
+      framed_.push_back(std::make_unique<PsTcpChannel>(channels->Get(addresses_[i]), addresses_[i], peer));
+      max_framed_bytes_ = kMaxTcpFramedBytes;
+    }
   }
   std::set<int> used;
   for (const VariablePlacement& vp : placement.variable()) {
@@ -86,11 +102,10 @@ std::unique_ptr<PsClient::Pending> PsClient::StartCalls(
     w->left = calls.size();
     w->out.assign(calls.size(), absl::UnknownError("not answered"));
   }
-  // Small data calls go as frames of the PS's stream; large ones (whose
-  // per-call cost is small beside their bytes, and whose size the server
-  // must be able to refuse alone), control calls, and every call of a
-  // replicated job (its store and epoch travel as per-call metadata) as
-  // unary calls.
+  // Data calls go as frames of the PS's TCP connection or stream (up to
+  // max_framed_bytes_: see kMaxStreamedBytes); larger ones, control calls,
+  // and every call of a replicated job (its store and epoch travel as
+  // per-call metadata, and a failover abandons its calls) as unary calls.
   p->unary.resize(calls.size());
   p->streamed.assign(calls.size(), {nullptr, 0});
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -98,10 +113,10 @@ std::unique_ptr<PsClient::Pending> PsClient::StartCalls(
     const std::string& method = calls[i].second.first;
     const grpc::ByteBuffer& request = calls[i].second.second;
     psframe::Method m;
-    if (!streams_.empty() && route.epoch() == 0 && request.Length() <= kMaxStreamedBytes &&
+    if (!framed_.empty() && route.epoch() == 0 && request.Length() <= max_framed_bytes_ &&
         psframe::MethodFromPath(method, &m)) {
-      p->streamed[i].first = streams_[ps].get();
-      p->streamed[i].second = streams_[ps]->Start(m, request, options_.timeout,
+      p->streamed[i].first = framed_[ps].get();
+      p->streamed[i].second = framed_[ps]->Start(m, request, options_.timeout,
                                                   [w, i](absl::StatusOr<grpc::ByteBuffer> r) {
                                                     absl::MutexLock lock(&w->mu);
                                                     w->out[i] = std::move(r);
@@ -208,7 +223,7 @@ absl::StatusOr<TensorMap> PsClient::Pull(const std::vector<std::string>& variabl
   std::map<std::pair<std::string, int>, Tensor> parts;  // (variable, ps) -> slice
   for (size_t i = 0; i < calls.size(); ++i) {
     if (!responses[i].ok()) return responses[i].status();
-    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i], pool_->Allocator()));
+    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i], pool_->Allocator(), /*adopt_aligned=*/true));
     for (auto& [name, t] : r.tensors) parts[{name, calls[i].first}] = std::move(t);
   }
   TensorMap out;
@@ -310,7 +325,7 @@ absl::StatusOr<TensorMap> PsClient::PullRows(const RowRequest& rows, int64_t ste
   std::map<std::pair<std::string, int>, Tensor> parts;
   for (size_t i = 0; i < calls.size(); ++i) {
     if (!responses[i].ok()) return responses[i].status();
-    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i], pool_->Allocator()));
+    ASSIGN_OR_RETURN(pswire::PullResult r, pswire::DecodePullResult(*responses[i], pool_->Allocator(), /*adopt_aligned=*/true));
     for (auto& [name, t] : r.tensors) parts[{name, calls[i].first}] = std::move(t);
   }
   TensorMap out;

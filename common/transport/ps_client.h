@@ -25,11 +25,19 @@
 #include "common/rpc/channel_cache.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/worker_service.pb.h"
-#include "common/transport/ps_stream.h"
+#include "common/transport/ps_call_channel.h"
 #include "common/transport/ps_wire.h"
 #include "common/transport/parameter_client.h"
 
 namespace psrt {
+
+// How the data-path calls (Pull, PullRows, Push, PushRows) travel to a PS.
+enum class PsTransport {
+  kUnary,   // one gRPC call each
+  kStream,  // frames of one long-lived gRPC stream per PS (ps_stream.h); over 1 MiB unary
+  kTcp,     // frames of one TCP connection per PS (ps_tcp_channel.h), where the PS
+            // offers its TCP data plane; else as kStream
+};
 
 struct PsClientOptions {
   int worker = 0;
@@ -37,17 +45,21 @@ struct PsClientOptions {
   // PullRows never makes hash-table rows (PullRowsRequest.read_only): for
   // readers that are not training, such as the chief's evaluation.
   bool read_only_rows = false;
-  // Pushes and pulls of up to kMaxStreamedBytes as frames of one long-lived
-  // stream per PS (ps_stream.h) rather than one unary call each; the bytes,
-  // ids and checks are the same.
-  bool streams = true;
+  // The bytes, ids and checks are the same whichever way they travel.
+  PsTransport transport = PsTransport::kTcp;
 };
 
-// Larger requests go as unary calls: their per-call cost is small beside
-// their bytes, they do not queue behind each other on one HTTP/2 stream,
-// and a PS can refuse one over its size limit without ending a stream
-// (every PS accepts messages of at least 2 MiB).
+// "unary", "stream" or "tcp" (flags); INVALID_ARGUMENT naming the others.
+absl::StatusOr<PsTransport> ParsePsTransport(absl::string_view name);
+
+// Over the gRPC stream, larger requests go as unary calls: their per-call
+// cost is small beside their bytes, they do not queue behind each other on
+// one HTTP/2 stream, and a PS can refuse one over its size limit without
+// ending a stream (every PS accepts messages of at least 2 MiB). Over TCP
+// every size is framed (the PS answers an oversized frame and skips it)
+// up to kMaxTcpFramedBytes, past which a frame's offsets would not fit.
 inline constexpr size_t kMaxStreamedBytes = 1 << 20;
+inline constexpr size_t kMaxTcpFramedBytes = size_t{1} << 31;
 
 class PsClient : public ParameterClient {
  public:
@@ -93,7 +105,7 @@ class PsClient : public ParameterClient {
     };
     std::shared_ptr<Waiter> w = std::make_shared<Waiter>();
     std::vector<std::unique_ptr<Unary>> unary;
-    std::vector<std::pair<PsStream*, uint64_t>> streamed;
+    std::vector<std::pair<PsCallChannel*, uint64_t>> streamed;
     std::vector<int> task;
     std::vector<std::string> methods;
     absl::Time deadline;
@@ -120,7 +132,9 @@ class PsClient : public ParameterClient {
   const PsClientOptions options_;
   const std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
-  std::vector<std::unique_ptr<PsStream>> streams_;  // one per PS, when options_.streams
+  // One per PS, unless options_.transport is kUnary.
+  std::vector<std::unique_ptr<PsCallChannel>> framed_;
+  size_t max_framed_bytes_ = 0;  // larger requests go unary
   std::map<std::string, VariablePlacement> placement_;
   std::map<std::string, std::vector<Shard>> shards_;
   std::vector<int> used_ps_;  // every PS holding a variable

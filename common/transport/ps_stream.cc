@@ -3,7 +3,6 @@
 #include <deque>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/status_util.h"
 #include "glog/logging.h"
@@ -11,68 +10,9 @@
 
 namespace psrt {
 
-struct PsStream::State {
-  struct Pending {
-    Done done;
-    uint64_t connection;  // the stream it was sent on
-    psframe::Method method;
-  };
-  absl::Mutex mu;
-  uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
-  absl::flat_hash_map<uint64_t, Pending> pending ABSL_GUARDED_BY(mu);
-  int live ABSL_GUARDED_BY(mu) = 0;  // connections opened whose OnDone has not run
-
-  void Opened() {
-    absl::MutexLock lock(&mu);
-    ++live;
-  }
-  void Gone() {
-    absl::MutexLock lock(&mu);
-    --live;
-  }
-  // PsStream's destructor waits here, so no stream outlives its owner: the
-  // last reference to a channel is never dropped on a gRPC thread.
-  bool WaitAllGone(absl::Duration timeout) {
-    absl::MutexLock lock(&mu);
-    auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return live == 0; };
-    return mu.AwaitWithTimeout(absl::Condition(&none), timeout);
-  }
-
-  uint64_t Add(Done done, uint64_t connection, psframe::Method method) {
-    absl::MutexLock lock(&mu);
-    const uint64_t id = next_id++;
-    pending.emplace(id, Pending{std::move(done), connection, method});
-    return id;
-  }
-  // The call if it has not ended yet (then it is ended: its `done` is the
-  // caller's to run); an empty `done` otherwise.
-  Pending Take(uint64_t id) {
-    absl::MutexLock lock(&mu);
-    auto it = pending.find(id);
-    if (it == pending.end()) return Pending{nullptr, 0, psframe::Method::kPull};
-    Pending p = std::move(it->second);
-    pending.erase(it);
-    return p;
-  }
-  // Every call sent on `connection`, ended.
-  std::vector<Done> TakeAll(uint64_t connection) {
-    std::vector<Done> out;
-    absl::MutexLock lock(&mu);
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->second.connection == connection) {
-        out.push_back(std::move(it->second.done));
-        pending.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-    return out;
-  }
-};
-
 class PsStream::Connection : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  Connection(std::shared_ptr<State> state, uint64_t id, std::string peer)
+  Connection(std::shared_ptr<PendingCalls> state, uint64_t id, std::string peer)
       : state_(std::move(state)), id_(id), peer_(std::move(peer)) {}
 
   // Opens the stream; `self` keeps this alive until OnDone. A hold keeps
@@ -155,7 +95,7 @@ class PsStream::Connection : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
       ctx_.TryCancel();
       return;
     }
-    State::Pending p = state_->Take(call);
+    PendingCalls::Call p = state_->Take(call);
     if (p.done == nullptr) return;  // the caller gave up on it already
     if (status.ok()) {
       p.done(std::move(payload));
@@ -166,7 +106,7 @@ class PsStream::Connection : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 
   void OnDone(const grpc::Status&) override {
     FailAll();
-    std::shared_ptr<State> state = state_;
+    std::shared_ptr<PendingCalls> state = state_;
     self_.reset();  // may delete this: nothing after it but the local
     state->Gone();
   }
@@ -222,7 +162,7 @@ class PsStream::Connection : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
     return true;
   }
 
-  const std::shared_ptr<State> state_;
+  const std::shared_ptr<PendingCalls> state_;
   const uint64_t id_;
   const std::string peer_;
   grpc::ClientContext ctx_;
@@ -241,7 +181,7 @@ class PsStream::Connection : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 PsStream::PsStream(std::shared_ptr<grpc::ChannelInterface> channel, std::string peer)
     : stub_(std::make_unique<grpc::GenericStub>(std::move(channel))),
       peer_(std::move(peer)),
-      state_(std::make_shared<State>()) {}
+      state_(std::make_shared<PendingCalls>()) {}
 
 PsStream::~PsStream() {
   std::shared_ptr<Connection> c;
@@ -281,7 +221,7 @@ uint64_t PsStream::Start(psframe::Method method, const grpc::ByteBuffer& request
     // took it first (between Add and Send) and has ended it already. Sent
     // again then, `done` would run twice (a caller counting its answers
     // returns early and a late answer writes into what it freed).
-    State::Pending mine = state_->Take(id);
+    PendingCalls::Call mine = state_->Take(id);
     if (mine.done == nullptr) return id;
     done = std::move(mine.done);
     if (attempt == 1) {
@@ -292,7 +232,7 @@ uint64_t PsStream::Start(psframe::Method method, const grpc::ByteBuffer& request
 }
 
 void PsStream::Expire(uint64_t id, const absl::Status& status) {
-  State::Pending p = state_->Take(id);
+  PendingCalls::Call p = state_->Take(id);
   if (p.done) p.done(status);
 }
 

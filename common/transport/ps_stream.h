@@ -26,30 +26,31 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/transport/pending_calls.h"
+#include "common/transport/ps_call_channel.h"
 #include "common/transport/ps_frame.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 
 namespace psrt {
 
-class PsStream {
+class PsStream : public PsCallChannel {
  public:
-  using Done = std::function<void(absl::StatusOr<grpc::ByteBuffer>)>;
 
   // `peer` names the PS in errors ("ps:1").
   PsStream(std::shared_ptr<grpc::ChannelInterface> channel, std::string peer);
   // Cancels the open stream; calls still pending end with UNAVAILABLE.
-  ~PsStream();
+  ~PsStream() override;
   PsStream(const PsStream&) = delete;
   PsStream& operator=(const PsStream&) = delete;
 
   // Sends one call; `done` runs exactly once, on any thread (possibly
   // before Start returns). Returns the call's id for Expire.
-  uint64_t Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout, Done done);
+  uint64_t Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout,
+                 Done done) override;
   // Ends call `id` with `status` unless it has ended already.
-  void Expire(uint64_t id, const absl::Status& status);
+  void Expire(uint64_t id, const absl::Status& status) override;
 
-  struct State;       // the calls in flight, shared with the streams
   class Connection;   // one open stream
 
  private:
@@ -57,7 +58,7 @@ class PsStream {
 
   const std::unique_ptr<grpc::GenericStub> stub_;
   const std::string peer_;
-  const std::shared_ptr<State> state_;
+  const std::shared_ptr<PendingCalls> state_;  // shared with the streams
   mutable absl::Mutex mu_;
   std::shared_ptr<Connection> current_ ABSL_GUARDED_BY(mu_);
   int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;  // streams opened: each one's id

@@ -170,9 +170,10 @@ grpc::ByteBuffer EncodePullResult(const PullResult& res) {
 }
 
 static absl::StatusOr<PullResult> DecodePullResultInner(const grpc::ByteBuffer& b,
-                                            wire::Reader::Allocator allocator) {
+                                            wire::Reader::Allocator allocator, bool adopt_aligned) {
   Reader r(b);
   if (allocator) r.set_allocator(std::move(allocator));
+  r.set_adopt_aligned(adopt_aligned);
   PullResult res;
   uint32_t f;
   int t;
@@ -238,9 +239,11 @@ grpc::ByteBuffer EncodePush(const PushArgs& a) {
   return w.Finish();
 }
 
-static absl::StatusOr<PushArgs> DecodePushInner(const grpc::ByteBuffer& b, wire::Reader::Allocator allocator) {
+static absl::StatusOr<PushArgs> DecodePushInner(const grpc::ByteBuffer& b, wire::Reader::Allocator allocator,
+                                                bool adopt_aligned) {
   Reader r(b);
   if (allocator) r.set_allocator(std::move(allocator));
+  r.set_adopt_aligned(adopt_aligned);
   PushArgs a;
   uint32_t f;
   int t;
@@ -319,12 +322,13 @@ absl::StatusOr<PullArgs> DecodePull(const grpc::ByteBuffer& b) {
 absl::StatusOr<PullRowsArgs> DecodePullRows(const grpc::ByteBuffer& b) {
   return Named(DecodePullRowsInner(b), "PullRowsRequest");
 }
-absl::StatusOr<PullResult> DecodePullResult(const grpc::ByteBuffer& b,
-                                            wire::Reader::Allocator allocator) {
-  return Named(DecodePullResultInner(b, std::move(allocator)), "PullResponse");
+absl::StatusOr<PullResult> DecodePullResult(const grpc::ByteBuffer& b, wire::Reader::Allocator allocator,
+                                            bool adopt_aligned) {
+  return Named(DecodePullResultInner(b, std::move(allocator), adopt_aligned), "PullResponse");
 }
-absl::StatusOr<PushArgs> DecodePush(const grpc::ByteBuffer& b, wire::Reader::Allocator allocator) {
-  return Named(DecodePushInner(b, std::move(allocator)), "PushRequest");
+absl::StatusOr<PushArgs> DecodePush(const grpc::ByteBuffer& b, wire::Reader::Allocator allocator,
+                                    bool adopt_aligned) {
+  return Named(DecodePushInner(b, std::move(allocator), adopt_aligned), "PushRequest");
 }
 absl::StatusOr<PushRowsArgs> DecodePushRows(const grpc::ByteBuffer& b) {
   return Named(DecodePushRowsInner(b), "PushRowsRequest");

@@ -50,11 +50,16 @@ grpc::ByteBuffer EncodePullRows(const PullRowsArgs& a);
 absl::StatusOr<PullRowsArgs> DecodePullRows(const grpc::ByteBuffer& b);
 // PullResponse and PullRowsResponse share their layout.
 grpc::ByteBuffer EncodePullResult(const PullResult& r);
+// With `adopt_aligned`, large tensors lying aligned in one slice are
+// referenced, not copied (wire::Reader::set_adopt_aligned): for received
+// buffers that nothing writes to afterwards.
 absl::StatusOr<PullResult> DecodePullResult(const grpc::ByteBuffer& b,
-                                            wire::Reader::Allocator allocator = nullptr);
+                                            wire::Reader::Allocator allocator = nullptr,
+                                            bool adopt_aligned = false);
 grpc::ByteBuffer EncodePush(const PushArgs& a);
 absl::StatusOr<PushArgs> DecodePush(const grpc::ByteBuffer& b,
-                                    wire::Reader::Allocator allocator = nullptr);
+                                    wire::Reader::Allocator allocator = nullptr,
+                                    bool adopt_aligned = false);
 grpc::ByteBuffer EncodePushRows(const PushRowsArgs& a);
 absl::StatusOr<PushRowsArgs> DecodePushRows(const grpc::ByteBuffer& b);
 // PushResponse and PushRowsResponse share their layout.

@@ -32,6 +32,7 @@
 #include "common/transport/ps_client.h"
 #include "common/plan/placement.h"
 #include "common/store/ps_service.h"
+#include "common/store/ps_tcp_server.h"
 #include "common/store/replica_router.h"
 #include "common/compute/graph_step_runner.h"
 #include "common/input/dataset.h"
@@ -168,7 +169,22 @@ CreateVariablesRequest Create(const TrainingJob& job, const JobPlan& plan) {
   return req;
 }
 
-// Two PS on loopback (each a core, a replica router and a gRPC server), the
+// The TCP data plane of `service` on loopback (as ps/server_main.cc starts it).
+std::unique_ptr<PsTcpServer> TcpDataPlane(PsServiceImpl* service) {
+  PsTcpServerOptions o;
+  o.host = "127.0.0.1";
+  std::unique_ptr<PsTcpServer> tcp = Check(PsTcpServer::Start(service, o));
+  service->set_tcp_server(tcp.get());
+  return tcp;
+}
+
+PsClientOptions Over(PsTransport t) {
+  PsClientOptions o;
+  o.transport = t;
+  return o;
+}
+
+// Two PS on loopback (each a core, a replica router, its TCP data plane and a gRPC server), the
 // plan's store s on PS s and, with `factor` 2, its backup on the other:
 // the step time over them through the worker's client.
 Timing TwoPsStepTime(const TrainingJob& job, int factor, GraphStepRunner* runner, Dataset* data, int steps,
@@ -178,6 +194,7 @@ Timing TwoPsStepTime(const TrainingJob& job, int factor, GraphStepRunner* runner
   std::unique_ptr<ParameterServerCore> cores[2];
   std::unique_ptr<ReplicaRouter> routers[2];
   std::unique_ptr<PsServiceImpl> services[2];
+  std::unique_ptr<PsTcpServer> tcp[2];
   std::unique_ptr<grpc::Server> servers[2];
   std::vector<std::string> addresses;
   for (int p = 0; p < 2; ++p) {
@@ -188,6 +205,7 @@ Timing TwoPsStepTime(const TrainingJob& job, int factor, GraphStepRunner* runner
     routers[p] = std::make_unique<ReplicaRouter>(cores[p].get(), o, &channels);
     services[p] = std::make_unique<PsServiceImpl>(cores[p].get());
     services[p]->set_router(routers[p].get());
+    tcp[p] = TcpDataPlane(services[p].get());
     grpc::ServerBuilder builder;
     ConfigureServerBuilder(RpcOptions(), &builder);
     int port = 0;
@@ -224,6 +242,7 @@ Timing TwoPsStepTime(const TrainingJob& job, int factor, GraphStepRunner* runner
     client.SetRoute(route);
   }
   Timing t = StepTime(&client, runner, data, steps, bucket_bytes);
+  for (auto& s : tcp) s->Shutdown();
   for (auto& s : servers) s->Shutdown(ShutdownDeadline());
   return t;
 }
@@ -267,6 +286,7 @@ int Main() {
   ParameterServerCore remote_core(po);
   Check(remote_core.CreateVariables(Create(job, plan)).status());
   PsServiceImpl service(&remote_core);
+  std::unique_ptr<PsTcpServer> tcp = TcpDataPlane(&service);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(RpcOptions(), &builder);
   int port = 0;
@@ -275,17 +295,21 @@ int Main() {
   auto server = builder.BuildAndStart();
   const std::string address = absl::StrCat("127.0.0.1:", port);
   ChannelCache channels;
-  PsClient remote(plan.placement, {address}, &channels, PsClientOptions());
+  PsClient remote(plan.placement, {address}, &channels, Over(PsTransport::kTcp));
+  PsClient remote_stream(plan.placement, {address}, &channels, Over(PsTransport::kStream));
   const size_t bucket = static_cast<size_t>(absl::GetFlag(FLAGS_bucket_bytes));
-  // Whole and bucketed pushes alternated, twice each: the mean of each
-  // (also on two PS below).
+  // Over TCP and over the gRPC stream, and whole and bucketed pushes,
+  // alternated, twice each: the mean of each (also on two PS below).
   Timing distributed = StepTime(&remote, runner.get(), data.get(), steps);
+  Timing streamed = StepTime(&remote_stream, runner.get(), data.get(), steps);
   Timing bucketed = StepTime(&remote, runner.get(), data.get(), steps, bucket);
   distributed = Mean(distributed, StepTime(&remote, runner.get(), data.get(), steps));
+  streamed = Mean(streamed, StepTime(&remote_stream, runner.get(), data.get(), steps));
   bucketed = Mean(bucketed, StepTime(&remote, runner.get(), data.get(), steps, bucket));
   Timing loop_serial = LoopStepTime(a, address, false, steps);
   Timing loop_overlap = LoopStepTime(a, address, true, steps);
   Timing loop_bucketed = LoopStepTime(a, address, true, steps, bucket);
+  tcp->Shutdown();
   server->Shutdown(ShutdownDeadline());
   Timing two_ps = TwoPsStepTime(job, 1, runner.get(), data.get(), steps);
   Timing two_ps_bucketed = TwoPsStepTime(job, 1, runner.get(), data.get(), steps, bucket);
@@ -300,13 +324,16 @@ int Main() {
               steps);
   line("in-process PS", in_process);
   std::printf("\n");
-  line("gRPC PS on loopback", distributed);
+  line("PS on loopback, TCP data plane", distributed);
   std::printf(" (ratio %.2f, goal <= 1.15)\n", distributed.wall / in_process.wall);
+  line("same over the gRPC stream", streamed);
+  std::printf(" (ratio %.2f; TCP is %.2fx faster)\n", streamed.wall / in_process.wall,
+              streamed.wall / distributed.wall);
   const std::string b = absl::StrCat("same, buckets of ", bucket >> 10, " KiB");
   line(b.c_str(), bucketed);
   std::printf(" (ratio %.2f; %.2fx the whole push)\n", bucketed.wall / in_process.wall,
               distributed.wall / bucketed.wall);
-  std::printf("worker loop (read, pull, compute, push) against the gRPC PS, %d compute thread(s):\n",
+  std::printf("worker loop (read, pull, compute, push) against the PS over TCP, %d compute thread(s):\n",
               absl::GetFlag(FLAGS_loop_threads));
   line("serial", loop_serial);
   std::printf("\n");
@@ -315,7 +342,7 @@ int Main() {
               loop_overlap.wall / in_process.wall);
   line("same, bucketed push", loop_bucketed);
   std::printf(" (%.2fx the whole push)\n", loop_overlap.wall / loop_bucketed.wall);
-  std::printf("two gRPC PS on loopback, replicated shards (job.replication):\n");
+  std::printf("two PS on loopback over TCP (factor 2: unary gRPC), replicated shards (job.replication):\n");
   line("factor 1", two_ps);
   std::printf("\n");
   line("factor 1, bucketed push", two_ps_bucketed);

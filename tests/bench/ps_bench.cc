@@ -41,6 +41,7 @@
 #include "common/subprocess.h"
 #include "common/transport/ps_client.h"
 #include "common/transport/ps_stream.h"
+#include "common/transport/ps_tcp_channel.h"
 #include "common/transport/ps_wire.h"
 #include "glog/logging.h"
 #include "google/protobuf/text_format.h"
@@ -48,9 +49,11 @@
 #include "tests/bench/ps_bench_lib.h"
 
 ABSL_FLAG(double, seconds, 0.25, "Seconds per measurement.");
-ABSL_FLAG(std::string, transport, "stream",
-          "How ours travels: 'stream' (as PsClient: requests up to 1 MiB as frames of one "
-          "ParameterServer/Exchange stream per client, larger ones unary) or 'unary' (one call each).");
+ABSL_FLAG(std::string, transport, "tcp",
+          "How ours travels, as PsClient sends it (--ps_transport of the worker): 'tcp' (frames of one "
+          "connection per client to the PS's TCP data plane, every size), 'stream' (requests up to 1 MiB "
+          "as frames of one ParameterServer/Exchange stream per client, larger ones unary) or 'unary' "
+          "(one call each).");
 ABSL_FLAG(std::string, channel_args, "",
           "Experiment: integer gRPC channel arguments NAME=VALUE,... set on the server and "
           "every client (e.g. grpc.http2.max_frame_size=1048576).");
@@ -127,17 +130,19 @@ void PrintPair(const std::string& what, const std::string& a_name, const std::st
   std::fflush(stdout);
 }
 
-// A client of ours as PsClient sends (--transport): small requests as
-// frames of its stream, the rest (and everything without a stream) unary.
+// A client of ours as PsClient sends (--transport): requests up to
+// max_framed bytes as frames of its TCP connection or stream, the rest
+// (and everything without either) unary.
 struct OurClient {
   grpc::GenericStub* stub = nullptr;
-  PsStream* stream = nullptr;
+  PsCallChannel* stream = nullptr;
+  size_t max_framed = 0;
 };
 
 void StartOurs(const OurClient& c, const std::string& method, grpc::ByteBuffer request,
                std::function<bool(const grpc::ByteBuffer&)> check, std::function<void()> done) {
   psframe::Method m;
-  if (c.stream == nullptr || request.Length() > kMaxStreamedBytes || !psframe::MethodFromPath(method, &m)) {
+  if (c.stream == nullptr || request.Length() > c.max_framed || !psframe::MethodFromPath(method, &m)) {
     return StartGeneric(c.stub, method, std::move(request), std::move(check), std::move(done));
   }
   c.stream->Start(m, request, absl::Seconds(60),
@@ -153,15 +158,19 @@ class Targets {
   Targets(const std::string& host, int ours, int raw, int tcp, const ChannelArgs& extra)
       : host_(host), tcp_port_(tcp) {
     const std::string transport = absl::GetFlag(FLAGS_transport);
-    CHECK(transport == "stream" || transport == "unary") << "--transport must be stream or unary";
+    CHECK(transport == "tcp" || transport == "stream" || transport == "unary")
+        << "--transport must be tcp, stream or unary";
+    max_framed_ = transport == "tcp" ? kMaxTcpFramedBytes : kMaxStreamedBytes;
     for (int c = 0; c < 2; ++c) {
       std::shared_ptr<grpc::Channel> channel = NewChannel(absl::StrCat(host, ":", ours), extra);
       ours_.push_back(std::make_unique<grpc::GenericStub>(channel));
+      const std::string address = absl::StrCat(host, ":", ours);
       if (transport == "stream") streams_.push_back(std::make_unique<PsStream>(channel, "ps:0"));
+      if (transport == "tcp") streams_.push_back(std::make_unique<PsTcpChannel>(channel, address, "ps:0"));
       raw_.push_back(ParameterServer::NewStub(NewChannel(absl::StrCat(host, ":", raw), extra)));
     }
   }
-  OurClient ours(int c) { return {ours_[c].get(), streams_.empty() ? nullptr : streams_[c].get()}; }
+  OurClient ours(int c) { return {ours_[c].get(), streams_.empty() ? nullptr : streams_[c].get(), max_framed_}; }
   ParameterServer::Stub* raw(int c) { return raw_[c].get(); }
   Figure Tcp(int clients, int window, double seconds, size_t up, size_t down, size_t payload) {
     return RawTcp(host_, tcp_port_, clients, window, seconds, up, down, payload);
@@ -171,7 +180,8 @@ class Targets {
   const std::string host_;
   const int tcp_port_;
   std::vector<std::unique_ptr<grpc::GenericStub>> ours_;
-  std::vector<std::unique_ptr<PsStream>> streams_;
+  std::vector<std::unique_ptr<PsCallChannel>> streams_;
+  size_t max_framed_ = 0;
   std::vector<std::unique_ptr<ParameterServer::Stub>> raw_;
 };
 
@@ -227,7 +237,7 @@ void DenseFigures(Targets* t, const std::vector<int64_t>& sizes, const std::vect
           a.variables = {OursServer::Name(bytes)};
           StartOurs(t->ours(c), "/psrt.ParameterServer/Pull", pswire::EncodePull(a),
                        [bytes, client_pool](const grpc::ByteBuffer& b) {
-                         auto r = pswire::DecodePullResult(b, client_pool->Allocator());
+                         auto r = pswire::DecodePullResult(b, client_pool->Allocator(), /*adopt_aligned=*/true);  // as PsClient
                          return r.ok() && r->tensors.size() == 1 &&
                                 static_cast<int64_t>(r->tensors[0].second.TotalBytes()) == bytes;
                        },
@@ -288,7 +298,7 @@ void SparseFigures(Targets* t, BufferPool* client_pool) {
       a.ids.push_back({"emb", rows.ids});
       StartOurs(t->ours(c), "/psrt.ParameterServer/PullRows", pswire::EncodePullRows(a),
                    [&](const grpc::ByteBuffer& b) {
-                     auto r = pswire::DecodePullResult(b, client_pool->Allocator());
+                     auto r = pswire::DecodePullResult(b, client_pool->Allocator(), /*adopt_aligned=*/true);  // as PsClient
                      return r.ok() && r->tensors.size() == 1 && r->tensors[0].second.TotalBytes() == row_bytes;
                    },
                    std::move(done));

@@ -106,11 +106,20 @@ OursServer::OursServer(const std::vector<int64_t>& sizes, const OptimizerDef& op
   absl::StatusOr<CreateVariablesResponse> created = core_->CreateVariables(req);
   CHECK(created.ok()) << created.status();
   service_ = std::make_unique<PsServiceImpl>(core_.get());
+  PsTcpServerOptions t;
+  t.host = host == "0.0.0.0" ? "" : host;
+  absl::StatusOr<std::unique_ptr<PsTcpServer>> tcp = PsTcpServer::Start(service_.get(), t);
+  CHECK(tcp.ok()) << tcp.status();
+  tcp_ = *std::move(tcp);
+  service_->set_tcp_server(tcp_.get());
   server_ = StartServer(service_.get(), host, &port_, extra);
   CHECK(server_ != nullptr);
 }
 
-OursServer::~OursServer() { server_->Shutdown(); }
+OursServer::~OursServer() {
+  tcp_->Shutdown();
+  server_->Shutdown();
+}
 
 std::string OursServer::Name(int64_t bytes) { return absl::StrCat("w", bytes); }
 

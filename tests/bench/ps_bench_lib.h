@@ -16,6 +16,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/store/ps_service.h"
+#include "common/store/ps_tcp_server.h"
 #include "common/store/server_core.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/server.h"
@@ -61,6 +62,7 @@ class OursServer {
  private:
   std::unique_ptr<ParameterServerCore> core_;
   std::unique_ptr<PsServiceImpl> service_;
+  std::unique_ptr<PsTcpServer> tcp_;  // its TCP data plane, on another port of `host`
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

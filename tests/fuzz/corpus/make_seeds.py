@@ -240,3 +240,41 @@ chief_seed("token_files",
            rec(5, ("0123456789abcdef0123\nworker sha256:" + digest + "\nchief sha256:" + digest + "\n").encode()),
            rec(5, ("0123456789abcdef0123\n# c\nadmin sha256:" + digest + "\n").encode()),
            rec(5, b"short\n"))
+
+# ---- tcp_frame_fuzzer: byte 0 = 0 (requests, the PS's side) or 1 (answers),
+# then the TCP data plane's byte stream (common/transport/tcp_frame.h).
+def tcp_frame(kind, word, call_id, pads, message, payload_runs):
+    """payload_runs: list of (pad_bytes_before, bytes); a pad entry each."""
+    table = b""
+    body_after = b""
+    offset = 16 + 8 * len(pads) + len(message)
+    for pad, run in payload_runs:
+        if pad is not None:
+            table += struct.pack("<II", offset, pad)
+            body_after += b"\0" * pad
+            offset += pad
+        body_after += run
+        offset += len(run)
+    body = struct.pack("<BBHIQ", 1, kind, len(pads), word, call_id) + table + message + body_after
+    return struct.pack("<Q", len(body)) + body
+
+
+push_body = request_id(0, 1) + ld(2, named("w", tensor(DT_FLOAT, [4, 3], floats(*range(12)))))
+pull_body = ld(1, b"w") + vi(2, 1) + vi(3, 4)
+write("tcp_frame_fuzzer", "requests", b"\0" +
+      tcp_frame(3, 30000, 1, [], b"", [(None, push_body)]) +
+      tcp_frame(1, 5, 2, [], b"", [(None, pull_body)]))
+# A push whose tensor content (4096 floats) is padded to start aligned.
+big = floats(*([0.5] * 4096))
+head = request_id(0, 2) + ld(2, ld(1, b"big") + ld(2, vi(1, DT_FLOAT) + ld(2, ld(1, varint(4096))) +
+                                            varint(4 << 3 | 2) + varint(len(big))))
+off = 16 + 8 + len(head)
+write("tcp_frame_fuzzer", "aligned_push", b"\0" +
+      tcp_frame(3, 1000, 3, [0], b"", [(None, head), ((64 - off % 64) % 64, big)]))
+# An oversized frame (over the harness's 1 MiB): skipped, the stream ends in it.
+oversized = struct.pack("<Q", (1 << 20) + 16) + struct.pack("<BBHIQ", 1, 1, 0, 5, 77) + b"x" * 64
+write("tcp_frame_fuzzer", "oversized", b"\0" + oversized)
+write("tcp_frame_fuzzer", "answers", b"\1" +
+      tcp_frame(0x80, 0, 1, [], b"", [(None, ld(1, named("w", tensor(DT_FLOAT, [2], floats(1, 2)))) + vi(2, 7))]) +
+      tcp_frame(0x80 | 9, 11, 2, [], b"generation!", []))
+write("tcp_frame_fuzzer", "short_header", b"\0" + struct.pack("<Q", 5) + b"\1\3\0\0\0")

@@ -1,0 +1,266 @@
+#include "common/store/ps_tcp_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/store/ps_service.h"
+#include "common/transport/tcp_frame.h"
+#include "common/transport/tcp_frame_io.h"
+#include "glog/logging.h"
+
+namespace psrt {
+
+struct PsTcpServer::Connection {
+  uint64_t id = 0;
+  std::thread::id reader;  // the thread serving it
+  net::Fd fd;
+  std::string peer;  // "127.0.0.1:51234", for messages
+  std::unique_ptr<tcpframe::FrameWriter> writer;
+};
+
+namespace {
+
+// The longest a pull may wait for its step (as the gRPC methods' cap).
+constexpr absl::Duration kMaxPullWait = absl::Seconds(60);
+
+std::string PeerName(const sockaddr_storage& a) {
+  char host[64] = "?";
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
+    port = ntohs(v4->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
+    port = ntohs(v6->sin6_port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+// Blocking reads with a timeout (the hello only), then none.
+void SetReceiveTimeout(int fd, absl::Duration d) {
+  timeval tv{};
+  if (d > absl::ZeroDuration()) tv = absl::ToTimeval(d);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+// Reads exactly n bytes (blocking, within the socket's receive timeout).
+bool ReadHello(int fd, uint8_t* p, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, p + got, n - got);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+    } else if (r == 0 || errno != EINTR) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void WriteVerdict(int fd, const grpc::Status& s) {
+  const std::string v = tcpframe::EncodeVerdict(s);
+  size_t sent = 0;
+  while (sent < v.size()) {
+    ssize_t n = ::send(fd, v.data() + sent, v.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0 && errno != EINTR) return;
+    if (n > 0) sent += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsTcpServer>> PsTcpServer::Start(PsServiceImpl* service, PsTcpServerOptions options) {
+  absl::StatusOr<net::Listener> l = net::Listen(options.host, options.port, 0);
+  if (!l.ok()) {
+    return absl::Status(l.status().code(), absl::StrCat("TCP data plane: ", l.status().message()));
+  }
+  const int port = l->port;
+  std::unique_ptr<PsTcpServer> s(new PsTcpServer(service, std::move(options), std::move(l->fd), port));
+  s->acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(); });
+  return s;
+}
+
+PsTcpServer::PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net::Fd listener, int port)
+    : service_(service), options_(std::move(options)), listener_(std::move(listener)), port_(port) {}
+
+PsTcpServer::~PsTcpServer() { Shutdown(); }
+
+absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& caller) {
+  std::string bytes(tcpframe::kTicketBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(bytes.size())) != 1) {
+    return absl::InternalError("RAND_bytes failed: no ticket for the TCP data plane");
+  }
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(tickets_.size()) >= options_.max_tickets) {
+    absl::erase_if(tickets_, [now](const auto& t) { return t.second.expires <= now; });
+  }
+  if (static_cast<int>(tickets_.size()) >= options_.max_tickets) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the PS holds ", options_.max_tickets, " unused data-plane tickets already; retry later"));
+  }
+  tickets_[bytes] = Issued{caller, now + options_.ticket_ttl};
+  return Ticket{std::move(bytes), options_.ticket_ttl};
+}
+
+absl::StatusOr<Caller> PsTcpServer::Redeem(const std::string& ticket) {
+  absl::MutexLock lock(&mu_);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) {
+    return absl::UnauthenticatedError("unknown data-plane ticket (used already, or never issued by this PS)");
+  }
+  Issued issued = std::move(it->second);
+  tickets_.erase(it);
+  if (issued.expires <= absl::Now()) return absl::UnauthenticatedError("expired data-plane ticket");
+  return issued.caller;
+}
+
+int PsTcpServer::connections() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(open_.size());
+}
+
+void PsTcpServer::AcceptLoop() {
+  while (!stop_.load()) {
+    pollfd p{listener_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    net::Fd fd(::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC));
+    if (!fd.valid()) continue;  // EAGAIN (another accept took it), ECONNABORTED, EMFILE: go on
+    int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto c = std::make_shared<Connection>();
+    c->peer = PeerName(addr);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_.load()) return;
+      if (static_cast<int>(open_.size()) >= options_.max_connections) {
+        LOG_EVERY_N(WARNING, 100) << "TCP data plane: refused a connection from " << c->peer << ": "
+                                  << options_.max_connections << " open already";
+        WriteVerdict(fd.get(), grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                            "the PS serves its most data-plane connections already"));
+        continue;
+      }
+      c->id = next_id_++;
+      c->fd = std::move(fd);
+      c->writer = std::make_unique<tcpframe::FrameWriter>(c->fd.get(), c->peer, options_.send_timeout);
+      open_[c->id] = c;
+    }
+    std::thread([this, c] { Serve(c); }).detach();
+  }
+}
+
+void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
+  c->reader = std::this_thread::get_id();
+  // The hello, within its time.
+  DataCaller who;
+  {
+    uint8_t hello[tcpframe::kHelloBytes];
+    SetReceiveTimeout(c->fd.get(), options_.hello_timeout);
+    absl::StatusOr<Caller> caller = absl::UnauthenticatedError("no hello");
+    if (!ReadHello(c->fd.get(), hello, sizeof(hello))) {
+      caller = absl::DeadlineExceededError(
+          absl::StrCat("no data-plane hello within ", absl::FormatDuration(options_.hello_timeout)));
+    } else {
+      absl::StatusOr<std::string> ticket = tcpframe::DecodeHello(hello);
+      caller = ticket.ok() ? Redeem(*ticket) : ticket.status();
+    }
+    if (caller.ok()) {
+      who.caller = *caller;
+      SetReceiveTimeout(c->fd.get(), absl::ZeroDuration());
+      WriteVerdict(c->fd.get(), grpc::Status::OK);
+    } else if (!stop_.load()) {
+      LOG_EVERY_N(WARNING, 20) << "TCP data plane: refused " << c->peer << ": " << caller.status().message();
+      WriteVerdict(c->fd.get(), grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(caller.status().message())));
+    }
+    if (!caller.ok()) who.identified = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no ticket");
+  }
+  if (who.identified.ok()) {
+    tcpframe::FrameReader reader(c->fd.get(), pool_, options_.max_request_bytes, c->peer);
+    bool corked = false;
+    while (!stop_.load()) {
+      // Answers to the frames already read go out together once no more
+      // are buffered (before the next read may block).
+      if (corked && !reader.buffered()) {
+        c->writer->Uncork();
+        corked = false;
+      }
+      std::shared_ptr<TensorBuffer> body;
+      absl::StatusOr<tcpframe::Header> oversized = absl::UnknownError("");
+      absl::Status s = reader.Next(&body, &oversized, /*response=*/false);
+      if (!s.ok() && s.code() == absl::StatusCode::kResourceExhausted && oversized.ok()) {
+        tcpframe::Header h;
+        h.response = true;
+        h.code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+        h.call_id = oversized->call_id;
+        c->writer->Send(tcpframe::Encode(h, std::string(s.message()), grpc::ByteBuffer()));
+        continue;
+      }
+      if (!s.ok()) break;  // gone, or a frame we cannot skip safely
+      if (!corked && reader.buffered()) {
+        c->writer->Cork();
+        corked = true;
+      }
+      tcpframe::Header h;
+      std::string unused;
+      grpc::ByteBuffer payload;
+      absl::Status bad = tcpframe::DecodeBody(body, /*response=*/false, &h, &unused, &payload);
+      if (!bad.ok()) {
+        LOG_EVERY_N(WARNING, 20) << "TCP data plane: closing " << c->peer << ": " << bad.message();
+        break;
+      }
+      const absl::Time deadline = absl::Now() + std::min(absl::Milliseconds(h.timeout_ms), kMaxPullWait);
+      const uint64_t call = h.call_id;
+      // The answer may come later, from another thread (a parked pull):
+      // it holds the connection; once closed, Send drops it.
+      service_->ServeDataAs(who, h.method, payload, deadline, [c, call](grpc::Status st, grpc::ByteBuffer b) {
+        tcpframe::Header r;
+        r.response = true;
+        r.code = st.error_code();
+        r.call_id = call;
+        // Answered inline by the connection's reader, which may as well wait
+        // for the socket itself (it reads nothing meanwhile); from another
+        // thread (a parked pull released by a push), never wait.
+        c->writer->Send(tcpframe::Encode(r, st.ok() ? std::string() : st.error_message(), b),
+                        /*may_wait=*/std::this_thread::get_id() == c->reader);
+      });
+    }
+    if (corked) c->writer->Uncork();
+  }
+  c->writer->Close();
+  absl::MutexLock lock(&mu_);
+  open_.erase(c->id);  // the last thing this thread does with `this`
+}
+
+void PsTcpServer::Shutdown() {
+  if (stop_.exchange(true)) return;
+  if (acceptor_.joinable()) acceptor_.join();
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, c] : open_) open.push_back(c);
+  }
+  // Wakes each connection's reader (and any sender): their threads end.
+  for (const auto& c : open) c->writer->Close();
+  absl::MutexLock lock(&mu_);
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return open_.empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&none), absl::Seconds(10))) {
+    LOG(WARNING) << "TCP data plane: " << open_.size() << " connections did not end within 10 s of shutdown";
+  }
+}
+
+}  // namespace psrt

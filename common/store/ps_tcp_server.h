@@ -1,0 +1,117 @@
+// PsTcpServer: the PS's end of the data plane over plain TCP
+// (common/transport/tcp_frame.h). It serves Pull, PullRows, Push and
+// PushRows frames through PsServiceImpl::ServeDataAs: the same checks,
+// limits, per-method authorisation and core as the gRPC methods.
+//
+// A connection is admitted by the ticket its hello carries: the PS issued
+// it (IssueTicket) to an OpenDataPlane call on its authenticated gRPC
+// service, so the connection has that call's identity and roles. A ticket
+// works once, within its time to live; a hello that does not come within
+// `hello_timeout`, or carries another ticket, is refused and closed.
+//
+// Each connection has one thread that reads its frames (blocking) and
+// serves each in turn; a pull that must wait (SYNC, bounded staleness)
+// parks in the core and is answered later from another thread, so it does
+// not hold up the frames behind it. Answers to the frames of one read go
+// out in one send. A malformed frame ends the connection (the client's
+// calls on it fail and it reconnects); a frame over the size limit is
+// answered RESOURCE_EXHAUSTED and skipped, as a unary call would be.
+//
+// Not encrypted: the PS offers it only without TLS unless told otherwise
+// (ps/server_main.cc's --tcp_data_plane).
+//
+//   ASSIGN_OR_RETURN(auto tcp, PsTcpServer::Start(&service, {.host = "0.0.0.0"}));
+//   service.set_tcp_server(tcp.get());
+//   ...
+//   tcp->Shutdown();  // before the service and core go
+//
+// Thread-safe.
+#ifndef PSRT_COMMON_STORE_PS_TCP_SERVER_H_
+#define PSRT_COMMON_STORE_PS_TCP_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/buffer_pool.h"
+#include "common/net/socket.h"
+#include "common/rpc/roles.h"
+
+namespace psrt {
+
+class PsServiceImpl;
+
+struct PsTcpServerOptions {
+  std::string host;  // listen here ("" = every interface)
+  int port = 0;      // 0 = any free port
+  // Connections served at once, admitted or not; more are refused.
+  int max_connections = 1024;
+  // Tickets issued and not yet used; more are refused (RESOURCE_EXHAUSTED).
+  int max_tickets = 4096;
+  absl::Duration ticket_ttl = absl::Seconds(30);
+  absl::Duration hello_timeout = absl::Seconds(10);
+  // Frames larger than this are answered RESOURCE_EXHAUSTED and skipped.
+  uint64_t max_request_bytes = uint64_t{1} << 30;
+  // A client that takes none of its answers for this long is disconnected.
+  absl::Duration send_timeout = absl::Seconds(60);
+};
+
+class PsTcpServer {
+ public:
+  // Listens and starts accepting. `service` is not owned and outlives this
+  // server's Shutdown.
+  static absl::StatusOr<std::unique_ptr<PsTcpServer>> Start(PsServiceImpl* service, PsTcpServerOptions options);
+  ~PsTcpServer();  // Shutdown()
+
+  int port() const { return port_; }
+
+  struct Ticket {
+    std::string bytes;  // tcpframe::kTicketBytes
+    absl::Duration ttl;
+  };
+  // A ticket admitting one connection as `caller`.
+  absl::StatusOr<Ticket> IssueTicket(const Caller& caller);
+
+  // Connections open now (admitted or awaiting their hello).
+  int connections() const;
+  // Stops accepting, ends every connection and waits for their threads.
+  // Answers to pulls still parked in the core are dropped. Idempotent.
+  void Shutdown();
+
+  struct Connection;
+
+ private:
+  PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net::Fd listener, int port);
+  void AcceptLoop();
+  void Serve(std::shared_ptr<Connection> c);
+  // The caller a ticket was issued to; consumes it.
+  absl::StatusOr<Caller> Redeem(const std::string& ticket);
+
+  PsServiceImpl* const service_;
+  const PsTcpServerOptions options_;
+  const net::Fd listener_;
+  const int port_;
+  const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+
+  mutable absl::Mutex mu_;
+  struct Issued {
+    Caller caller;
+    absl::Time expires;
+  };
+  absl::flat_hash_map<std::string, Issued> tickets_ ABSL_GUARDED_BY(mu_);
+  // Open connections by id (their threads run until they end).
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> open_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_STORE_PS_TCP_SERVER_H_

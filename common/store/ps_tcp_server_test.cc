@@ -1,0 +1,339 @@
+// The PS's TCP data plane in one process: a real core, service and server
+// on a loopback port, raw sockets as hostile and honest clients.
+#include "common/store/ps_tcp_server.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/net/socket.h"
+#include "common/store/ps_service.h"
+#include "common/store/server_core.h"
+#include "common/transport/ps_wire.h"
+#include "common/transport/tcp_frame.h"
+#include "common/transport/tcp_frame_io.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr absl::Duration kDeadline = absl::Seconds(10);
+
+Caller Role(Role r, const std::string& name) {
+  Caller c;
+  c.roles = static_cast<uint8_t>(r);
+  c.name = name;
+  return c;
+}
+
+class PsTcpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerCoreOptions o;
+    o.incarnation = 42;
+    o.snapshot_root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/snapshots");
+    core_ = std::make_unique<ParameterServerCore>(o);
+    CreateVariablesRequest req;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"(
+        variable { name: "w" dtype: DT_FLOAT shape { dim: 2 } initializer { kind: ZEROS } }
+        optimizer { sgd { learning_rate: 1 } }
+        consistency { mode: SYNC } num_workers: 2)", &req));
+    ASSERT_TRUE(core_->CreateVariables(req).ok());
+    service_ = std::make_unique<PsServiceImpl>(core_.get());
+  }
+  void StartServer(PsTcpServerOptions o = {}) {
+    o.host = "127.0.0.1";
+    auto s = PsTcpServer::Start(service_.get(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    service_->set_tcp_server(server_.get());
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  // A connection with `ticket` in its hello: the verdict's code and message.
+  net::Fd Connect() {
+    absl::StatusOr<net::Fd> fd = net::ConnectOnce("127.0.0.1", server_->port(), 0, absl::Now() + kDeadline, nullptr);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    if (!fd.ok()) return net::Fd();
+    // Blocking, as the client's reader uses it.
+    ::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL, 0) & ~O_NONBLOCK);
+    return *std::move(fd);
+  }
+  grpc::Status Hello(int fd, const std::string& ticket) {
+    const std::string hello = tcpframe::EncodeHello(ticket);
+    if (!net::IoExact(fd, const_cast<char*>(hello.data()), hello.size(), true, absl::Now() + kDeadline, nullptr,
+                      "ps").ok()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "hello not sent");
+    }
+    return Verdict(fd);
+  }
+  grpc::Status Verdict(int fd) {
+    uint8_t v[tcpframe::kVerdictHeaderBytes];
+    absl::Status s = net::IoExact(fd, v, sizeof(v), false, absl::Now() + kDeadline, nullptr, "ps");
+    if (!s.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(s.message()));
+    grpc::StatusCode code;
+    uint32_t n = 0;
+    EXPECT_TRUE(tcpframe::DecodeVerdictHeader(v, &code, &n).ok());
+    std::string message(n, '\0');
+    EXPECT_TRUE(net::IoExact(fd, message.data(), n, false, absl::Now() + kDeadline, nullptr, "ps").ok());
+    return grpc::Status(code, message);
+  }
+  // An admitted connection acting as `caller`.
+  net::Fd Admitted(const Caller& caller) {
+    absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(caller);
+    EXPECT_TRUE(t.ok()) << t.status();
+    net::Fd fd = Connect();
+    grpc::Status v = Hello(fd.get(), t->bytes);
+    EXPECT_TRUE(v.ok()) << v.error_message();
+    return fd;
+  }
+  static void SendFrame(int fd, psframe::Method m, uint64_t call, const grpc::ByteBuffer& payload,
+                        uint32_t timeout_ms = 5000) {
+    tcpframe::Header h;
+    h.method = m;
+    h.timeout_ms = timeout_ms;
+    h.call_id = call;
+    std::string wire;
+    const std::unique_ptr<tcpframe::OutFrame> frame = tcpframe::Encode(h, "", payload);
+    for (const iovec& v : frame->iov()) {
+      wire.append(static_cast<const char*>(v.iov_base), v.iov_len);
+    }
+    ASSERT_TRUE(net::IoExact(fd, wire.data(), wire.size(), true, absl::Now() + kDeadline, nullptr, "ps").ok());
+  }
+  struct Answer {
+    uint64_t call = 0;
+    grpc::Status status;
+    grpc::ByteBuffer payload;
+  };
+  // The next answer on `reader`; UNAVAILABLE status when the PS closed it.
+  static absl::StatusOr<Answer> Read(tcpframe::FrameReader* reader) {
+    std::shared_ptr<TensorBuffer> body;
+    absl::StatusOr<tcpframe::Header> over = absl::UnknownError("");
+    absl::Status s = reader->Next(&body, &over, /*response=*/true);
+    if (!s.ok()) return s;
+    tcpframe::Header h;
+    std::string message;
+    Answer a;
+    absl::Status d = tcpframe::DecodeBody(body, true, &h, &message, &a.payload);
+    if (!d.ok()) return d;
+    a.call = h.call_id;
+    a.status = grpc::Status(h.code, message);
+    return a;
+  }
+  static grpc::ByteBuffer Push(int worker, int64_t step) {
+    pswire::PushArgs a;
+    a.id.set_worker(worker);
+    a.id.set_worker_incarnation(1);
+    a.id.set_step(step);
+    a.gradients.emplace_back("w", Tensor::FromVector<float>({1, 2}, TensorShape({2})));
+    return pswire::EncodePush(a);
+  }
+  static grpc::ByteBuffer Pull(int worker, int64_t step) {
+    pswire::PullArgs a;
+    a.variables = {"w"};
+    a.worker = worker;
+    a.step = step;
+    return pswire::EncodePull(a);
+  }
+
+  std::unique_ptr<ParameterServerCore> core_;
+  std::unique_ptr<PsServiceImpl> service_;
+  std::unique_ptr<PsTcpServer> server_;
+};
+
+TEST_F(PsTcpServerTest, ATicketAdmitsOneConnectionOnceAndOthersAreRefused) {
+  StartServer();
+  absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "worker token"));
+  ASSERT_TRUE(t.ok());
+  net::Fd a = Connect();
+  EXPECT_TRUE(Hello(a.get(), t->bytes).ok());
+  net::Fd again = Connect();  // the same ticket twice
+  grpc::Status v = Hello(again.get(), t->bytes);
+  EXPECT_EQ(v.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(v.error_message(), HasSubstr("unknown data-plane ticket"));
+  net::Fd forged = Connect();
+  v = Hello(forged.get(), std::string(tcpframe::kTicketBytes, 'x'));
+  EXPECT_EQ(v.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // Not a hello at all: refused, and the connection is closed.
+  net::Fd http = Connect();
+  const std::string get = "GET / HTTP/1.1\r\nHost: ps\r\n\r\n" + std::string(tcpframe::kHelloBytes, ' ');
+  ASSERT_TRUE(net::IoExact(http.get(), const_cast<char*>(get.data()), get.size(), true, absl::Now() + kDeadline,
+                           nullptr, "ps").ok());
+  v = Verdict(http.get());
+  EXPECT_EQ(v.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(v.error_message(), HasSubstr("bad magic"));
+  char byte;
+  // Closed: an end of stream, or a reset (it closed with our extra bytes unread).
+  const ssize_t n = ::recv(http.get(), &byte, 1, 0);
+  EXPECT_TRUE(n == 0 || (n < 0 && errno == ECONNRESET)) << "the PS must close a refused connection: " << n;
+  // The admitted one still works.
+  tcpframe::FrameReader reader(a.get(), BufferPool::Create(), 1 << 20, "ps");
+  SendFrame(a.get(), psframe::Method::kPush, 9, Push(0, 0));
+  absl::StatusOr<Answer> r = Read(&reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->call, 9u);
+  EXPECT_TRUE(r->status.ok()) << r->status.error_message();
+}
+
+TEST_F(PsTcpServerTest, ExpiredTicketsAndSilentConnectionsAreRefused) {
+  PsTcpServerOptions o;
+  o.ticket_ttl = absl::Milliseconds(1);
+  o.hello_timeout = absl::Milliseconds(300);
+  StartServer(o);
+  absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
+  ASSERT_TRUE(t.ok());
+  absl::SleepFor(absl::Milliseconds(20));  // the ticket's time to live, not a synchronisation
+  net::Fd late = Connect();
+  grpc::Status v = Hello(late.get(), t->bytes);
+  EXPECT_EQ(v.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(v.error_message(), HasSubstr("expired"));
+  // Connected, and silent: refused after the hello timeout and closed.
+  net::Fd silent = Connect();
+  const absl::Time start = absl::Now();
+  v = Verdict(silent.get());
+  EXPECT_EQ(v.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(v.error_message(), HasSubstr("no data-plane hello"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // The silent connections did not stay: none is open now.
+  for (absl::Time end = absl::Now() + kDeadline; server_->connections() > 0 && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(server_->connections(), 0);
+}
+
+TEST_F(PsTcpServerTest, EachFrameIsCheckedAsItsMethodWithTheTicketsRoles) {
+  StartServer();
+  // The chief may pull (evaluation) but not push.
+  net::Fd chief = Admitted(Role(Role::kChief, "the chief token"));
+  tcpframe::FrameReader reader(chief.get(), BufferPool::Create(), 1 << 20, "ps");
+  SendFrame(chief.get(), psframe::Method::kPush, 1, Push(0, 0));
+  absl::StatusOr<Answer> r = Read(&reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(r->status.error_message(), HasSubstr("the chief token (role chief) may not call ParameterServer/Push"));
+  // Nothing was applied: a read-only pull (step 0 is ready) sees zeros.
+  SendFrame(chief.get(), psframe::Method::kPull, 2, Pull(-1, 0));
+  r = Read(&reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.ok()) << r->status.error_message();
+  absl::StatusOr<pswire::PullResult> w = pswire::DecodePullResult(r->payload);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->tensors[0].second.data<float>()[0], 0.0f);
+  // A malformed push is refused naming the message, and the connection goes on.
+  net::Fd worker = Admitted(Role(Role::kWorker, "the worker token"));
+  tcpframe::FrameReader wreader(worker.get(), BufferPool::Create(), 1 << 20, "ps");
+  grpc::Slice junk(std::string("\xff\xff\xff", 3));
+  SendFrame(worker.get(), psframe::Method::kPush, 3, grpc::ByteBuffer(&junk, 1));
+  r = Read(&wreader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r->status.error_message(), HasSubstr("PushRequest"));
+  SendFrame(worker.get(), psframe::Method::kPush, 4, Push(0, 0));
+  r = Read(&wreader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->status.ok()) << r->status.error_message();
+}
+
+// A SYNC pull parks until its step is whole; the pushes behind it on the
+// same connection are served meanwhile (else the step never completes).
+TEST_F(PsTcpServerTest, AParkedPullDoesNotHoldUpThePushesBehindIt) {
+  StartServer();
+  net::Fd a = Admitted(Role(Role::kWorker, "worker 0"));
+  net::Fd b = Admitted(Role(Role::kWorker, "worker 1"));
+  tcpframe::FrameReader ra(a.get(), BufferPool::Create(), 1 << 20, "ps");
+  tcpframe::FrameReader rb(b.get(), BufferPool::Create(), 1 << 20, "ps");
+  SendFrame(a.get(), psframe::Method::kPull, 10, Pull(0, 1));  // waits for step 0 of both
+  SendFrame(a.get(), psframe::Method::kPush, 11, Push(0, 0));
+  absl::StatusOr<Answer> r = Read(&ra);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->call, 11u) << "the push behind the parked pull is answered first";
+  SendFrame(b.get(), psframe::Method::kPush, 20, Push(1, 0));  // completes the step: the pull is released
+  r = Read(&rb);
+  ASSERT_TRUE(r.ok() && r->status.ok());
+  r = Read(&ra);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->call, 10u);
+  ASSERT_TRUE(r->status.ok()) << r->status.error_message();
+  absl::StatusOr<pswire::PullResult> w = pswire::DecodePullResult(r->payload);
+  ASSERT_TRUE(w.ok());
+  EXPECT_FLOAT_EQ(w->tensors[0].second.data<float>()[0], -1.0f);  // the mean of 2 x 1, at rate 1
+}
+
+TEST_F(PsTcpServerTest, AnOversizedFrameIsAnsweredAndSkippedAMalformedOneEndsTheConnection) {
+  PsTcpServerOptions o;
+  o.max_request_bytes = 4096;
+  StartServer(o);
+  net::Fd a = Admitted(Role(Role::kWorker, "w"));
+  tcpframe::FrameReader reader(a.get(), BufferPool::Create(), 1 << 20, "ps");
+  pswire::PushArgs big;
+  big.id.set_step(0);
+  big.gradients.emplace_back("w", Tensor(DT_FLOAT, TensorShape({10000})));
+  SendFrame(a.get(), psframe::Method::kPush, 5, pswire::EncodePush(big));
+  SendFrame(a.get(), psframe::Method::kPush, 6, Push(0, 0));
+  absl::StatusOr<Answer> r = Read(&reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->call, 5u);
+  EXPECT_EQ(r->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(r->status.error_message(), HasSubstr("over the limit of 4096"));
+  r = Read(&reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->call, 6u);
+  EXPECT_TRUE(r->status.ok());
+  // A frame with a bad pad table: the PS cannot trust what follows.
+  std::string bad(tcpframe::kPrefixBytes + tcpframe::kHeaderBytes + 8, '\0');
+  bad[0] = static_cast<char>(tcpframe::kHeaderBytes + 8);
+  bad[8] = 1;   // version
+  bad[9] = 3;   // push
+  bad[10] = 1;  // one pad entry...
+  bad[12] = 100;  // timeout
+  bad[24] = 2;  // ...at offset 2: inside the header
+  ASSERT_TRUE(net::IoExact(a.get(), bad.data(), bad.size(), true, absl::Now() + kDeadline, nullptr, "ps").ok());
+  r = Read(&reader);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << "the PS closes the connection";
+}
+
+TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAndTicketsBeyondTheirsAreRefused) {
+  PsTcpServerOptions o;
+  o.max_connections = 2;
+  o.max_tickets = 3;
+  StartServer(o);
+  net::Fd a = Admitted(Role(Role::kWorker, "w"));
+  net::Fd b = Admitted(Role(Role::kWorker, "w"));
+  net::Fd c = Connect();
+  grpc::Status v = Verdict(c.get());
+  EXPECT_EQ(v.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(server_->IssueTicket(Role(Role::kWorker, "w")).ok());
+  absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Shutdown ends every connection, also one with a pull parked in the core,
+// and returns; the client sees its connection end.
+TEST_F(PsTcpServerTest, ShutdownEndsConnectionsWithParkedPulls) {
+  StartServer();
+  net::Fd a = Admitted(Role(Role::kWorker, "w"));
+  SendFrame(a.get(), psframe::Method::kPull, 1, Pull(0, 5), /*timeout_ms=*/60000);
+  for (absl::Time end = absl::Now() + kDeadline; server_->connections() < 1 && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const absl::Time start = absl::Now();
+  server_->Shutdown();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(server_->connections(), 0);
+  tcpframe::FrameReader reader(a.get(), BufferPool::Create(), 1 << 20, "ps");
+  EXPECT_EQ(Read(&reader).status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace psrt

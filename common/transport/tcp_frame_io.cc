@@ -1,0 +1,296 @@
+#include "common/transport/tcp_frame_io.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/net/socket.h"
+
+namespace psrt {
+namespace tcpframe {
+namespace {
+
+constexpr size_t kReadBytes = 64 << 10;     // one read() asks for this much
+constexpr size_t kChunkBytes = 256 << 10;   // read-ahead buffer
+constexpr size_t kOwnBufferBytes = 64 << 10;  // bodies over this get their own buffer
+constexpr int kMaxIov = 1024;                 // IOV_MAX on Linux
+
+}  // namespace
+
+// ------------------------------------------------------------ FrameReader
+
+FrameReader::FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what)
+    : fd_(fd), pool_(std::move(pool)), max_body_bytes_(max_body_bytes), what_(std::move(what)) {}
+
+absl::Status FrameReader::Fill() {
+  while (true) {
+    const size_t room = chunk_->size() - end_;
+    ssize_t n = ::read(fd_, static_cast<uint8_t*>(chunk_->data()) + end_, std::min(room, kReadBytes));
+    if (n > 0) {
+      end_ += static_cast<size_t>(n);
+      return absl::OkStatus();
+    }
+    if (n == 0) return absl::UnavailableError(absl::StrCat(what_, " closed the connection"));
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {  // a non-blocking socket: wait for bytes
+      pollfd p{fd_, POLLIN, 0};
+      ::poll(&p, 1, -1);
+      continue;
+    }
+    return absl::UnavailableError(absl::StrCat("read from ", what_, ": ", net::ErrnoText(errno)));
+  }
+}
+
+absl::Status FrameReader::ReadExact(uint8_t* dst, size_t n) {
+  // Room for n contiguous bytes after begin_: else a fresh chunk takes the
+  // unread bytes (the old one lives while bodies reference it).
+  if (chunk_ == nullptr || chunk_->size() - begin_ < n) {
+    std::shared_ptr<TensorBuffer> fresh = pool_->Allocate(std::max(kChunkBytes, n));
+    if (end_ > begin_) std::memcpy(fresh->data(), static_cast<uint8_t*>(chunk_->data()) + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+    chunk_ = std::move(fresh);
+  }
+  while (end_ - begin_ < n) {
+    absl::Status s = Fill();
+    if (!s.ok()) return s;
+  }
+  if (dst != nullptr) std::memcpy(dst, static_cast<uint8_t*>(chunk_->data()) + begin_, n);
+  begin_ += n;
+  return absl::OkStatus();
+}
+
+absl::Status FrameReader::Skip(uint64_t n) {
+  while (n > 0) {
+    if (end_ == begin_) {
+      begin_ = end_ = 0;
+      absl::Status s = Fill();
+      if (!s.ok()) return s;
+    }
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(n, end_ - begin_));
+    begin_ += k;
+    n -= k;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FrameReader::Next(std::shared_ptr<TensorBuffer>* body, absl::StatusOr<Header>* oversized,
+                               bool response) {
+  uint8_t prefix[kPrefixBytes];
+  absl::Status s = ReadExact(prefix, kPrefixBytes);
+  if (!s.ok()) return s;
+  const uint64_t n = DecodePrefix(prefix);
+  if (n > max_body_bytes_) {
+    *oversized = absl::InvalidArgumentError("shorter than a header");
+    if (n >= kHeaderBytes) {
+      uint8_t h[kHeaderBytes];
+      if (!(s = ReadExact(h, kHeaderBytes)).ok()) return s;
+      *oversized = DecodeHeader(h, kHeaderBytes, response);
+      if (!(s = Skip(n - kHeaderBytes)).ok()) return s;
+    } else if (!(s = Skip(n)).ok()) {
+      return s;
+    }
+    return absl::ResourceExhaustedError(absl::StrCat("a frame of ", n, " bytes from ", what_,
+                                                     " is over the limit of ", max_body_bytes_));
+  }
+  if (n <= kOwnBufferBytes) {
+    // In the read-ahead chunk, referenced (it stays alive with the body).
+    if (!(s = ReadExact(nullptr, static_cast<size_t>(n))).ok()) return s;
+    uint8_t* p = static_cast<uint8_t*>(chunk_->data()) + begin_ - n;
+    *body = std::make_shared<TensorBuffer>(p, static_cast<size_t>(n), [chunk = chunk_](void*) {});
+    return absl::OkStatus();
+  }
+  // Its own aligned buffer: what is read ahead, then the rest straight in.
+  std::shared_ptr<TensorBuffer> own = pool_->Allocate(static_cast<size_t>(n));
+  uint8_t* dst = static_cast<uint8_t*>(own->data());
+  const size_t ahead = std::min<size_t>(end_ - begin_, static_cast<size_t>(n));
+  if (ahead > 0) std::memcpy(dst, static_cast<uint8_t*>(chunk_->data()) + begin_, ahead);
+  begin_ += ahead;
+  for (size_t got = ahead; got < n;) {
+    ssize_t r = ::read(fd_, dst + got, static_cast<size_t>(n) - got);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+    } else if (r == 0) {
+      return absl::UnavailableError(absl::StrCat(what_, " closed the connection in the middle of a frame"));
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      pollfd p{fd_, POLLIN, 0};
+      ::poll(&p, 1, -1);
+    } else if (errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("read from ", what_, ": ", net::ErrnoText(errno)));
+    }
+  }
+  *body = std::move(own);
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------ FrameWriter
+
+FrameWriter::FrameWriter(int fd, std::string what, absl::Duration send_timeout)
+    : fd_(fd), what_(std::move(what)), send_timeout_(send_timeout) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+FrameWriter::~FrameWriter() { Close(); }
+
+bool FrameWriter::Send(std::unique_ptr<OutFrame> frame, bool may_wait) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_ || !broken_.ok()) return false;
+    queue_.push_back(std::move(frame));
+    if (sending_ || corked_ > 0) return true;
+    sending_ = true;
+  }
+  Drain(may_wait);
+  return true;
+}
+
+void FrameWriter::Cork() {
+  absl::MutexLock lock(&mu_);
+  ++corked_;
+}
+
+void FrameWriter::Uncork() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (--corked_ > 0 || sending_ || queue_.empty() || closed_ || !broken_.ok()) return;
+    sending_ = true;
+  }
+  Drain(/*wait=*/false);
+}
+
+absl::Status FrameWriter::broken() const {
+  absl::MutexLock lock(&mu_);
+  return broken_;
+}
+
+void FrameWriter::BreakLocked(absl::Status why) {
+  if (broken_.ok()) broken_ = std::move(why);
+  queue_.clear();
+  sent_of_front_ = 0;
+  sending_ = false;
+  handed_over_ = false;
+}
+
+void FrameWriter::Drain(bool wait) {
+  std::vector<iovec> iov;
+  absl::Time stalled_since = absl::InfiniteFuture();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_ || !broken_.ok()) {
+        BreakLocked(absl::CancelledError("closed"));
+        return;
+      }
+      if (queue_.empty()) {
+        sending_ = false;
+        handed_over_ = false;
+        return;
+      }
+      // Every queued frame (up to the iovec limit) in one sendmsg.
+      iov.clear();
+      size_t skip = sent_of_front_;
+      for (const std::unique_ptr<OutFrame>& f : queue_) {
+        for (const iovec& v : f->iov()) {
+          if (skip >= v.iov_len) {
+            skip -= v.iov_len;
+            continue;
+          }
+          iov.push_back({static_cast<char*>(v.iov_base) + skip, v.iov_len - skip});
+          skip = 0;
+          if (iov.size() == kMaxIov) break;
+        }
+        if (iov.size() == kMaxIov) break;
+      }
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = iov.size();
+    ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      stalled_since = absl::InfiniteFuture();
+      absl::MutexLock lock(&mu_);
+      size_t left = static_cast<size_t>(n);
+      while (left > 0 && !queue_.empty()) {
+        const size_t rest = queue_.front()->bytes() - sent_of_front_;
+        if (left >= rest) {
+          left -= rest;
+          queue_.pop_front();
+          sent_of_front_ = 0;
+        } else {
+          sent_of_front_ += left;
+          left = 0;
+        }
+      }
+      continue;
+    }
+    const int err = errno;
+    if (n < 0 && err == EINTR) continue;
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+      if (!wait) {
+        // The socket is full: the writer's thread waits for it, not the caller.
+        absl::MutexLock lock(&mu_);
+        handed_over_ = true;
+        return;
+      }
+      const absl::Time now = absl::Now();
+      if (stalled_since == absl::InfiniteFuture()) stalled_since = now;
+      if (now - stalled_since > send_timeout_) {
+        {
+          absl::MutexLock lock(&mu_);
+          BreakLocked(absl::DeadlineExceededError(absl::StrCat(
+              what_, " took no bytes for ", absl::FormatDuration(send_timeout_), ": connection given up")));
+        }
+        ::shutdown(fd_, SHUT_RDWR);  // its reader wakes and fails what is in flight
+        return;
+      }
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, 100);
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      BreakLocked(absl::UnavailableError(absl::StrCat("send to ", what_, ": ", net::ErrnoText(err))));
+    }
+    ::shutdown(fd_, SHUT_RDWR);
+    return;
+  }
+}
+
+void FrameWriter::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return handed_over_ || closed_; };
+      mu_.Await(absl::Condition(&work));
+      if (!handed_over_) return;  // closed, and nothing of ours to finish
+    }
+    Drain(/*wait=*/true);
+  }
+}
+
+void FrameWriter::Close() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    if (broken_.ok()) broken_ = absl::CancelledError(absl::StrCat("the connection to ", what_, " was closed"));
+    if (!sending_) queue_.clear();  // else the sender clears it when it sees closed_
+  }
+  ::shutdown(fd_, SHUT_RDWR);  // a send in progress fails at once; a reader wakes
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !sending_; };
+    mu_.Await(absl::Condition(&idle));
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace tcpframe
+}  // namespace psrt

@@ -1,0 +1,118 @@
+// Reading and writing tcp_frame.h frames on one connected TCP socket, for
+// both ends of the PS data plane.
+//
+// FrameReader reads ahead in 64 KiB reads, so a burst of small frames (16
+// pushes in flight) costs one read() rather than one per frame; a large
+// frame gets a buffer of its own (from a BufferPool, 64-byte aligned) and
+// the rest of it is read straight into that, so its tensors are adopted
+// where they land (no copy after the kernel's).
+//
+// FrameWriter sends from the caller's thread while the socket takes the
+// bytes (never blocking it), and hands what the socket will not take now to
+// its own thread, which waits for the socket and sends on. Frames queued
+// while one is being sent go out together in one sendmsg. Cork/Uncork let a
+// thread that is about to queue several frames (answers to the requests of
+// one read) send them in one call.
+//
+// FrameReader: one reading thread. FrameWriter: thread-safe.
+#ifndef PSRT_COMMON_TRANSPORT_TCP_FRAME_IO_H_
+#define PSRT_COMMON_TRANSPORT_TCP_FRAME_IO_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/buffer_pool.h"
+#include "common/transport/tcp_frame.h"
+
+namespace psrt {
+namespace tcpframe {
+
+class FrameReader {
+ public:
+  // `fd` (not owned) is a connected socket, blocking for reads. Bodies over
+  // `max_body_bytes` are skipped (see Next). `what` names the peer in errors.
+  FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what);
+
+  // The next frame's body. Blocks until it is whole. UNAVAILABLE when the
+  // connection ends or fails (also mid-frame); RESOURCE_EXHAUSTED for a body
+  // over the limit, whose bytes are read and dropped (then `*oversized`
+  // holds its header, when the body had one, so the caller can answer it).
+  absl::Status Next(std::shared_ptr<TensorBuffer>* body, absl::StatusOr<Header>* oversized, bool response);
+
+  // Whether bytes are buffered: a caller that corks its answers uncorks
+  // once this is false (before Next would block).
+  bool buffered() const { return end_ > begin_; }
+
+ private:
+  // Reads more into the chunk (at least one byte); UNAVAILABLE on EOF.
+  absl::Status Fill();
+  absl::Status ReadExact(uint8_t* dst, size_t n);
+  absl::Status Skip(uint64_t n);
+
+  const int fd_;
+  const std::shared_ptr<BufferPool> pool_;
+  const uint64_t max_body_bytes_;
+  const std::string what_;
+  std::shared_ptr<TensorBuffer> chunk_;  // read-ahead buffer; small bodies reference it
+  size_t begin_ = 0;                     // unread bytes are [begin_, end_)
+  size_t end_ = 0;
+};
+
+class FrameWriter {
+ public:
+  // `fd` (not owned) stays open until Close has returned. `send_timeout`:
+  // how long the writer's thread waits for a socket that takes nothing
+  // before it gives up on the connection (a peer that stopped reading).
+  FrameWriter(int fd, std::string what, absl::Duration send_timeout = absl::Seconds(60));
+  ~FrameWriter();  // Close()
+  FrameWriter(const FrameWriter&) = delete;
+  FrameWriter& operator=(const FrameWriter&) = delete;
+
+  // Queues `frame` and sends what it can without blocking (or, with
+  // `may_wait`, waits for the socket on this thread rather than handing the
+  // rest to the writer's: for a thread that has nothing else to do, such as
+  // a server's reader answering its own connection). False (the frame
+  // dropped) once the connection is broken or closed.
+  bool Send(std::unique_ptr<OutFrame> frame, bool may_wait = false);
+  // While corked (counted), Send only queues; the last Uncork sends.
+  void Cork();
+  void Uncork();
+  // Why the connection broke, or OK.
+  absl::Status broken() const;
+  // Drops what is queued, stops the thread, and shuts the socket down for
+  // writing and reading (a reader blocked on it wakes). Idempotent.
+  void Close();
+
+ private:
+  // Sends from the queue until it is empty, the socket is full (`wait`:
+  // poll for it, on the writer's thread; else hand over to that thread), or
+  // the connection breaks. REQUIRES: this thread holds the sending turn.
+  void Drain(bool wait);
+  void Loop();
+  void BreakLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int fd_;
+  const std::string what_;
+  const absl::Duration send_timeout_;
+  mutable absl::Mutex mu_;
+  // Frames keep their address in the deque while others are added.
+  std::deque<std::unique_ptr<OutFrame>> queue_ ABSL_GUARDED_BY(mu_);
+  size_t sent_of_front_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of queue_.front() already sent
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;      // a thread holds the sending turn
+  bool handed_over_ ABSL_GUARDED_BY(mu_) = false;  // ...and it is the writer's thread
+  int corked_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace tcpframe
+}  // namespace psrt
+
+#endif  // PSRT_COMMON_TRANSPORT_TCP_FRAME_IO_H_
