@@ -25,6 +25,7 @@
 #include "common/cluster_spec.h"
 #include "common/rpc/roles.h"
 #include "common/transport/ps_stream.h"
+#include "common/transport/ps_tcp_channel.h"
 #include "tests/harness/training_cluster.h"
 
 namespace psrt {
@@ -72,14 +73,23 @@ grpc::Status CallEmpty(const std::shared_ptr<grpc::Channel>& channel, const std:
 // The same empty request as one frame of ParameterServer/Exchange, the
 // stream that carries workers' pushes and pulls: each frame is checked as
 // the unary method of its name is.
-grpc::Status CallFrame(const std::shared_ptr<grpc::Channel>& channel, const std::string& method) {
+// One data call as a frame of the Exchange stream, or (with `tcp_address`)
+// of the PS's TCP data plane, opened with this channel's credentials (a PS
+// under TLS offers none: the channel falls back to the stream).
+grpc::Status CallFrame(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                       const std::string& tcp_address = "") {
   psframe::Method m;
   if (!psframe::MethodFromPath(method, &m)) return grpc::Status(grpc::StatusCode::INTERNAL, "not a data method");
-  PsStream stream(channel, "ps:0");
+  std::unique_ptr<PsCallChannel> stream;
+  if (tcp_address.empty()) {
+    stream = std::make_unique<PsStream>(channel, "ps:0");
+  } else {
+    stream = std::make_unique<PsTcpChannel>(channel, tcp_address, "ps:0");
+  }
   grpc::Slice empty("");
   absl::Notification done;
   absl::Status status;
-  stream.Start(m, grpc::ByteBuffer(&empty, 1), absl::Seconds(10), [&](absl::StatusOr<grpc::ByteBuffer> r) {
+  stream->Start(m, grpc::ByteBuffer(&empty, 1), absl::Seconds(10), CallRoute(), [&](absl::StatusOr<grpc::ByteBuffer> r) {
     status = r.status();
     done.Notify();
   });
@@ -240,6 +250,11 @@ TEST_F(SecurityTest, SharedTokenRefusesEveryMethodWithoutTheToken) {
     EXPECT_THAT(s.error_message(), HasSubstr("requires a token")) << method;
     s = CallFrame(MakeChannel(address, wrong), method);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << " as a frame: " << s.error_message();
+    // Over TCP: no ticket without a token (OpenDataPlane is refused first).
+    s = CallFrame(MakeChannel(address, RpcOptions()), method, address);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << " over TCP: " << s.error_message();
+    s = CallFrame(MakeChannel(address, wrong), method, address);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << " over TCP: " << s.error_message();
   }
   // The refused Pause and Shutdown did not touch the worker: it still runs.
   grpc::ByteBuffer bytes;
@@ -311,6 +326,11 @@ void ExpectEveryRefusedPair(const std::vector<std::pair<Role, RpcOptions>>& iden
         s = CallFrame(MakeChannel(addresses[service], options), method);
         EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
             << RoleName(role) << " calling " << method << " as a frame: " << s.error_message();
+        // Over TCP: the ticket carries the role, each frame is checked as
+        // its method (an observer gets no ticket at all).
+        s = CallFrame(MakeChannel(addresses[service], options), method, addresses[service]);
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+            << RoleName(role) << " calling " << method << " over TCP: " << s.error_message();
       }
     }
   }

@@ -70,6 +70,21 @@ bool ReadHello(int fd, uint8_t* p, size_t n) {
   return true;
 }
 
+// The store and epoch a frame names, checked as ReadReplicaHeader checks
+// the same pair in a gRPC call's metadata.
+absl::StatusOr<ReplicaHeader> FrameRoute(const tcpframe::Header& h) {
+  ReplicaHeader r;
+  if (h.store == -1 && h.epoch == 0) return r;
+  if (h.store < 0 || h.epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("frame names store ", h.store, " and epoch ", h.epoch,
+                                                   ": want a store of 0 or more and an epoch of 1 or more, or neither"));
+  }
+  r.present = true;
+  r.store = h.store;
+  r.epoch = h.epoch;
+  return r;
+}
+
 void WriteVerdict(int fd, const grpc::Status& s) {
   const std::string v = tcpframe::EncodeVerdict(s);
   size_t sent = 0;
@@ -225,9 +240,18 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
       }
       const absl::Time deadline = absl::Now() + std::min(absl::Milliseconds(h.timeout_ms), kMaxPullWait);
       const uint64_t call = h.call_id;
-      // The answer may come later, from another thread (a parked pull):
-      // it holds the connection; once closed, Send drops it.
-      service_->ServeDataAs(who, h.method, payload, deadline, [c, call](grpc::Status st, grpc::ByteBuffer b) {
+      // A replicated job's frame names its store and epoch.
+      const DataCaller* as = &who;
+      DataCaller routed;
+      if (h.store != -1 || h.epoch != 0) {
+        routed = who;
+        routed.header = FrameRoute(h);
+        as = &routed;
+      }
+      // The answer may come later, from another thread (a parked pull, or
+      // a primary waiting for its backup): it holds the connection; once
+      // closed, Send drops it.
+      service_->ServeDataAs(*as, h.method, payload, deadline, [c, call](grpc::Status st, grpc::ByteBuffer b) {
         tcpframe::Header r;
         r.response = true;
         r.code = st.error_code();

@@ -297,7 +297,8 @@ TEST_F(PsTcpServerTest, AnOversizedFrameIsAnsweredAndSkippedAMalformedOneEndsThe
   bad[9] = 3;   // push
   bad[10] = 1;  // one pad entry...
   bad[12] = 100;  // timeout
-  bad[24] = 2;  // ...at offset 2: inside the header
+  bad[24] = bad[25] = bad[26] = bad[27] = static_cast<char>(0xff);  // store -1
+  bad[40] = 2;  // ...at offset 2: inside the header
   ASSERT_TRUE(net::IoExact(a.get(), bad.data(), bad.size(), true, absl::Now() + kDeadline, nullptr, "ps").ok());
   r = Read(&reader);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << "the PS closes the connection";

@@ -25,15 +25,27 @@
 
 namespace psrt {
 
+// The store and placement epoch a call of a replicated job names
+// (job.replication; what a unary call carries as psrt-store/psrt-epoch).
+struct CallRoute {
+  int store = -1;  // -1: none (a job without replicas)
+  int64_t epoch = 0;
+  bool present() const { return store >= 0; }
+};
+
 class PsCallChannel {
  public:
   using Done = std::function<void(absl::StatusOr<grpc::ByteBuffer>)>;
   virtual ~PsCallChannel() = default;
 
   // Sends one call; `done` runs exactly once, on any thread (possibly
-  // before Start returns). Returns the call's id for Expire.
+  // before Start returns). Returns the call's id for Expire. A call with a
+  // route goes only to a channel that CanRoute (else it fails UNAVAILABLE).
   virtual uint64_t Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout,
-                         Done done) = 0;
+                         const CallRoute& route, Done done) = 0;
+  // Whether calls with a route can go now (may open the connection to find
+  // out, so it may block as Start may).
+  virtual bool CanRoute() = 0;
   // Ends call `id` with `status` unless it has ended already.
   virtual void Expire(uint64_t id, const absl::Status& status) = 0;
 };

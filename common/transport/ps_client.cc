@@ -21,6 +21,10 @@ constexpr char kPullRows[] = "/psrt.ParameterServer/PullRows";
 constexpr char kPush[] = "/psrt.ParameterServer/Push";
 constexpr char kPushRows[] = "/psrt.ParameterServer/PushRows";
 
+absl::Status GivenUp(int ps) {
+  return absl::CancelledError(absl::StrCat("ps:", ps, " was given up on by the chief (a failover)"));
+}
+
 }  // namespace
 
 absl::StatusOr<PsTransport> ParsePsTransport(absl::string_view name) {
@@ -73,6 +77,10 @@ void PsClient::Abandon(const std::vector<int>& ps_tasks) {
     // The callbacks never take inflight_mu_, so cancelling under it is safe
     // whichever thread they run on; CallAll unlists a context before it goes.
     for (auto [it, end] = inflight_.equal_range(t); it != end; ++it) it->second->TryCancel();
+    // Framed ones end here (a late answer finds them gone).
+    for (auto [it, end] = inflight_framed_.equal_range(t); it != end; ++it) {
+      it->second.first->Expire(it->second.second, GivenUp(t));
+    }
   }
 }
 
@@ -103,9 +111,10 @@ std::unique_ptr<PsClient::Pending> PsClient::StartCalls(
     w->out.assign(calls.size(), absl::UnknownError("not answered"));
   }
   // Data calls go as frames of the PS's TCP connection or stream (up to
-  // max_framed_bytes_: see kMaxStreamedBytes); larger ones, control calls,
-  // and every call of a replicated job (its store and epoch travel as
-  // per-call metadata, and a failover abandons its calls) as unary calls.
+  // max_framed_bytes_: see kMaxStreamedBytes); larger ones and control
+  // calls as unary calls. A replicated job's calls name their store and
+  // epoch: in the TCP frame, or as a unary call's metadata where the channel
+  // cannot carry them (the gRPC stream); a failover abandons them (Abandon).
   p->unary.resize(calls.size());
   p->streamed.assign(calls.size(), {nullptr, 0});
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -113,15 +122,36 @@ std::unique_ptr<PsClient::Pending> PsClient::StartCalls(
     const std::string& method = calls[i].second.first;
     const grpc::ByteBuffer& request = calls[i].second.second;
     psframe::Method m;
-    if (!framed_.empty() && route.epoch() == 0 && request.Length() <= max_framed_bytes_ &&
-        psframe::MethodFromPath(method, &m)) {
-      p->streamed[i].first = framed_[ps].get();
-      p->streamed[i].second = framed_[ps]->Start(m, request, options_.timeout,
-                                                  [w, i](absl::StatusOr<grpc::ByteBuffer> r) {
-                                                    absl::MutexLock lock(&w->mu);
-                                                    w->out[i] = std::move(r);
-                                                    --w->left;
-                                                  });
+    const bool routed = route.epoch() > 0;
+    if (!framed_.empty() && request.Length() <= max_framed_bytes_ && psframe::MethodFromPath(method, &m) &&
+        (!routed || framed_[ps]->CanRoute())) {
+      auto done = [w, i](absl::StatusOr<grpc::ByteBuffer> r) {
+        absl::MutexLock lock(&w->mu);
+        w->out[i] = std::move(r);
+        --w->left;
+      };
+      CallRoute cr;
+      if (routed) {
+        cr.store = calls[i].first;
+        cr.epoch = route.epoch();
+        absl::MutexLock lock(&inflight_mu_);
+        if (abandoned_.count(ps) > 0) {
+          done(absl::CancelledError(
+              absl::StrCat("ps:", ps, " was given up on by the chief (a failover): call not sent")));
+          continue;
+        }
+      }
+      PsCallChannel* channel = framed_[ps].get();
+      const uint64_t id = channel->Start(m, request, options_.timeout, cr, std::move(done));
+      p->streamed[i] = {channel, id};
+      if (routed) {
+        absl::MutexLock lock(&inflight_mu_);
+        if (abandoned_.count(ps) > 0) {
+          channel->Expire(id, GivenUp(ps));  // Abandon came while it was being sent
+        } else {
+          inflight_framed_.emplace(ps, std::make_pair(channel, id));
+        }
+      }
       continue;
     }
     p->unary[i] = std::make_unique<Pending::Unary>();
@@ -175,6 +205,15 @@ std::vector<absl::StatusOr<grpc::ByteBuffer>> PsClient::WaitCalls(Pending* p) {
   w->mu.Unlock();  // before inflight_mu_: Abandon takes it first, then (a callback) w->mu
   {
     absl::MutexLock unlist(&inflight_mu_);
+    for (size_t i = 0; i < p->streamed.size(); ++i) {
+      if (p->streamed[i].first == nullptr) continue;
+      for (auto [it, end] = inflight_framed_.equal_range(p->task[i]); it != end; ++it) {
+        if (it->second == p->streamed[i]) {
+          inflight_framed_.erase(it);
+          break;
+        }
+      }
+    }
     for (size_t i = 0; i < p->unary.size(); ++i) {
       if (p->unary[i] == nullptr) continue;
       for (auto [it, end] = inflight_.equal_range(p->task[i]); it != end; ++it) {

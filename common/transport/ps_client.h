@@ -74,8 +74,8 @@ class PsClient : public ParameterClient {
   std::unique_ptr<BucketedPush> StartBucketedPush(const RequestId& id, size_t bucket_bytes) override;
   void SetGeneration(int64_t generation) override { generation_ = generation; }
   void SetRoute(const ReplicaRoute& route) override;
-  // Unary calls only: streamed ones (never used with a route) run to their
-  // deadline.
+  // Ends the calls in flight to these tasks (CANCELLED) and refuses new
+  // ones until the next SetRoute.
   void Abandon(const std::vector<int>& ps_tasks) override;
 
   // One raw call to one PS, for tools and benchmarks.
@@ -147,6 +147,8 @@ class PsClient : public ParameterClient {
   // tasks abandoned since the last SetRoute (see Abandon).
   absl::Mutex inflight_mu_;
   std::multimap<int, grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(inflight_mu_);
+  // Framed calls of a replicated job in flight (task -> channel, call id).
+  std::multimap<int, std::pair<PsCallChannel*, uint64_t>> inflight_framed_ ABSL_GUARDED_BY(inflight_mu_);
   std::set<int> abandoned_ ABSL_GUARDED_BY(inflight_mu_);
   // Storage for pulled tensors: reused once the caller drops them.
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();

@@ -206,7 +206,13 @@ std::shared_ptr<PsStream::Connection> PsStream::Current() {
   return current_;
 }
 
-uint64_t PsStream::Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout, Done done) {
+uint64_t PsStream::Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout,
+                         const CallRoute& route, Done done) {
+  if (route.present()) {
+    const uint64_t id = state_->NewId();
+    done(absl::UnavailableError(absl::StrCat("the stream to ", peer_, " carries no store and epoch")));
+    return id;
+  }
   psframe::RequestHeader h;
   h.method = method;
   h.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1, 3600 * 1000));

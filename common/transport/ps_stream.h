@@ -46,8 +46,11 @@ class PsStream : public PsCallChannel {
 
   // Sends one call; `done` runs exactly once, on any thread (possibly
   // before Start returns). Returns the call's id for Expire.
+  // A route is not carried (the frames have no room for it): such a call
+  // fails UNAVAILABLE; CanRoute is false.
   uint64_t Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout,
-                 Done done) override;
+                 const CallRoute& route, Done done) override;
+  bool CanRoute() override { return false; }
   // Ends call `id` with `status` unless it has ended already.
   void Expire(uint64_t id, const absl::Status& status) override;
 

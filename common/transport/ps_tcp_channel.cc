@@ -265,10 +265,17 @@ absl::StatusOr<std::shared_ptr<PsTcpChannel::Connection>> PsTcpChannel::Open(uin
   return c;
 }
 
+bool PsTcpChannel::CanRoute() {
+  absl::StatusOr<std::shared_ptr<Connection>> c = Current();
+  return c.ok() && *c != nullptr;
+}
+
 uint64_t PsTcpChannel::Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout,
-                             Done done) {
+                             const CallRoute& route, Done done) {
   tcpframe::Header h;
   h.method = method;
+  h.store = route.present() ? route.store : -1;
+  h.epoch = route.present() ? route.epoch : 0;
   h.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1, 3600 * 1000));
   // Two tries: a connection found broken when the frame is queued never
   // sent it, so it goes on a fresh one.
@@ -285,7 +292,7 @@ uint64_t PsTcpChannel::Start(psframe::Method method, const grpc::ByteBuffer& req
         absl::MutexLock lock(&mu_);
         stream = fallback_.get();
       }
-      return stream->Start(method, request, timeout, std::move(done)) | kFallbackBit;
+      return stream->Start(method, request, timeout, route, std::move(done)) | kFallbackBit;
     }
     const uint64_t id = state_->Add(std::move(done), (*c)->id(), method);
     h.call_id = id;

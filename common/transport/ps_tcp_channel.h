@@ -60,7 +60,9 @@ class PsTcpChannel : public PsCallChannel {
   PsTcpChannel& operator=(const PsTcpChannel&) = delete;
 
   uint64_t Start(psframe::Method method, const grpc::ByteBuffer& request, absl::Duration timeout,
-                 Done done) override;
+                 const CallRoute& route, Done done) override;
+  // True while calls go over TCP (connecting if there is no connection).
+  bool CanRoute() override;
   void Expire(uint64_t id, const absl::Status& status) override;
 
   // False once calls go over the gRPC stream instead (see above).

@@ -58,6 +58,9 @@ std::unique_ptr<OutFrame> Encode(const Header& h, const std::string& message, co
   Put16(&head, static_cast<uint16_t>(large));
   Put32(&head, h.response ? static_cast<uint32_t>(message.size()) : h.timeout_ms);
   Put64(&head, h.call_id);
+  Put32(&head, static_cast<uint32_t>(h.response ? -1 : h.store));
+  Put32(&head, 0);
+  Put64(&head, static_cast<uint64_t>(h.response ? 0 : h.epoch));
   // Offsets are in the body (after the prefix).
   uint64_t offset = kHeaderBytes + large * kPadEntryBytes + message.size();
   std::vector<std::pair<size_t, size_t>> pads;  // (slice index, pad bytes)
@@ -127,6 +130,10 @@ absl::StatusOr<Header> DecodeHeader(const uint8_t* body, size_t body_bytes, bool
     if (h.timeout_ms == 0) return absl::InvalidArgumentError("request frame with a timeout of 0 ms");
   }
   h.call_id = Get64(body + 8);
+  if (!response) {
+    h.store = static_cast<int32_t>(Get32(body + 16));
+    h.epoch = static_cast<int64_t>(Get64(body + 24));
+  }
   return h;
 }
 

@@ -22,6 +22,10 @@
 //     u32 word        request: the call's timeout in ms (1 and up)
 //                     response: bytes of the status message
 //     u64 call_id
+//     i32 store       request of a replicated job: the store it is for; else -1
+//     u32 0
+//     i64 epoch       ...and the placement epoch it routes by (1 and up); else 0
+//                     (what a gRPC call carries as psrt-store/psrt-epoch metadata)
 //     pads x { u32 offset, u32 bytes }   in the body; increasing, disjoint,
 //                                        after the message (responses)
 //     message         responses only
@@ -58,7 +62,7 @@ namespace psrt {
 namespace tcpframe {
 
 inline constexpr size_t kPrefixBytes = 8;
-inline constexpr size_t kHeaderBytes = 16;
+inline constexpr size_t kHeaderBytes = 32;
 inline constexpr size_t kPadEntryBytes = 8;
 // Payload slices this large and up start 64-byte aligned in the body.
 inline constexpr size_t kAlignMinBytes = 16 << 10;
@@ -76,6 +80,10 @@ struct Header {
   uint32_t timeout_ms = 0;                            // requests
   grpc::StatusCode code = grpc::StatusCode::OK;      // responses
   uint64_t call_id = 0;
+  // Requests of a replicated job: store and epoch (-1 and 0: none). Carried
+  // as sent; the PS checks them as it checks the gRPC metadata.
+  int32_t store = -1;
+  int64_t epoch = 0;
 };
 
 // A frame ready to send: its own header bytes and references to the
@@ -104,7 +112,7 @@ std::unique_ptr<OutFrame> Encode(const Header& h, const std::string& message, co
 // The body length of a frame from its 8-byte prefix.
 uint64_t DecodePrefix(const uint8_t prefix[kPrefixBytes]);
 
-// The fixed 16-byte header at the start of a body (at least kHeaderBytes);
+// The fixed 32-byte header at the start of a body (at least kHeaderBytes);
 // INVALID_ARGUMENT naming the field for a bad version or kind.
 absl::StatusOr<Header> DecodeHeader(const uint8_t* body, size_t body_bytes, bool response);
 

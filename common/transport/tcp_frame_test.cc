@@ -55,6 +55,8 @@ TEST(TcpFrameTest, ARequestCarriesThePushBytesAndItsLargeTensorsArriveAlignedAnd
   h.method = psframe::Method::kPush;
   h.timeout_ms = 30000;
   h.call_id = 0x1234567890abcdefULL;
+  h.store = 3;
+  h.epoch = 7;
   std::unique_ptr<OutFrame> f = Encode(h, "", bytes);
   std::shared_ptr<TensorBuffer> body = Body(Flatten(*f));
 
@@ -66,6 +68,8 @@ TEST(TcpFrameTest, ARequestCarriesThePushBytesAndItsLargeTensorsArriveAlignedAnd
   EXPECT_EQ(got.method, psframe::Method::kPush);
   EXPECT_EQ(got.timeout_ms, 30000u);
   EXPECT_EQ(got.call_id, h.call_id);
+  EXPECT_EQ(got.store, 3);
+  EXPECT_EQ(got.epoch, 7);
   EXPECT_EQ(message, "");
   EXPECT_EQ(wire::ToString(payload), wire::ToString(bytes));  // exactly the ps_wire bytes
 
@@ -126,7 +130,7 @@ TEST(TcpFrameTest, MalformedBodiesAreRefusedNamingTheField) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << words << ": " << s;
     EXPECT_NE(std::string(s.message()).find(words), std::string::npos) << s;
   };
-  refused(good.substr(0, 15), "shorter than its 16-byte header");
+  refused(good.substr(0, 31), "shorter than its 32-byte header");
   std::string b = good;
   b[0] = 2;
   refused(b, "version 2");
@@ -143,22 +147,22 @@ TEST(TcpFrameTest, MalformedBodiesAreRefusedNamingTheField) {
   b[2] = static_cast<char>(0xff);  // 255 pad entries: more than the body holds
   b[3] = static_cast<char>(0xff);
   refused(b, "cannot hold its 65535 pad entries");
-  // The first pad entry (bytes 16..23): an offset inside the table, past
+  // The first pad entry (bytes 32..39): an offset inside the table, past
   // the end, and a pad of 64 bytes or more.
   for (uint32_t bad_offset : {uint32_t{3}, static_cast<uint32_t>(good.size() + 1)}) {
     b = good;
-    std::memcpy(&b[16], &bad_offset, 4);
+    std::memcpy(&b[32], &bad_offset, 4);
     refused(b, "pad entry 0");
   }
   b = good;
   const uint32_t big_pad = 64;
-  std::memcpy(&b[20], &big_pad, 4);
+  std::memcpy(&b[36], &big_pad, 4);
   refused(b, "pad entry 0");
   // A second entry before the first (out of order).
   b = good;
   uint32_t first = 0;
-  std::memcpy(&first, &b[16], 4);
-  std::memcpy(&b[24], &first, 4);
+  std::memcpy(&first, &b[32], 4);
+  std::memcpy(&b[40], &first, 4);
   refused(b, "pad entry 1");
 }
 

@@ -145,7 +145,7 @@ void StartOurs(const OurClient& c, const std::string& method, grpc::ByteBuffer r
   if (c.stream == nullptr || request.Length() > c.max_framed || !psframe::MethodFromPath(method, &m)) {
     return StartGeneric(c.stub, method, std::move(request), std::move(check), std::move(done));
   }
-  c.stream->Start(m, request, absl::Seconds(60),
+  c.stream->Start(m, request, absl::Seconds(60), CallRoute(),
                   [check = std::move(check), done = std::move(done)](absl::StatusOr<grpc::ByteBuffer> r) {
                     if (!r.ok() || !check(*r)) LOG(FATAL) << "benchmark call failed: " << r.status();
                     done();
@@ -572,6 +572,8 @@ int Netns() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // As the daemons run (common/daemon.cc): no lock-order graph on every lock.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   const std::string role = absl::GetFlag(FLAGS_netns_role);

@@ -188,8 +188,7 @@ absl::Status ConcatGradOp(GpuKernelContext& c) {
 }
 
 // The mask comes from a counter-based hash of (step seed, node, element),
-// not the CPU's mt19937 stream: the same rate and scale, but not the same
-// bits. Tests compare it by statistics.
+// the same draw as the CPU kernel's (kernels_basic.cc): the same bits.
 absl::Status DropoutOp(GpuKernelContext& c) {
   Tensor& x = c.inputs[0];
   float rate = GetAttrF(*c.node, "rate");

@@ -3,6 +3,7 @@
 // GpuExecutor and the CPU Executor and compared within float tolerance.
 // Skipped where there is no GPU or CUDA was not built in.
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -271,6 +272,12 @@ TEST(GpuKernelsTest, DropoutKeepsTheRateAndScale) {
   }
   EXPECT_EQ(same, x.NumElements());  // a seed gives one mask
   EXPECT_GT(differ, x.NumElements() / 5);
+  // The CPU kernel draws the same counter-based mask: the same bits.
+  auto cpu = Executor::Create(g);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto on_cpu = (*cpu)->Run({{"x", x}}, {mask}, 11, true);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_EQ(std::memcmp((*on_cpu)[0].data<float>(), (*a)[1].data<float>(), x.NumElements() * sizeof(float)), 0);
   auto eval = (*gpu)->Run({{"x", x}}, {y, mask}, 11, false);
   ASSERT_TRUE(eval.ok()) << eval.status();
   for (int64_t i = 0; i < x.NumElements(); ++i) {

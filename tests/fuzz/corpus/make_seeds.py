@@ -247,7 +247,7 @@ def tcp_frame(kind, word, call_id, pads, message, payload_runs):
     """payload_runs: list of (pad_bytes_before, bytes); a pad entry each."""
     table = b""
     body_after = b""
-    offset = 16 + 8 * len(pads) + len(message)
+    offset = 32 + 8 * len(pads) + len(message)
     for pad, run in payload_runs:
         if pad is not None:
             table += struct.pack("<II", offset, pad)
@@ -255,7 +255,8 @@ def tcp_frame(kind, word, call_id, pads, message, payload_runs):
             offset += pad
         body_after += run
         offset += len(run)
-    body = struct.pack("<BBHIQ", 1, kind, len(pads), word, call_id) + table + message + body_after
+    body = (struct.pack("<BBHIQiIq", 1, kind, len(pads), word, call_id, -1, 0, 0) + table + message +
+            body_after)
     return struct.pack("<Q", len(body)) + body
 
 
@@ -268,11 +269,11 @@ write("tcp_frame_fuzzer", "requests", b"\0" +
 big = floats(*([0.5] * 4096))
 head = request_id(0, 2) + ld(2, ld(1, b"big") + ld(2, vi(1, DT_FLOAT) + ld(2, ld(1, varint(4096))) +
                                             varint(4 << 3 | 2) + varint(len(big))))
-off = 16 + 8 + len(head)
+off = 32 + 8 + len(head)
 write("tcp_frame_fuzzer", "aligned_push", b"\0" +
       tcp_frame(3, 1000, 3, [0], b"", [(None, head), ((64 - off % 64) % 64, big)]))
 # An oversized frame (over the harness's 1 MiB): skipped, the stream ends in it.
-oversized = struct.pack("<Q", (1 << 20) + 16) + struct.pack("<BBHIQ", 1, 1, 0, 5, 77) + b"x" * 64
+oversized = struct.pack("<Q", (1 << 20) + 32) + struct.pack("<BBHIQiIq", 1, 1, 0, 5, 77, -1, 0, 0) + b"x" * 64
 write("tcp_frame_fuzzer", "oversized", b"\0" + oversized)
 write("tcp_frame_fuzzer", "answers", b"\1" +
       tcp_frame(0x80, 0, 1, [], b"", [(None, ld(1, named("w", tensor(DT_FLOAT, [2], floats(1, 2)))) + vi(2, 7))]) +

@@ -213,6 +213,15 @@ absl::Status ConcatGrad(KernelContext& c) {
   return absl::OkStatus();
 }
 
+// SplitMix64's finaliser: a counter-based generator, so element i's draw
+// depends on (seed, i) only. The same draw as worker/gpu/gpu_elementwise.cu
+// (DropoutKernel), so a step's masks are the same bits on CPU and GPU.
+inline uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 absl::Status Dropout(KernelContext& c) {
   Tensor& x = c.inputs[0];
   float rate = GetAttrF(*c.node, "rate");
@@ -222,11 +231,18 @@ absl::Status Dropout(KernelContext& c) {
     c.outputs = {x, mask};
     return absl::OkStatus();
   }
-  std::mt19937_64 rng(c.seed ^ std::hash<std::string>()(c.node->name()));
-  std::bernoulli_distribution keep(1.0 - rate);
-  float scale = 1.0f / (1.0f - rate);
+  // Element i is kept when its 24-bit draw u in [0, 1) is at least `rate`.
+  // (A std::mt19937 stream through std::bernoulli_distribution cost about
+  // 15 ns an element: a tenth of a training cluster's CPU in a profile.)
+  const uint64_t seed = Mix(c.seed ^ std::hash<std::string>()(c.node->name()));
+  const float scale = 1.0f / (1.0f - rate);
   float* m = mask.data<float>();
-  for (int64_t i = 0; i < mask.NumElements(); ++i) m[i] = keep(rng) ? scale : 0.0f;
+  const int64_t n = mask.NumElements();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t bits = Mix(seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1));
+    const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
+    m[i] = u >= rate ? scale : 0.0f;
+  }
   Tensor y(DT_FLOAT, x.shape());
   AsVector(y).device(*c.device) = AsVector(x) * AsVector(mask);
   c.outputs = {y, mask};
