@@ -348,7 +348,7 @@ int Main() {
   line("next pull and push overlapped", loop_push_behind);
   std::printf(" (%.2fx the pull alone; ratio to in-process %.2f)\n", loop_overlap.wall / loop_push_behind.wall,
               loop_push_behind.wall / in_process.wall);
-  std::printf("two PS on loopback over TCP (factor 2: unary gRPC), replicated shards (job.replication):\n");
+  std::printf("two PS on loopback over TCP (factor 2: each push forwarded to the backup by gRPC), replicated shards (job.replication):\n");
   line("factor 1", two_ps);
   std::printf("\n");
   line("factor 1, bucketed push", two_ps_bucketed);
