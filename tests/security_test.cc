@@ -345,7 +345,7 @@ TEST_F(SecurityTest, UnderTlsEachCertificateMayCallOnlyWhatItsTaskMay) {
                           {Role::kWorker, Tls(certs_, certs_, "worker-0")},
                           {Role::kObserver, Tls(certs_, certs_, "client")}},
                          Addresses(), &refused);
-  EXPECT_EQ(refused, 47);  // 19 methods x 4 roles, less the 29 allowed pairs
+  EXPECT_EQ(refused, 46);  // 19 methods x 4 roles, less the 30 allowed pairs
   // A worker's certificate speaks for its own task only.
   RpcOptions worker1 = Tls(certs_, certs_, "worker-1");
   HeartbeatRequest beat;
@@ -387,7 +387,7 @@ TEST_F(SecurityTest, PerRoleTokensLimitEachRoleAndAWorkerTokenCannotActForAPs) {
                           {Role::kWorker, RoleToken(certs_, "worker")},
                           {Role::kObserver, RoleToken(certs_, "observer")}},
                          Addresses(), &refused);
-  EXPECT_EQ(refused, 47);
+  EXPECT_EQ(refused, 46);
   HeartbeatRequest beat;
   *beat.mutable_task() = *ParseTaskId("ps:0");
   grpc::Status s = CallProto(MakeChannel(cluster_.chief, RoleToken(certs_, "worker")), "/psrt.Chief/Heartbeat", beat);

@@ -45,8 +45,9 @@ constexpr RpcPolicy kPolicy[kRpcCount] = {
     {Rpc::kPsReplicate, "ParameterServer/Push (replica)", kPs},
     {Rpc::kPsMoveVariables, "ParameterServer/MoveVariables", kChief},
     // A ticket for the TCP data plane carries the caller's roles: each
-    // frame on it is then checked as its unary method would be.
-    {Rpc::kPsOpenDataPlane, "ParameterServer/OpenDataPlane", kChief | kWorker},
+    // frame on it is then checked as its unary method would be (a PS's
+    // only as a primary forwarding a push to its backup).
+    {Rpc::kPsOpenDataPlane, "ParameterServer/OpenDataPlane", kChief | kWorker | kPs},
 };
 
 const RpcPolicy& PolicyOf(Rpc rpc) { return kPolicy[static_cast<int>(rpc)]; }

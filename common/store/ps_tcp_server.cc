@@ -74,7 +74,7 @@ bool ReadHello(int fd, uint8_t* p, size_t n) {
 // the same pair in a gRPC call's metadata.
 absl::StatusOr<ReplicaHeader> FrameRoute(const tcpframe::Header& h) {
   ReplicaHeader r;
-  if (h.store == -1 && h.epoch == 0) return r;
+  if (h.store == -1 && h.epoch == 0 && !h.replica) return r;
   if (h.store < 0 || h.epoch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("frame names store ", h.store, " and epoch ", h.epoch,
                                                    ": want a store of 0 or more and an epoch of 1 or more, or neither"));
@@ -82,6 +82,7 @@ absl::StatusOr<ReplicaHeader> FrameRoute(const tcpframe::Header& h) {
   r.present = true;
   r.store = h.store;
   r.epoch = h.epoch;
+  r.replica = h.replica;
   return r;
 }
 
@@ -243,7 +244,7 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
       // A replicated job's frame names its store and epoch.
       const DataCaller* as = &who;
       DataCaller routed;
-      if (h.store != -1 || h.epoch != 0) {
+      if (h.store != -1 || h.epoch != 0 || h.replica) {
         routed = who;
         routed.header = FrameRoute(h);
         as = &routed;

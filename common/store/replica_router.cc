@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "common/rpc/status_util.h"
@@ -101,7 +102,12 @@ absl::StatusOr<CreateVariablesResponse> ReplicaRouter::CreateVariables(const Cre
     // role change up to its deadline: cancelled, its push is not
     // acknowledged and is retried under the new roles.
     absl::MutexLock cancel(&s->forward_mu);
+    ++s->cancels;
     if (s->forwarding != nullptr) s->forwarding->TryCancel();
+    if (s->forwarding_tcp != nullptr) {
+      s->forwarding_tcp->Expire(s->forwarding_tcp_id,
+                                absl::CancelledError("the store's roles changed during the forward"));
+    }
   }
   absl::MutexLock lock(&s->mu);
   if (s->epoch > rc.epoch()) {
@@ -113,6 +119,14 @@ absl::StatusOr<CreateVariablesResponse> ReplicaRouter::CreateVariables(const Cre
   s->epoch = rc.epoch();
   s->backup_task = rc.backup_address().empty() ? -1 : rc.backup_task();
   s->to_backup = rc.backup_address().empty() ? nullptr : channels_->Get(rc.backup_address());
+  // Connecting is not cancellable by a role change as a forward is: kept
+  // short (a backup that does not answer in 1 s gets the gRPC forward).
+  PsTcpChannelOptions tcp;
+  tcp.connect_timeout = absl::Seconds(1);
+  s->to_backup_tcp = s->to_backup == nullptr ? nullptr
+                                             : std::make_shared<PsTcpChannel>(
+                                                   s->to_backup, rc.backup_address(),
+                                                   absl::StrCat("ps:", rc.backup_task(), " (backup)"), tcp);
   int64_t e = epoch_.load();
   while (e < rc.epoch() && !epoch_.compare_exchange_weak(e, rc.epoch())) {
   }
@@ -135,6 +149,7 @@ absl::StatusOr<ParameterServerCore*> ReplicaRouter::Resolve(const ReplicaHeader&
 }
 
 absl::Status ReplicaRouter::Forward(Store* s, int store, int64_t epoch, const grpc::ByteBuffer& raw) {
+  if (s->to_backup_tcp != nullptr && s->to_backup_tcp->CanRoute()) return ForwardTcp(s, store, epoch, raw);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + kForwardTimeout));
   AddReplicaHeader(&ctx, store, epoch, /*replica=*/true);
@@ -154,6 +169,50 @@ absl::Status ReplicaRouter::Forward(Store* s, int store, int64_t epoch, const gr
   }
   if (status.ok()) return absl::OkStatus();
   return FromGrpcStatus(status, absl::StrCat("ps:", s->backup_task), "Push (replica)");
+}
+
+absl::Status ReplicaRouter::ForwardTcp(Store* s, int store, int64_t epoch, const grpc::ByteBuffer& raw) {
+  struct Answer {
+    absl::Notification done;
+    absl::Status status;
+  };
+  auto answer = std::make_shared<Answer>();
+  PsTcpChannel* channel = s->to_backup_tcp.get();
+  int64_t cancels;
+  {
+    absl::MutexLock l(&s->forward_mu);
+    cancels = s->cancels;
+  }
+  CallRoute route;
+  route.store = store;
+  route.epoch = epoch;
+  route.replica = true;
+  const uint64_t id = channel->Start(psframe::Method::kPush, raw, kForwardTimeout, route,
+                                     [answer](absl::StatusOr<grpc::ByteBuffer> r) {
+                                       answer->status = r.status();
+                                       answer->done.Notify();
+                                     });
+  {
+    absl::MutexLock l(&s->forward_mu);
+    s->forwarding_tcp = channel;
+    s->forwarding_tcp_id = id;
+    // A role change between the Start and here found nothing to cancel.
+    if (s->cancels != cancels) {
+      channel->Expire(id, absl::CancelledError("the store's roles changed during the forward"));
+    }
+  }
+  if (!answer->done.WaitForNotificationWithTimeout(kForwardTimeout)) {
+    channel->Expire(id, absl::DeadlineExceededError(absl::StrCat(
+                            "no answer within ", absl::FormatDuration(kForwardTimeout))));
+  }
+  answer->done.WaitForNotification();
+  {
+    absl::MutexLock l(&s->forward_mu);
+    s->forwarding_tcp = nullptr;
+  }
+  if (answer->status.ok()) return absl::OkStatus();
+  return absl::Status(answer->status.code(), absl::StrCat("ps:", s->backup_task, ": Push (replica): ",
+                                                          answer->status.message()));
 }
 
 ReplicaRouter::SerialQueue::SerialQueue() : thread_([this] {

@@ -49,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/channel_cache.h"
 #include "common/store/server_core.h"
+#include "common/transport/ps_tcp_channel.h"
 #include "common/transport/replica_header.h"
 #include "grpcpp/channel.h"
 #include "proto/ps_service.pb.h"
@@ -111,15 +112,24 @@ class ReplicaRouter {
     int64_t epoch ABSL_GUARDED_BY(mu) = 0;  // of the last role change
     int backup_task ABSL_GUARDED_BY(mu) = -1;
     std::shared_ptr<grpc::Channel> to_backup ABSL_GUARDED_BY(mu);
+    // The same backup's TCP data plane (its forwards go there when it
+    // offers one; by gRPC otherwise).
+    std::shared_ptr<PsTcpChannel> to_backup_tcp ABSL_GUARDED_BY(mu);
     // The forward in flight (held under mu too), so that a role change
     // need not wait for a stopped backup's deadline: it cancels it.
     absl::Mutex forward_mu ABSL_ACQUIRED_AFTER(mu);
     grpc::ClientContext* forwarding ABSL_GUARDED_BY(forward_mu) = nullptr;
+    PsTcpChannel* forwarding_tcp ABSL_GUARDED_BY(forward_mu) = nullptr;
+    uint64_t forwarding_tcp_id ABSL_GUARDED_BY(forward_mu) = 0;
+    int64_t cancels ABSL_GUARDED_BY(forward_mu) = 0;  // role changes that cancelled forwards
   };
   absl::Status CheckEpoch(int64_t epoch, absl::string_view what) const;
   absl::StatusOr<Store*> Find(int store) const;
   // Sends `raw` to the backup as a replica push of `store`; waits.
   absl::Status Forward(Store* s, int store, int64_t epoch, const grpc::ByteBuffer& raw)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // Forward over the backup's TCP data plane.
+  absl::Status ForwardTcp(Store* s, int store, int64_t epoch, const grpc::ByteBuffer& raw)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   // The push on store `s` (found for h), its checks, apply and forward.
   absl::StatusOr<PushResponse> PushLocked(Store* s, const ReplicaHeader& h, const grpc::ByteBuffer& raw,

@@ -30,6 +30,7 @@ namespace psrt {
 struct CallRoute {
   int store = -1;  // -1: none (a job without replicas)
   int64_t epoch = 0;
+  bool replica = false;  // a primary's forward of a push to its backup
   bool present() const { return store >= 0; }
 };
 

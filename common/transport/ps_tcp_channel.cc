@@ -276,6 +276,7 @@ uint64_t PsTcpChannel::Start(psframe::Method method, const grpc::ByteBuffer& req
   h.method = method;
   h.store = route.present() ? route.store : -1;
   h.epoch = route.present() ? route.epoch : 0;
+  h.replica = route.present() && route.replica;
   h.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1, 3600 * 1000));
   // Two tries: a connection found broken when the frame is queued never
   // sent it, so it goes on a fresh one.

@@ -59,7 +59,7 @@ std::unique_ptr<OutFrame> Encode(const Header& h, const std::string& message, co
   Put32(&head, h.response ? static_cast<uint32_t>(message.size()) : h.timeout_ms);
   Put64(&head, h.call_id);
   Put32(&head, static_cast<uint32_t>(h.response ? -1 : h.store));
-  Put32(&head, 0);
+  Put32(&head, !h.response && h.replica ? 1 : 0);
   Put64(&head, static_cast<uint64_t>(h.response ? 0 : h.epoch));
   // Offsets are in the body (after the prefix).
   uint64_t offset = kHeaderBytes + large * kPadEntryBytes + message.size();
@@ -132,6 +132,9 @@ absl::StatusOr<Header> DecodeHeader(const uint8_t* body, size_t body_bytes, bool
   h.call_id = Get64(body + 8);
   if (!response) {
     h.store = static_cast<int32_t>(Get32(body + 16));
+    const uint32_t flags = Get32(body + 20);
+    if (flags > 1) return absl::InvalidArgumentError(absl::StrCat("request frame with flags ", flags));
+    h.replica = flags == 1;
     h.epoch = static_cast<int64_t>(Get64(body + 24));
   }
   return h;

@@ -23,9 +23,10 @@
 //                     response: bytes of the status message
 //     u64 call_id
 //     i32 store       request of a replicated job: the store it is for; else -1
-//     u32 0
+//     u32 flags       bit 0: a primary's forward of a push to its backup
 //     i64 epoch       ...and the placement epoch it routes by (1 and up); else 0
-//                     (what a gRPC call carries as psrt-store/psrt-epoch metadata)
+//                     (what a gRPC call carries as psrt-store/psrt-epoch/psrt-replica
+//                     metadata)
 //     pads x { u32 offset, u32 bytes }   in the body; increasing, disjoint,
 //                                        after the message (responses)
 //     message         responses only
@@ -84,6 +85,7 @@ struct Header {
   // as sent; the PS checks them as it checks the gRPC metadata.
   int32_t store = -1;
   int64_t epoch = 0;
+  bool replica = false;
 };
 
 // A frame ready to send: its own header bytes and references to the

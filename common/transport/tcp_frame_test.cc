@@ -57,6 +57,7 @@ TEST(TcpFrameTest, ARequestCarriesThePushBytesAndItsLargeTensorsArriveAlignedAnd
   h.call_id = 0x1234567890abcdefULL;
   h.store = 3;
   h.epoch = 7;
+  h.replica = true;
   std::unique_ptr<OutFrame> f = Encode(h, "", bytes);
   std::shared_ptr<TensorBuffer> body = Body(Flatten(*f));
 
@@ -70,6 +71,7 @@ TEST(TcpFrameTest, ARequestCarriesThePushBytesAndItsLargeTensorsArriveAlignedAnd
   EXPECT_EQ(got.call_id, h.call_id);
   EXPECT_EQ(got.store, 3);
   EXPECT_EQ(got.epoch, 7);
+  EXPECT_TRUE(got.replica);
   EXPECT_EQ(message, "");
   EXPECT_EQ(wire::ToString(payload), wire::ToString(bytes));  // exactly the ps_wire bytes
 
@@ -143,6 +145,9 @@ TEST(TcpFrameTest, MalformedBodiesAreRefusedNamingTheField) {
   b = good;
   b[4] = b[5] = b[6] = b[7] = 0;
   refused(b, "timeout of 0 ms");
+  b = good;
+  b[21] = 1;  // flags 256: no such flag
+  refused(b, "flags 256");
   b = good;
   b[2] = static_cast<char>(0xff);  // 255 pad entries: more than the body holds
   b[3] = static_cast<char>(0xff);
