@@ -64,6 +64,9 @@ ABSL_FLAG(std::string, tcp_data_plane, "auto",
 ABSL_FLAG(int, data_port, 0,
           "The TCP data plane's port (0 = any free port; workers learn it from the PS's gRPC service). Give a "
           "fixed one where a firewall must let it through.");
+ABSL_FLAG(int64_t, max_data_plane_mb, 2048,
+          "Most MiB of large requests (over 64 KiB) the TCP data plane holds at once, across every connection; "
+          "a request that would pass it is refused with RESOURCE_EXHAUSTED before anything is allocated.");
 ABSL_FLAG(int, apply_threads, 0,
           "Threads that apply pushed gradients: the variables of one push, and row ranges of a "
           "large variable, are updated in parallel (0 = one per core, 1 = all on the thread that "
@@ -154,6 +157,12 @@ int Main(int argc, char** argv) {
     if (t.host.size() >= 2 && t.host.front() == '[') t.host = t.host.substr(1, t.host.size() - 2);
     t.port = data_port;
     t.max_request_bytes = static_cast<uint64_t>(o.max_request_bytes);
+    const int64_t buffered_mb = absl::GetFlag(FLAGS_max_data_plane_mb);
+    if (buffered_mb < 1) {
+      return ExitWithError(absl::InvalidArgumentError(
+          absl::StrCat("--max_data_plane_mb=", buffered_mb, ": want 1 or more")));
+    }
+    t.max_buffered_bytes = static_cast<uint64_t>(buffered_mb) << 20;
     absl::StatusOr<std::unique_ptr<PsTcpServer>> started = PsTcpServer::Start(&service, t);
     if (!started.ok()) return ExitWithError(started.status());
     tcp = *std::move(started);

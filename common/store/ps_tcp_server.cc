@@ -110,7 +110,11 @@ absl::StatusOr<std::unique_ptr<PsTcpServer>> PsTcpServer::Start(PsServiceImpl* s
 }
 
 PsTcpServer::PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net::Fd listener, int port)
-    : service_(service), options_(std::move(options)), listener_(std::move(listener)), port_(port) {}
+    : service_(service),
+      options_(std::move(options)),
+      listener_(std::move(listener)),
+      port_(port),
+      budget_(std::make_shared<tcpframe::ByteBudget>(options_.max_buffered_bytes)) {}
 
 PsTcpServer::~PsTcpServer() { Shutdown(); }
 
@@ -206,7 +210,7 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
     if (!caller.ok()) who.identified = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no ticket");
   }
   if (who.identified.ok()) {
-    tcpframe::FrameReader reader(c->fd.get(), pool_, options_.max_request_bytes, c->peer);
+    tcpframe::FrameReader reader(c->fd.get(), pool_, options_.max_request_bytes, c->peer, budget_);
     bool corked = false;
     while (!stop_.load()) {
       // Answers to the frames already read go out together once no more

@@ -42,6 +42,7 @@
 #include "common/buffer_pool.h"
 #include "common/net/socket.h"
 #include "common/rpc/roles.h"
+#include "common/transport/tcp_frame_io.h"
 
 namespace psrt {
 
@@ -58,6 +59,10 @@ struct PsTcpServerOptions {
   absl::Duration hello_timeout = absl::Seconds(10);
   // Frames larger than this are answered RESOURCE_EXHAUSTED and skipped.
   uint64_t max_request_bytes = uint64_t{1} << 30;
+  // Bytes of large requests (over 64 KiB) held at once across every
+  // connection; a frame that would pass it is answered RESOURCE_EXHAUSTED
+  // and skipped, not allocated.
+  uint64_t max_buffered_bytes = uint64_t{2} << 30;
   // A client that takes none of its answers for this long is disconnected.
   absl::Duration send_timeout = absl::Seconds(60);
 };
@@ -98,6 +103,7 @@ class PsTcpServer {
   const net::Fd listener_;
   const int port_;
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
+  std::shared_ptr<tcpframe::ByteBudget> budget_;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
 

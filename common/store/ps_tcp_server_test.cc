@@ -304,6 +304,62 @@ TEST_F(PsTcpServerTest, AnOversizedFrameIsAnsweredAndSkippedAMalformedOneEndsThe
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << "the PS closes the connection";
 }
 
+// Large requests held at once are bounded across connections: one that
+// would pass the budget is answered RESOURCE_EXHAUSTED, skipped unallocated,
+// and the connection goes on; once the held ones are gone it is served.
+TEST_F(PsTcpServerTest, LargeRequestsBeyondTheBudgetAreRefusedUnallocated) {
+  PsTcpServerOptions o;
+  o.max_buffered_bytes = 100 << 10;  // one 80 KiB request fits, two do not
+  StartServer(o);
+  CreateVariablesRequest req;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"(
+      variable { name: "big" dtype: DT_FLOAT shape { dim: 20000 } initializer { kind: ZEROS } }
+      optimizer { sgd { learning_rate: 1 } } num_workers: 1)", &req));
+  ASSERT_TRUE(core_->CreateVariables(req).ok());
+  auto big_push = [](int64_t step) {
+    pswire::PushArgs a;
+    a.id.set_worker(0);
+    a.id.set_step(step);
+    a.gradients.emplace_back("big", Tensor(DT_FLOAT, TensorShape({20000})));
+    return pswire::EncodePush(a);
+  };
+  // A parked pull's frame is small; hold a large body instead by sending
+  // half of a large frame on one connection (its body is allocated first).
+  net::Fd holder = Admitted(Role(Role::kWorker, "w"));
+  tcpframe::Header h;
+  h.method = psframe::Method::kPush;
+  h.timeout_ms = 5000;
+  std::string wire;
+  const std::unique_ptr<tcpframe::OutFrame> frame = tcpframe::Encode(h, "", big_push(0));
+  for (const iovec& v : frame->iov()) wire.append(static_cast<const char*>(v.iov_base), v.iov_len);
+  ASSERT_TRUE(net::IoExact(holder.get(), wire.data(), wire.size() / 2, true, absl::Now() + kDeadline, nullptr,
+                           "ps").ok());
+  net::Fd other = Admitted(Role(Role::kWorker, "w"));
+  tcpframe::FrameReader reader(other.get(), BufferPool::Create(), 1 << 20, "ps");
+  absl::StatusOr<Answer> r = absl::UnknownError("");
+  // The holder's body is allocated once its prefix is read: until then the
+  // other's may still get through, so wait for a refusal (bounded).
+  for (int64_t call = 1; call < 1000; ++call) {
+    SendFrame(other.get(), psframe::Method::kPush, call, big_push(call));
+    r = Read(&reader);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (!r->status.ok()) break;
+  }
+  ASSERT_EQ(r->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << r->status.error_message();
+  EXPECT_THAT(r->status.error_message(), HasSubstr("--max_data_plane_mb"));
+  // The holder finishes its frame: its body is served and freed; the other
+  // connection's next large push is served.
+  ASSERT_TRUE(net::IoExact(holder.get(), wire.data() + wire.size() / 2, wire.size() - wire.size() / 2, true,
+                           absl::Now() + kDeadline, nullptr, "ps").ok());
+  tcpframe::FrameReader hreader(holder.get(), BufferPool::Create(), 1 << 20, "ps");
+  r = Read(&hreader);
+  ASSERT_TRUE(r.ok() && r->status.ok()) << (r.ok() ? r->status.error_message() : r.status().ToString());
+  SendFrame(other.get(), psframe::Method::kPush, 5000, big_push(5000));
+  r = Read(&reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->status.ok()) << r->status.error_message();
+}
+
 TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAndTicketsBeyondTheirsAreRefused) {
   PsTcpServerOptions o;
   o.max_connections = 2;

@@ -26,8 +26,13 @@ constexpr int kMaxIov = 1024;                 // IOV_MAX on Linux
 
 // ------------------------------------------------------------ FrameReader
 
-FrameReader::FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what)
-    : fd_(fd), pool_(std::move(pool)), max_body_bytes_(max_body_bytes), what_(std::move(what)) {}
+FrameReader::FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what,
+                         std::shared_ptr<ByteBudget> budget)
+    : fd_(fd),
+      pool_(std::move(pool)),
+      max_body_bytes_(max_body_bytes),
+      what_(std::move(what)),
+      budget_(std::move(budget)) {}
 
 absl::Status FrameReader::Fill() {
   while (true) {
@@ -87,7 +92,9 @@ absl::Status FrameReader::Next(std::shared_ptr<TensorBuffer>* body, absl::Status
   absl::Status s = ReadExact(prefix, kPrefixBytes);
   if (!s.ok()) return s;
   const uint64_t n = DecodePrefix(prefix);
-  if (n > max_body_bytes_) {
+  const bool big = n > kOwnBufferBytes;
+  const bool over_budget = big && n <= max_body_bytes_ && budget_ != nullptr && !budget_->TryAcquire(n);
+  if (n > max_body_bytes_ || over_budget) {
     *oversized = absl::InvalidArgumentError("shorter than a header");
     if (n >= kHeaderBytes) {
       uint8_t h[kHeaderBytes];
@@ -96,6 +103,11 @@ absl::Status FrameReader::Next(std::shared_ptr<TensorBuffer>* body, absl::Status
       if (!(s = Skip(n - kHeaderBytes)).ok()) return s;
     } else if (!(s = Skip(n)).ok()) {
       return s;
+    }
+    if (over_budget) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a frame of ", n, " bytes from ", what_, " refused: requests of ", budget_->held(),
+          " bytes are held already, the budget is ", budget_->limit(), " (--max_data_plane_mb); retry later"));
     }
     return absl::ResourceExhaustedError(absl::StrCat("a frame of ", n, " bytes from ", what_,
                                                      " is over the limit of ", max_body_bytes_));
@@ -108,7 +120,12 @@ absl::Status FrameReader::Next(std::shared_ptr<TensorBuffer>* body, absl::Status
     return absl::OkStatus();
   }
   // Its own aligned buffer: what is read ahead, then the rest straight in.
+  // With a budget, the buffer gives its bytes back when its last user goes.
   std::shared_ptr<TensorBuffer> own = pool_->Allocate(static_cast<size_t>(n));
+  if (budget_ != nullptr) {
+    own = std::make_shared<TensorBuffer>(own->data(), own->size(),
+                                         [own, budget = budget_, n](void*) { budget->Release(n); });
+  }
   uint8_t* dst = static_cast<uint8_t*>(own->data());
   const size_t ahead = std::min<size_t>(end_ - begin_, static_cast<size_t>(n));
   if (ahead > 0) std::memcpy(dst, static_cast<uint8_t*>(chunk_->data()) + begin_, ahead);

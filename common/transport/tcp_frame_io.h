@@ -18,6 +18,7 @@
 #ifndef PSRT_COMMON_TRANSPORT_TCP_FRAME_IO_H_
 #define PSRT_COMMON_TRANSPORT_TCP_FRAME_IO_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -33,16 +34,42 @@
 namespace psrt {
 namespace tcpframe {
 
+// Bytes of large frame bodies held at once, shared by the readers of one
+// server: a body that would take it past its limit is refused (skipped)
+// rather than allocated, so peers cannot make a PS allocate without bound
+// (a connection serves one frame at a time, but there may be many).
+class ByteBudget {
+ public:
+  explicit ByteBudget(uint64_t limit) : limit_(limit) {}
+  uint64_t limit() const { return limit_; }
+  bool TryAcquire(uint64_t n) {
+    uint64_t held = held_.load();
+    do {
+      if (n > limit_ || held > limit_ - n) return false;
+    } while (!held_.compare_exchange_weak(held, held + n));
+    return true;
+  }
+  void Release(uint64_t n) { held_.fetch_sub(n); }
+  uint64_t held() const { return held_.load(); }
+
+ private:
+  const uint64_t limit_;
+  std::atomic<uint64_t> held_{0};
+};
+
 class FrameReader {
  public:
   // `fd` (not owned) is a connected socket, blocking for reads. Bodies over
-  // `max_body_bytes` are skipped (see Next). `what` names the peer in errors.
-  FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what);
+  // `max_body_bytes`, or whose own buffer `budget` (optional) cannot take,
+  // are skipped (see Next). `what` names the peer in errors.
+  FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what,
+              std::shared_ptr<ByteBudget> budget = nullptr);
 
   // The next frame's body. Blocks until it is whole. UNAVAILABLE when the
   // connection ends or fails (also mid-frame); RESOURCE_EXHAUSTED for a body
-  // over the limit, whose bytes are read and dropped (then `*oversized`
-  // holds its header, when the body had one, so the caller can answer it).
+  // over the limit or the budget, whose bytes are read and dropped (then
+  // `*oversized` holds its header, when the body had one, so the caller can
+  // answer it).
   absl::Status Next(std::shared_ptr<TensorBuffer>* body, absl::StatusOr<Header>* oversized, bool response);
 
   // Whether bytes are buffered: a caller that corks its answers uncorks
@@ -59,6 +86,7 @@ class FrameReader {
   const std::shared_ptr<BufferPool> pool_;
   const uint64_t max_body_bytes_;
   const std::string what_;
+  const std::shared_ptr<ByteBudget> budget_;
   std::shared_ptr<TensorBuffer> chunk_;  // read-ahead buffer; small bodies reference it
   size_t begin_ = 0;                     // unread bytes are [begin_, end_)
   size_t end_ = 0;
