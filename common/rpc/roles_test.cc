@@ -44,14 +44,18 @@ TEST(RolesTest, TheTableGivesControlToTheChiefAndPushesToWorkers) {
     EXPECT_TRUE(allowed(rpc, Role::kChief) && allowed(rpc, Role::kWorker)) << RpcName(rpc);
   }
   // A PS calls the chief's Register/Heartbeat/ReportFailure and, as a
-  // primary, its backup's replica pushes; nothing else (and nobody else
-  // those).
+  // primary, its backup's replica pushes (over the backup's TCP data plane,
+  // hence a ticket from OpenDataPlane, whose frames are then checked as
+  // replica pushes); nothing else (and nobody else the replica pushes).
   for (int i = 0; i < kRpcCount; ++i) {
     Rpc rpc = static_cast<Rpc>(i);
     bool chief_link = rpc == Rpc::kChiefRegister || rpc == Rpc::kChiefHeartbeat || rpc == Rpc::kChiefReportFailure;
-    EXPECT_EQ(allowed(rpc, Role::kPs), chief_link || rpc == Rpc::kPsReplicate) << RpcName(rpc);
+    EXPECT_EQ(allowed(rpc, Role::kPs), chief_link || rpc == Rpc::kPsReplicate || rpc == Rpc::kPsOpenDataPlane)
+        << RpcName(rpc);
   }
   EXPECT_EQ(AllowedRoles(Rpc::kPsReplicate), static_cast<uint8_t>(Role::kPs));
+  // A data-plane ticket carries its holder's roles: observers get none.
+  EXPECT_FALSE(allowed(Rpc::kPsOpenDataPlane, Role::kObserver));
 }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
