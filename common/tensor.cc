@@ -71,13 +71,42 @@ std::string TensorShape::ToString() const {
   return absl::StrCat("[", absl::StrJoin(dims_, ","), "]");
 }
 
-std::shared_ptr<TensorBuffer> TensorBuffer::Allocate(size_t bytes) {
+std::shared_ptr<TensorBuffer> TensorBuffer::TryAllocate(size_t bytes) {
   // aligned_alloc needs a size that is a multiple of the alignment.
+  if (bytes > SIZE_MAX - kTensorAlignment) return nullptr;
   size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (rounded == 0) rounded = kTensorAlignment;
   void* p = std::aligned_alloc(kTensorAlignment, rounded);
-  CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
+  if (p == nullptr) return nullptr;
   return std::make_shared<TensorBuffer>(p, bytes, [](void* q) { std::free(q); });
+}
+
+std::shared_ptr<TensorBuffer> TensorBuffer::Allocate(size_t bytes) {
+  std::shared_ptr<TensorBuffer> b = TryAllocate(bytes);
+  CHECK(b != nullptr) << "out of memory allocating " << bytes << " bytes";
+  return b;
+}
+
+absl::StatusOr<Tensor> Tensor::TryAllocate(DataType dtype, TensorShape shape) {
+  const uint64_t size = DataTypeSize(dtype);
+  if (size == 0) return absl::InvalidArgumentError(absl::StrCat("bad dtype ", static_cast<int>(dtype)));
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (shape.dim(i) < 0) return absl::InvalidArgumentError(absl::StrCat("shape ", shape.ToString(), " has a negative dimension"));
+  }
+  uint64_t n = 1;
+  for (int i = 0; i < shape.rank(); ++i) {
+    const uint64_t d = static_cast<uint64_t>(shape.dim(i));
+    if (d != 0 && n > std::numeric_limits<uint64_t>::max() / size / d) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", DataTypeName(dtype), shape.ToString(), " is too large"));
+    }
+    n *= d;
+  }
+  std::shared_ptr<TensorBuffer> buffer = TensorBuffer::TryAllocate(n * size);
+  if (buffer == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", n * size, " bytes for tensor ",
+                                                     DataTypeName(dtype), shape.ToString()));
+  }
+  return Tensor(dtype, std::move(shape), std::move(buffer));
 }
 
 TensorBuffer::TensorBuffer(void* data, size_t size, std::function<void(void*)> release)

@@ -88,6 +88,9 @@ class TensorBuffer {
   // Aligned to kTensorAlignment; contents uninitialised. Never null: aborts
   // on out-of-memory like operator new.
   static std::shared_ptr<TensorBuffer> Allocate(size_t bytes);
+  // The same, or null where the memory cannot be had: for sizes a file or
+  // a peer named.
+  static std::shared_ptr<TensorBuffer> TryAllocate(size_t bytes);
   // Adopts memory owned elsewhere; `release` frees it.
   TensorBuffer(void* data, size_t size, std::function<void(void*)> release);
   ~TensorBuffer();
@@ -112,6 +115,10 @@ class Tensor {
   Tensor(DataType dtype, TensorShape shape,
          std::shared_ptr<TensorBuffer> buffer, size_t offset = 0);
 
+  // Allocates as the constructor does, but answers RESOURCE_EXHAUSTED
+  // (or INVALID_ARGUMENT for a bad dtype or an overflowing shape) where it
+  // would abort: for shapes read from a file or a message.
+  static absl::StatusOr<Tensor> TryAllocate(DataType dtype, TensorShape shape);
   static Tensor Zeros(DataType dtype, TensorShape shape);
   template <typename T>
   static Tensor FromVector(const std::vector<T>& values, TensorShape shape);

@@ -111,39 +111,50 @@ absl::StatusOr<SnapshotIndex> ReadIndex(rocksdb::DB* db, const std::string& dir,
   return index;
 }
 
-std::vector<int64_t> IndexedSteps(rocksdb::DB* db) {
-  std::vector<int64_t> steps;
+// Every step with an index, ascending; an error when the scan could not
+// read them all (a damaged block of RocksDB's files ends the iteration
+// early, and a partial list looks exactly like a store with fewer
+// snapshots). `steps` gets what was read either way.
+absl::Status ScanSteps(rocksdb::DB* db, const std::string& dir, std::vector<int64_t>* steps) {
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek("i/"); it->Valid() && it->key().starts_with("i/"); it->Next()) {
     int64_t step;
-    if (absl::SimpleAtoi(it->key().ToString().substr(2), &step)) steps.push_back(step);
+    if (absl::SimpleAtoi(it->key().ToString().substr(2), &step)) steps->push_back(step);
   }
-  return steps;
+  return FromRocks(it->status(), absl::StrCat(dir, ": listing the snapshot indexes (", steps->size(),
+                                              " read before the error)"));
 }
 
 // Removes the data files no index names: left by a write killed before its
 // index, a prune killed between index and file, or a step written again.
-// A file of a step whose index does not read is kept (Salvage sets the
-// whole store aside for inspection).
+// Only when every index was read and verified: an orphan costs disk space,
+// a wrong deletion costs a checkpoint. So a store with any index that does
+// not read (or whose listing fails) keeps every file; the damage surfaces
+// on the Read that needs it, and Salvage sets the whole store aside.
 void SweepOrphans(rocksdb::DB* db, const std::string& dir) {
+  std::vector<int64_t> steps;
+  if (absl::Status s = ScanSteps(db, dir, &steps); !s.ok()) {
+    LOG(WARNING) << "not removing orphan data files: " << s.message();
+    return;
+  }
   std::set<std::string> named;
-  std::set<int64_t> unreadable;
-  for (int64_t step : IndexedSteps(db)) {
+  for (int64_t step : steps) {
     absl::StatusOr<SnapshotIndex> index = ReadIndex(db, dir, step);
-    if (index.ok()) {
-      named.insert(index->data_file());
-    } else {
-      unreadable.insert(step);
+    if (!index.ok()) {
+      LOG(WARNING) << "not removing orphan data files: " << index.status().message();
+      return;
     }
+    named.insert(index->data_file());
+    // A delta's base is named by its own index too; counted here as well
+    // so a base written again keeps the copy its delta was taken against.
+    if (index->delta()) named.insert(index->base_data_file());
   }
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return;
   std::vector<std::string> orphans;
   while (dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (IsDataFileName(name) && !named.count(name) && !unreadable.count(StepOfDataFile(name))) {
-      orphans.push_back(name);
-    }
+    if (IsDataFileName(name) && !named.count(name)) orphans.push_back(name);
   }
   ::closedir(d);
   for (const std::string& name : orphans) {
@@ -430,7 +441,14 @@ absl::StatusOr<PsSnapshot> SnapshotStore::ReadOne(int64_t step) const {
       return corrupt(absl::StrCat(path, ": ", meta.key(), " at offset ", meta.offset(), ", ", meta.bytes(),
                                   " bytes: past the end of the file (", file_bytes, " bytes)"));
     }
-    Tensor t(meta.dtype(), *shape);
+    // A sparse file can be as large as its index says: the size alone
+    // does not make an allocation safe.
+    absl::StatusOr<Tensor> allocated = Tensor::TryAllocate(meta.dtype(), *shape);
+    if (!allocated.ok()) {
+      return absl::Status(allocated.status().code(), absl::StrCat(dir_, ": snapshot of step ", step, ": ", meta.key(),
+                                                                  ": ", allocated.status().message()));
+    }
+    Tensor t = *std::move(allocated);
     char* out = static_cast<char*>(t.raw_data());
     RETURN_IF_ERROR(path.empty() ? get_chunks(meta, out) : get_range(meta, out));
     return t;
@@ -461,7 +479,17 @@ absl::StatusOr<PsSnapshot> SnapshotStore::ReadOne(int64_t step) const {
   return snap;
 }
 
-std::vector<int64_t> SnapshotStore::Steps() const { return IndexedSteps(db_); }
+std::vector<int64_t> SnapshotStore::Steps() const {
+  std::vector<int64_t> steps;
+  if (absl::Status s = ScanSteps(db_, dir_, &steps); !s.ok()) LOG(WARNING) << s.message();
+  return steps;  // what the scan read, for callers that only look
+}
+
+absl::StatusOr<std::vector<int64_t>> SnapshotStore::ListSteps() const {
+  std::vector<int64_t> steps;
+  RETURN_IF_ERROR(ScanSteps(db_, dir_, &steps));
+  return steps;
+}
 
 absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Salvage(std::unique_ptr<SnapshotStore> corrupt,
                                                                       std::string* report) {
@@ -505,15 +533,33 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Reopen(std::unique
 
 absl::Status SnapshotStore::Prune(int keep, int64_t protect) {
   if (read_only_) return absl::FailedPreconditionError(absl::StrCat(dir_, " is open read-only"));
-  const std::vector<int64_t> all = Steps();
+  // Pruning from a partial listing would count the wrong snapshots as
+  // the newest and could delete the base a hidden delta chains through.
+  ASSIGN_OR_RETURN(const std::vector<int64_t> all, ListSteps());
   std::vector<int64_t> steps = all;
   // The step just written stays whatever its number: after a rollback the
   // store may hold higher-numbered snapshots of an abandoned run, and
   // pruning the new one at once left a wait for it hanging.
   steps.erase(std::remove(steps.begin(), steps.end(), protect), steps.end());
   if (protect >= 0) keep = std::max(0, keep - 1);
-  std::set<int64_t> kept(steps.end() - std::min<size_t>(std::max(0, keep), steps.size()), steps.end());
+  std::vector<int64_t> retain(steps.end() - std::min<size_t>(std::max(0, keep), steps.size()), steps.end());
+  return PruneKeeping(all, retain, protect);
+}
+
+absl::Status SnapshotStore::PruneTo(const std::vector<int64_t>& retain, int64_t protect) {
+  if (read_only_) return absl::FailedPreconditionError(absl::StrCat(dir_, " is open read-only"));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> all, ListSteps());
+  return PruneKeeping(all, retain, protect);
+}
+
+absl::Status SnapshotStore::PruneKeeping(const std::vector<int64_t>& all, const std::vector<int64_t>& retain,
+                                         int64_t protect) {
+  std::set<int64_t> kept;
+  for (int64_t step : retain) {
+    if (std::count(all.begin(), all.end(), step)) kept.insert(step);
+  }
   if (protect >= 0 && std::count(all.begin(), all.end(), protect)) kept.insert(protect);
+  const std::vector<int64_t>& steps = all;
   // A kept delta needs every snapshot of its chain down to a full one.
   for (std::vector<int64_t> todo(kept.begin(), kept.end()); !todo.empty();) {
     const int64_t at = todo.back();

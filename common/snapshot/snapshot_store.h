@@ -77,8 +77,12 @@ class SnapshotStore {
   // returned whole; a missing, rewritten or corrupt link is DATA_LOSS
   // naming the step of the delta and of the link.
   absl::StatusOr<PsSnapshot> Read(int64_t step) const;
-  // Steps that have an index, ascending.
+  // Steps that have an index, ascending. Best effort: where the listing
+  // fails part-way (damaged RocksDB files) it logs and returns what it read.
   std::vector<int64_t> Steps() const;
+  // The same, or the error when not every index could be listed: for
+  // anything that deletes by the list.
+  absl::StatusOr<std::vector<int64_t>> ListSteps() const;
   // Deletes all but the newest `keep` snapshots (index first); `protect`
   // (the step just written, if >= 0) is always kept and counts as one, and
   // so is every base a kept delta's chain needs.
@@ -87,6 +91,9 @@ class SnapshotStore {
   // disk mounted with discard), joined by the next Write or Prune and by
   // the destructor. A crash first leaves orphans for the next Open.
   absl::Status Prune(int keep, int64_t protect = -1);
+  // Deletes every snapshot but `retain`'s (those present), `protect` and
+  // every base their chains need.
+  absl::Status PruneTo(const std::vector<int64_t>& retain, int64_t protect);
 
   // For a store found corrupt (a Read or Write said DATA_LOSS): keeps in
   // memory every snapshot that still reads whole, closes the store, moves
@@ -102,6 +109,9 @@ class SnapshotStore {
  private:
   // One snapshot as stored: a delta's variables hold only its rows.
   absl::StatusOr<PsSnapshot> ReadOne(int64_t step) const;
+  // Deletes every snapshot of `all` (the store's steps) but `retain`,
+  // `protect` and the bases their chains need.
+  absl::Status PruneKeeping(const std::vector<int64_t>& all, const std::vector<int64_t>& retain, int64_t protect);
   // RESOURCE_EXHAUSTED when the disk lacks room for `snapshot`.
   absl::Status CheckSpace(const PsSnapshot& snapshot) const;
 

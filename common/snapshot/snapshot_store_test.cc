@@ -263,6 +263,34 @@ TEST(SnapshotStoreTest, AnIndexWithAHugeShapeIsDataLoss) {
       {"0/value: size mismatch"});
 }
 
+// An index (its checksum valid) naming a 1 TiB tensor in a sparse data
+// file of that size: every size check passes, and the allocation used to
+// abort the reader (a PS on Restore, export, the evaluator). Now it is an
+// error naming the tensor; nothing else changes.
+TEST(SnapshotStoreTest, AnIndexNamingATerabyteTensorInASparseFileIsAnError) {
+  {
+    auto store = SnapshotStore::Open(Dir());
+    ASSERT_TRUE((*store)->Write(Sample(5, 1.0f)).ok());
+    ASSERT_TRUE((*store)->Write(Sample(6, 2.0f)).ok());
+  }
+  const int64_t huge = int64_t{1} << 40;
+  const std::string file = DataFileOf(6);
+  ASSERT_EQ(::truncate(file.c_str(), huge + 4096), 0);
+  EditIndex(6, [&](SnapshotIndex* index) {
+    SnapshotTensor* value = index->mutable_variable(0)->mutable_value();
+    value->mutable_shape()->set_dim(0, huge / 4);
+    value->set_offset(4096);
+    value->set_bytes(huge);
+    index->set_data_bytes(huge + 4096);
+  });
+  auto store = SnapshotStore::OpenReadOnly(Dir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto six = (*store)->Read(6);
+  EXPECT_EQ(six.status().code(), absl::StatusCode::kResourceExhausted) << six.status();
+  EXPECT_THAT(std::string(six.status().message()), HasSubstr("0/value: cannot allocate 1099511627776 bytes"));
+  EXPECT_TRUE((*store)->Read(5).ok());
+}
+
 TEST(SnapshotStoreTest, AnIndexNamingAFileElsewhereIsDataLoss) {
   ExpectDamageToSixIsDataLoss([] { EditIndex(6, [](SnapshotIndex* index) { index->set_data_file("../ps-1/x.data"); }); },
                               {"names a data file \"../ps-1/x.data\" of no valid shape"});
@@ -327,6 +355,77 @@ TEST(SnapshotStoreTest, DataFilesNoIndexNamesAreRemovedAtOpen) {
   EXPECT_NE(DataFileOf(5), before);
   EXPECT_EQ(DataFiles().size(), 2u);
   EXPECT_EQ((*store)->Read(5)->variables[0].value.data<float>()[0], 2.0f);
+}
+
+// A damaged block of RocksDB's own files (where the indexes live) ends the
+// listing of snapshots early. The sweep at Open once took that short list
+// for the truth and deleted the data files of every snapshot it hid; a
+// Prune would count the wrong ones as newest. Neither may delete anything.
+TEST(SnapshotStoreTest, ADamagedIndexFileDeletesNoDataFile) {
+  {
+    auto store = SnapshotStore::Open(Dir());
+    for (int64_t step : {5, 6, 7}) ASSERT_TRUE((*store)->Write(Sample(step, 1.0f * step)).ok());
+  }
+  {
+    // The indexes into a table file of their own, then a few bytes of its
+    // first data block flipped.
+    rocksdb::DB* db;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Dir(), &db).ok());
+    ASSERT_TRUE(db->CompactRange(rocksdb::CompactRangeOptions(), nullptr, nullptr).ok());
+    delete db;
+  }
+  std::vector<std::string> tables;
+  for (const auto& e : std::filesystem::directory_iterator(Dir())) {
+    if (e.path().extension() == ".sst") tables.push_back(e.path().string());
+  }
+  ASSERT_EQ(tables.size(), 1u);
+  for (int64_t offset : {12, 13, 40}) FlipAByte(tables[0], offset);
+  const std::vector<std::string> before = DataFiles();
+  ASSERT_EQ(before.size(), 3u);
+
+  auto store = SnapshotStore::Open(Dir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(DataFiles(), before) << "the sweep deleted data files";
+  auto listed = (*store)->ListSteps();
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kDataLoss) << listed.status();
+  EXPECT_THAT(listed.status().message(), HasSubstr("listing the snapshot indexes"));
+  absl::Status pruned = (*store)->Prune(1);
+  EXPECT_FALSE(pruned.ok());
+  EXPECT_EQ(DataFiles(), before) << "the prune deleted data files";
+  // Salvage keeps what still reads and moves the damage aside, every data
+  // file with it.
+  std::string report;
+  auto fresh = SnapshotStore::Salvage(*std::move(store), &report);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  const std::string aside = report.substr(report.find("moved to ") + 9);
+  int kept_aside = 0;
+  for (const std::string& name : before) kept_aside += std::filesystem::exists(aside.substr(0, aside.find(';')) + "/" + name);
+  EXPECT_EQ(kept_aside, 3) << report;
+}
+
+// An index that does not verify (its checksum) keeps every data file: it
+// could name any of them.
+TEST(SnapshotStoreTest, AnIndexThatDoesNotVerifyDeletesNoDataFile) {
+  {
+    auto store = SnapshotStore::Open(Dir());
+    for (int64_t step : {5, 6}) ASSERT_TRUE((*store)->Write(Sample(step, 1.0f)).ok());
+  }
+  {
+    rocksdb::DB* db;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Dir(), &db).ok());
+    std::string v;
+    ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), absl::StrFormat("i/%020d", 6), &v).ok());
+    v[3] = static_cast<char>(~v[3]);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), absl::StrFormat("i/%020d", 6), v).ok());
+    delete db;
+  }
+  std::ofstream(Dir() + "/snapshot-00000000000000000009-00000000000000ab.data") << "an orphan";
+  auto store = SnapshotStore::Open(Dir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(DataFiles().size(), 3u);
+  EXPECT_TRUE((*store)->Read(5).ok());
+  EXPECT_EQ((*store)->Read(6).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(SnapshotStoreTest, LargeTensorsRoundTripThroughDirectWrites) {
@@ -434,6 +533,28 @@ TEST(SnapshotStoreTest, PruneKeepsTheStepJustWritten) {
   ASSERT_TRUE((*store)->Write(Sample(350, 1.0f)).ok());
   ASSERT_TRUE((*store)->Prune(2, 350).ok());
   EXPECT_EQ((*store)->Steps(), (std::vector<int64_t>{300, 350}));
+}
+
+// The chief's retention (SnapshotRequest.retain): exactly the steps it
+// names, the step written and the bases of kept deltas stay.
+TEST(SnapshotStoreTest, PruneToKeepsTheNamedStepsAndTheirChains) {
+  auto store = SnapshotStore::Open(Dir());
+  auto write = [&](int64_t step, int64_t base) {
+    PsSnapshot snap = Sample(step, 1.0f);
+    snap.delta = base >= 0;
+    snap.base_step = base;
+    ASSERT_TRUE((*store)->Write(snap).ok());
+  };
+  write(100, -1);
+  write(200, 100);
+  write(300, -1);
+  write(400, 300);
+  write(500, 400);
+  ASSERT_TRUE((*store)->PruneTo({100}, 500).ok());
+  EXPECT_EQ((*store)->Steps(), (std::vector<int64_t>{100, 300, 400, 500}));
+  ASSERT_TRUE((*store)->PruneTo({}, 500).ok());
+  EXPECT_EQ((*store)->Steps(), (std::vector<int64_t>{300, 400, 500}));
+  EXPECT_TRUE((*store)->Read(500).ok());
 }
 
 }  // namespace
