@@ -61,6 +61,9 @@ ABSL_FLAG(std::string, tcp_data_plane, "auto",
           "Serve pushes and pulls on a plain TCP port too (common/transport/tcp_frame.h), which workers "
           "use in place of gRPC (--ps_transport=tcp, their default): on, off, or auto (on unless --tls_* is "
           "set: the TCP data plane is authenticated, by a ticket from the gRPC service, but not encrypted).");
+ABSL_FLAG(bool, allow_plaintext_data_plane, false,
+          "With --tcp_data_plane=on under TLS: yes, send tensors over the data plane unencrypted (the PS "
+          "refuses to start without it, since the rest of its traffic is encrypted).");
 ABSL_FLAG(int, data_port, 0,
           "The TCP data plane's port (0 = any free port; workers learn it from the PS's gRPC service). Give a "
           "fixed one where a firewall must let it through.");
@@ -80,6 +83,47 @@ ABSL_FLAG(int, fault_pause_snapshot_number, 0,
 
 namespace psrt {
 namespace {
+
+// The TCP data plane (--tcp_data_plane, --data_port, --max_data_plane_mb)
+// on the host of `listen`, serving `service`; null when it is off.
+absl::StatusOr<std::unique_ptr<PsTcpServer>> StartDataPlane(PsServiceImpl* service, const std::string& listen,
+                                                            bool tls, int64_t max_request_bytes) {
+  const std::string mode = absl::GetFlag(FLAGS_tcp_data_plane);
+  if (mode != "auto" && mode != "on" && mode != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("--tcp_data_plane=", mode, ": want auto, on or off"));
+  }
+  const int port = absl::GetFlag(FLAGS_data_port);
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--data_port=", port, ": want 0 to 65535"));
+  }
+  const int64_t buffered_mb = absl::GetFlag(FLAGS_max_data_plane_mb);
+  if (buffered_mb < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_data_plane_mb=", buffered_mb, ": want 1 or more"));
+  }
+  if (mode == "off") return nullptr;
+  if (mode == "on" && tls && !absl::GetFlag(FLAGS_allow_plaintext_data_plane)) {
+    return absl::InvalidArgumentError(
+        "--tcp_data_plane=on under TLS would send every tensor unencrypted while the rest is encrypted: "
+        "add --allow_plaintext_data_plane if that is meant, or leave --tcp_data_plane at auto (the gRPC "
+        "stream, encrypted)");
+  }
+  if (mode == "auto" && tls) {
+    LOG(INFO) << "no TCP data plane under TLS (it would not be encrypted): workers use the gRPC stream; "
+                 "--tcp_data_plane=on offers it anyway";
+    return nullptr;
+  }
+  PsTcpServerOptions t;
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]") host.clear();
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  t.host = host;
+  t.port = port;
+  t.max_request_bytes = static_cast<uint64_t>(max_request_bytes);
+  t.max_buffered_bytes = static_cast<uint64_t>(buffered_mb) << 20;
+  absl::StatusOr<std::unique_ptr<PsTcpServer>> tcp = PsTcpServer::Start(service, t);
+  if (tcp.ok()) service->set_tcp_server(tcp->get());
+  return tcp;
+}
 
 int Main(int argc, char** argv) {
   BlockTerminationSignals();
@@ -140,37 +184,10 @@ int Main(int argc, char** argv) {
   ReplicaRouter router(&core, o, &channels);
   service.set_router(&router);
   // The TCP data plane: the same calls, checks and core, without gRPC.
-  const std::string tcp_mode = absl::GetFlag(FLAGS_tcp_data_plane);
-  if (tcp_mode != "auto" && tcp_mode != "on" && tcp_mode != "off") {
-    return ExitWithError(absl::InvalidArgumentError(
-        absl::StrCat("--tcp_data_plane=", tcp_mode, ": want auto, on or off")));
-  }
-  const int data_port = absl::GetFlag(FLAGS_data_port);
-  if (data_port < 0 || data_port > 65535) {
-    return ExitWithError(absl::InvalidArgumentError(absl::StrCat("--data_port=", data_port, ": want 0 to 65535")));
-  }
-  std::unique_ptr<PsTcpServer> tcp;
-  if (tcp_mode == "on" || (tcp_mode == "auto" && !rpc.security.tls())) {
-    PsTcpServerOptions t;
-    const std::string listen_host = listen.substr(0, listen.rfind(':'));
-    t.host = listen_host == "0.0.0.0" || listen_host == "[::]" ? "" : listen_host;
-    if (t.host.size() >= 2 && t.host.front() == '[') t.host = t.host.substr(1, t.host.size() - 2);
-    t.port = data_port;
-    t.max_request_bytes = static_cast<uint64_t>(o.max_request_bytes);
-    const int64_t buffered_mb = absl::GetFlag(FLAGS_max_data_plane_mb);
-    if (buffered_mb < 1) {
-      return ExitWithError(absl::InvalidArgumentError(
-          absl::StrCat("--max_data_plane_mb=", buffered_mb, ": want 1 or more")));
-    }
-    t.max_buffered_bytes = static_cast<uint64_t>(buffered_mb) << 20;
-    absl::StatusOr<std::unique_ptr<PsTcpServer>> started = PsTcpServer::Start(&service, t);
-    if (!started.ok()) return ExitWithError(started.status());
-    tcp = *std::move(started);
-    service.set_tcp_server(tcp.get());
-  } else if (tcp_mode == "auto") {
-    LOG(INFO) << "no TCP data plane under TLS (it would not be encrypted): workers use the gRPC stream; "
-                 "--tcp_data_plane=on offers it anyway";
-  }
+  absl::StatusOr<std::unique_ptr<PsTcpServer>> tcp_started =
+      StartDataPlane(&service, listen, rpc.security.tls(), o.max_request_bytes);
+  if (!tcp_started.ok()) return ExitWithError(tcp_started.status());
+  std::unique_ptr<PsTcpServer> tcp = *std::move(tcp_started);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex

@@ -424,6 +424,24 @@ std::string ListeningAddress(int port) {
   return "";
 }
 
+// Under TLS the clear TCP data plane is refused unless the user says they
+// mean it: one INFO line was all a user got for tensors sent in clear.
+TEST_F(SecurityTest, UnderTlsTheClearDataPlaneNeedsItsOwnFlag) {
+  std::vector<std::string> argv = {testing::RunfilePath("ps/server"), "--cluster_spec=" + cluster_.spec_path,
+                                   "--task=ps:0", "--snapshot_dir=" + dir_, "--tcp_data_plane=on"};
+  for (auto& f : SecurityFlags("tls", "ps-0")) argv.push_back(f);
+  auto refused = Daemon::Start("ps:0", argv);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  absl::StatusOr<int> exit = (*refused)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) != 0);
+  EXPECT_TRUE((*refused)->WaitForLine("add --allow_plaintext_data_plane if that is meant", absl::ZeroDuration()));
+  argv.push_back("--allow_plaintext_data_plane");
+  auto allowed = Daemon::Start("ps:0", argv);
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_TRUE((*allowed)->WaitForLine("NOT encrypted", absl::Seconds(30)));
+}
+
 // The chief's status page listens on loopback unless told otherwise, and
 // with --http_token_file answers nobody without the token.
 TEST_F(SecurityTest, StatusPageListensOnLoopbackByDefaultAndCanRequireAToken) {

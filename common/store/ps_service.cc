@@ -283,12 +283,11 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PsServiceImpl::Exch
 
 grpc::ServerUnaryReactor* PsServiceImpl::OpenDataPlane(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
+  Caller caller;  // the ticket carries who this is
   return ServeParsed<OpenDataPlaneRequest, OpenDataPlaneResponse>(
-      ctx, req, resp, "OpenDataPlane", [&] { return auth_.Authorize(*ctx, Rpc::kPsOpenDataPlane); },
+      ctx, req, resp, "OpenDataPlane", [&] { return auth_.Authorize(*ctx, Rpc::kPsOpenDataPlane, &caller); },
       [&](const OpenDataPlaneRequest&, OpenDataPlaneResponse* out) {
         if (tcp_ == nullptr) return grpc::Status::OK;  // port 0: none offered
-        Caller caller;
-        if (grpc::Status a = auth_.Identify(*ctx, &caller); !a.ok()) return a;
         absl::StatusOr<PsTcpServer::Ticket> t = tcp_->IssueTicket(caller);
         if (!t.ok()) return ToGrpcStatus(t.status());
         out->set_port(tcp_->port());

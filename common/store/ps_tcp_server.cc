@@ -1,13 +1,11 @@
 #include "common/store/ps_tcp_server.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -49,27 +47,6 @@ std::string PeerName(const sockaddr_storage& a) {
   return absl::StrCat(host, ":", port);
 }
 
-// Blocking reads with a timeout (the hello only), then none.
-void SetReceiveTimeout(int fd, absl::Duration d) {
-  timeval tv{};
-  if (d > absl::ZeroDuration()) tv = absl::ToTimeval(d);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-}
-
-// Reads exactly n bytes (blocking, within the socket's receive timeout).
-bool ReadHello(int fd, uint8_t* p, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::read(fd, p + got, n - got);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-    } else if (r == 0 || errno != EINTR) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // The store and epoch a frame names, checked as ReadReplicaHeader checks
 // the same pair in a gRPC call's metadata.
 absl::StatusOr<ReplicaHeader> FrameRoute(const tcpframe::Header& h) {
@@ -86,14 +63,10 @@ absl::StatusOr<ReplicaHeader> FrameRoute(const tcpframe::Header& h) {
   return r;
 }
 
-void WriteVerdict(int fd, const grpc::Status& s) {
-  const std::string v = tcpframe::EncodeVerdict(s);
-  size_t sent = 0;
-  while (sent < v.size()) {
-    ssize_t n = ::send(fd, v.data() + sent, v.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0 && errno != EINTR) return;
-    if (n > 0) sent += static_cast<size_t>(n);
-  }
+// The answer to a hello; best effort (a peer that does not read it is gone).
+void WriteVerdict(int fd, const grpc::Status& s, const std::string& peer) {
+  std::string v = tcpframe::EncodeVerdict(s);
+  (void)net::IoExact(fd, v.data(), v.size(), /*write=*/true, absl::Now() + absl::Seconds(1), nullptr, peer);
 }
 
 }  // namespace
@@ -171,8 +144,10 @@ void PsTcpServer::AcceptLoop() {
       if (static_cast<int>(open_.size()) >= options_.max_connections) {
         LOG_EVERY_N(WARNING, 100) << "TCP data plane: refused a connection from " << c->peer << ": "
                                   << options_.max_connections << " open already";
-        WriteVerdict(fd.get(), grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                            "the PS serves its most data-plane connections already"));
+        WriteVerdict(fd.get(),
+                     grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                  "the PS serves its most data-plane connections already"),
+                     c->peer);
         continue;
       }
       c->id = next_id_++;
@@ -186,28 +161,34 @@ void PsTcpServer::AcceptLoop() {
 
 void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
   c->reader = std::this_thread::get_id();
-  // The hello, within its time.
+  // The hello, within its time (or until shutdown).
   DataCaller who;
   {
     uint8_t hello[tcpframe::kHelloBytes];
-    SetReceiveTimeout(c->fd.get(), options_.hello_timeout);
+    absl::Status read = net::IoExact(c->fd.get(), hello, sizeof(hello), /*write=*/false,
+                                     absl::Now() + options_.hello_timeout, &stop_, c->peer);
     absl::StatusOr<Caller> caller = absl::UnauthenticatedError("no hello");
-    if (!ReadHello(c->fd.get(), hello, sizeof(hello))) {
+    if (read.code() == absl::StatusCode::kDeadlineExceeded) {
       caller = absl::DeadlineExceededError(
           absl::StrCat("no data-plane hello within ", absl::FormatDuration(options_.hello_timeout)));
+    } else if (!read.ok()) {
+      caller = read;
     } else {
       absl::StatusOr<std::string> ticket = tcpframe::DecodeHello(hello);
       caller = ticket.ok() ? Redeem(*ticket) : ticket.status();
     }
     if (caller.ok()) {
       who.caller = *caller;
-      SetReceiveTimeout(c->fd.get(), absl::ZeroDuration());
-      WriteVerdict(c->fd.get(), grpc::Status::OK);
-    } else if (!stop_.load()) {
-      LOG_EVERY_N(WARNING, 20) << "TCP data plane: refused " << c->peer << ": " << caller.status().message();
-      WriteVerdict(c->fd.get(), grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(caller.status().message())));
+      WriteVerdict(c->fd.get(), grpc::Status::OK, c->peer);
+    } else {
+      who.identified = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no ticket");
+      if (!stop_.load()) {
+        LOG_EVERY_N(WARNING, 20) << "TCP data plane: refused " << c->peer << ": " << caller.status().message();
+        WriteVerdict(c->fd.get(),
+                     grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(caller.status().message())),
+                     c->peer);
+      }
     }
-    if (!caller.ok()) who.identified = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no ticket");
   }
   if (who.identified.ok()) {
     tcpframe::FrameReader reader(c->fd.get(), pool_, options_.max_request_bytes, c->peer, budget_);

@@ -21,8 +21,10 @@ constexpr char kPullRows[] = "/psrt.ParameterServer/PullRows";
 constexpr char kPush[] = "/psrt.ParameterServer/Push";
 constexpr char kPushRows[] = "/psrt.ParameterServer/PushRows";
 
-absl::Status GivenUp(int ps) {
-  return absl::CancelledError(absl::StrCat("ps:", ps, " was given up on by the chief (a failover)"));
+// A call to a PS the chief gave up on (Abandon): ended in flight, or not sent.
+absl::Status GivenUp(int ps, bool sent = true) {
+  return absl::CancelledError(
+      absl::StrCat("ps:", ps, " was given up on by the chief (a failover)", sent ? "" : ": call not sent"));
 }
 
 }  // namespace
@@ -136,8 +138,7 @@ std::unique_ptr<PsClient::Pending> PsClient::StartCalls(
         cr.epoch = route.epoch();
         absl::MutexLock lock(&inflight_mu_);
         if (abandoned_.count(ps) > 0) {
-          done(absl::CancelledError(
-              absl::StrCat("ps:", ps, " was given up on by the chief (a failover): call not sent")));
+          done(GivenUp(ps, /*sent=*/false));
           continue;
         }
       }
@@ -162,8 +163,7 @@ std::unique_ptr<PsClient::Pending> PsClient::StartCalls(
       absl::MutexLock lock(&inflight_mu_);
       if (abandoned_.count(ps) > 0) {
         absl::MutexLock wl(&w->mu);
-        w->out[i] = absl::CancelledError(
-            absl::StrCat("ps:", ps, " was given up on by the chief (a failover): call not sent"));
+        w->out[i] = GivenUp(ps, /*sent=*/false);
         --w->left;
         p->unary[i].reset();
         continue;

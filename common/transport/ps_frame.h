@@ -18,11 +18,13 @@
 #ifndef PSRT_COMMON_TRANSPORT_PS_FRAME_H_
 #define PSRT_COMMON_TRANSPORT_PS_FRAME_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/status.h"
 
@@ -36,6 +38,11 @@ enum class Method : uint8_t { kPull = 1, kPullRows = 2, kPush = 3, kPushRows = 4
 const char* MethodName(Method m);
 // From a unary method's path ("/psrt.ParameterServer/Push"); false for any other.
 bool MethodFromPath(const std::string& path, Method* m);
+
+// A call's timeout as a frame carries it: whole milliseconds, 1 ms to 1 h.
+inline uint32_t TimeoutMs(absl::Duration timeout) {
+  return static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1, 3600 * 1000));
+}
 
 struct RequestHeader {
   Method method = Method::kPull;

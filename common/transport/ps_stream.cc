@@ -215,7 +215,7 @@ uint64_t PsStream::Start(psframe::Method method, const grpc::ByteBuffer& request
   }
   psframe::RequestHeader h;
   h.method = method;
-  h.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1, 3600 * 1000));
+  h.timeout_ms = psframe::TimeoutMs(timeout);
   // Two tries: a stream found broken when the frame is queued never sent
   // it, so it goes on a fresh stream.
   for (int attempt = 0;; ++attempt) {

@@ -6,19 +6,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "common/net/socket.h"
 #include "common/rpc/status_util.h"
+#include "common/rpc/unary_call.h"
 #include "common/transport/tcp_frame.h"
 #include "common/transport/tcp_frame_io.h"
 #include "glog/logging.h"
-#include "grpcpp/generic/generic_stub.h"
-#include "proto/ps_service.pb.h"
+#include "proto/ps_service.grpc.pb.h"
 
 namespace psrt {
 namespace {
 
-constexpr char kOpenDataPlane[] = "/psrt.ParameterServer/OpenDataPlane";
 // Ids of calls handed to the fallback stream carry this bit.
 constexpr uint64_t kFallbackBit = uint64_t{1} << 63;
 
@@ -137,16 +135,6 @@ PsTcpChannel::~PsTcpChannel() {
   }
 }
 
-bool PsTcpChannel::using_tcp() const {
-  absl::MutexLock lock(&mu_);
-  return fallback_ == nullptr;
-}
-
-int64_t PsTcpChannel::connections_opened() const {
-  absl::MutexLock lock(&mu_);
-  return opened_;
-}
-
 void PsTcpChannel::FallBack(const absl::Status& why) {
   // No data plane offered is a setting (TLS, --tcp_data_plane=off); the
   // rest are surprises worth a warning.
@@ -189,53 +177,36 @@ absl::StatusOr<std::shared_ptr<PsTcpChannel::Connection>> PsTcpChannel::Current(
 absl::StatusOr<std::shared_ptr<PsTcpChannel::Connection>> PsTcpChannel::Open(uint64_t id) {
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   // 1. The data port and a ticket, over the authenticated gRPC channel.
-  grpc::GenericStub stub(channel_);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(deadline));
-  const std::string empty = OpenDataPlaneRequest().SerializeAsString();
-  grpc::Slice slice(empty);
-  grpc::ByteBuffer request(&slice, 1), response;
-  grpc::Status status;
-  absl::Notification answered;
-  stub.UnaryCall(&ctx, kOpenDataPlane, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
-    status = std::move(s);
-    answered.Notify();
-  });
-  answered.WaitForNotification();
   auto fall_back = [this](const absl::Status& why) -> absl::StatusOr<std::shared_ptr<Connection>> {
     absl::MutexLock lock(&mu_);
     if (fallback_ == nullptr) FallBack(why);
     return std::shared_ptr<Connection>();
   };
-  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+  std::unique_ptr<ParameterServer::Stub> stub = ParameterServer::NewStub(channel_);
+  absl::StatusOr<OpenDataPlaneResponse> open =
+      CallUnary(stub.get(), &ParameterServer::Stub::OpenDataPlane, OpenDataPlaneRequest(),
+                options_.connect_timeout, peer_, "OpenDataPlane");
+  if (open.status().code() == absl::StatusCode::kUnimplemented) {
     return fall_back(absl::UnimplementedError("the PS has no OpenDataPlane (an older PS)"));
   }
-  if (!status.ok()) return FromGrpcStatus(status, peer_, "OpenDataPlane");
-  OpenDataPlaneResponse open;
-  {
-    grpc::Slice flat;
-    if (!response.DumpToSingleSlice(&flat).ok() ||
-        !open.ParseFromArray(flat.begin(), static_cast<int>(flat.size()))) {
-      return fall_back(absl::DataLossError("its OpenDataPlane answer does not parse"));
-    }
-  }
-  if (open.port() == 0) return std::shared_ptr<Connection>();  // none offered
-  if (open.port() < 0 || open.port() > 65535 || open.ticket().size() != tcpframe::kTicketBytes) {
-    return fall_back(absl::DataLossError(absl::StrCat("its OpenDataPlane answer names port ", open.port(),
-                                                      " and a ticket of ", open.ticket().size(), " bytes")));
+  if (!open.ok()) return open.status();
+  if (open->port() == 0) return std::shared_ptr<Connection>();  // none offered
+  if (open->port() < 0 || open->port() > 65535 || open->ticket().size() != tcpframe::kTicketBytes) {
+    return fall_back(absl::DataLossError(absl::StrCat("its OpenDataPlane answer names port ", open->port(),
+                                                      " and a ticket of ", open->ticket().size(), " bytes")));
   }
   absl::StatusOr<std::pair<std::string, int>> host = net::SplitHostPort(address_);
   if (!host.ok()) return fall_back(host.status());
   // 2. Connect and present the ticket.
-  absl::StatusOr<net::Fd> fd = net::ConnectOnce(host->first, open.port(), 0, deadline, nullptr);
+  absl::StatusOr<net::Fd> fd = net::ConnectOnce(host->first, open->port(), 0, deadline, nullptr);
   if (!fd.ok()) {
     // The PS answered on its gRPC port but its data port is not reachable
     // from here (a firewall): the stream still works.
     return fall_back(absl::UnavailableError(
-        absl::StrCat("data port ", open.port(), " not reachable: ", fd.status().message())));
+        absl::StrCat("data port ", open->port(), " not reachable: ", fd.status().message())));
   }
-  const std::string what = absl::StrCat(peer_, "'s data port ", host->first, ":", open.port());
-  const std::string hello = tcpframe::EncodeHello(open.ticket());
+  const std::string what = absl::StrCat(peer_, "'s data port ", host->first, ":", open->port());
+  const std::string hello = tcpframe::EncodeHello(open->ticket());
   absl::Status io = net::IoExact(fd->get(), const_cast<char*>(hello.data()), hello.size(), true, deadline,
                                  nullptr, what);
   uint8_t verdict[tcpframe::kVerdictHeaderBytes];
@@ -277,7 +248,7 @@ uint64_t PsTcpChannel::Start(psframe::Method method, const grpc::ByteBuffer& req
   h.store = route.present() ? route.store : -1;
   h.epoch = route.present() ? route.epoch : 0;
   h.replica = route.present() && route.replica;
-  h.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1, 3600 * 1000));
+  h.timeout_ms = psframe::TimeoutMs(timeout);
   // Two tries: a connection found broken when the frame is queued never
   // sent it, so it goes on a fresh one.
   for (int attempt = 0;; ++attempt) {

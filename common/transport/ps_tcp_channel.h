@@ -65,10 +65,6 @@ class PsTcpChannel : public PsCallChannel {
   bool CanRoute() override;
   void Expire(uint64_t id, const absl::Status& status) override;
 
-  // False once calls go over the gRPC stream instead (see above).
-  bool using_tcp() const;
-  // Connections opened so far (tests: a reconnect after a PS restart).
-  int64_t connections_opened() const;
 
   class Connection;   // one open TCP connection
 
@@ -88,7 +84,7 @@ class PsTcpChannel : public PsCallChannel {
   mutable absl::Mutex connect_mu_;  // one Open at a time; held across it
   mutable absl::Mutex mu_;
   std::shared_ptr<Connection> current_ ABSL_GUARDED_BY(mu_);
-  int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;  // connections opened: each one's id
   std::unique_ptr<PsStream> fallback_ ABSL_GUARDED_BY(mu_);  // set once, never reset
 };
 
