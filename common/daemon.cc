@@ -2,8 +2,11 @@
 
 #include <arpa/inet.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -51,7 +54,23 @@ std::vector<char*> InitDaemon(int argc, char** argv, const char* usage) {
   // training cluster's CPU in a profile of the data path. Daemons turn it
   // off; tests keep it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  RaiseDescriptorLimit();
   return positional;
+}
+
+void RaiseDescriptorLimit() {
+  // The soft limit is often 1,024 while the hard one is far higher: a PS
+  // with that many connections open (workers, or a crowd of strangers)
+  // left gRPC unable to accept for good ("Too many open files").
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
+  const rlim_t before = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    VLOG(1) << "descriptor limit raised from " << before << " to " << lim.rlim_cur;
+  } else {
+    LOG(WARNING) << "cannot raise the descriptor limit from " << before << ": " << std::strerror(errno);
+  }
 }
 
 absl::StatusOr<TaskConfig> TaskConfigFromFlags() {

@@ -29,6 +29,9 @@ namespace psrt {
 // Parses flags (absl), sends glog output to stderr, installs the crash
 // handler. Returns the positional arguments (argv[0] first).
 std::vector<char*> InitDaemon(int argc, char** argv, const char* usage);
+// Raises this process's soft limit on open descriptors to its hard limit
+// (InitDaemon does, for every daemon).
+void RaiseDescriptorLimit();
 
 // --cluster_spec / --task, falling back to the TF_CONFIG variable.
 absl::StatusOr<TaskConfig> TaskConfigFromFlags();
