@@ -46,19 +46,24 @@ std::string CheckpointName(absl::string_view checkpoint_dir) {
   return std::string(slash == absl::string_view::npos ? d : d.substr(slash + 1));
 }
 
-absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::string& dir,
-                                                   bool wait_durable, int keep,
-                                                   const std::vector<std::string>& variables, int full_every) {
+absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(int64_t step, const std::string& dir, bool wait_durable,
+                                                   int keep, const std::vector<std::string>& variables,
+                                                   int full_every) {
   SnapshotRequest req;
-  req.set_full_every(full_every);
-  for (const std::string& v : variables) req.add_variable(v);
   req.set_step(step);
-  req.set_checkpoint(CheckpointName(dir));
   req.set_wait_durable(wait_durable);
   req.set_keep(keep);
+  req.set_full_every(full_every);
+  for (const std::string& v : variables) req.add_variable(v);
+  return Snapshot(std::move(req), dir);
+}
+
+absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(SnapshotRequest req, const std::string& dir) {
+  req.set_checkpoint(CheckpointName(dir));
   // Without wait_durable a snapshot is an in-memory copy: a PS that takes
   // longer is hung, and the checkpoint is abandoned rather than waited on.
-  return Call(&ParameterServer::Stub::Snapshot, req, wait_durable ? kStorageTimeout : kControlTimeout, "Snapshot");
+  const bool wait = req.wait_durable();
+  return Call(&ParameterServer::Stub::Snapshot, req, wait ? kStorageTimeout : kControlTimeout, "Snapshot");
 }
 
 absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string& dir, int64_t generation,

@@ -49,9 +49,12 @@ class PsAdmin {
   // (CheckpointName), never the path.
   // `variables`: only these (a mirrored replica's share); empty = all.
   // `full_every` > 0: the PS may write a delta (SnapshotRequest.full_every).
-  absl::StatusOr<SnapshotResponse> Snapshot(int64_t step, const std::string& dir, bool wait_durable,
-                                            int keep, const std::vector<std::string>& variables = {},
-                                            int full_every = 0);
+  // `req` says the rest (step, wait_durable, keep or retain, variables,
+  // full_every); its checkpoint is set here.
+  absl::StatusOr<SnapshotResponse> Snapshot(SnapshotRequest req, const std::string& dir);
+  // The common case of the above.
+  absl::StatusOr<SnapshotResponse> Snapshot(int64_t step, const std::string& dir, bool wait_durable, int keep,
+                                            const std::vector<std::string>& variables = {}, int full_every = 0);
   // Restores step and moves the PS to `generation` with it; `dir` as above.
   // `sources`: the checkpoint's stores to assemble from when it was taken
   // with another layout (RestoreRequest.source); empty = the PS's own.

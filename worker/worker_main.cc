@@ -129,6 +129,7 @@ int Main(int argc, char** argv) {
   replica_options.task_index = config->task.index();
   replica_options.incarnation = incarnation;
   replica_options.store_name = absl::StrCat("worker-", config->task.index());
+  replica_options.reads_see_whole_steps = true;  // replicas are compared bit for bit
   replica_options.snapshot_root = SnapshotRootFor(absl::GetFlag(FLAGS_snapshot_dir), replica_options.store_name);
   int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
   if (max_memory_mb < 0) {

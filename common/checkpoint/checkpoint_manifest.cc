@@ -163,11 +163,52 @@ absl::StatusOr<CheckpointManifest> ManifestStore::LatestValid(std::vector<std::s
   return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", dir_));
 }
 
+std::vector<int64_t> ManifestStore::Retained(int keep) const {
+  const std::vector<int64_t> steps = Steps();
+  const size_t first = steps.size() > static_cast<size_t>(std::max(keep, 1)) ? steps.size() - std::max(keep, 1) : 0;
+  std::vector<int64_t> kept(steps.begin() + first, steps.end());
+  // Every shard a whole snapshot (a manifest that does not read: no).
+  auto all_full = [this](int64_t step) {
+    absl::StatusOr<CheckpointManifest> m = Read(step);
+    if (!m.ok()) return false;
+    for (const CheckpointManifest::Shard& s : m->shard()) {
+      if (s.delta()) return false;
+    }
+    return true;
+  };
+  bool any_delta = false;
+  for (int64_t step : kept) any_delta |= !all_full(step);
+  if (!any_delta) return kept;
+  int64_t base = -1;
+  for (int64_t step : kept) {
+    if (all_full(step)) {
+      base = step;
+      break;
+    }
+  }
+  size_t i = first;  // steps[0, i) are the candidates older than `base`
+  if (base < 0) {
+    while (i > 0 && base < 0) {
+      if (all_full(steps[--i])) base = steps[i];
+    }
+    if (base >= 0) kept.push_back(base);
+  }
+  while (base >= 0 && i > 0) {
+    if (all_full(steps[--i])) {
+      kept.push_back(steps[i]);  // shares no file with B
+      break;
+    }
+  }
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
 std::vector<int64_t> ManifestStore::Prune(int keep) {
-  std::vector<int64_t> steps = Steps();
+  const std::vector<int64_t> retained = Retained(keep);
   std::vector<int64_t> removed;
-  for (size_t i = 0; i + keep < steps.size(); ++i) {
-    if (::unlink(PathFor(steps[i]).c_str()) == 0) removed.push_back(steps[i]);
+  for (int64_t step : Steps()) {
+    if (std::binary_search(retained.begin(), retained.end(), step)) continue;
+    if (::unlink(PathFor(step).c_str()) == 0) removed.push_back(step);
   }
   return removed;
 }

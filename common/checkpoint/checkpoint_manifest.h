@@ -42,7 +42,16 @@ class ManifestStore {
   // warning naming them (into *skipped if given). NOT_FOUND if none.
   absl::StatusOr<CheckpointManifest> LatestValid(std::vector<std::string>* skipped = nullptr) const;
 
-  // Deletes all but the newest `keep` manifests; returns the steps removed.
+  // The checkpoints retention keeps, ascending: the newest `keep`; and
+  // where any of those has an incremental (delta) shard, also the full
+  // checkpoint every kept chain goes back to (B: the oldest all-full one
+  // kept, or the newest before them) and A, the newest all-full checkpoint
+  // before B. A and B each read only their own step's files, so one
+  // corrupt file (say B's, which the newest deltas chain through) leaves
+  // one of them whole to restore.
+  std::vector<int64_t> Retained(int keep) const;
+  // Deletes every manifest Retained(keep) does not name; returns the steps
+  // removed.
   std::vector<int64_t> Prune(int keep);
 
   // DIR/job_state, written atomically like a manifest. A missing file reads

@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -38,6 +39,49 @@ TEST_F(ManifestTest, CommitReadListAndPrune) {
   EXPECT_EQ(store.Prune(2), (std::vector<int64_t>{100}));
   EXPECT_EQ(store.Steps(), (std::vector<int64_t>{200, 300}));
   EXPECT_EQ(store.Read(100).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Incremental checkpoints: two PS, each shard full or a delta on the step
+// before. Retention keeps the newest `keep`, the full checkpoint B their
+// chains go back to, and the newest full one before B: with one file
+// corrupt, B or that one still restores.
+TEST_F(ManifestTest, IncrementalRetentionKeepsAnIndependentFullCheckpoint) {
+  ManifestStore store(dir_);
+  auto commit = [&](int64_t step, bool delta0, bool delta1) {
+    CheckpointManifest m;
+    m.set_step(step);
+    for (int p = 0; p < 2; ++p) {
+      auto* s = m.add_shard();
+      s->set_ps_task(p);
+      s->set_path(absl::StrCat("ps-", p));
+      s->set_delta(p == 0 ? delta0 : delta1);
+      if (s->delta()) s->set_base_step(step - 100);
+    }
+    ASSERT_TRUE(store.Commit(m).ok());
+  };
+  commit(100, false, false);  // full
+  commit(200, true, true);
+  commit(300, false, false);  // full
+  commit(400, true, true);
+  commit(500, true, false);   // ps-1 wrote a full one (after a restart): not all full
+  commit(600, true, true);
+  EXPECT_EQ(store.Retained(2), (std::vector<int64_t>{100, 300, 500, 600}));
+  EXPECT_EQ(store.Prune(2), (std::vector<int64_t>{200, 400}));
+  EXPECT_EQ(store.Steps(), (std::vector<int64_t>{100, 300, 500, 600}));
+  // A full checkpoint among the kept is the base; the one before it stays.
+  commit(700, false, false);
+  EXPECT_EQ(store.Retained(2), (std::vector<int64_t>{300, 600, 700}));
+  // Only full checkpoints kept: each is independent of the others.
+  commit(800, false, false);
+  EXPECT_EQ(store.Retained(2), (std::vector<int64_t>{700, 800}));
+  EXPECT_EQ(store.Retained(1), (std::vector<int64_t>{800}));
+  // No full checkpoint before the base: nothing more to keep.
+  ManifestStore fresh(dir_ + "-fresh");
+  ASSERT_TRUE(fresh.Commit(Manifest(10)).ok());
+  CheckpointManifest d = Manifest(20);
+  d.mutable_shard(0)->set_delta(true);
+  ASSERT_TRUE(fresh.Commit(d).ok());
+  EXPECT_EQ(fresh.Retained(1), (std::vector<int64_t>{10, 20}));
 }
 
 TEST_F(ManifestTest, CorruptOrTruncatedManifestIsRefusedAndTheOlderOneUsed) {

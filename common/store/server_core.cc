@@ -335,7 +335,9 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
   WaitOrRun(worker, step, deadline, [this, names = std::move(names), done = std::move(done)](absl::Status s) {
     if (!s.ok()) return done(s, {}, 0);
     NamedTensors out;
+    int64_t gs;
     {
+      auto whole = WholeStepRead();
       absl::ReaderMutexLock lock(&mu_);
       // The whole answer's size first: nothing is read for one over the
       // bound (issue #17: a pull response was bounded by memory alone).
@@ -355,10 +357,7 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
         if (!t.ok()) return done(t.status(), {}, 0);
         out.emplace_back(name, *std::move(t));
       }
-    }
-    int64_t gs;
-    {
-      absl::MutexLock lock(&sync_mu_);
+      absl::MutexLock sync(&sync_mu_);
       gs = global_step_;
     }
     done(absl::OkStatus(), std::move(out), gs);
@@ -382,7 +381,9 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
   WaitOrRun(worker, step, deadline, [this, ids = std::move(ids), done = std::move(done), read_only](absl::Status s) {
     if (!s.ok()) return done(s, {}, 0);
     NamedTensors out;
+    int64_t gs;
     {
+      auto whole = WholeStepRead();
       absl::ReaderMutexLock lock(&mu_);
       // Size first, before any row is copied or made.
       std::vector<Variable*> vars;
@@ -403,10 +404,7 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
         if (!r.ok()) return done(r.status(), {}, 0);
         out.emplace_back(name, *std::move(r));
       }
-    }
-    int64_t gs;
-    {
-      absl::MutexLock lock(&sync_mu_);
+      absl::MutexLock sync(&sync_mu_);
       gs = global_step_;
     }
     done(absl::OkStatus(), std::move(out), gs);
@@ -485,6 +483,8 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
   PushResponse resp;
   bool wake = false;
   {
+    // The step counted and its values applied as one, for whole-step reads.
+    absl::MutexLockMaybe whole(options_.reads_see_whole_steps ? &whole_step_mu_ : nullptr);
     absl::ReaderMutexLock lock(&mu_);
     RETURN_IF_ERROR(CheckGenerationLocked(id.generation(), "push"));
     // Validate everything first: a refused push changes nothing.
@@ -741,6 +741,10 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     return absl::InvalidArgumentError(
         absl::StrCat("full_every: ", req.full_every(), "; want 0 (every snapshot full) to ", kMaxFullEvery));
   }
+  if (req.retain().step_size() > kMaxKeep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("retain: ", req.retain().step_size(), " steps; at most ", kMaxKeep, " are kept"));
+  }
   {
     // Each queued snapshot is a copy of every variable in memory: a flood of
     // requests not waiting for durability grew the queue without bound.
@@ -755,6 +759,7 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   WriteJob job;
   job.store = store;
   job.keep = req.keep() > 0 ? req.keep() : 3;
+  if (req.has_retain()) job.retain.emplace(req.retain().step().begin(), req.retain().step().end());
   job.snapshot.step = req.step();
   int64_t bytes = 0;
   {
@@ -847,7 +852,9 @@ void ParameterServerCore::WriterLoop() {
     }
     const absl::Time start = absl::Now();
     absl::StatusOr<int64_t> bytes = WriteLinked(job);
-    absl::Status pruned = bytes.ok() ? job.store->Prune(job.keep, job.snapshot.step) : absl::OkStatus();
+    absl::Status pruned = !bytes.ok()          ? absl::OkStatus()
+                          : job.retain.has_value() ? job.store->PruneTo(*job.retain, job.snapshot.step)
+                                                   : job.store->Prune(job.keep, job.snapshot.step);
     if (!bytes.ok() && bytes.status().code() != absl::StatusCode::kResourceExhausted &&
         bytes.status().code() != absl::StatusCode::kAborted) {  // a delta refused unwritten
       {

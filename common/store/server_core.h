@@ -35,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -81,6 +82,12 @@ struct ServerCoreOptions {
   // The snapshot store's name under a checkpoint directory; empty =
   // "ps-<task_index>". A mirrored worker's replica is "worker-<index>".
   std::string store_name;
+  // Whether a Pull or PullRows sees only whole steps: no push half applied,
+  // and the global step it reports is the one its values are at. For a
+  // mirrored worker's replica (one push at a time; the chief's and tests'
+  // reads compare replicas bit for bit). Off on a PS, whose reads run
+  // beside the many workers' applies, as TensorFlow's do.
+  bool reads_see_whole_steps = false;
 };
 
 // A checkpoint's name from a request: one path component of [A-Za-z0-9._-],
@@ -157,6 +164,8 @@ class ParameterServerCore {
     PsSnapshot snapshot;
     SnapshotStore* store;
     int keep;
+    // SnapshotRequest.retain, when the chief sent it: prune to these.
+    std::optional<std::vector<int64_t>> retain;
   };
   // Incremental checkpoints: the snapshot the next delta would chain to
   // (server_core_delta.cc).
@@ -222,6 +231,14 @@ class ParameterServerCore {
 
   // The variables. Readers: pulls and pushes (each variable locks itself);
   // writers: create, snapshot copy, restore.
+  // Held by a whole Push (exclusive) and by a read (shared) when
+  // options_.reads_see_whole_steps; taken before mu_.
+  mutable absl::Mutex whole_step_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // A shared hold of whole_step_mu_ where the options ask for it.
+  std::optional<absl::ReaderMutexLock> WholeStepRead() const {
+    if (!options_.reads_see_whole_steps) return std::nullopt;
+    return std::optional<absl::ReaderMutexLock>(std::in_place, &whole_step_mu_);
+  }
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);

@@ -89,6 +89,52 @@ TEST(ServerCoreTest, AsyncAppliesAtOnceAndRetriesOnce) {
   EXPECT_EQ(ps.Status().global_step(), 2);
 }
 
+// A replica's reads see whole steps: under SGD with rate 1 and a gradient
+// of 1 per element, a Pull at global step g must hold exactly -g in every
+// element of every variable, however it interleaves with the pushes (a
+// large variable makes each apply long enough to land reads inside it).
+TEST(ServerCoreTest, WholeStepReadsMatchTheStepTheyReport) {
+  ServerCoreOptions o = Options();
+  o.reads_see_whole_steps = true;
+  o.apply_threads = 2;
+  ParameterServerCore ps(o);
+  CreateVariablesRequest req;
+  const int64_t n = 1 << 18;
+  for (const char* name : {"a", "b"}) {
+    VariableDef* v = req.add_variable();
+    v->set_name(name);
+    v->set_dtype(DT_FLOAT);
+    v->mutable_shape()->add_dim(n);
+    v->mutable_initializer()->set_kind(InitializerDef::ZEROS);
+  }
+  req.mutable_optimizer()->mutable_sgd()->set_learning_rate(1);
+  req.set_num_workers(1);
+  ASSERT_TRUE(ps.CreateVariables(req).ok());
+  const Tensor ones = Tensor::FromVector<float>(std::vector<float>(n, 1.0f), TensorShape({n}));
+  constexpr int kPushes = 200;
+  std::thread pusher([&] {
+    for (int step = 0; step < kPushes; ++step) ASSERT_TRUE(ps.Push(Id(0, step), {{"a", ones}, {"b", ones}}).ok());
+  });
+  int reads = 0, torn = 0;
+  for (int64_t last = 0; last < kPushes;) {
+    absl::Notification done;
+    ps.Pull({"a", "b"}, -1, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors t, int64_t gs) {
+      ASSERT_TRUE(s.ok()) << s;
+      for (const auto& [name, value] : t) {
+        const float* d = value.data<float>();
+        for (int64_t i = 0; i < n; i += 4099) torn += d[i] != -static_cast<float>(gs);
+        torn += d[n - 1] != -static_cast<float>(gs);
+      }
+      last = gs;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    ++reads;
+  }
+  pusher.join();
+  EXPECT_EQ(torn, 0) << "of " << reads << " reads";
+}
+
 TEST(ServerCoreTest, ARetriedPushRowsAppliesOnce) {
   ParameterServerCore ps(Options());
   ASSERT_TRUE(ps.CreateVariables(Create("ASYNC", 1)).ok());
