@@ -84,7 +84,9 @@ JobStatusResponse Coordinator::Status() const {
 int64_t Coordinator::MinStep() const {
   int64_t m = end_step_;
   for (const WorkerView& w : workers_) {
-    if (!w.removed) m = std::min(m, w.step);
+    // A leaver still holding streams (no member was left to take them) is
+    // where the job stands, not the end.
+    if (!w.removed || !w.streams.empty()) m = std::min(m, w.step);
   }
   return m;
 }
@@ -254,8 +256,9 @@ absl::Status Coordinator::Setup() {
     report_("the previous chief of this job did not finish: taking over");
     CountFailure();
   }
-  SaveJobState(true);
-
+  // Generations go on from the job's record and from what its tasks hold,
+  // never from this host's clock.
+  LearnGenerationFloor(state.ok() ? state->generation() : 0);
   NewGeneration();
   if (options_.restore == "auto") {
     RETURN_IF_ERROR(RestoreOrStartFresh());
@@ -506,6 +509,10 @@ absl::Status Coordinator::Watch(bool* done) {
     ASSIGN_OR_RETURN(bool rebuilt, MaybeRebuild());
     if (rebuilt) return absl::OkStatus();
   }
+  // Done is every member's word, and a job with no member (its only
+  // workers left, as an eviction's SIGTERM does) is not done: the steps
+  // the leavers did not train wait for a worker to join or come back.
+  if (GroupMembers().empty()) all_done = false;
   if (all_done) {
     *done = true;
     return absl::OkStatus();

@@ -128,6 +128,9 @@ class Coordinator {
     // Left for good (its own word: an operator stopped it); back only as
     // a new process (a new incarnation registers).
     bool left = false;
+    // The incarnation a leave was claimed for while it still answered
+    // (StillServing): said once.
+    uint64_t leave_disbelieved = 0;
     // The data streams it reads (coordinator_elastic.cc): where each stood
     // at step stream_base, read in turn one batch a step from there.
     std::vector<StreamPos> streams;
@@ -192,6 +195,9 @@ class Coordinator {
   // Counts a failure survived and keeps the count beside the manifests.
   void CountFailure();
   void SaveJobState(bool running);
+  // Raises generation_ to the highest of `saved` (the job state's) and
+  // those the PS and workers that answer now report.
+  void LearnGenerationFloor(int64_t saved);
   absl::Duration Backoff(int attempt) const;
   // Runs fn(i) for every worker i at once, so that a worker that does not
   // answer costs one timeout, not one per worker; returns their statuses.
@@ -217,6 +223,9 @@ class Coordinator {
   // said it leaves is taken out. Returns true when it changed the
   // membership (then the caller's pass is over).
   absl::StatusOr<bool> WatchMembership();
+  // Whether worker `w`, said to have left, still answers as the same
+  // process (then it has not).
+  bool StillServing(WorkerView* w);
   // Every member stopped at a step boundary, the streams dealt again among
   // the members (a leaver's go on where it stopped), the SYNC group
   // resized and every member started again under a new generation.

@@ -58,7 +58,8 @@ absl::StatusOr<bool> Coordinator::WatchMembership() {
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
     const TaskState t = registry_->Get(MakeTaskId(kWorkerJob, i));
-    if (t.left && !w.left && w.incarnation != 0 && t.info.incarnation() == w.incarnation) {
+    if (t.left && !w.left && w.incarnation != 0 && t.info.incarnation() == w.incarnation &&
+        !StillServing(&w)) {
       // Its own word: stopped before step left_at_step. Not before what it
       // reported, nor past the end.
       w.step = std::clamp(t.left_at_step, std::min(w.step, end_step_), end_step_);
@@ -81,6 +82,21 @@ absl::StatusOr<bool> Coordinator::WatchMembership() {
   return true;
 }
 
+bool Coordinator::StillServing(WorkerView* w) {
+  // A worker that leaves stops its server before it says so (worker_main),
+  // so one that still answers as the same process has not left: the claim
+  // came from elsewhere (any holder of a worker token can send it), and
+  // taking it would deal the worker's data away while it trains on.
+  absl::StatusOr<WorkerStatusResponse> st = w->control->Status(absl::Seconds(2));
+  if (!st.ok() || st->incarnation() != w->incarnation) return false;
+  if (w->leave_disbelieved != w->incarnation) {
+    w->leave_disbelieved = w->incarnation;
+    report_(absl::StrCat("warning: a heartbeat said ", w->control->name(),
+                         " leaves, but it still answers as the same process: not taken out"));
+  }
+  return true;
+}
+
 void Coordinator::WarmUpJoiners(const std::vector<int>& joining) {
   // The deal as it would be now: which streams each joiner gets, and about
   // where (the others only move on, so a little behind).
@@ -98,11 +114,16 @@ void Coordinator::WarmUpJoiners(const std::vector<int>& joining) {
   ForEachWorker([&](int i) {
     if (std::find(joining.begin(), joining.end(), i) == joining.end() || dealt[i].empty()) return absl::OkStatus();
     WorkerView& w = workers_[i];
+    // A worker coming back holds the streams it left with (when no one was
+    // left to take them): they stay its own until the change deals them.
+    std::vector<StreamPos> held_before = std::move(w.streams);
+    const int64_t base_before = w.stream_base;
     w.streams = dealt[i];
     w.stream_base = now;
     WorkerAssignment a = AssignmentFor(i, now);
     a.set_end_step(now);  // builds its input, runs nothing
-    w.streams.clear();
+    w.streams = std::move(held_before);
+    w.stream_base = base_before;
     return w.control->Start(a);
   });
 }

@@ -55,10 +55,21 @@ absl::Status Coordinator::Checkpoint() {
   const int full_every = !policy.incremental() ? 0 : policy.full_every() > 0 ? policy.full_every() : 8;
   std::vector<SnapshotResponse> shards(NumPs());
   absl::Status copy_status = paused;
+  SnapshotRequest req;
+  req.set_step(step);
+  req.set_keep(keep);
+  req.set_full_every(full_every);
+  // The PS keep what the chief's manifests still name (and this step), so
+  // the independent full checkpoint the manifests keep is kept there too.
+  for (int64_t s : manifests_.Retained(keep)) req.mutable_retain()->add_step(s);
+  req.mutable_retain();  // set even when empty: the first checkpoint
   for (int p = 0; p < NumPs() && copy_status.ok(); ++p) {
     if (!StoreActive(p)) continue;
-    absl::StatusOr<SnapshotResponse> r =
-        StoreAdmin(p)->Snapshot(step, manifests_.dir(), false, keep, IsReplica(p) ? replica_share_[p - NumPsTasks()] : std::vector<std::string>(), full_every);
+    SnapshotRequest mine = req;
+    if (IsReplica(p)) {
+      for (const std::string& v : replica_share_[p - NumPsTasks()]) mine.add_variable(v);
+    }
+    absl::StatusOr<SnapshotResponse> r = StoreAdmin(p)->Snapshot(mine, manifests_.dir());
     if (r.ok()) {
       shards[p] = *r;
     } else {
@@ -221,13 +232,34 @@ std::vector<absl::Status> Coordinator::ForEachWorker(const std::function<absl::S
 }
 
 void Coordinator::NewGeneration() {
-  generation_ = std::max(generation_ + 1, static_cast<int64_t>(absl::ToUnixMillis(absl::Now())));
+  // One more than any handed out, recorded before any task sees it: a
+  // chief that dies after using it and its successor (whose clock may be
+  // anywhere) never hand out the same or a lower one.
+  ++generation_;
+  SaveJobState(true);
+}
+
+void Coordinator::LearnGenerationFloor(int64_t saved) {
+  int64_t floor = std::max(generation_, saved);
+  for (int p = 0; p < NumPs(); ++p) {
+    absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(PsProbeTimeout());
+    if (st.ok()) floor = std::max(floor, st->generation());
+  }
+  std::vector<int64_t> seen(NumWorkers(), 0);
+  ForEachWorker([&](int i) {
+    absl::StatusOr<WorkerStatusResponse> st = workers_[i].control->Status(absl::Seconds(2));
+    if (st.ok()) seen[i] = st->generation();
+    return absl::OkStatus();
+  });
+  for (int64_t g : seen) floor = std::max(floor, g);
+  generation_ = floor;
 }
 
 void Coordinator::SaveJobState(bool running) {
   ChiefJobState state;
   state.set_failures_survived(summary_.failures_survived);
   state.set_running(running);
+  state.set_generation(generation_);
   absl::Status s = manifests_.WriteJobState(state);
   if (!s.ok()) LOG(WARNING) << "cannot save the job state: " << s;
 }

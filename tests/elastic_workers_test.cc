@@ -26,6 +26,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/rpc/channel_cache.h"
+#include "common/rpc/unary_call.h"
+#include "proto/chief_service.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
 #include "tests/harness/training_cluster.h"
 
 namespace psrt {
@@ -33,6 +37,26 @@ namespace testing {
 namespace {
 
 constexpr int kSteps = 1400;
+
+// Each stream's batches (stream -> the batch numbers trained) trained once,
+// from 0 without a gap; returns how many there were in all.
+template <typename Stream>
+int64_t ExpectEachBatchOnce(const std::map<Stream, std::multiset<int64_t>>& trained) {
+  int64_t total = 0;
+  for (const auto& [stream, batches] : trained) {
+    const int64_t n = static_cast<int64_t>(batches.size());
+    total += n;
+    int doubled = 0, missing = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      doubled += batches.count(b) > 1;
+      missing += batches.count(b) == 0;
+    }
+    EXPECT_EQ(doubled, 0) << "stream " << stream << ": batches trained twice";
+    EXPECT_EQ(missing, 0) << "stream " << stream << ": batches skipped (read " << n << ", last "
+                          << *batches.rbegin() << ")";
+  }
+  return total;
+}
 
 class ElasticWorkersTest : public TrainingClusterTest {
  protected:
@@ -157,19 +181,7 @@ class ElasticWorkersTest : public TrainingClusterTest {
                 << worst << " ms" << std::endl;
     }
     EXPECT_EQ(trained.size(), 3u) << "three data streams (max_workers)";
-    int64_t total = 0;
-    for (const auto& [stream, batches] : trained) {
-      const int64_t n = static_cast<int64_t>(batches.size());
-      total += n;
-      int doubled = 0, missing = 0;
-      for (int64_t b = 0; b < n; ++b) {
-        doubled += batches.count(b) > 1;
-        missing += batches.count(b) == 0;
-      }
-      EXPECT_EQ(doubled, 0) << "stream " << stream << ": batches trained twice";
-      EXPECT_EQ(missing, 0) << "stream " << stream << ": batches skipped (read " << n << ", last "
-                            << *batches.rbegin() << ")";
-    }
+    const int64_t total = ExpectEachBatchOnce(trained);
     std::cerr << "FIGURE: " << ConsistencyDef::Mode_Name(mode) << " batches trained " << total << " over "
               << trained.size() << " streams, each once" << std::endl;
   }
@@ -181,6 +193,88 @@ TEST_F(ElasticWorkersTest, SyncJoinAndLeaveReadEveryBatchOnce) { Run(Consistency
 
 TEST_F(ElasticWorkersTest, BoundedStalenessJoinAndLeaveReadEveryBatchOnce) {
   Run(ConsistencyDef::BOUNDED_STALENESS);
+}
+
+// The batches of each stream in the --data_log files `logs`: each must have
+// been trained once, from 0 without a gap (ASYNC, where the changes fall on
+// step boundaries).
+void ExpectEveryBatchOnce(const std::vector<std::string>& logs, int64_t min_batches) {
+  std::map<int64_t, std::multiset<int64_t>> trained;
+  for (const std::string& path : logs) {
+    std::ifstream f(path);
+    int64_t generation, step, stream, batch, ms;
+    while (f >> generation >> step >> stream >> batch >> ms) trained[stream].insert(batch);
+  }
+  EXPECT_GE(ExpectEachBatchOnce(trained), min_batches);
+}
+
+// What an eviction does to the only worker: SIGTERM (it leaves, telling the
+// chief the first step it did not push), then a new pod. The job is not
+// done when its only worker leaves: it waits, the new process rejoins where
+// the old one stopped, and every step is trained once.
+TEST_F(ElasticWorkersTest, TheOnlyWorkerStoppedAndRestartedFinishesTheJob) {
+  Setup(/*ps=*/1, /*workers=*/1, ConsistencyDef::ASYNC, /*steps=*/kSteps);
+  auto log = [this](int run) { return absl::StrCat(dir_, "-data-", run, ".log"); };
+  auto ps = StartPs(0);
+  auto w0 = StartWorker(0, {"--data_log=" + log(0)});
+  auto chief = StartChief();
+  ASSERT_TRUE(chief && w0 && ps);
+  ASSERT_TRUE(WaitForStep(chief.get(), 200));
+  ASSERT_TRUE(w0->Kill(SIGTERM));
+  ASSERT_TRUE(chief->WaitForLine("membership: worker:0 leaves at step", absl::Minutes(1)));
+  EXPECT_EQ(ExitCode(w0.get(), absl::Minutes(1)), 0);
+  ASSERT_TRUE(chief->WaitForLine("no worker left: training waits for one to join", absl::Minutes(1)));
+  // Two progress lines since: the chief's loop went on watching the job
+  // with no member (one that took it for done printed one, then ended).
+  size_t from = chief->lines();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_FALSE(chief->WaitForMatch("step [0-9]+/", absl::Minutes(1), from).empty());
+    from = chief->lines();
+  }
+  ASSERT_TRUE(chief->process()->Running());
+  w0 = StartWorker(0, {"--data_log=" + log(1)});
+  ASSERT_TRUE(w0);
+  ASSERT_TRUE(chief->WaitForLine("worker:0 comes back", absl::Minutes(1)));
+  EXPECT_EQ(ExitCode(chief.get()), 0);
+  const std::string summary = Summary();
+  EXPECT_GE(Field(summary, "steps"), kSteps) << summary;
+  ExpectEveryBatchOnce({log(0), log(1)}, kSteps);
+}
+
+// A heartbeat that says a worker leaves, sent by someone else with the
+// worker's incarnation (read from its Status), while the worker trains on:
+// the chief asks the worker, which still answers as the same process, so
+// nothing changes and the job finishes with every batch once. Before, the
+// chief dealt the worker's data away and, with it the only worker, ended a
+// job of any length as done.
+TEST_F(ElasticWorkersTest, ALeaveClaimedForALiveWorkerIsNotTaken) {
+  Setup(/*ps=*/1, /*workers=*/1, ConsistencyDef::ASYNC, /*steps=*/kSteps);
+  const std::string data_log = dir_ + "-data.log";
+  auto ps = StartPs(0);
+  auto w0 = StartWorker(0, {"--data_log=" + data_log});
+  auto chief = StartChief();
+  ASSERT_TRUE(chief && w0 && ps);
+  ASSERT_TRUE(WaitForStep(chief.get(), 200));
+  std::unique_ptr<Worker::Stub> worker = Worker::NewStub(MakeChannel(cluster_.workers[0], RpcOptions()));
+  absl::StatusOr<WorkerStatusResponse> st =
+      CallUnary(worker.get(), &Worker::Stub::Status, WorkerStatusRequest(), absl::Seconds(10), "worker:0", "Status");
+  ASSERT_TRUE(st.ok()) << st.status();
+  HeartbeatRequest beat;
+  beat.mutable_task()->set_job("worker");
+  beat.mutable_task()->set_index(0);
+  beat.set_incarnation(st->incarnation());
+  beat.set_step(st->step());
+  beat.set_leaving(true);
+  std::unique_ptr<Chief::Stub> chief_stub = Chief::NewStub(MakeChannel(cluster_.chief, RpcOptions()));
+  absl::StatusOr<HeartbeatResponse> r =
+      CallUnary(chief_stub.get(), &Chief::Stub::Heartbeat, beat, absl::Seconds(10), "chief", "Heartbeat");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(chief->WaitForLine("a heartbeat said worker:0 leaves, but it still answers", absl::Minutes(1)));
+  EXPECT_EQ(ExitCode(chief.get()), 0);
+  EXPECT_FALSE(chief->WaitForLine("membership: worker:0 leaves", absl::ZeroDuration()));
+  const std::string summary = Summary();
+  EXPECT_GE(Field(summary, "steps"), kSteps) << summary;
+  ExpectEveryBatchOnce({data_log}, kSteps);
 }
 
 // A worker and the PS fail in the middle of a join: both are stopped

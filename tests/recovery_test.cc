@@ -143,6 +143,40 @@ TEST_F(RecoveryTest, PsKilledWhileACheckpointWaitsForDurability) {
   ExpectFinishedWithEveryPushOnce(baseline);
 }
 
+// A chief killed and restarted on a host whose clock is an hour behind (or
+// ahead): generations came from the clock, so the new chief chose one
+// below the workers' and restarted them thousands of times a minute,
+// each refused ("worker already running generation ..."), training frozen.
+// Generations now go on from the job state and the tasks' own.
+class ChiefClockTest : public RecoveryTest {
+ protected:
+  // `offset` as libfaketime reads FAKETIME: "-1h", "+1h".
+  void RestartTheChiefWithItsClockOff(const std::string& offset) {
+    SetupJob();
+    const double baseline = Baseline();
+    StartAll();
+    ASSERT_TRUE(WaitForStep(chief_.get(), 400));  // past the checkpoint of step 200
+    chief_->Kill(SIGKILL);
+    ASSERT_TRUE(chief_->Wait(absl::Seconds(30)).ok());
+    std::vector<std::string> argv = {"/usr/bin/env",
+                                     "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                                     "FAKETIME=" + offset, "FAKETIME_DONT_FAKE_MONOTONIC=1",
+                                     testing::RunfilePath("chief/main")};
+    for (const std::string& f : Common("chief:0")) argv.push_back(f);
+    argv.push_back("--job=" + job_path_);
+    auto chief = Daemon::Start("chief:0", argv);
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = *std::move(chief);
+    ASSERT_TRUE(chief_->WaitForLine("the previous chief of this job did not finish", absl::Minutes(1)));
+    ExpectFinishedWithEveryPushOnce(baseline);
+    EXPECT_FALSE(chief_->WaitForLine("already running generation", absl::ZeroDuration()));
+  }
+};
+
+TEST_F(ChiefClockTest, AChiefRestartedWithItsClockAnHourBehindResumes) { RestartTheChiefWithItsClockOff("-1h"); }
+
+TEST_F(ChiefClockTest, AChiefRestartedWithItsClockAnHourAheadResumes) { RestartTheChiefWithItsClockOff("+1h"); }
+
 TEST_F(RecoveryTest, SnapshotDiskFullAbandonsCheckpointsUntilThereIsSpace) {
   SetupJob();
   const std::string store = PsStoreDir(1);

@@ -512,6 +512,7 @@ WorkerStatusResponse WorkerRuntime::Status() const {
   r.set_incarnation(options_.incarnation);
   r.set_device(device_);
   r.set_error(error_);
+  r.set_generation(generation_);
   return r;
 }
 
