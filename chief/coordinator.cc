@@ -463,6 +463,12 @@ absl::Status Coordinator::Watch(bool* done) {
       if (Sync()) step = std::min(step, MinStep());
       report_(absl::StrCat(w.control->name(), " (re)started; starting it at step ", step));
       absl::Status s = StartWorker(i, step);
+      if (s.code() == absl::StatusCode::kInvalidArgument) {
+        // The worker refuses the assignment itself: asking again, many
+        // times a second, would not change its answer.
+        return absl::FailedPreconditionError(
+            absl::StrCat(w.control->name(), " refuses its assignment: ", s.message()));
+      }
       if (!s.ok()) report_(absl::StrCat("starting ", w.control->name(), ": ", s.message()));
       all_done = false;
       continue;

@@ -44,6 +44,13 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
     return absl::InvalidArgumentError(errors.error().empty() ? absl::StrCat(source, ": unparsable job") : errors.error());
   }
   if (job.input().batch_size() <= 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size must be positive"));
+  // The workers' own bound (AssignmentLimits.max_batch_size): a job they
+  // would all refuse is refused here, before anything starts.
+  constexpr int kMaxBatchSize = 1 << 20;
+  if (job.input().batch_size() > kMaxBatchSize) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size is ", job.input().batch_size(),
+                                                   "; at most ", kMaxBatchSize, " examples"));
+  }
   if (job.input().train().files_size() == 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.train lists no files"));
   if (job.checkpoint().full_every() < 0 || job.checkpoint().full_every() > 1000) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": checkpoint.full_every is ", job.checkpoint().full_every(),

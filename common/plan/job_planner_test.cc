@@ -50,6 +50,18 @@ TEST(JobPlannerTest, InputCompressionAndDecodeAreCheckedAtParse) {
               HasSubstr("job.pbtxt: input.feature[1] (\"ids\").decode: RAW_UINT8 needs a DENSE feature"));
 }
 
+// A batch no worker would take (the chief used to retry Worker/Start many
+// times a second for ever, showing RUNNING at step 0).
+TEST(JobPlannerTest, ABatchTooLargeForEveryWorkerIsRefusedAtParse) {
+  auto job = ParseJob(R"(
+    model { sequential { layer { dense { units: 4 } } } loss { kind: MEAN_SQUARED_ERROR } }
+    input { format: TFRECORD batch_size: 2147483647 train { files: "/nonexistent.tfrecord" }
+            feature { name: "x" shape: 3 } } steps: 10)", "job.pbtxt");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("job.pbtxt: input.batch_size is 2147483647; at most 1048576 examples"));
+}
+
 // The stricter parse still takes every job users copy (their schedules and
 // inputs included).
 TEST(JobPlannerTest, EveryExampleJobParses) {
