@@ -1,4 +1,5 @@
 // CPU kernels: sources, matrix products, element-wise ops, reshaping.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -128,6 +129,94 @@ absl::Status SoftmaxGrad(KernelContext& c) {
     for (int64_t i = 0; i < n; ++i) dot += g[i] * p[i];
     for (int64_t i = 0; i < n; ++i) out.data<float>()[r * n + i] = p[i] * (g[i] - dot);
   }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// Over the last axis: y = x - max - log(sum(exp(x - max))).
+absl::Status LogSoftmax(KernelContext& c) {
+  Tensor& x = c.inputs[0];
+  if (x.shape().rank() == 0) return c.Error("needs an axis");
+  const int64_t n = x.shape().dim(x.shape().rank() - 1);
+  const int64_t rows = n == 0 ? 0 : x.NumElements() / n;
+  Tensor out(DT_FLOAT, x.shape());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x.data<float>() + r * n;
+    float* o = out.data<float>() + r * n;
+    const float m = *std::max_element(in, in + n);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(in[i] - m));
+    const float shift = m + static_cast<float>(std::log(s));
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] - shift;
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// (dy, y) -> dy - softmax(x) * sum(dy), softmax(x) = exp(y).
+absl::Status LogSoftmaxGrad(KernelContext& c) {
+  Tensor& dy = c.inputs[0];
+  Tensor& y = c.inputs[1];
+  if (y.shape().rank() == 0 || dy.shape() != y.shape()) return c.Error("dy and y differ in shape");
+  const int64_t n = y.shape().dim(y.shape().rank() - 1);
+  const int64_t rows = n == 0 ? 0 : y.NumElements() / n;
+  Tensor out(DT_FLOAT, y.shape());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = dy.data<float>() + r * n;
+    const float* p = y.data<float>() + r * n;
+    float* o = out.data<float>() + r * n;
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += g[i];
+    for (int64_t i = 0; i < n; ++i) o[i] = g[i] - std::exp(p[i]) * sum;
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// y's axis i is x's axis perm[i]. A permutation that only moves axes of
+// size 1 keeps the bytes in order: a reshape.
+absl::Status Transpose(KernelContext& c) {
+  Tensor& x = c.inputs[0];
+  const std::vector<int64_t> perm = GetAttrInts(*c.node, "perm");
+  const int rank = x.shape().rank();
+  if (rank == 0 || static_cast<int>(perm.size()) != rank) return c.Error("perm does not match the input's rank");
+  std::vector<int64_t> dims(rank), in_strides(rank), strides(rank);
+  std::vector<int64_t> order;  // the input axes of size > 1, in output order
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    in_strides[i] = stride;
+    stride *= x.shape().dim(i);
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (perm[i] < 0 || perm[i] >= rank) return c.Error("perm is not a permutation");
+    dims[i] = x.shape().dim(perm[i]);
+    strides[i] = in_strides[perm[i]];
+    if (dims[i] > 1) order.push_back(perm[i]);
+  }
+  if (std::is_sorted(order.begin(), order.end())) {
+    absl::StatusOr<Tensor> r = x.Reshape(TensorShape(dims));
+    if (!r.ok()) return c.Error(r.status().message());
+    c.outputs = {*r};
+    return absl::OkStatus();
+  }
+  Tensor out(DT_FLOAT, TensorShape(dims));
+  const float* in = x.data<float>();
+  float* o = out.data<float>();
+  const int64_t inner = dims[rank - 1], inner_stride = strides[rank - 1];
+  const int64_t outer = inner == 0 ? 0 : out.NumElements() / inner;
+  // Each outer index (all axes but the last) copies one strided run.
+  auto work = [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index r = begin; r < end; ++r) {
+      int64_t rest = r, offset = 0;
+      for (int i = rank - 2; i >= 0; --i) {
+        offset += (rest % dims[i]) * strides[i];
+        rest /= dims[i];
+      }
+      float* dst = o + r * inner;
+      for (int64_t j = 0; j < inner; ++j) dst[j] = in[offset + j * inner_stride];
+    }
+  };
+  c.device->parallelFor(outer, Eigen::TensorOpCost(inner * 4, inner * 4, inner), work);
   c.outputs = {out};
   return absl::OkStatus();
 }
@@ -292,6 +381,9 @@ void RegisterCpuBasicKernels(KernelRegistry* r) {
   }));
   r->Register("Softmax", Softmax);
   r->Register("SoftmaxGrad", SoftmaxGrad);
+  r->Register("LogSoftmax", LogSoftmax);
+  r->Register("LogSoftmaxGrad", LogSoftmaxGrad);
+  r->Register("Transpose", Transpose);
   r->Register("AddN", AddN);
   r->Register("Reshape", Reshape);
   r->Register("ReshapeLike", ReshapeLike);
