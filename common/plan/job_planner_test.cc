@@ -2,6 +2,8 @@
 // the cluster runs: the optimizer's schedule and the input's decoding.
 #include "common/plan/job_planner.h"
 
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -58,6 +60,22 @@ TEST(JobPlannerTest, EveryExampleJobParses) {
                            "sparse_libsvm_hybrid"}) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     EXPECT_TRUE(job.ok()) << job.status();
+  }
+}
+
+// model.onnx.path relative to the job file is found beside it; an
+// absolute one is kept.
+TEST(JobPlannerTest, AnOnnxPathIsTakenFromTheJobFilesDirectory) {
+  const std::string dir = ::testing::TempDir();
+  for (const std::string& model : {std::string("models/m.onnx"), std::string("/abs/m.onnx")}) {
+    {
+      std::ofstream out(dir + "/onnx_job.pbtxt");
+      out << "model { onnx { path: \"" << model << "\" } }\n"
+          << "input { format: TFRECORD batch_size: 8 train { files: \"/x.tfrecord\" } feature { name: \"x\" shape: 3 } }\n";
+    }
+    absl::StatusOr<TrainingJob> job = LoadJob(dir + "/onnx_job.pbtxt");
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->model().onnx().path(), model[0] == '/' ? model : dir + "/" + model);
   }
 }
 
