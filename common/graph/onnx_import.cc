@@ -55,9 +55,9 @@ absl::Status CheckDims(const Shape& s, bool unknown_ok, const std::string& what)
   return absl::OkStatus();
 }
 
-// An ONNX tensor (initializer or Constant value) as ours: FLOAT, and
-// INT64 / INT32 (as int64) for shapes and indices.
-absl::StatusOr<Tensor> FromOnnx(const onnx::TensorProto& t, const std::string& what) {
+}  // namespace
+
+absl::StatusOr<Tensor> OnnxTensor(const onnx::TensorProto& t, const std::string& what) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0) {
     return absl::UnimplementedError(absl::StrCat(what, ": its values are in an external file; save the model with them inside"));
   }
@@ -120,6 +120,8 @@ absl::StatusOr<Tensor> FromOnnx(const onnx::TensorProto& t, const std::string& w
                                                    " is not supported (FLOAT, INT64 and INT32 are)"));
   }
 }
+
+namespace {
 
 // Our node names: ONNX names may hold ':' (PyTorch's "onnx::Gemm_12"),
 // which our tensor names use for output indices.
@@ -240,7 +242,7 @@ absl::StatusOr<Val> Importer::In(const Node& n, int i, bool weight) {
       return Bad(n, absl::StrCat("input \"", name, "\" is no graph input, initializer or earlier node's output"));
     }
     init = it->second;
-    ASSIGN_OR_RETURN(t, FromOnnx(*init, absl::StrCat(Where(n), ": initializer \"", name, "\"")));
+    ASSIGN_OR_RETURN(t, OnnxTensor(*init, absl::StrCat(Where(n), ": initializer \"", name, "\"")));
   }
   Val out{"", t.shape().dims(), false};
   if (weight && init != nullptr && t.dtype() == DT_FLOAT) {
@@ -277,7 +279,7 @@ absl::StatusOr<Tensor> Importer::Static(const Node& n, int i) {
     return Unsupported(n, absl::StrCat("input ", i, " (\"", name,
                                        "\") must be a constant (an initializer or a Constant node); computed ones are not supported"));
   }
-  return FromOnnx(*it->second, absl::StrCat(Where(n), ": initializer \"", name, "\""));
+  return OnnxTensor(*it->second, absl::StrCat(Where(n), ": initializer \"", name, "\""));
 }
 
 absl::StatusOr<Val> Importer::Nchw(Val v, const std::string& hint) {
@@ -629,7 +631,7 @@ absl::Status Importer::Convert(const Node& n) {
     const onnx::AttributeProto& a = n.attribute(0);
     Tensor t;
     if (a.name() == "value") {
-      ASSIGN_OR_RETURN(t, FromOnnx(a.t(), Where(n)));
+      ASSIGN_OR_RETURN(t, OnnxTensor(a.t(), Where(n)));
     } else if (a.name() == "value_float") {
       t = Tensor::Scalar<float>(a.f());
     } else if (a.name() == "value_int") {

@@ -50,6 +50,11 @@ std::vector<std::string> SupportedOnnxOps();
 // an ONNX model.
 absl::StatusOr<onnx::ModelProto> ReadOnnxModel(const std::string& path, int64_t max_bytes = int64_t{1} << 30);
 
+// An ONNX tensor (an initializer, a Constant's value) as ours: FLOAT, and
+// INT64 or INT32 (as int64). Checks dims, sizes and dtype before
+// allocating; errors start with `what`.
+absl::StatusOr<Tensor> OnnxTensor(const onnx::TensorProto& tensor, const std::string& what);
+
 // What feeds one graph input: a tensor of our graph (a Placeholder) and its
 // shape, batch first (-1).
 struct OnnxFeed {
