@@ -173,44 +173,30 @@ absl::Status LogSoftmaxGrad(KernelContext& c) {
   return absl::OkStatus();
 }
 
-// y's axis i is x's axis perm[i]. A permutation that only moves axes of
-// size 1 keeps the bytes in order: a reshape.
+// y's axis i is x's axis perm[i].
 absl::Status Transpose(KernelContext& c) {
   Tensor& x = c.inputs[0];
-  const std::vector<int64_t> perm = GetAttrInts(*c.node, "perm");
-  const int rank = x.shape().rank();
-  if (rank == 0 || static_cast<int>(perm.size()) != rank) return c.Error("perm does not match the input's rank");
-  std::vector<int64_t> dims(rank), in_strides(rank), strides(rank);
-  std::vector<int64_t> order;  // the input axes of size > 1, in output order
-  int64_t stride = 1;
-  for (int i = rank - 1; i >= 0; --i) {
-    in_strides[i] = stride;
-    stride *= x.shape().dim(i);
-  }
-  for (int i = 0; i < rank; ++i) {
-    if (perm[i] < 0 || perm[i] >= rank) return c.Error("perm is not a permutation");
-    dims[i] = x.shape().dim(perm[i]);
-    strides[i] = in_strides[perm[i]];
-    if (dims[i] > 1) order.push_back(perm[i]);
-  }
-  if (std::is_sorted(order.begin(), order.end())) {
-    absl::StatusOr<Tensor> r = x.Reshape(TensorShape(dims));
+  TransposePlan p;
+  if (auto s = PlanTranspose(c, x.shape(), &p); !s.ok()) return s;
+  if (p.in_order) {
+    absl::StatusOr<Tensor> r = x.Reshape(TensorShape(p.dims));
     if (!r.ok()) return c.Error(r.status().message());
     c.outputs = {*r};
     return absl::OkStatus();
   }
-  Tensor out(DT_FLOAT, TensorShape(dims));
+  Tensor out(DT_FLOAT, TensorShape(p.dims));
   const float* in = x.data<float>();
   float* o = out.data<float>();
-  const int64_t inner = dims[rank - 1], inner_stride = strides[rank - 1];
+  const int rank = static_cast<int>(p.dims.size());
+  const int64_t inner = p.dims[rank - 1], inner_stride = p.strides[rank - 1];
   const int64_t outer = inner == 0 ? 0 : out.NumElements() / inner;
   // Each outer index (all axes but the last) copies one strided run.
   auto work = [&](Eigen::Index begin, Eigen::Index end) {
     for (Eigen::Index r = begin; r < end; ++r) {
       int64_t rest = r, offset = 0;
       for (int i = rank - 2; i >= 0; --i) {
-        offset += (rest % dims[i]) * strides[i];
-        rest /= dims[i];
+        offset += (rest % p.dims[i]) * p.strides[i];
+        rest /= p.dims[i];
       }
       float* dst = o + r * inner;
       for (int64_t j = 0; j < inner; ++j) dst[j] = in[offset + j * inner_stride];
