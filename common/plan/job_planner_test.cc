@@ -57,9 +57,21 @@ TEST(JobPlannerTest, InputCompressionAndDecodeAreCheckedAtParse) {
 TEST(JobPlannerTest, EveryExampleJobParses) {
   for (const char* name : {"fashion_mnist_cnn", "fashion_mnist_mlp", "fashion_mnist_mlp_central_storage",
                            "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",
-                           "sparse_libsvm_hybrid"}) {
+                           "sparse_libsvm_hybrid", "fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn"}) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     EXPECT_TRUE(job.ok()) << job.status();
+  }
+}
+
+// The ONNX examples plan as the chief plans them: their models found beside
+// the job, imported, differentiated and placed on 2 PS.
+TEST(JobPlannerTest, OnnxExampleJobsPlan) {
+  for (const char* name : {"fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn"}) {
+    absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<JobPlan> plan = PlanJob(*job, 2);
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+    EXPECT_EQ(plan->gradient_node.size(), std::string(name) == "fashion_mnist_onnx_mlp" ? 6u : 8u) << name;
   }
 }
 
