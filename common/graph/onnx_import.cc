@@ -143,10 +143,12 @@ class Importer {
  private:
   using Node = onnx::NodeProto;
 
-  // "node NAME (OP)" or "node #INDEX (OP)".
+  // "ONNX node NAME (OP)" or "ONNX node #INDEX (OP)"; a file's strings
+  // are cut to a readable length.
   std::string Where(const Node& n) const {
-    return absl::StrCat("ONNX node ", n.name().empty() ? absl::StrCat("#", index_.at(&n)) : n.name(), " (",
-                        n.op_type(), ")");
+    auto cut = [](const std::string& s) { return s.size() <= 200 ? s : s.substr(0, 200) + "..."; };
+    return absl::StrCat("ONNX node ", n.name().empty() ? absl::StrCat("#", index_.at(&n)) : cut(n.name()), " (",
+                        cut(n.op_type()), ")");
   }
   absl::Status Bad(const Node& n, absl::string_view what) const {
     return absl::InvalidArgumentError(absl::StrCat(Where(n), ": ", what));

@@ -3,8 +3,9 @@
 PyTorch's loss and gradients on a fixed batch for psrt's tests.
 
 For each model (an MLP and a small CNN) it writes, beside this script:
-  <model>.onnx            torch.onnx.export (opset 18, dynamic batch), the
-                          initial weights inside;
+  <model>.onnx            torch.onnx.export (opset 18, dynamic batch, training
+                          mode so that Dropout nodes are kept), the initial
+                          weights inside;
   <model>.reference.pb    an onnx.GraphProto whose initializers are the
                           batch ("input", NCHW float, pixels / 255; "label",
                           int64), PyTorch's mean cross-entropy ("loss") and
@@ -60,11 +61,14 @@ def read_idx(path):
 
 
 def export(model, path):
-    model.eval()
+    # In training mode, so that the Dropout layers come along (an eval-mode
+    # export leaves them out): psrt applies them in training steps only.
+    model.train()
     x = torch.zeros(2, 1, 28, 28)
     torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["logits"],
                       opset_version=18, dynamo=True, external_data=False,
-                      dynamic_shapes=({0: torch.export.Dim("batch")},))
+                      dynamic_shapes=({0: torch.export.Dim("batch")},),
+                      training=torch.onnx.TrainingMode.TRAINING)
 
 
 def reference(model_path, images, labels, out_path):
