@@ -57,6 +57,15 @@ TEST_P(OnnxTorchTest, GradientsMatchPyTorch) {
   job.mutable_input()->set_num_classes(10);
   absl::StatusOr<CompiledModel> c = CompileModel(job);
   ASSERT_TRUE(c.ok()) << c.status();
+  // The training-mode export keeps PyTorch's Dropout layers (ratio 0.2
+  // twice in the MLP, 0.3 once in the CNN); the step below runs with
+  // training off, as PyTorch's reference ran in eval mode.
+  std::vector<float> rates;
+  for (const NodeDef& n : c->graph.node()) {
+    if (n.op() == "Dropout") rates.push_back(GetAttrF(n, "rate"));
+  }
+  const std::vector<float> want_rates = model == "mlp" ? std::vector<float>{0.2f, 0.2f} : std::vector<float>{0.3f};
+  EXPECT_EQ(rates, want_rates);
 
   // The batch: PyTorch's NCHW [32, 1, 28, 28] is the same bytes as the
   // feature's [32, 28, 28, 1].
