@@ -12,6 +12,10 @@
 #include "common/compute/executor.h"
 #include "common/graph/model_compiler.h"
 #include "common/graph/onnx_import.h"
+#include "common/optimizer.h"
+#include "common/plan/job_planner.h"
+#include "common/plan/placement.h"
+#include "common/store/variable.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -102,6 +106,46 @@ TEST_P(OnnxTorchTest, GradientsMatchPyTorch) {
     std::cout << "  " << names[i] << " " << g.shape().ToString() << ": relative error " << rel << "\n";
     EXPECT_LE(rel, 1e-4) << names[i];
   }
+}
+
+// The PS starts every variable from the file's values, a variable split by
+// rows over 2 PS included: each store's slice is its rows of the file's
+// tensor (what a PS's CreateVariables makes of the chief's plan).
+TEST(OnnxPsTest, TheParameterServersStartFromTheFilesWeights) {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_onnx_mlp.pbtxt");
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_partition_threshold_bytes(100 << 10);  // splits 1.weight (784 KiB) and 4.weight (128 KiB)
+  absl::StatusOr<JobPlan> plan = PlanJob(*job, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  onnx::ModelProto model = *ReadOnnxModel("examples/onnx/mlp.onnx");
+  std::map<std::string, Tensor> file;
+  for (const auto& t : model.graph().initializer()) {
+    if (t.data_type() == onnx::TensorProto::FLOAT && t.dims_size() > 0) file[t.name()] = *OnnxTensor(t, t.name());
+  }
+  OptimizerDef sgd;
+  sgd.mutable_sgd()->set_learning_rate(0.1f);
+  std::unique_ptr<Optimizer> optimizer = *Optimizer::Create(sgd);
+  int split = 0, checked = 0;
+  for (int store = 0; store < 2; ++store) {
+    for (const VariableDef& def : VariablesOnStore(plan->placement, store)) {
+      SCOPED_TRACE(def.name());
+      absl::StatusOr<std::unique_ptr<Variable>> v = Variable::Create(def, optimizer.get());
+      ASSERT_TRUE(v.ok()) << v.status();
+      absl::StatusOr<Tensor> value = (*v)->Read();
+      ASSERT_TRUE(value.ok()) << value.status();
+      const Tensor& whole = file.at(def.name());
+      const int64_t begin = def.row_end() > 0 ? def.row_begin() : 0;
+      const int64_t row = whole.shape().rank() < 2 ? 1 : whole.shape().row_elements();
+      split += def.row_end() > 0;
+      ASSERT_LE((begin * row + value->NumElements()), whole.NumElements());
+      for (int64_t i = 0; i < value->NumElements(); ++i) {
+        ASSERT_EQ(value->data<float>()[i], whole.data<float>()[begin * row + i]) << i;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(split, 4) << "1.weight and 4.weight are split over both PS";
+  EXPECT_EQ(checked, 8);  // 6 variables, two of them in two slices
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OnnxTorchTest, ::testing::Values("mlp", "cnn"));
