@@ -1,6 +1,7 @@
 #include "common/initializer.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "absl/hash/hash.h"
@@ -18,6 +19,45 @@ uint64_t RowSeed(uint64_t seed, absl::string_view name, int64_t row) {
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
   return h;
+}
+
+// TENSOR: rows [row_begin, row_end) of def.tensor, which must be float and
+// shaped as the whole variable (checked here: the definition may come from
+// a peer).
+absl::Status CopyTensorRows(const InitializerDef& def, const TensorShape& full_shape,
+                            absl::string_view variable_name, int64_t row_begin, int64_t row_end,
+                            float* out) {
+  auto bad = [&](absl::string_view what) {
+    // Callers that ignore the status (a hash table's new row) get zeros,
+    // never uninitialised memory.
+    if (row_end > row_begin && full_shape.rank() > 0) {
+      std::fill(out, out + (row_end - row_begin) * full_shape.row_elements(), 0.0f);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("initializer for ", variable_name, ": ", what));
+  };
+  const TensorProto& t = def.tensor();
+  if (t.dtype() != DT_FLOAT) return bad("the initial tensor is not float");
+  if (t.shape().dim_size() != full_shape.rank()) {
+    return bad(absl::StrCat("the initial tensor has rank ", t.shape().dim_size(), ", the variable is ",
+                            full_shape.ToString()));
+  }
+  for (int i = 0; i < full_shape.rank(); ++i) {
+    if (t.shape().dim(i) != full_shape.dim(i)) {
+      return bad(absl::StrCat("the initial tensor's dim ", i, " is ", t.shape().dim(i), ", the variable is ",
+                              full_shape.ToString()));
+    }
+  }
+  const int64_t rows = full_shape.rank() == 0 ? 1 : full_shape.dim(0);
+  const int64_t row = full_shape.rank() == 0 ? 1 : full_shape.row_elements();
+  if (t.content().size() % sizeof(float) != 0 ||
+      static_cast<int64_t>(t.content().size() / sizeof(float)) != full_shape.num_elements()) {
+    return bad(absl::StrCat("the initial tensor has ", t.content().size(), " bytes for ", full_shape.ToString()));
+  }
+  if (row_begin < 0 || row_end < row_begin || row_end > rows) {
+    return bad(absl::StrCat("rows [", row_begin, ", ", row_end, ") are outside ", full_shape.ToString()));
+  }
+  std::memcpy(out, t.content().data() + row_begin * row * sizeof(float), (row_end - row_begin) * row * sizeof(float));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -39,6 +79,9 @@ absl::Status InitializeRows(const InitializerDef& def, const TensorShape& full_s
   const int64_t row = full_shape.rank() == 0 ? 1 : full_shape.row_elements();
   const int64_t n = (row_end - row_begin) * row;
   InitializerDef::Kind kind = def.kind();
+  if (kind == InitializerDef::TENSOR) {
+    return CopyTensorRows(def, full_shape, variable_name, row_begin, row_end, out);
+  }
   if (kind == InitializerDef::DEFAULT) {
     kind = full_shape.rank() >= 2 ? InitializerDef::GLOROT_UNIFORM : InitializerDef::ZEROS;
   }

@@ -46,6 +46,25 @@ TEST(InitializerTest, GlorotUniformStaysInItsLimitAndFillsIt) {
   EXPECT_GT(mx, 0.99 * limit);
 }
 
+TEST(InitializerTest, TensorGivesItsRowsAndRefusesAMismatch) {
+  InitializerDef def = Kind(InitializerDef::TENSOR);
+  std::vector<float> values(12);
+  for (int i = 0; i < 12; ++i) values[i] = 0.5f * i;
+  Tensor::FromVector(values, TensorShape({4, 3})).ToProto(def.mutable_tensor());
+  std::vector<float> part(6);
+  // Rows [1, 3), as the second shard of a partitioned variable holds them.
+  ASSERT_TRUE(InitializeRows(def, TensorShape({4, 3}), 1, "w", 1, 3, part.data()).ok());
+  EXPECT_THAT(part, testing::ElementsAre(1.5f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f));
+  // Another shape than the variable's, rows past the end, a short payload.
+  absl::Status s = InitializeRows(def, TensorShape({3, 4}), 1, "w", 0, 1, part.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), testing::HasSubstr("initializer for w"));
+  EXPECT_FALSE(InitializeRows(def, TensorShape({4, 3}), 1, "w", 3, 5, part.data()).ok());
+  def.mutable_tensor()->mutable_content()->resize(40);
+  EXPECT_FALSE(InitializeRows(def, TensorShape({4, 3}), 1, "w", 0, 2, part.data()).ok());
+  EXPECT_THAT(part, testing::Each(0.0f));  // what was refused is zeros, not garbage
+}
+
 // Found by tests/fuzz/ps_request_fuzzer: 2^40 rows of no elements took
 // hours (a generator seeded per row).
 TEST(InitializerTest, ManyEmptyRowsReturnAtOnce) {

@@ -2,6 +2,8 @@
 // central finite differences of the same kernels.
 #include <random>
 
+#include "absl/strings/str_cat.h"
+
 #include "common/graph/graph_analysis.h"
 #include "gtest/gtest.h"
 #include "common/compute/op_test_util.h"
@@ -89,9 +91,24 @@ TEST(GradientCheckTest, EveryOp) {
   std::vector<Case> cases;
   cases.push_back({"MatMul", [](GraphBuilder& b) { return b.Add("MatMul", "y", {"a", "b"}); },
                    {{"a", Random({3, 4}, &rng)}, {"b", Random({4, 5}, &rng)}}});
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      if (!ta && !tb) continue;
+      Attrs attrs = {{"transpose_a", AttrB(ta)}, {"transpose_b", AttrB(tb)}};
+      cases.push_back({absl::StrCat("MatMul transpose_a ", ta, " transpose_b ", tb),
+                       [attrs](GraphBuilder& b) { return b.Add("MatMul", "y", {"a", "b"}, attrs); },
+                       {{"a", Random(ta ? TensorShape({4, 3}) : TensorShape({3, 4}), &rng)},
+                        {"b", Random(tb ? TensorShape({5, 4}) : TensorShape({4, 5}), &rng)}}});
+    }
+  }
+  cases.push_back({"Transpose", [](GraphBuilder& b) { return b.Add("Transpose", "y", {"x"}, {{"perm", AttrInts({0, 3, 1, 2})}}); },
+                   {{"x", Random({2, 3, 4, 5}, &rng)}}});
+  cases.push_back({"Transpose of size-1 axes",
+                   [](GraphBuilder& b) { return b.Add("Transpose", "y", {"x"}, {{"perm", AttrInts({0, 3, 1, 2})}}); },
+                   {{"x", Random({2, 3, 4, 1}, &rng)}}});
   cases.push_back({"BiasAdd", [](GraphBuilder& b) { return b.Add("BiasAdd", "y", {"x", "bias"}); },
                    {{"x", Random({3, 4}, &rng)}, {"bias", Random({4}, &rng)}}});
-  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Softmax", "Identity"}) {
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Identity"}) {
     std::string o = op;
     cases.push_back({o, [o](GraphBuilder& b) { return b.Add(o, "y", {"x"}); }, {{"x", AwayFromZero({3, 4}, &rng)}}});
   }

@@ -1,8 +1,11 @@
 #include "common/graph/model_compiler.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/graph/graph_analysis.h"
 #include "common/graph/graph_builder.h"
+#include "common/graph/onnx_import.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -51,6 +54,8 @@ class Compiler {
     }
   }
   absl::StatusOr<Value> Layer(int i, const LayerDef& l, const std::vector<Value>& in, bool last);
+  absl::StatusOr<Value> Sequential();
+  absl::StatusOr<Value> Onnx(const OnnxModel& o);
 
   const TrainingJob& job_;
   CompiledModel model_;
@@ -169,27 +174,13 @@ absl::StatusOr<Value> Compiler::Layer(int i, const LayerDef& l, const std::vecto
   }
 }
 
-absl::StatusOr<CompiledModel> Compiler::Run() {
+absl::StatusOr<Value> Compiler::Sequential() {
   const ModelDef& m = job_.model();
-  if (m.kind_case() == ModelDef::kGraph) {
-    return absl::UnimplementedError("model.graph: raw graphs are not supported yet; use model.sequential");
-  }
   if (m.sequential().layer_size() == 0) return absl::InvalidArgumentError("model.sequential has no layers");
-  if (job_.input().feature_size() == 0) return absl::InvalidArgumentError("input lists no features");
   std::string first;
   for (const FeatureDef& f : job_.input().feature()) {
-    if (f.kind() == FeatureDef::SPARSE) {
-      values_[f.name()] = {"", {-1}};
-      continue;
-    }
-    Shape s = {-1};
-    s.insert(s.end(), f.shape().begin(), f.shape().end());
-    values_[f.name()] = {b_.Add("Placeholder", f.name(), {}, {{"shape", AttrShape(s)}, {"dtype", AttrType(DT_FLOAT)}}), s};
-    if (first.empty()) first = f.name();
+    if (f.kind() != FeatureDef::SPARSE && first.empty()) first = f.name();
   }
-  bool classes = job_.input().num_classes() > 0;
-  std::string label = b_.Add("Placeholder", "label", {},
-                             {{"shape", AttrShape({-1})}, {"dtype", AttrType(classes ? DT_INT64 : DT_FLOAT)}});
   std::string previous = first.empty() ? job_.input().feature(0).name() : first;
   Value out;
   for (int i = 0; i < m.sequential().layer_size(); ++i) {
@@ -208,12 +199,100 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
     previous = Name(i, l);
     values_[previous] = out;
   }
+  return out;
+}
+
+absl::StatusOr<Value> Compiler::Onnx(const OnnxModel& o) {
+  auto fail = [&](const absl::Status& s) {
+    return s.ok() ? s : absl::Status(s.code(), absl::StrCat("model.onnx (", o.path(), "): ", s.message()));
+  };
+  absl::StatusOr<onnx::ModelProto> model = ReadOnnxModel(o.path());
+  if (!model.ok()) return fail(model.status());
+  const onnx::GraphProto& g = model->graph();
+  OnnxImportOptions options;
+  options.seed = job_.seed();
+  auto feed = [&](const std::string& input, const std::string& feature) -> absl::Status {
+    auto it = values_.find(feature);
+    if (it == values_.end() || it->second.tensor.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("input \"", input, "\": \"", feature, "\" is no DENSE input feature"));
+    }
+    options.inputs[input] = {it->second.tensor, it->second.shape};
+    return absl::OkStatus();
+  };
+  if (o.input_size() == 0) {
+    std::vector<std::string> inputs, features;
+    std::set<std::string> initializers;
+    for (const auto& t : g.initializer()) initializers.insert(t.name());
+    for (const auto& in : g.input()) {
+      if (!initializers.count(in.name())) inputs.push_back(in.name());
+    }
+    for (const FeatureDef& f : job_.input().feature()) {
+      if (f.kind() == FeatureDef::DENSE) features.push_back(f.name());
+    }
+    if (inputs.size() != 1 || features.size() != 1) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("the graph has ", inputs.size(), " inputs and the job ", features.size(),
+                                                          " dense features: say which feeds which (input { input: ... feature: ... })")));
+    }
+    RETURN_IF_ERROR(fail(feed(inputs[0], features[0])));
+  }
+  for (const OnnxModel::Binding& b : o.input()) {
+    absl::Status s = feed(b.input(), b.feature());
+    if (!s.ok()) return fail(s);
+  }
+  std::string output = o.output();
+  if (output.empty()) {
+    if (g.output_size() != 1) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("the graph has ", g.output_size(), " outputs: say which the loss reads (output: ...)")));
+    }
+    output = g.output(0).name();
+  }
+  options.outputs = {output};
+  absl::StatusOr<OnnxImport> imported = ImportOnnx(*model, options, &b_);
+  if (!imported.ok()) return fail(imported.status());
+  model_.variables = std::move(imported->variables);
+  Value out{imported->outputs[output], imported->output_shapes[output]};
+  // A last softmax (or sigmoid) belongs to the loss, which takes logits.
+  const LossDef::Kind loss = job_.model().loss().kind();
+  for (const NodeDef& n : model_.graph.node()) {
+    if (n.name() != out.tensor) continue;
+    if ((loss == LossDef::SOFTMAX_CROSS_ENTROPY && (n.op() == "Softmax" || n.op() == "LogSoftmax")) ||
+        (loss == LossDef::SIGMOID_CROSS_ENTROPY && n.op() == "Sigmoid")) {
+      out.tensor = n.input(0);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<CompiledModel> Compiler::Run() {
+  const ModelDef& m = job_.model();
+  if (m.kind_case() == ModelDef::kGraph) {
+    return absl::UnimplementedError("model.graph: raw graphs are not supported yet; use model.sequential");
+  }
+  if (job_.input().feature_size() == 0) return absl::InvalidArgumentError("input lists no features");
+  for (const FeatureDef& f : job_.input().feature()) {
+    if (f.kind() == FeatureDef::SPARSE) {
+      values_[f.name()] = {"", {-1}};
+      continue;
+    }
+    Shape s = {-1};
+    s.insert(s.end(), f.shape().begin(), f.shape().end());
+    values_[f.name()] = {b_.Add("Placeholder", f.name(), {}, {{"shape", AttrShape(s)}, {"dtype", AttrType(DT_FLOAT)}}), s};
+  }
+  bool classes = job_.input().num_classes() > 0;
+  std::string label = b_.Add("Placeholder", "label", {},
+                             {{"shape", AttrShape({-1})}, {"dtype", AttrType(classes ? DT_INT64 : DT_FLOAT)}});
+  Value out;
+  if (m.kind_case() == ModelDef::kOnnx) {
+    ASSIGN_OR_RETURN(out, Onnx(m.onnx()));
+  } else {
+    ASSIGN_OR_RETURN(out, Sequential());
+  }
   model_.logits = out.tensor;
   switch (m.loss().kind()) {
     case LossDef::SOFTMAX_CROSS_ENTROPY:
       if (!classes) return absl::InvalidArgumentError("softmax cross-entropy needs input.num_classes");
       if (out.shape.size() != 2 || out.shape[1] != job_.input().num_classes()) {
-        return absl::InvalidArgumentError(absl::StrCat("the last layer gives ", ShapeString(out.shape),
+        return absl::InvalidArgumentError(absl::StrCat("the model's output is ", ShapeString(out.shape),
                                                        " but input.num_classes is ", job_.input().num_classes()));
       }
       model_.loss = b_.Add("SoftmaxCrossEntropy", "loss", {out.tensor, label});
@@ -229,6 +308,18 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
     if (metric != "accuracy") return absl::InvalidArgumentError(absl::StrCat("unknown metric \"", metric, "\""));
     model_.metrics[metric] = b_.Add("Accuracy", "accuracy", {out.tensor, label});
     fetches.push_back(model_.metrics[metric]);
+  }
+  if (m.kind_case() == ModelDef::kOnnx) {
+    // An imported graph may hold weights the loss does not read (a branch
+    // that stops at a constant, a folded head): they are no variables.
+    ASSIGN_OR_RETURN(GraphDef forward, Prune(model_.graph, {model_.loss}));
+    std::set<std::string> kept;
+    for (const NodeDef& n : forward.node()) kept.insert(n.name());
+    std::vector<VariableDef> used;
+    for (VariableDef& v : model_.variables) {
+      if (kept.count(v.name())) used.push_back(std::move(v));
+    }
+    model_.variables = std::move(used);
   }
   std::vector<std::string> vars;
   for (const VariableDef& v : model_.variables) vars.push_back(v.name());

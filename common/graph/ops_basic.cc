@@ -58,7 +58,38 @@ void RegisterBasicOps(OpRegistry* r) {
   r->Register(Unary("Sigmoid", "SigmoidGrad"));
   r->Register(Unary("Tanh", "TanhGrad"));
   r->Register(Unary("Softmax", "SoftmaxGrad"));
-  for (const char* g : {"ReluGrad", "SigmoidGrad", "TanhGrad", "SoftmaxGrad"}) r->Register(ShapedLikeInput(g, 2, 0));
+  r->Register(Unary("LogSoftmax", "LogSoftmaxGrad"));  // over the last axis
+  for (const char* g : {"ReluGrad", "SigmoidGrad", "TanhGrad", "SoftmaxGrad", "LogSoftmaxGrad"}) {
+    r->Register(ShapedLikeInput(g, 2, 0));
+  }
+  {
+    // y = x with its axes permuted: y's axis i is x's axis perm[i].
+    OpDef d;
+    d.name = "Transpose";
+    d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      std::vector<int64_t> perm = GetAttrInts(n, "perm");
+      if (perm.size() != in[0].size()) {
+        return ShapeError(n, absl::StrCat("perm has ", perm.size(), " axes, the input is ", ShapeString(in[0])));
+      }
+      std::vector<bool> seen(perm.size(), false);
+      Shape s(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i) {
+        if (perm[i] < 0 || perm[i] >= static_cast<int64_t>(perm.size()) || seen[perm[i]]) {
+          return ShapeError(n, "perm is not a permutation of the input's axes");
+        }
+        seen[perm[i]] = true;
+        s[i] = in[0][perm[i]];
+      }
+      *out = {s};
+      return absl::OkStatus();
+    };
+    d.grad = [](const GradContext& c) -> Grads {
+      std::vector<int64_t> perm = GetAttrInts(*c.node, "perm"), inverse(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+      return std::vector<std::string>{c.Add("Transpose", "dx", {c.dy[0]}, {{"perm", AttrInts(inverse)}})};
+    };
+    r->Register(d);
+  }
 
   {
     OpDef d;
@@ -77,13 +108,21 @@ void RegisterBasicOps(OpRegistry* r) {
       *out = {{m, nn}};
       return absl::OkStatus();
     };
+    // y = op(a) op(b), op a transpose where the attr says so (ONNX's Gemm
+    // with transB, PyTorch's Linear layout [out, in]).
     d.grad = [](const GradContext& c) -> Grads {
-      if (GetAttrB(*c.node, "transpose_a") || GetAttrB(*c.node, "transpose_b")) {
-        return absl::UnimplementedError("gradient of a transposed MatMul");
-      }
-      std::string da = c.Add("MatMul", "da", {c.dy[0], c.in(1)}, {{"transpose_b", AttrB(true)}});
-      std::string db = c.Add("MatMul", "db", {c.in(0), c.dy[0]}, {{"transpose_a", AttrB(true)}});
-      return std::vector<std::string>{da, db};
+      const bool ta = GetAttrB(*c.node, "transpose_a"), tb = GetAttrB(*c.node, "transpose_b");
+      auto mm = [&](const std::string& suffix, const std::string& x, const std::string& y, bool tx, bool ty) {
+        Attrs attrs;
+        if (tx) attrs["transpose_a"] = AttrB(true);
+        if (ty) attrs["transpose_b"] = AttrB(true);
+        return c.Add("MatMul", suffix, {x, y}, attrs);
+      };
+      const std::string a = c.in(0), b = c.in(1), dy = c.dy[0];
+      if (!ta && !tb) return std::vector<std::string>{mm("da", dy, b, false, true), mm("db", a, dy, true, false)};
+      if (!ta && tb) return std::vector<std::string>{mm("da", dy, b, false, false), mm("db", dy, a, true, false)};
+      if (ta && !tb) return std::vector<std::string>{mm("da", b, dy, false, true), mm("db", a, dy, false, false)};
+      return std::vector<std::string>{mm("da", b, dy, true, true), mm("db", dy, a, true, true)};
     };
     r->Register(d);
   }

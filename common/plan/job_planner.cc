@@ -73,7 +73,15 @@ absl::StatusOr<TrainingJob> LoadJob(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open job file ", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseJob(ss.str(), path);
+  absl::StatusOr<TrainingJob> job = ParseJob(ss.str(), path);
+  // A model file named relative to the job is found beside it, wherever
+  // the daemon runs from.
+  const size_t slash = path.rfind('/');
+  if (job.ok() && job->model().has_onnx() && slash != std::string::npos) {
+    OnnxModel* onnx = job->mutable_model()->mutable_onnx();
+    if (!onnx->path().empty() && onnx->path()[0] != '/') onnx->set_path(path.substr(0, slash + 1) + onnx->path());
+  }
+  return job;
 }
 
 bool IsMirrored(const TrainingJob& job) {

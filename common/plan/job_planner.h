@@ -13,7 +13,8 @@
 namespace psrt {
 
 // Parses a job in protobuf text format; errors give the file, line and
-// column. Fills each input format's default features.
+// column. Fills each input format's default features. LoadJob also takes
+// a relative model.onnx.path from the job file's directory.
 absl::StatusOr<TrainingJob> LoadJob(const std::string& path);
 absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source);
 

@@ -2,6 +2,8 @@
 // the cluster runs: the optimizer's schedule and the input's decoding.
 #include "common/plan/job_planner.h"
 
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,9 +69,37 @@ TEST(JobPlannerTest, ABatchTooLargeForEveryWorkerIsRefusedAtParse) {
 TEST(JobPlannerTest, EveryExampleJobParses) {
   for (const char* name : {"fashion_mnist_cnn", "fashion_mnist_mlp", "fashion_mnist_mlp_central_storage",
                            "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",
-                           "sparse_libsvm_hybrid"}) {
+                           "sparse_libsvm_hybrid", "fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn"}) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     EXPECT_TRUE(job.ok()) << job.status();
+  }
+}
+
+// The ONNX examples plan as the chief plans them: their models found beside
+// the job, imported, differentiated and placed on 2 PS.
+TEST(JobPlannerTest, OnnxExampleJobsPlan) {
+  for (const char* name : {"fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn"}) {
+    absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<JobPlan> plan = PlanJob(*job, 2);
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+    EXPECT_EQ(plan->gradient_node.size(), std::string(name) == "fashion_mnist_onnx_mlp" ? 6u : 8u) << name;
+  }
+}
+
+// model.onnx.path relative to the job file is found beside it; an
+// absolute one is kept.
+TEST(JobPlannerTest, AnOnnxPathIsTakenFromTheJobFilesDirectory) {
+  const std::string dir = ::testing::TempDir();
+  for (const std::string& model : {std::string("models/m.onnx"), std::string("/abs/m.onnx")}) {
+    {
+      std::ofstream out(dir + "/onnx_job.pbtxt");
+      out << "model { onnx { path: \"" << model << "\" } }\n"
+          << "input { format: TFRECORD batch_size: 8 train { files: \"/x.tfrecord\" } feature { name: \"x\" shape: 3 } }\n";
+    }
+    absl::StatusOr<TrainingJob> job = LoadJob(dir + "/onnx_job.pbtxt");
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->model().onnx().path(), model[0] == '/' ? model : dir + "/" + model);
   }
 }
 

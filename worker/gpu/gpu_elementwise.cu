@@ -51,8 +51,9 @@ __global__ void ColumnSumKernel(const float* __restrict__ dy, float* __restrict_
 }
 
 // One warp per row. The row loop bound is the same for all lanes of a warp,
-// so the whole warp takes part in every shuffle.
-__global__ void SoftmaxKernel(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t n) {
+// so the whole warp takes part in every shuffle. With `log`, LogSoftmax.
+__global__ void SoftmaxKernel(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t n,
+                              bool log) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = GridStride() / kWarp;
   for (int64_t r = GlobalIndex() / kWarp; r < rows; r += warps) {
@@ -64,25 +65,44 @@ __global__ void SoftmaxKernel(const float* __restrict__ x, float* __restrict__ y
     float s = 0.0f;
     for (int64_t i = lane; i < n; i += kWarp) {
       const float e = expf(in[i] - m);
-      o[i] = e;
+      if (!log) o[i] = e;
       s += e;
     }
     s = WarpSum(s);
-    for (int64_t i = lane; i < n; i += kWarp) o[i] /= s;
+    if (log) {
+      const float shift = m + logf(s);
+      for (int64_t i = lane; i < n; i += kWarp) o[i] = in[i] - shift;
+    } else {
+      for (int64_t i = lane; i < n; i += kWarp) o[i] /= s;
+    }
   }
 }
 
+// (dy, y) -> dx: y * (dy - sum(dy * y)), or for LogSoftmax dy - exp(y) * sum(dy).
 __global__ void SoftmaxGradKernel(const float* __restrict__ dy, const float* __restrict__ y,
-                                  float* __restrict__ dx, int64_t rows, int64_t n) {
+                                  float* __restrict__ dx, int64_t rows, int64_t n, bool log) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = GridStride() / kWarp;
   for (int64_t r = GlobalIndex() / kWarp; r < rows; r += warps) {
     const float* g = dy + r * n;
     const float* p = y + r * n;
     float dot = 0.0f;
-    for (int64_t i = lane; i < n; i += kWarp) dot += g[i] * p[i];
+    for (int64_t i = lane; i < n; i += kWarp) dot += log ? g[i] : g[i] * p[i];
     dot = WarpSum(dot);
-    for (int64_t i = lane; i < n; i += kWarp) dx[r * n + i] = p[i] * (g[i] - dot);
+    for (int64_t i = lane; i < n; i += kWarp) {
+      dx[r * n + i] = log ? g[i] - expf(p[i]) * dot : p[i] * (g[i] - dot);
+    }
+  }
+}
+
+__global__ void TransposeKernel(const float* __restrict__ x, float* __restrict__ y, TransposeDims d, int64_t n) {
+  PSRT_GRID_LOOP(i, n) {
+    int64_t rest = i, offset = 0;
+    for (int k = d.rank - 1; k >= 0; --k) {
+      offset += (rest % d.dims[k]) * d.strides[k];
+      rest /= d.dims[k];
+    }
+    y[i] = x[offset];
   }
 }
 
@@ -139,15 +159,36 @@ GpuError ColumnSum(void* stream, const float* d_dy, float* d_out, int64_t rows, 
   return LaunchStatus();
 }
 
-GpuError Softmax(void* stream, const float* d_x, float* d_y, int64_t rows, int64_t n) {
+static GpuError LaunchSoftmax(void* stream, const float* d_x, float* d_y, int64_t rows, int64_t n, bool log) {
   if (rows * n == 0) return nullptr;
-  SoftmaxKernel<<<WarpBlocks(rows), kThreads, 0, S(stream)>>>(d_x, d_y, rows, n);
+  SoftmaxKernel<<<WarpBlocks(rows), kThreads, 0, S(stream)>>>(d_x, d_y, rows, n, log);
   return LaunchStatus();
 }
 
-GpuError SoftmaxGrad(void* stream, const float* d_dy, const float* d_y, float* d_dx, int64_t rows, int64_t n) {
+static GpuError LaunchSoftmaxGrad(void* stream, const float* d_dy, const float* d_y, float* d_dx, int64_t rows, int64_t n,
+                                  bool log) {
   if (rows * n == 0) return nullptr;
-  SoftmaxGradKernel<<<WarpBlocks(rows), kThreads, 0, S(stream)>>>(d_dy, d_y, d_dx, rows, n);
+  SoftmaxGradKernel<<<WarpBlocks(rows), kThreads, 0, S(stream)>>>(d_dy, d_y, d_dx, rows, n, log);
+  return LaunchStatus();
+}
+
+GpuError Softmax(void* stream, const float* d_x, float* d_y, int64_t rows, int64_t n) {
+  return LaunchSoftmax(stream, d_x, d_y, rows, n, false);
+}
+GpuError LogSoftmax(void* stream, const float* d_x, float* d_y, int64_t rows, int64_t n) {
+  return LaunchSoftmax(stream, d_x, d_y, rows, n, true);
+}
+GpuError SoftmaxGrad(void* stream, const float* d_dy, const float* d_y, float* d_dx, int64_t rows, int64_t n) {
+  return LaunchSoftmaxGrad(stream, d_dy, d_y, d_dx, rows, n, false);
+}
+GpuError LogSoftmaxGrad(void* stream, const float* d_dy, const float* d_y, float* d_dx, int64_t rows, int64_t n) {
+  return LaunchSoftmaxGrad(stream, d_dy, d_y, d_dx, rows, n, true);
+}
+
+GpuError Transpose(void* stream, const float* d_x, float* d_y, const TransposeDims& d, int64_t n) {
+  if (n == 0) return nullptr;
+  if (d.rank < 1 || d.rank > kMaxTransposeRank) return "transpose rank out of range";
+  TransposeKernel<<<BlocksFor(n), kThreads, 0, S(stream)>>>(d_x, d_y, d, n);
   return LaunchStatus();
 }
 

@@ -100,21 +100,52 @@ GpuKernel BinaryKernel(BinaryOp op) {
   };
 }
 
-absl::Status SoftmaxOp(GpuKernelContext& c) {
-  int64_t rows, n;
-  RETURN_IF_ERROR(LastDim(c, c.inputs[0], &rows, &n));
-  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[0].shape()));
-  PSRT_GPU_CHECK(c, gpu::Softmax(c.stream(), In(c, 0), out.data<float>(), rows, n));
-  c.outputs = {out};
-  return absl::OkStatus();
+// Softmax and LogSoftmax over the last axis, x -> y.
+using RowFn = GpuError (*)(void*, const float*, float*, int64_t, int64_t);
+GpuKernel RowKernel(RowFn f) {
+  return [f](GpuKernelContext& c) -> absl::Status {
+    int64_t rows, n;
+    RETURN_IF_ERROR(LastDim(c, c.inputs[0], &rows, &n));
+    ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[0].shape()));
+    PSRT_GPU_CHECK(c, f(c.stream(), In(c, 0), out.data<float>(), rows, n));
+    c.outputs = {out};
+    return absl::OkStatus();
+  };
 }
 
-absl::Status SoftmaxGradOp(GpuKernelContext& c) {  // (dy, y)
-  int64_t rows, n;
-  RETURN_IF_ERROR(LastDim(c, c.inputs[1], &rows, &n));
-  if (c.inputs[0].NumElements() != c.inputs[1].NumElements()) return c.Error("dy and y differ in size");
-  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[1].shape()));
-  PSRT_GPU_CHECK(c, gpu::SoftmaxGrad(c.stream(), In(c, 0), In(c, 1), out.data<float>(), rows, n));
+// Their gradients, (dy, y) -> dx.
+using RowGradFn = GpuError (*)(void*, const float*, const float*, float*, int64_t, int64_t);
+GpuKernel RowGradKernel(RowGradFn f) {
+  return [f](GpuKernelContext& c) -> absl::Status {
+    int64_t rows, n;
+    RETURN_IF_ERROR(LastDim(c, c.inputs[1], &rows, &n));
+    if (c.inputs[0].NumElements() != c.inputs[1].NumElements()) return c.Error("dy and y differ in size");
+    ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[1].shape()));
+    PSRT_GPU_CHECK(c, f(c.stream(), In(c, 0), In(c, 1), out.data<float>(), rows, n));
+    c.outputs = {out};
+    return absl::OkStatus();
+  };
+}
+
+absl::Status TransposeOp(GpuKernelContext& c) {
+  Tensor& x = c.inputs[0];
+  TransposePlan p;
+  RETURN_IF_ERROR(PlanTranspose(c, x.shape(), &p));
+  if (p.in_order) {  // the same bytes: relabel the buffer
+    absl::StatusOr<Tensor> r = x.Reshape(TensorShape(p.dims));
+    if (!r.ok()) return c.Error(r.status().message());
+    c.outputs = {*r};
+    return absl::OkStatus();
+  }
+  if (p.dims.size() > static_cast<size_t>(kMaxTransposeRank)) return c.Error("rank above 8");
+  TransposeDims d;
+  d.rank = static_cast<int>(p.dims.size());
+  for (int i = 0; i < d.rank; ++i) {
+    d.dims[i] = p.dims[i];
+    d.strides[i] = p.strides[i];
+  }
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(p.dims)));
+  PSRT_GPU_CHECK(c, gpu::Transpose(c.stream(), In(c, 0), out.data<float>(), d, out.NumElements()));
   c.outputs = {out};
   return absl::OkStatus();
 }
@@ -228,8 +259,11 @@ void RegisterGpuBasicKernels(GpuKernelRegistry* r) {
   r->Register("SigmoidGrad", BinaryKernel(BinaryOp::kSigmoidGrad));
   r->Register("TanhGrad", BinaryKernel(BinaryOp::kTanhGrad));
   r->Register("Mul", BinaryKernel(BinaryOp::kMul));
-  r->Register("Softmax", SoftmaxOp);
-  r->Register("SoftmaxGrad", SoftmaxGradOp);
+  r->Register("Softmax", RowKernel(gpu::Softmax));
+  r->Register("SoftmaxGrad", RowGradKernel(gpu::SoftmaxGrad));
+  r->Register("LogSoftmax", RowKernel(gpu::LogSoftmax));
+  r->Register("LogSoftmaxGrad", RowGradKernel(gpu::LogSoftmaxGrad));
+  r->Register("Transpose", TransposeOp);
   r->Register("AddN", AddNOp);
   r->Register("ConcatV2", ConcatOp);
   r->Register("ConcatGrad", ConcatGradOp);

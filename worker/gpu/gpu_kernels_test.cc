@@ -146,6 +146,26 @@ TEST(GpuKernelsTest, DenseOpsMatchCpu) {
                    {{"x", Random({9, 10}, &rng, -5, 5)}}});
   cases.push_back({"Softmax wide", [](GraphBuilder& b) { return b.Add("Softmax", "y", {"x"}); },
                    {{"x", Random({5, 300}, &rng, -5, 5)}}});
+  cases.push_back({"LogSoftmax", [](GraphBuilder& b) { return b.Add("LogSoftmax", "y", {"x"}); },
+                   {{"x", Random({5, 300}, &rng, -5, 5)}}});
+  for (const std::vector<int64_t>& perm : {std::vector<int64_t>{0, 3, 1, 2}, std::vector<int64_t>{2, 3, 1, 0}}) {
+    cases.push_back({"Transpose " + std::to_string(perm[0]) + std::to_string(perm[1]) + std::to_string(perm[2]) +
+                         std::to_string(perm[3]),
+                     [perm](GraphBuilder& b) { return b.Add("Transpose", "y", {"x"}, {{"perm", AttrInts(perm)}}); },
+                     {{"x", Random({3, 4, 5, 6}, &rng)}}});
+  }
+  cases.push_back({"Transpose of size-1 axes",
+                   [](GraphBuilder& b) { return b.Add("Transpose", "y", {"x"}, {{"perm", AttrInts({0, 3, 1, 2})}}); },
+                   {{"x", Random({3, 4, 5, 1}, &rng)}}});
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      cases.push_back({"MatMul transpose_a " + std::to_string(ta) + " transpose_b " + std::to_string(tb), [ta, tb](GraphBuilder& b) {
+                         return b.Add("MatMul", "y", {"a", "b"}, {{"transpose_a", AttrB(ta)}, {"transpose_b", AttrB(tb)}});
+                       },
+                       {{"a", Random(ta ? TensorShape({7, 5}) : TensorShape({5, 7}), &rng)},
+                        {"b", Random(tb ? TensorShape({6, 7}) : TensorShape({7, 6}), &rng)}}});
+    }
+  }
   cases.push_back({"Mul", [](GraphBuilder& b) { return b.Add("Mul", "y", {"x", "z"}); },
                    {{"x", Random({20, 30}, &rng)}, {"z", Random({20, 30}, &rng)}}});
   cases.push_back({"AddN", [](GraphBuilder& b) { return b.Add("AddN", "y", {"x", "z", "x", "z"}); },

@@ -59,6 +59,17 @@ GpuError BiasAdd(void* stream, const float* d_x, const float* d_b, float* d_y, i
 GpuError ColumnSum(void* stream, const float* d_dy, float* d_out, int64_t rows, int64_t n);
 GpuError Softmax(void* stream, const float* d_x, float* d_y, int64_t rows, int64_t n);
 GpuError SoftmaxGrad(void* stream, const float* d_dy, const float* d_y, float* d_dx, int64_t rows, int64_t n);
+// Over the last axis: y = x - log(sum(exp(x))); dx = dy - exp(y) * sum(dy).
+GpuError LogSoftmax(void* stream, const float* d_x, float* d_y, int64_t rows, int64_t n);
+GpuError LogSoftmaxGrad(void* stream, const float* d_dy, const float* d_y, float* d_dx, int64_t rows, int64_t n);
+// y[i] = x[offset of i]: y's dims, and for each of y's axes the step in x.
+inline constexpr int kMaxTransposeRank = 8;
+struct TransposeDims {
+  int rank;
+  int64_t dims[kMaxTransposeRank];
+  int64_t strides[kMaxTransposeRank];
+};
+GpuError Transpose(void* stream, const float* d_x, float* d_y, const TransposeDims& d, int64_t n);
 // mask[i] = keep ? 1/(1-rate) : 0 from a counter-based hash of (seed, i);
 // y = x * mask.
 GpuError Dropout(void* stream, const float* d_x, float* d_y, float* d_mask, int64_t n, float rate,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -69,6 +70,40 @@ inline absl::Status Geometry(const KernelContext& ctx, const TensorShape& x, int
   if (g->oh <= 0 || g->ow <= 0) return ctx.Error(absl::StrCat("window ", k, " does not fit ", x.ToString()));
   g->pad_top = same ? std::max<int64_t>(0, (g->oh - 1) * g->s + k - g->h) / 2 : 0;
   g->pad_left = same ? std::max<int64_t>(0, (g->ow - 1) * g->s + k - g->w) / 2 : 0;
+  return absl::OkStatus();
+}
+
+// Transpose by the node's perm: y's axis i is x's axis perm[i]. dims are
+// y's, strides[i] the step in x along y's axis i. in_order: the permutation
+// only moves axes of size 1, so y has x's bytes (a reshape).
+struct TransposePlan {
+  std::vector<int64_t> dims, strides;
+  bool in_order = true;
+};
+inline absl::Status PlanTranspose(const KernelContext& c, const TensorShape& x, TransposePlan* p) {
+  const std::vector<int64_t> perm = GetAttrInts(*c.node, "perm");
+  const int rank = x.rank();
+  if (rank == 0 || static_cast<int>(perm.size()) != rank) return c.Error("perm does not match the input's rank");
+  std::vector<int64_t> in_strides(rank);
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    in_strides[i] = stride;
+    stride *= x.dim(i);
+  }
+  p->dims.assign(rank, 0);
+  p->strides.assign(rank, 0);
+  std::vector<bool> seen(rank, false);
+  int64_t last_moved = -1;
+  for (int i = 0; i < rank; ++i) {
+    if (perm[i] < 0 || perm[i] >= rank || seen[perm[i]]) return c.Error("perm is not a permutation");
+    seen[perm[i]] = true;
+    p->dims[i] = x.dim(perm[i]);
+    p->strides[i] = in_strides[perm[i]];
+    if (p->dims[i] > 1) {
+      if (perm[i] < last_moved) p->in_order = false;
+      last_moved = perm[i];
+    }
+  }
   return absl::OkStatus();
 }
 

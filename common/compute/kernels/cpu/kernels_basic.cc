@@ -1,4 +1,5 @@
 // CPU kernels: sources, matrix products, element-wise ops, reshaping.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -128,6 +129,80 @@ absl::Status SoftmaxGrad(KernelContext& c) {
     for (int64_t i = 0; i < n; ++i) dot += g[i] * p[i];
     for (int64_t i = 0; i < n; ++i) out.data<float>()[r * n + i] = p[i] * (g[i] - dot);
   }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// Over the last axis: y = x - max - log(sum(exp(x - max))).
+absl::Status LogSoftmax(KernelContext& c) {
+  Tensor& x = c.inputs[0];
+  if (x.shape().rank() == 0) return c.Error("needs an axis");
+  const int64_t n = x.shape().dim(x.shape().rank() - 1);
+  const int64_t rows = n == 0 ? 0 : x.NumElements() / n;
+  Tensor out(DT_FLOAT, x.shape());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x.data<float>() + r * n;
+    float* o = out.data<float>() + r * n;
+    const float m = *std::max_element(in, in + n);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(in[i] - m));
+    const float shift = m + static_cast<float>(std::log(s));
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] - shift;
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// (dy, y) -> dy - softmax(x) * sum(dy), softmax(x) = exp(y).
+absl::Status LogSoftmaxGrad(KernelContext& c) {
+  Tensor& dy = c.inputs[0];
+  Tensor& y = c.inputs[1];
+  if (y.shape().rank() == 0 || dy.shape() != y.shape()) return c.Error("dy and y differ in shape");
+  const int64_t n = y.shape().dim(y.shape().rank() - 1);
+  const int64_t rows = n == 0 ? 0 : y.NumElements() / n;
+  Tensor out(DT_FLOAT, y.shape());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = dy.data<float>() + r * n;
+    const float* p = y.data<float>() + r * n;
+    float* o = out.data<float>() + r * n;
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += g[i];
+    for (int64_t i = 0; i < n; ++i) o[i] = g[i] - std::exp(p[i]) * sum;
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// y's axis i is x's axis perm[i].
+absl::Status Transpose(KernelContext& c) {
+  Tensor& x = c.inputs[0];
+  TransposePlan p;
+  if (auto s = PlanTranspose(c, x.shape(), &p); !s.ok()) return s;
+  if (p.in_order) {
+    absl::StatusOr<Tensor> r = x.Reshape(TensorShape(p.dims));
+    if (!r.ok()) return c.Error(r.status().message());
+    c.outputs = {*r};
+    return absl::OkStatus();
+  }
+  Tensor out(DT_FLOAT, TensorShape(p.dims));
+  const float* in = x.data<float>();
+  float* o = out.data<float>();
+  const int rank = static_cast<int>(p.dims.size());
+  const int64_t inner = p.dims[rank - 1], inner_stride = p.strides[rank - 1];
+  const int64_t outer = inner == 0 ? 0 : out.NumElements() / inner;
+  // Each outer index (all axes but the last) copies one strided run.
+  auto work = [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index r = begin; r < end; ++r) {
+      int64_t rest = r, offset = 0;
+      for (int i = rank - 2; i >= 0; --i) {
+        offset += (rest % p.dims[i]) * p.strides[i];
+        rest /= p.dims[i];
+      }
+      float* dst = o + r * inner;
+      for (int64_t j = 0; j < inner; ++j) dst[j] = in[offset + j * inner_stride];
+    }
+  };
+  c.device->parallelFor(outer, Eigen::TensorOpCost(inner * 4, inner * 4, inner), work);
   c.outputs = {out};
   return absl::OkStatus();
 }
@@ -292,6 +367,9 @@ void RegisterCpuBasicKernels(KernelRegistry* r) {
   }));
   r->Register("Softmax", Softmax);
   r->Register("SoftmaxGrad", SoftmaxGrad);
+  r->Register("LogSoftmax", LogSoftmax);
+  r->Register("LogSoftmaxGrad", LogSoftmaxGrad);
+  r->Register("Transpose", Transpose);
   r->Register("AddN", AddN);
   r->Register("Reshape", Reshape);
   r->Register("ReshapeLike", ReshapeLike);

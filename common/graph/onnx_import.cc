@@ -1,0 +1,766 @@
+#include "common/graph/onnx_import.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/graph/shape_util.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+
+namespace psrt {
+namespace {
+
+// No tensor of a model may hold more (a hostile file's dims are checked
+// against its bytes too; this bounds what a shape alone can claim).
+constexpr int64_t kMaxElements = int64_t{1} << 31;
+
+// A value of the ONNX graph as our graph holds it. `shape` is ONNX's
+// (logical) shape; with `nhwc` the tensor holds that 4-D NCHW value
+// transposed to NHWC.
+struct Val {
+  std::string tensor;
+  Shape shape;
+  bool nhwc = false;
+};
+
+int64_t Product(const Shape& s, size_t from = 0, size_t to = SIZE_MAX) {
+  int64_t p = 1;
+  for (size_t i = from; i < std::min(to, s.size()); ++i) {
+    if (s[i] < 0) return -1;
+    p *= s[i];  // every dim is checked <= kMaxElements and products below
+  }
+  return p;
+}
+
+// Checks dims from a file: non-negative (or -1 where `unknown_ok`) and an
+// element count of at most kMaxElements.
+absl::Status CheckDims(const Shape& s, bool unknown_ok, const std::string& what) {
+  if (s.size() > static_cast<size_t>(kMaxRank)) return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", s.size(), " > ", kMaxRank));
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0 && !(unknown_ok && d == -1)) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dim ", d));
+    if (d > kMaxElements) return absl::InvalidArgumentError(absl::StrCat(what, ": dim ", d, " is too large"));
+    if (d < 0) continue;
+    n *= d;
+    if (n > kMaxElements) return absl::InvalidArgumentError(absl::StrCat(what, ": more than 2^31 elements"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> OnnxTensor(const onnx::TensorProto& t, const std::string& what) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0) {
+    return absl::UnimplementedError(absl::StrCat(what, ": its values are in an external file; save the model with them inside"));
+  }
+  Shape dims(t.dims().begin(), t.dims().end());
+  RETURN_IF_ERROR(CheckDims(dims, false, what));
+  const int64_t n = Product(dims);
+  const std::string& raw = t.raw_data();
+  auto count = [&](int64_t have, const char* field) -> absl::Status {
+    if (have != n) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeString(dims), " has ", n, " elements, ",
+                                                     field, " holds ", have));
+    }
+    return absl::OkStatus();
+  };
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: {
+      if (t.has_raw_data()) {
+        if (raw.size() % 4 != 0) return count(-1, "raw_data (bytes not a multiple of 4)");
+        RETURN_IF_ERROR(count(static_cast<int64_t>(raw.size() / 4), "raw_data"));
+      } else {
+        RETURN_IF_ERROR(count(t.float_data_size(), "float_data"));
+      }
+      Tensor out(DT_FLOAT, TensorShape(dims));
+      if (t.has_raw_data()) {
+        if (n > 0) std::memcpy(out.data<float>(), raw.data(), raw.size());  // little-endian hosts only
+      } else {
+        std::copy(t.float_data().begin(), t.float_data().end(), out.data<float>());
+      }
+      return out;
+    }
+    case onnx::TensorProto::INT64:
+    case onnx::TensorProto::INT32: {
+      const bool wide = t.data_type() == onnx::TensorProto::INT64;
+      const size_t size = wide ? 8 : 4;
+      if (t.has_raw_data()) {
+        if (raw.size() % size != 0) return count(-1, "raw_data (bytes not a multiple of the element size)");
+        RETURN_IF_ERROR(count(static_cast<int64_t>(raw.size() / size), "raw_data"));
+      } else {
+        RETURN_IF_ERROR(count(wide ? t.int64_data_size() : t.int32_data_size(), wide ? "int64_data" : "int32_data"));
+      }
+      Tensor out(DT_INT64, TensorShape(dims));
+      int64_t* o = out.data<int64_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        if (t.has_raw_data()) {
+          if (wide) {
+            std::memcpy(&o[i], raw.data() + i * 8, 8);
+          } else {
+            int32_t v;
+            std::memcpy(&v, raw.data() + i * 4, 4);
+            o[i] = v;
+          }
+        } else {
+          o[i] = wide ? t.int64_data(i) : t.int32_data(i);
+        }
+      }
+      return out;
+    }
+    default:
+      return absl::UnimplementedError(absl::StrCat(what, ": data type ", t.data_type(),
+                                                   " is not supported (FLOAT, INT64 and INT32 are)"));
+  }
+}
+
+namespace {
+
+// Our node names: ONNX names may hold ':' (PyTorch's "onnx::Gemm_12"),
+// which our tensor names use for output indices.
+std::string Sanitize(const std::string& name) {
+  std::string s = name.empty() ? "onnx" : name;
+  for (char& c : s) {
+    if (c == ':' || c == '^' || static_cast<unsigned char>(c) < 0x20) c = '_';
+  }
+  return s;
+}
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, const OnnxImportOptions& options, GraphBuilder* b)
+      : model_(model), graph_(model.graph()), options_(options), b_(b) {}
+
+  absl::StatusOr<OnnxImport> Run();
+
+ private:
+  using Node = onnx::NodeProto;
+
+  // "ONNX node NAME (OP)" or "ONNX node #INDEX (OP)"; a file's strings
+  // are cut to a readable length.
+  std::string Where(const Node& n) const {
+    auto cut = [](const std::string& s) { return s.size() <= 200 ? s : s.substr(0, 200) + "..."; };
+    return absl::StrCat("ONNX node ", n.name().empty() ? absl::StrCat("#", index_.at(&n)) : cut(n.name()), " (",
+                        cut(n.op_type()), ")");
+  }
+  absl::Status Bad(const Node& n, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(Where(n), ": ", what));
+  }
+  absl::Status Unsupported(const Node& n, absl::string_view what) const {
+    return absl::UnimplementedError(absl::StrCat(Where(n), ": ", what));
+  }
+  std::string Hint(const Node& n, const std::string& suffix = "") const {
+    return Sanitize(n.name().empty() ? n.output_size() > 0 ? n.output(0) : n.op_type() : n.name()) + suffix;
+  }
+
+  // Attributes, checked against their declared type.
+  const onnx::AttributeProto* Attr(const Node& n, const std::string& name) const {
+    for (const auto& a : n.attribute()) {
+      if (a.name() == name) return &a;
+    }
+    return nullptr;
+  }
+  absl::StatusOr<int64_t> Int(const Node& n, const std::string& name, int64_t fallback) const {
+    const auto* a = Attr(n, name);
+    if (a == nullptr) return fallback;
+    if (a->has_type() && a->type() != onnx::AttributeProto::INT) return Bad(n, absl::StrCat("attribute ", name, " is not an int"));
+    return a->i();
+  }
+  absl::StatusOr<float> Float(const Node& n, const std::string& name, float fallback) const {
+    const auto* a = Attr(n, name);
+    if (a == nullptr) return fallback;
+    if (a->has_type() && a->type() != onnx::AttributeProto::FLOAT) return Bad(n, absl::StrCat("attribute ", name, " is not a float"));
+    return a->f();
+  }
+  absl::StatusOr<std::vector<int64_t>> Ints(const Node& n, const std::string& name, std::vector<int64_t> fallback) const {
+    const auto* a = Attr(n, name);
+    if (a == nullptr) return fallback;
+    if (a->has_type() && a->type() != onnx::AttributeProto::INTS) return Bad(n, absl::StrCat("attribute ", name, " is not a list of ints"));
+    if (a->ints_size() > kMaxRank) return Bad(n, absl::StrCat("attribute ", name, " has ", a->ints_size(), " values"));
+    return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+  }
+  absl::StatusOr<std::string> String(const Node& n, const std::string& name, const std::string& fallback) const {
+    const auto* a = Attr(n, name);
+    if (a == nullptr) return fallback;
+    if (a->has_type() && a->type() != onnx::AttributeProto::STRING) return Bad(n, absl::StrCat("attribute ", name, " is not a string"));
+    return a->s();
+  }
+  // Refuses attributes the converter does not read.
+  absl::Status OnlyAttrs(const Node& n, const std::set<std::string>& known) const {
+    for (const auto& a : n.attribute()) {
+      if (!known.count(a.name())) return Unsupported(n, absl::StrCat("attribute ", a.name(), " is not supported"));
+    }
+    return absl::OkStatus();
+  }
+
+  bool HasInput(const Node& n, int i) const { return i < n.input_size() && !n.input(i).empty(); }
+  // Input i as a tensor of our graph. `weight`: a float initializer there
+  // becomes a variable (it is trained); elsewhere a constant.
+  absl::StatusOr<Val> In(const Node& n, int i, bool weight = false);
+  // Input i's value, known at import time (an initializer or Constant).
+  absl::StatusOr<Tensor> Static(const Node& n, int i);
+  absl::StatusOr<Val> Nchw(Val v, const std::string& hint);
+  absl::StatusOr<Val> Nhwc(const Node& n, Val v);
+  absl::Status Bind(const onnx::ValueInfoProto& input, const OnnxFeed& feed);
+  absl::Status Convert(const Node& n);
+  absl::StatusOr<Val> Window(const Node& n, bool conv);
+  absl::StatusOr<Val> Reshaped(const Node& n, const Val& x, std::vector<int64_t> target);
+  absl::StatusOr<Val> AddValues(const Node& n, Val a, Val c);
+  void Set(const Node& n, int k, Val v) { values_[n.output(k)] = std::move(v); }
+
+  const onnx::ModelProto& model_;
+  const onnx::GraphProto& graph_;
+  const OnnxImportOptions& options_;
+  GraphBuilder* const b_;
+  int64_t opset_ = 0;
+  std::map<const Node*, int> index_;
+  std::map<std::string, const onnx::TensorProto*> initializers_;
+  std::map<std::string, Tensor> constants_;  // Constant nodes' values
+  std::map<std::string, Val> values_;        // imported so far
+  std::set<std::string> consumed_mask_;      // outputs something needed reads
+  OnnxImport result_;
+};
+
+absl::StatusOr<Val> Importer::In(const Node& n, int i, bool weight) {
+  if (!HasInput(n, i)) return Bad(n, absl::StrCat("input ", i, " is missing"));
+  const std::string& name = n.input(i);
+  auto v = values_.find(name);
+  if (v != values_.end()) return v->second;  // the first use decided variable or constant
+  auto c = constants_.find(name);
+  const onnx::TensorProto* init = nullptr;
+  Tensor t;
+  if (c != constants_.end()) {
+    t = c->second;
+  } else {
+    auto it = initializers_.find(name);
+    if (it == initializers_.end()) {
+      return Bad(n, absl::StrCat("input \"", name, "\" is no graph input, initializer or earlier node's output"));
+    }
+    init = it->second;
+    ASSIGN_OR_RETURN(t, OnnxTensor(*init, absl::StrCat(Where(n), ": initializer \"", name, "\"")));
+  }
+  Val out{"", t.shape().dims(), false};
+  if (weight && init != nullptr && t.dtype() == DT_FLOAT) {
+    VariableDef def;
+    def.set_name(b_->UniqueName(Sanitize(name)));
+    def.set_kind(VariableDef::DENSE);
+    def.set_dtype(DT_FLOAT);
+    for (int64_t d : out.shape) def.mutable_shape()->add_dim(d);
+    def.mutable_initializer()->set_kind(InitializerDef::TENSOR);
+    t.ToProto(def.mutable_initializer()->mutable_tensor());
+    def.set_seed(options_.seed);
+    // UniqueName reserved the name; the node takes it as is.
+    NodeDef* node = b_->graph()->add_node();
+    node->set_name(def.name());
+    node->set_op("Variable");
+    (*node->mutable_attr())["shape"] = AttrShape(out.shape);
+    (*node->mutable_attr())["dtype"] = AttrType(DT_FLOAT);
+    out.tensor = def.name();
+    result_.variables.push_back(std::move(def));
+  } else {
+    out.tensor = b_->Add("Const", Sanitize(name), {}, {{"value", AttrTensor(t)}});
+  }
+  values_[name] = out;
+  return out;
+}
+
+absl::StatusOr<Tensor> Importer::Static(const Node& n, int i) {
+  if (!HasInput(n, i)) return Bad(n, absl::StrCat("input ", i, " is missing"));
+  const std::string& name = n.input(i);
+  auto c = constants_.find(name);
+  if (c != constants_.end()) return c->second;
+  auto it = initializers_.find(name);
+  if (it == initializers_.end()) {
+    return Unsupported(n, absl::StrCat("input ", i, " (\"", name,
+                                       "\") must be a constant (an initializer or a Constant node); computed ones are not supported"));
+  }
+  return OnnxTensor(*it->second, absl::StrCat(Where(n), ": initializer \"", name, "\""));
+}
+
+absl::StatusOr<Val> Importer::Nchw(Val v, const std::string& hint) {
+  if (!v.nhwc) return v;
+  v.tensor = b_->Add("Transpose", hint + "/to_nchw", {v.tensor}, {{"perm", AttrInts({0, 3, 1, 2})}});
+  v.nhwc = false;
+  return v;
+}
+
+absl::StatusOr<Val> Importer::Nhwc(const Node& n, Val v) {
+  if (v.nhwc) return v;
+  if (v.shape.size() != 4) return Bad(n, absl::StrCat("input must be 4-D NCHW, got ", ShapeString(v.shape)));
+  v.tensor = b_->Add("Transpose", Hint(n, "/to_nhwc"), {v.tensor}, {{"perm", AttrInts({0, 2, 3, 1})}});
+  v.nhwc = true;
+  return v;
+}
+
+absl::Status Importer::Bind(const onnx::ValueInfoProto& input, const OnnxFeed& feed) {
+  const std::string where = absl::StrCat("ONNX graph input \"", input.name(), "\"");
+  if (!input.type().has_tensor_type()) return absl::UnimplementedError(absl::StrCat(where, ": not a tensor"));
+  const auto& tt = input.type().tensor_type();
+  if (tt.elem_type() != onnx::TensorProto::FLOAT) {
+    return absl::UnimplementedError(absl::StrCat(where, ": element type ", tt.elem_type(), " (only FLOAT inputs are fed)"));
+  }
+  Shape declared;
+  for (const auto& d : tt.shape().dim()) {
+    declared.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  }
+  RETURN_IF_ERROR(CheckDims(declared, true, where));
+  if (declared.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": has no batch dimension"));
+  declared[0] = -1;
+  for (size_t i = 1; i < declared.size(); ++i) {
+    if (declared[i] < 0) return absl::UnimplementedError(absl::StrCat(where, ": dim ", i, " is symbolic; only the batch may be"));
+  }
+  const Shape f(feed.shape.begin() + std::min<size_t>(1, feed.shape.size()), feed.shape.end());
+  const Shape d(declared.begin() + 1, declared.end());
+  Val v{feed.tensor, declared, false};
+  if (f == d) {
+    values_[input.name()] = v;
+    return absl::OkStatus();
+  }
+  // An image feature [H, W, C] for PyTorch's [C, H, W]: carried as NHWC.
+  if (f.size() == 3 && d.size() == 3 && f[0] == d[1] && f[1] == d[2] && f[2] == d[0]) {
+    v.nhwc = true;
+    values_[input.name()] = v;
+    return absl::OkStatus();
+  }
+  // Another shape of the same elements, where that cannot reorder channels.
+  const bool channels = f.size() == 3 && f[2] > 1;
+  if (!channels && Product(f) == Product(d)) {
+    Shape target = declared;
+    v.tensor = b_->Add("Reshape", Sanitize(input.name()) + "/reshape", {feed.tensor}, {{"shape", AttrInts(target)}});
+    values_[input.name()] = v;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(where, " is ", ShapeString(declared), " but its feature \"", feed.tensor,
+                                                 "\" is ", ShapeString(feed.shape)));
+}
+
+// Target shape of a Reshape or Flatten as our Reshape op takes it (one -1
+// at most, the batch's where the input's batch is unknown).
+absl::StatusOr<Val> Importer::Reshaped(const Node& n, const Val& in, std::vector<int64_t> target) {
+  ASSIGN_OR_RETURN(Val x, Nchw(in, Hint(n)));
+  RETURN_IF_ERROR(CheckDims(x.shape, true, Where(n)));
+  int minus = 0;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0) {
+      if (i >= x.shape.size()) return Bad(n, absl::StrCat("shape ", ShapeString(target), " copies dim ", i, " the input lacks"));
+      target[i] = x.shape[i];
+      if (target[i] < 0) target[i] = -2;  // the unknown batch, copied
+    } else if (target[i] == -1) {
+      ++minus;
+    } else if (target[i] < 0 || target[i] > kMaxElements) {
+      return Bad(n, absl::StrCat("shape ", ShapeString(target), " has a bad dim"));
+    }
+  }
+  if (minus > 1) return Bad(n, "more than one -1 in the shape");
+  const bool batch_unknown = !x.shape.empty() && x.shape[0] < 0;
+  for (size_t i = 1; i < x.shape.size(); ++i) {
+    if (x.shape[i] < 0) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has an unknown dim past the batch"));
+  }
+  const int64_t rest = Product(x.shape, 1);
+  if (!batch_unknown) {
+    const int64_t total = Product(x.shape);
+    int64_t known = 1;
+    for (int64_t t : target) known = t == -1 ? known : known * t;
+    for (int64_t& t : target) {
+      if (t == -1) t = known == 0 ? -1 : total / known;
+    }
+    if (Product(target) != total) return Bad(n, absl::StrCat("cannot reshape ", ShapeString(x.shape), " to ", ShapeString(target)));
+  } else {
+    // The batch stays dim 0: the shape is [batch or -1, dims of one example].
+    if (target.empty() || (target[0] != -2 && target[0] != -1)) {
+      return Unsupported(n, absl::StrCat("shape ", ShapeString(target),
+                                         " fixes the batch size; export with a dynamic batch dimension (dynamic_axes)"));
+    }
+    int64_t known = 1, unknown_at = -1;
+    for (size_t i = 1; i < target.size(); ++i) {
+      if (target[i] == -1) {
+        unknown_at = static_cast<int64_t>(i);
+      } else if (target[i] == -2) {
+        return Unsupported(n, "the batch dim would move");
+      } else {
+        known *= target[i];
+        if (known > kMaxElements) return Bad(n, "shape has too many elements");
+      }
+    }
+    if (target[0] == -1 && unknown_at >= 0) return Bad(n, "more than one -1 in the shape");
+    if (unknown_at >= 0) {
+      if (known == 0 || rest % known != 0) return Bad(n, absl::StrCat("cannot reshape ", ShapeString(x.shape), " to ", ShapeString(target)));
+      target[unknown_at] = rest / known;
+    } else if (known != rest) {
+      return Bad(n, absl::StrCat("cannot reshape ", ShapeString(x.shape), " to ", ShapeString(target)));
+    }
+    target[0] = -1;
+  }
+  return Val{b_->Add("Reshape", Hint(n), {x.tensor}, {{"shape", AttrInts(target)}}), target, false};
+}
+
+// Conv (with its bias) or MaxPool on the NHWC kernels: square window, equal
+// strides, no dilation, and pads that are VALID's or SAME's.
+absl::StatusOr<Val> Importer::Window(const Node& n, bool conv) {
+  ASSIGN_OR_RETURN(Val x, In(n, 0));
+  if (x.shape.size() != 4) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " is not 4-D NCHW (only 2-D windows are supported)"));
+  for (int i = 1; i < 4; ++i) {
+    if (x.shape[i] < 0) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has unknown dims past the batch"));
+  }
+  Val w;
+  int64_t kh, kw, filters = x.shape[1];
+  if (conv) {
+    RETURN_IF_ERROR(OnlyAttrs(n, {"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"}));
+    ASSIGN_OR_RETURN(w, In(n, 1, /*weight=*/true));
+    if (w.shape.size() != 4) return Bad(n, absl::StrCat("weight ", ShapeString(w.shape), " is not [out, in, kh, kw]"));
+    ASSIGN_OR_RETURN(int64_t group, Int(n, "group", 1));
+    if (group != 1) return Unsupported(n, absl::StrCat("group ", group, " (grouped and depthwise convolutions) is not supported yet"));
+    if (w.shape[1] != x.shape[1]) {
+      return Bad(n, absl::StrCat("weight ", ShapeString(w.shape), " does not fit input ", ShapeString(x.shape)));
+    }
+    filters = w.shape[0];
+    kh = w.shape[2];
+    kw = w.shape[3];
+  } else {
+    RETURN_IF_ERROR(OnlyAttrs(n, {"kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode", "storage_order"}));
+    ASSIGN_OR_RETURN(std::vector<int64_t> ks, Ints(n, "kernel_shape", {}));
+    if (ks.size() != 2) return Bad(n, "kernel_shape must have 2 values");
+    kh = ks[0];
+    kw = ks[1];
+    ASSIGN_OR_RETURN(int64_t storage, Int(n, "storage_order", 0));
+    if (storage != 0) return Unsupported(n, "storage_order 1 is not supported");
+    if (n.output_size() > 1 && !n.output(1).empty() && consumed_mask_.count(n.output(1))) {
+      return Unsupported(n, "the Indices output is not supported");
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> ks, Ints(n, "kernel_shape", {kh, kw}));
+  if (ks != std::vector<int64_t>{kh, kw}) return Bad(n, "kernel_shape does not match the weight");
+  if (kh != kw) return Unsupported(n, absl::StrCat("kernel ", kh, "x", kw, " is not square"));
+  if (kh < 1 || kh > x.shape[2] + 64) return Bad(n, absl::StrCat("kernel size ", kh));
+  ASSIGN_OR_RETURN(std::vector<int64_t> strides, Ints(n, "strides", {1, 1}));
+  if (strides.size() != 2 || strides[0] != strides[1] || strides[0] < 1 || strides[0] > 1024) {
+    return Unsupported(n, absl::StrCat("strides [", absl::StrJoin(strides, ","), "]: only equal positive strides are supported"));
+  }
+  const int64_t s = strides[0];
+  ASSIGN_OR_RETURN(std::vector<int64_t> dil, Ints(n, "dilations", {1, 1}));
+  if (dil != std::vector<int64_t>{1, 1}) return Unsupported(n, "dilations other than 1 are not supported yet");
+  ASSIGN_OR_RETURN(std::string auto_pad, String(n, "auto_pad", "NOTSET"));
+  ASSIGN_OR_RETURN(std::vector<int64_t> pads, Ints(n, "pads", {0, 0, 0, 0}));
+  ASSIGN_OR_RETURN(int64_t ceil_mode, Int(n, "ceil_mode", 0));
+  std::string padding;
+  if (auto_pad == "VALID") {
+    padding = "VALID";
+  } else if (auto_pad == "SAME_UPPER") {
+    padding = "SAME";
+  } else if (auto_pad != "NOTSET") {
+    return Unsupported(n, absl::StrCat("auto_pad ", auto_pad, " is not supported"));
+  } else {
+    if (pads.size() != 4) return Bad(n, "pads must have 4 values");
+    // Our SAME pads (before, after) per spatial dim, as the kernels place them.
+    auto same = [&](int64_t in) {
+      const int64_t out = (in + s - 1) / s, total = std::max<int64_t>(0, (out - 1) * s + kh - in);
+      return std::make_pair(total / 2, total - total / 2);
+    };
+    auto [t, bo] = same(x.shape[2]);
+    auto [l, r] = same(x.shape[3]);
+    if (pads == std::vector<int64_t>{0, 0, 0, 0}) {
+      padding = "VALID";
+    } else if (pads == std::vector<int64_t>{t, l, bo, r}) {
+      padding = "SAME";
+    } else {
+      return Unsupported(n, absl::StrCat("pads [", absl::StrJoin(pads, ","), "] on a ", x.shape[2], "x", x.shape[3],
+                                         " input are neither VALID's nor SAME's ([", t, ",", l, ",", bo, ",", r,
+                                         "]); explicit padding is not supported yet"));
+    }
+  }
+  const bool same = padding == "SAME";
+  auto out_dim = [&](int64_t in) { return same ? (in + s - 1) / s : (in - kh + s) / s; };
+  const int64_t oh = out_dim(x.shape[2]), ow = out_dim(x.shape[3]);
+  if (oh <= 0 || ow <= 0) return Bad(n, absl::StrCat("window ", kh, " does not fit input ", ShapeString(x.shape)));
+  if (ceil_mode != 0 && !same && ((x.shape[2] - kh) % s != 0 || (x.shape[3] - kw) % s != 0)) {
+    return Unsupported(n, "ceil_mode 1 is not supported where it changes the output");
+  }
+  ASSIGN_OR_RETURN(x, Nhwc(n, x));
+  Val y{"", {x.shape[0], filters, oh, ow}, true};
+  if (!conv) {
+    y.tensor = b_->Add("MaxPool", Hint(n), {x.tensor},
+                       {{"ksize", AttrI(kh)}, {"stride", AttrI(s)}, {"padding", AttrS(padding)}});
+    return y;
+  }
+  std::string k = b_->Add("Transpose", Hint(n, "/kernel_hwio"), {w.tensor}, {{"perm", AttrInts({2, 3, 1, 0})}});
+  y.tensor = b_->Add("Conv2D", Hint(n), {x.tensor, k}, {{"stride", AttrI(s)}, {"padding", AttrS(padding)}});
+  if (HasInput(n, 2)) {
+    ASSIGN_OR_RETURN(Val bias, In(n, 2, /*weight=*/true));
+    if (bias.shape != Shape{filters}) return Bad(n, absl::StrCat("bias ", ShapeString(bias.shape), " is not [", filters, "]"));
+    y.tensor = b_->Add("BiasAdd", Hint(n, "/bias_add"), {y.tensor, bias.tensor});
+  }
+  return y;
+}
+
+// a + c where both have one shape, or one is a bias along the other's last
+// axis ([N], or [1, N] and the like): ONNX's broadcasting, those cases.
+absl::StatusOr<Val> Importer::AddValues(const Node& n, Val a, Val c) {
+  if (a.nhwc && c.nhwc && a.shape == c.shape) {
+    return Val{b_->Add("AddN", Hint(n), {a.tensor, c.tensor}), a.shape, true};
+  }
+  ASSIGN_OR_RETURN(a, Nchw(a, Hint(n, "/a")));
+  ASSIGN_OR_RETURN(c, Nchw(c, Hint(n, "/b")));
+  if (a.shape == c.shape) return Val{b_->Add("AddN", Hint(n), {a.tensor, c.tensor}), a.shape, false};
+  auto bias_of = [](const Val& x, const Val& b) {
+    Shape s = b.shape;
+    while (s.size() > 1 && s[0] == 1) s.erase(s.begin());
+    return s.size() == 1 && !x.shape.empty() && b.shape.size() <= x.shape.size() && s[0] == x.shape.back() && s[0] >= 0;
+  };
+  if (!bias_of(a, c)) std::swap(a, c);
+  if (!bias_of(a, c)) {
+    return Unsupported(n, absl::StrCat("broadcasting ", ShapeString(a.shape), " with ", ShapeString(c.shape),
+                                       " is not supported (same shapes, or a bias along the last axis)"));
+  }
+  std::string bias = c.tensor;
+  if (c.shape.size() != 1) bias = b_->Add("Reshape", Hint(n, "/bias"), {bias}, {{"shape", AttrInts({a.shape.back()})}});
+  return Val{b_->Add("BiasAdd", Hint(n), {a.tensor, bias}), a.shape, false};
+}
+
+absl::Status Importer::Convert(const Node& n) {
+  const std::string& op = n.op_type();
+  if (!n.domain().empty() && n.domain() != "ai.onnx") {
+    return Unsupported(n, absl::StrCat("domain \"", n.domain(), "\" is not supported (only ai.onnx)"));
+  }
+  if (n.output_size() < 1 || n.output(0).empty()) return Bad(n, "has no output");
+  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "Identity") {
+    RETURN_IF_ERROR(OnlyAttrs(n, {}));
+    ASSIGN_OR_RETURN(Val x, In(n, 0));
+    Set(n, 0, Val{b_->Add(op, Hint(n), {x.tensor}), x.shape, x.nhwc});
+    return absl::OkStatus();
+  }
+  if (op == "Dropout") {
+    RETURN_IF_ERROR(OnlyAttrs(n, {"seed", "ratio"}));
+    ASSIGN_OR_RETURN(Val x, In(n, 0));
+    float rate = 0.5f;
+    if (opset_ < 12) {
+      ASSIGN_OR_RETURN(rate, Float(n, "ratio", 0.5f));
+    } else if (HasInput(n, 1)) {
+      ASSIGN_OR_RETURN(Tensor r, Static(n, 1));
+      if (r.dtype() != DT_FLOAT || r.NumElements() != 1) return Unsupported(n, "ratio must be a float scalar");
+      rate = r.data<float>()[0];
+    }
+    if (!(rate >= 0 && rate < 1)) return Bad(n, absl::StrCat("ratio ", rate, " is not in [0, 1)"));
+    if (n.output_size() > 1 && !n.output(1).empty() && consumed_mask_.count(n.output(1))) {
+      return Unsupported(n, "the mask output is not supported");
+    }
+    // Our Dropout drops in training steps and passes through in evaluation.
+    Set(n, 0, Val{rate == 0 ? x.tensor : b_->Add("Dropout", Hint(n), {x.tensor}, {{"rate", AttrF(rate)}}), x.shape, x.nhwc});
+    return absl::OkStatus();
+  }
+  if (op == "Softmax" || op == "LogSoftmax") {
+    RETURN_IF_ERROR(OnlyAttrs(n, {"axis"}));
+    ASSIGN_OR_RETURN(Val x, In(n, 0));
+    ASSIGN_OR_RETURN(x, Nchw(x, Hint(n)));
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    ASSIGN_OR_RETURN(int64_t axis, Int(n, "axis", opset_ >= 13 ? -1 : 1));
+    if (axis < 0) axis += rank;
+    if (rank == 0 || axis != rank - 1) {
+      return Unsupported(n, absl::StrCat("axis ", axis, " of a rank-", rank, " input; only the last axis is supported"));
+    }
+    Set(n, 0, Val{b_->Add(op, Hint(n), {x.tensor}), x.shape, false});
+    return absl::OkStatus();
+  }
+  if (op == "Gemm" || op == "MatMul") {
+    RETURN_IF_ERROR(OnlyAttrs(n, op == "Gemm" ? std::set<std::string>{"transA", "transB", "alpha", "beta"} : std::set<std::string>{}));
+    ASSIGN_OR_RETURN(Val a, In(n, 0, true));
+    ASSIGN_OR_RETURN(Val bm, In(n, 1, true));
+    ASSIGN_OR_RETURN(a, Nchw(a, Hint(n)));
+    ASSIGN_OR_RETURN(bm, Nchw(bm, Hint(n)));
+    if (a.shape.size() != 2 || bm.shape.size() != 2) {
+      return Unsupported(n, absl::StrCat("inputs ", ShapeString(a.shape), " and ", ShapeString(bm.shape),
+                                         ": only 2-D matrix products are supported yet"));
+    }
+    ASSIGN_OR_RETURN(int64_t ta, Int(n, "transA", 0));
+    ASSIGN_OR_RETURN(int64_t tb, Int(n, "transB", 0));
+    ASSIGN_OR_RETURN(float alpha, Float(n, "alpha", 1.0f));
+    ASSIGN_OR_RETURN(float beta, Float(n, "beta", 1.0f));
+    if (alpha != 1.0f || beta != 1.0f) return Unsupported(n, "alpha and beta other than 1 are not supported");
+    const int64_t m = a.shape[ta ? 1 : 0], k = a.shape[ta ? 0 : 1], k2 = bm.shape[tb ? 1 : 0], cols = bm.shape[tb ? 0 : 1];
+    if (!DimsAgree(k, k2)) return Bad(n, absl::StrCat("inner dimensions differ: ", ShapeString(a.shape), " x ", ShapeString(bm.shape)));
+    Attrs attrs;
+    if (ta) attrs["transpose_a"] = AttrB(true);
+    if (tb) attrs["transpose_b"] = AttrB(true);
+    Val y{b_->Add("MatMul", Hint(n, op == "Gemm" ? "/matmul" : ""), {a.tensor, bm.tensor}, attrs), {m, cols}, false};
+    if (op == "Gemm" && HasInput(n, 2)) {
+      ASSIGN_OR_RETURN(Val c, In(n, 2, true));
+      ASSIGN_OR_RETURN(y, AddValues(n, y, c));
+    }
+    Set(n, 0, y);
+    return absl::OkStatus();
+  }
+  if (op == "Add") {
+    RETURN_IF_ERROR(OnlyAttrs(n, {}));
+    ASSIGN_OR_RETURN(Val a, In(n, 0, true));
+    ASSIGN_OR_RETURN(Val c, In(n, 1, true));
+    ASSIGN_OR_RETURN(Val y, AddValues(n, a, c));
+    Set(n, 0, y);
+    return absl::OkStatus();
+  }
+  if (op == "Flatten") {
+    RETURN_IF_ERROR(OnlyAttrs(n, {"axis"}));
+    ASSIGN_OR_RETURN(Val x, In(n, 0));
+    ASSIGN_OR_RETURN(int64_t axis, Int(n, "axis", 1));
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    if (axis < 0) axis += rank;
+    if (axis != 1) return Unsupported(n, absl::StrCat("axis ", axis, "; only axis 1 (keep the batch) is supported"));
+    ASSIGN_OR_RETURN(Val y, Reshaped(n, x, {0, -1}));
+    Set(n, 0, y);
+    return absl::OkStatus();
+  }
+  if (op == "Reshape") {
+    RETURN_IF_ERROR(OnlyAttrs(n, {"allowzero"}));
+    ASSIGN_OR_RETURN(Val x, In(n, 0));
+    ASSIGN_OR_RETURN(Tensor shape, Static(n, 1));
+    if (shape.dtype() != DT_INT64 || shape.shape().rank() != 1 || shape.NumElements() > kMaxRank) {
+      return Bad(n, "shape must be a 1-D int64 constant");
+    }
+    ASSIGN_OR_RETURN(int64_t allowzero, Int(n, "allowzero", 0));
+    std::vector<int64_t> target(shape.data<int64_t>(), shape.data<int64_t>() + shape.NumElements());
+    if (allowzero != 0 && std::count(target.begin(), target.end(), 0) > 0) return Unsupported(n, "allowzero with a 0 dim is not supported");
+    ASSIGN_OR_RETURN(Val y, Reshaped(n, x, target));
+    Set(n, 0, y);
+    return absl::OkStatus();
+  }
+  if (op == "Constant") {
+    if (n.attribute_size() != 1) return Bad(n, "needs exactly one attribute");
+    const onnx::AttributeProto& a = n.attribute(0);
+    Tensor t;
+    if (a.name() == "value") {
+      ASSIGN_OR_RETURN(t, OnnxTensor(a.t(), Where(n)));
+    } else if (a.name() == "value_float") {
+      t = Tensor::Scalar<float>(a.f());
+    } else if (a.name() == "value_int") {
+      t = Tensor::Scalar<int64_t>(a.i());
+    } else if (a.name() == "value_floats" || a.name() == "value_ints") {
+      if (a.floats_size() > kMaxElements || a.ints_size() > kMaxElements) return Bad(n, "too many values");
+      t = a.name() == "value_floats"
+              ? Tensor::FromVector<float>({a.floats().begin(), a.floats().end()}, TensorShape({a.floats_size()}))
+              : Tensor::FromVector<int64_t>({a.ints().begin(), a.ints().end()}, TensorShape({a.ints_size()}));
+    } else {
+      return Unsupported(n, absl::StrCat("attribute ", a.name(), " is not supported"));
+    }
+    constants_[n.output(0)] = t;
+    return absl::OkStatus();
+  }
+  if (op == "Conv" || op == "MaxPool") {
+    ASSIGN_OR_RETURN(Val y, Window(n, op == "Conv"));
+    Set(n, 0, y);
+    return absl::OkStatus();
+  }
+  return Unsupported(n, absl::StrCat("op ", op, " is not supported (supported: ", absl::StrJoin(SupportedOnnxOps(), ", "), ")"));
+}
+
+}  // namespace
+
+std::vector<std::string> SupportedOnnxOps() {
+  return {"Add", "Constant", "Conv", "Dropout", "Flatten", "Gemm", "Identity", "LogSoftmax",
+          "MatMul", "MaxPool", "Relu", "Reshape", "Sigmoid", "Softmax", "Tanh"};
+}
+
+absl::StatusOr<onnx::ModelProto> ReadOnnxModel(const std::string& path, int64_t max_bytes) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("cannot open ONNX file ", path));
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat("ONNX file ", path, " is not a regular file"));
+  if (st.st_size > max_bytes || st.st_size > INT32_MAX) {
+    return absl::ResourceExhaustedError(absl::StrCat("ONNX file ", path, " is ", st.st_size, " bytes, more than the ",
+                                                     max_bytes, " allowed"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ONNX file ", path));
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (in.gcount() != static_cast<std::streamsize>(bytes.size())) {
+    return absl::DataLossError(absl::StrCat("ONNX file ", path, ": short read"));
+  }
+  google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size()));
+  stream.SetTotalBytesLimit(static_cast<int>(bytes.size()));
+  onnx::ModelProto model;
+  if (!model.ParseFromCodedStream(&stream) || !stream.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError(absl::StrCat("ONNX file ", path, " does not parse as an ONNX model (truncated or not ONNX)"));
+  }
+  if (!model.has_graph()) return absl::InvalidArgumentError(absl::StrCat("ONNX file ", path, " has no graph"));
+  return model;
+}
+
+absl::StatusOr<OnnxImport> Importer::Run() {
+  for (const auto& o : model_.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
+  }
+  if (opset_ < 7) return absl::UnimplementedError(absl::StrCat("ONNX model: opset ", opset_, " (7 or later is supported; PyTorch writes 13+)"));
+  std::map<std::string, const Node*> producer;
+  for (int i = 0; i < graph_.node_size(); ++i) {
+    const Node& n = graph_.node(i);
+    index_[&n] = i;
+    for (const std::string& out : n.output()) {
+      if (out.empty()) continue;
+      if (!producer.emplace(out, &n).second) return Bad(n, absl::StrCat("output \"", out, "\" is produced twice"));
+    }
+  }
+  for (const auto& t : graph_.initializer()) {
+    if (!initializers_.emplace(t.name(), &t).second) {
+      return absl::InvalidArgumentError(absl::StrCat("ONNX initializer \"", t.name(), "\" appears twice"));
+    }
+  }
+  std::set<std::string> graph_inputs;
+  for (const auto& in : graph_.input()) graph_inputs.insert(in.name());
+  for (const auto& [name, feed] : options_.inputs) {
+    if (!graph_inputs.count(name)) return absl::InvalidArgumentError(absl::StrCat("ONNX model has no graph input \"", name, "\""));
+  }
+  // The nodes the outputs need.
+  std::set<const Node*> needed;
+  std::deque<std::string> todo;
+  for (const std::string& o : options_.outputs) {
+    if (!producer.count(o)) {
+      std::vector<std::string> outs;
+      for (const auto& v : graph_.output()) outs.push_back(v.name());
+      return absl::InvalidArgumentError(absl::StrCat("ONNX model: output \"", o, "\" is no node's output (graph outputs: ",
+                                                     absl::StrJoin(outs, ", "), ")"));
+    }
+    todo.push_back(o);
+    consumed_mask_.insert(o);
+  }
+  while (!todo.empty()) {
+    auto it = producer.find(todo.front());
+    todo.pop_front();
+    if (it == producer.end() || !needed.insert(it->second).second) continue;
+    for (const std::string& in : it->second->input()) {
+      if (in.empty()) continue;
+      consumed_mask_.insert(in);
+      todo.push_back(in);
+    }
+  }
+  for (const auto& in : graph_.input()) {
+    if (!consumed_mask_.count(in.name()) || initializers_.count(in.name())) continue;
+    auto feed = options_.inputs.find(in.name());
+    if (feed == options_.inputs.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("ONNX graph input \"", in.name(),
+                                                     "\" is needed but no input feature feeds it (model.onnx.input)"));
+    }
+    RETURN_IF_ERROR(Bind(in, feed->second));
+  }
+  for (int i = 0; i < graph_.node_size(); ++i) {
+    if (needed.count(&graph_.node(i))) RETURN_IF_ERROR(Convert(graph_.node(i)));
+  }
+  for (const std::string& o : options_.outputs) {
+    auto v = values_.find(o);
+    if (v == values_.end()) return absl::UnimplementedError(absl::StrCat("ONNX output \"", o, "\" is a constant"));
+    ASSIGN_OR_RETURN(Val out, Nchw(v->second, Sanitize(o)));
+    result_.outputs[o] = out.tensor;
+    result_.output_shapes[o] = out.shape;
+  }
+  return std::move(result_);
+}
+
+absl::StatusOr<OnnxImport> ImportOnnx(const onnx::ModelProto& model, const OnnxImportOptions& options,
+                                      GraphBuilder* builder) {
+  return Importer(model, options, builder).Run();
+}
+
+}  // namespace psrt

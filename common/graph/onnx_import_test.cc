@@ -1,0 +1,435 @@
+// The ONNX importer on models built here (onnx.ModelProto filled in C++):
+// what imports and computes as ONNX defines, what is refused and how, and
+// that hostile files are errors rather than crashes.
+#include "common/graph/onnx_import.h"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/compute/executor.h"
+#include "common/graph/graph_analysis.h"
+#include "common/graph/model_compiler.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Builds ModelProtos.
+class ModelMaker {
+ public:
+  ModelMaker() {
+    m_.set_ir_version(8);
+    auto* o = m_.add_opset_import();
+    o->set_domain("");
+    o->set_version(13);
+    g_ = m_.mutable_graph();
+  }
+  void Input(const std::string& name, const std::vector<int64_t>& dims) {
+    auto* v = g_->add_input();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (i == 0) {
+        t->mutable_shape()->add_dim()->set_dim_param("batch");
+      } else {
+        t->mutable_shape()->add_dim()->set_dim_value(dims[i]);
+      }
+    }
+  }
+  void Output(const std::string& name) { g_->add_output()->set_name(name); }
+  onnx::TensorProto* Init(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) {
+    auto* t = g_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+    return t;
+  }
+  void InitInt64(const std::string& name, const std::vector<int64_t>& v) {
+    auto* t = g_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) t->add_int64_data(x);
+  }
+  // Random values, kept for the reference computation.
+  const std::vector<float>& Weight(const std::string& name, const std::vector<int64_t>& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+    std::vector<float>& v = weights_[name];
+    v.resize(n);
+    for (float& x : v) x = u(rng_);
+    Init(name, dims, v);
+    return v;
+  }
+  onnx::NodeProto* Node(const std::string& op, const std::string& name, const std::vector<std::string>& in,
+                        const std::vector<std::string>& out) {
+    auto* n = g_->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (const auto& s : in) n->add_input(s);
+    for (const auto& s : out) n->add_output(s);
+    return n;
+  }
+  static void IntAttr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void IntsAttr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  onnx::ModelProto& model() { return m_; }
+  const std::vector<float>& weight(const std::string& name) { return weights_[name]; }
+
+ private:
+  onnx::ModelProto m_;
+  onnx::GraphProto* g_;
+  std::map<std::string, std::vector<float>> weights_;
+  std::mt19937 rng_{5};
+};
+
+// input [b,1,4,4] -> Flatten -> Gemm(8, transB) -> Relu -> Gemm(3) -> "logits",
+// and a second head from the hidden layer: Gemm(2) -> Erf -> "aux".
+ModelMaker Mlp() {
+  ModelMaker m;
+  m.Input("input", {-1, 1, 4, 4});
+  m.Weight("fc1.weight", {8, 16});
+  m.Weight("fc1.bias", {8});
+  m.Weight("fc2.weight", {3, 8});
+  m.Weight("fc2.bias", {3});
+  m.Weight("aux.weight", {2, 8});
+  m.Node("Flatten", "/Flatten", {"input"}, {"flat"});
+  ModelMaker::IntAttr(m.Node("Gemm", "/fc1/Gemm", {"flat", "fc1.weight", "fc1.bias"}, {"h"}), "transB", 1);
+  m.Node("Relu", "/Relu", {"h"}, {"hr"});
+  ModelMaker::IntAttr(m.Node("Gemm", "/fc2/Gemm", {"hr", "fc2.weight", "fc2.bias"}, {"logits"}), "transB", 1);
+  ModelMaker::IntAttr(m.Node("Gemm", "/aux/Gemm", {"hr", "aux.weight"}, {"a"}), "transB", 1);
+  m.Node("Erf", "/aux/Erf", {"a"}, {"aux"});
+  m.Output("logits");
+  m.Output("aux");
+  return m;
+}
+
+Tensor RandomBatch(TensorShape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Tensor t(DT_FLOAT, std::move(shape));
+  for (int64_t i = 0; i < t.NumElements(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+// Imports `m` with `input` fed by a placeholder of `feed_shape`, runs the
+// forward pass on `x` and returns the output.
+absl::StatusOr<Tensor> Forward(const onnx::ModelProto& m, const Shape& feed_shape, const Tensor& x,
+                               const std::string& output, OnnxImport* imported = nullptr) {
+  GraphDef g;
+  GraphBuilder b(&g);
+  b.Add("Placeholder", "image", {}, {{"shape", AttrShape(feed_shape)}, {"dtype", AttrType(DT_FLOAT)}});
+  OnnxImportOptions o;
+  o.inputs["input"] = {"image", feed_shape};
+  o.outputs = {output};
+  absl::StatusOr<OnnxImport> r = ImportOnnx(m, o, &b);
+  if (!r.ok()) return r.status();
+  std::map<std::string, Tensor> feeds = {{"image", x}};
+  for (const VariableDef& v : r->variables) {
+    absl::StatusOr<Tensor> t = Tensor::FromProto(v.initializer().tensor());
+    if (!t.ok()) return t.status();
+    feeds[v.name()] = *t;
+  }
+  absl::StatusOr<std::unique_ptr<Executor>> exec = Executor::Create(g, ExecutorOptions{1});
+  if (!exec.ok()) return exec.status();
+  absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds, {r->outputs[output]}, 1, false);
+  if (!out.ok()) return out.status();
+  if (imported) *imported = *r;
+  return (*out)[0];
+}
+
+// y[b, o] = sum_i x[b, i] w[o, i] + bias[o]
+std::vector<float> Linear(const std::vector<float>& x, int64_t batch, int64_t in, const std::vector<float>& w,
+                          const std::vector<float>& bias, int64_t out) {
+  std::vector<float> y(batch * out);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t o = 0; o < out; ++o) {
+      double s = bias.empty() ? 0 : bias[o];
+      for (int64_t i = 0; i < in; ++i) s += x[b * in + i] * w[o * in + i];
+      y[b * out + o] = static_cast<float>(s);
+    }
+  }
+  return y;
+}
+
+TEST(OnnxImportTest, MlpComputesAsOnnxDefinesAndSkipsTheUnusedHead) {
+  ModelMaker m = Mlp();
+  Tensor x = RandomBatch(TensorShape({5, 4, 4, 1}), 1);
+  OnnxImport imported;
+  absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 4, 1}, x, "logits", &imported);
+  ASSERT_TRUE(y.ok()) << y.status();
+  // The second head (and its unsupported Erf) is not imported.
+  std::vector<std::string> names;
+  for (const VariableDef& v : imported.variables) names.push_back(v.name());
+  EXPECT_THAT(names, testing::UnorderedElementsAre("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"));
+  for (const VariableDef& v : imported.variables) {
+    EXPECT_EQ(v.initializer().kind(), InitializerDef::TENSOR);
+    if (v.name() == "fc1.weight") EXPECT_THAT(v.shape().dim(), testing::ElementsAre(8, 16));  // PyTorch's layout
+  }
+  std::vector<float> xs(x.data<float>(), x.data<float>() + x.NumElements());
+  std::vector<float> h = Linear(xs, 5, 16, m.weight("fc1.weight"), m.weight("fc1.bias"), 8);
+  for (float& v : h) v = std::max(v, 0.0f);
+  std::vector<float> want = Linear(h, 5, 8, m.weight("fc2.weight"), m.weight("fc2.bias"), 3);
+  ASSERT_EQ(y->shape(), TensorShape({5, 3}));
+  for (int i = 0; i < 15; ++i) EXPECT_NEAR(y->data<float>()[i], want[i], 1e-5) << i;
+}
+
+// Conv (pads 1, 3x3) -> Relu -> MaxPool 2x2 -> Flatten -> Gemm, on NCHW as
+// ONNX defines it, against a direct computation.
+TEST(OnnxImportTest, CnnComputesAsOnnxDefines) {
+  ModelMaker m;
+  const int64_t c = 2, h = 6, w = 6, f = 3, k = 3, out = 4;
+  m.Input("input", {-1, c, h, w});
+  m.Weight("conv.weight", {f, c, k, k});
+  m.Weight("conv.bias", {f});
+  m.Weight("fc.weight", {out, f * 3 * 3});
+  m.Weight("fc.bias", {out});
+  auto* conv = m.Node("Conv", "/conv/Conv", {"input", "conv.weight", "conv.bias"}, {"c"});
+  ModelMaker::IntsAttr(conv, "pads", {1, 1, 1, 1});
+  ModelMaker::IntsAttr(conv, "kernel_shape", {3, 3});
+  ModelMaker::IntsAttr(conv, "strides", {1, 1});
+  m.Node("Relu", "/Relu", {"c"}, {"r"});
+  auto* pool = m.Node("MaxPool", "/pool/MaxPool", {"r"}, {"p"});
+  ModelMaker::IntsAttr(pool, "kernel_shape", {2, 2});
+  ModelMaker::IntsAttr(pool, "strides", {2, 2});
+  m.Node("Flatten", "/Flatten", {"p"}, {"flat"});
+  ModelMaker::IntAttr(m.Node("Gemm", "/fc/Gemm", {"flat", "fc.weight", "fc.bias"}, {"logits"}), "transB", 1);
+  m.Output("logits");
+
+  const int64_t batch = 2;
+  Tensor x = RandomBatch(TensorShape({batch, c, h, w}), 2);  // fed as the graph input's NCHW
+  absl::StatusOr<Tensor> y = Forward(m.model(), {-1, c, h, w}, x, "logits");
+  ASSERT_TRUE(y.ok()) << y.status();
+
+  const std::vector<float>& W = m.weight("conv.weight");
+  const std::vector<float>& B = m.weight("conv.bias");
+  const float* X = x.data<float>();
+  std::vector<float> pooled(batch * f * 3 * 3);
+  for (int64_t n = 0; n < batch; ++n) {
+    std::vector<float> act(f * h * w);
+    for (int64_t o = 0; o < f; ++o) {
+      for (int64_t i = 0; i < h; ++i) {
+        for (int64_t j = 0; j < w; ++j) {
+          double s = B[o];
+          for (int64_t ci = 0; ci < c; ++ci) {
+            for (int64_t di = 0; di < k; ++di) {
+              for (int64_t dj = 0; dj < k; ++dj) {
+                int64_t ii = i + di - 1, jj = j + dj - 1;
+                if (ii < 0 || jj < 0 || ii >= h || jj >= w) continue;
+                s += X[((n * c + ci) * h + ii) * w + jj] * W[((o * c + ci) * k + di) * k + dj];
+              }
+            }
+          }
+          act[(o * h + i) * w + j] = std::max(0.0f, static_cast<float>(s));
+        }
+      }
+    }
+    for (int64_t o = 0; o < f; ++o) {
+      for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+          float mx = -1e30f;
+          for (int di = 0; di < 2; ++di) {
+            for (int dj = 0; dj < 2; ++dj) mx = std::max(mx, act[(o * h + 2 * i + di) * w + 2 * j + dj]);
+          }
+          pooled[((n * f + o) * 3 + i) * 3 + j] = mx;
+        }
+      }
+    }
+  }
+  std::vector<float> want = Linear(pooled, batch, f * 9, m.weight("fc.weight"), m.weight("fc.bias"), out);
+  ASSERT_EQ(y->shape(), TensorShape({batch, out}));
+  for (int i = 0; i < batch * out; ++i) EXPECT_NEAR(y->data<float>()[i], want[i], 1e-4) << i;
+}
+
+TEST(OnnxImportTest, AnImageFeatureFeedsAnNchwInput) {
+  // A [H, W, C] feature for a [C, H, W] input is the same image: the result
+  // equals feeding the NCHW tensor itself.
+  ModelMaker m;
+  m.Input("input", {-1, 3, 2, 2});
+  m.Node("Flatten", "/Flatten", {"input"}, {"flat"});
+  m.Output("flat");
+  Tensor nhwc = RandomBatch(TensorShape({2, 2, 2, 3}), 3);
+  absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2, 2, 3}, nhwc, "flat");
+  ASSERT_TRUE(y.ok()) << y.status();
+  for (int n = 0; n < 2; ++n) {
+    for (int ch = 0; ch < 3; ++ch) {
+      for (int p = 0; p < 4; ++p) {
+        EXPECT_EQ(y->data<float>()[n * 12 + ch * 4 + p], nhwc.data<float>()[n * 12 + p * 3 + ch]);
+      }
+    }
+  }
+}
+
+TEST(OnnxImportTest, AnUnsupportedOpIsRefusedNamingTheNode) {
+  ModelMaker m = Mlp();
+  absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 4, 1}, RandomBatch(TensorShape({1, 4, 4, 1}), 1), "aux");
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(y.status().message(), HasSubstr("ONNX node /aux/Erf (Erf): op Erf is not supported"));
+}
+
+TEST(OnnxImportTest, UnsupportedAttributesAreRefusedNamingTheNode) {
+  ModelMaker m;
+  m.Input("input", {-1, 4, 6, 6});
+  m.Weight("w", {4, 1, 3, 3});
+  ModelMaker::IntAttr(m.Node("Conv", "depthwise", {"input", "w"}, {"y"}), "group", 4);
+  m.Output("y");
+  absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 6, 6}, RandomBatch(TensorShape({1, 4, 6, 6}), 1), "y");
+  ASSERT_FALSE(y.ok());
+  EXPECT_THAT(y.status().message(), HasSubstr("ONNX node depthwise (Conv): group 4"));
+}
+
+// The file as CompileModel reads it: a job with a loss on "logits".
+class OnnxJobTest : public ::testing::Test {
+ protected:
+  std::string Write(const onnx::ModelProto& m, const std::string& bytes_override = "") {
+    std::string path = ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".onnx";
+    std::ofstream out(path, std::ios::binary);
+    std::string bytes = bytes_override.empty() ? m.SerializeAsString() : bytes_override;
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return path;
+  }
+  TrainingJob Job(const std::string& path) {
+    TrainingJob job;
+    auto* o = job.mutable_model()->mutable_onnx();
+    o->set_path(path);
+    o->set_output("logits");
+    job.mutable_model()->add_metric("accuracy");
+    auto* f = job.mutable_input()->add_feature();
+    f->set_name("image");
+    for (int64_t d : {4, 4, 1}) f->add_shape(d);
+    job.mutable_input()->set_num_classes(3);
+    job.set_seed(7);
+    return job;
+  }
+};
+
+TEST_F(OnnxJobTest, CompilesWithLossAndGradientsAndPrunesTheUnusedHead) {
+  ModelMaker m = Mlp();
+  absl::StatusOr<CompiledModel> c = CompileModel(Job(Write(m.model())));
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> names;
+  for (const VariableDef& v : c->variables) names.push_back(v.name());
+  EXPECT_THAT(names, testing::UnorderedElementsAre("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"));
+  EXPECT_EQ(c->gradients.size(), 4u);
+  for (const NodeDef& n : c->graph.node()) {
+    EXPECT_THAT(n.name(), testing::Not(HasSubstr("aux"))) << "the unused head's node reached the graph";
+  }
+  EXPECT_TRUE(c->metrics.count("accuracy"));
+}
+
+TEST_F(OnnxJobTest, ALastLogSoftmaxFoldsIntoTheLoss) {
+  ModelMaker m = Mlp();
+  m.model().mutable_graph()->mutable_node(3)->set_output(0, "z");
+  m.Node("LogSoftmax", "/LogSoftmax", {"z"}, {"logits"});
+  absl::StatusOr<CompiledModel> c = CompileModel(Job(Write(m.model())));
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const NodeDef& n : c->graph.node()) EXPECT_NE(n.op(), "LogSoftmax");
+}
+
+TEST_F(OnnxJobTest, BadJobsAreRefusedSayingWhy) {
+  ModelMaker m = Mlp();
+  TrainingJob job = Job(Write(m.model()));
+  job.mutable_model()->mutable_onnx()->set_output("nope");
+  EXPECT_THAT(CompileModel(job).status().message(), HasSubstr("output \"nope\" is no node's output"));
+  job = Job(Write(m.model()));
+  job.mutable_model()->mutable_onnx()->set_output("");  // two graph outputs
+  EXPECT_THAT(CompileModel(job).status().message(), HasSubstr("say which the loss reads"));
+  job = Job(Write(m.model()));
+  auto* b = job.mutable_model()->mutable_onnx()->add_input();
+  b->set_input("input");
+  b->set_feature("pixels");
+  EXPECT_THAT(CompileModel(job).status().message(), HasSubstr("\"pixels\" is no DENSE input feature"));
+  job = Job(Write(m.model()));
+  job.mutable_input()->set_num_classes(10);
+  EXPECT_THAT(CompileModel(job).status().message(), HasSubstr("input.num_classes is 10"));
+  job = Job("/nonexistent/model.onnx");
+  EXPECT_EQ(CompileModel(job).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Hostile files: each is an error, never a crash or a huge allocation.
+TEST_F(OnnxJobTest, HostileFilesAreErrors) {
+  ModelMaker good = Mlp();
+  const std::string bytes = good.model().SerializeAsString();
+  auto compile = [&](const onnx::ModelProto& m, const std::string& raw = "") { return CompileModel(Job(Write(m, raw))).status(); };
+
+  // Truncated.
+  absl::Status s = compile(good.model(), bytes.substr(0, bytes.size() / 2));
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("does not parse"));
+
+  // Huge dims with a few bytes of data.
+  ModelMaker huge = Mlp();
+  auto* t = huge.model().mutable_graph()->mutable_initializer(0);
+  t->clear_dims();
+  t->add_dims(int64_t{1} << 40);
+  t->add_dims(int64_t{1} << 40);
+  s = compile(huge.model());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("fc1.weight"));
+
+  // Data of the wrong size.
+  ModelMaker shortdata = Mlp();
+  shortdata.model().mutable_graph()->mutable_initializer(1)->set_raw_data("0123456789");
+  s = compile(shortdata.model());
+  EXPECT_THAT(s.message(), HasSubstr("ONNX node /fc1/Gemm (Gemm): initializer \"fc1.bias\""));
+
+  // Negative dims, a wrong dtype, external data.
+  ModelMaker negative = Mlp();
+  negative.model().mutable_graph()->mutable_initializer(1)->set_dims(0, -8);
+  EXPECT_THAT(compile(negative.model()).message(), HasSubstr("negative dim"));
+  ModelMaker dtype = Mlp();
+  dtype.model().mutable_graph()->mutable_initializer(1)->set_data_type(onnx::TensorProto::BOOL);
+  EXPECT_THAT(compile(dtype.model()).message(), HasSubstr("data type 9 is not supported"));
+  ModelMaker external = Mlp();
+  external.model().mutable_graph()->mutable_initializer(0)->set_data_location(onnx::TensorProto::EXTERNAL);
+  EXPECT_THAT(compile(external.model()).message(), HasSubstr("external file"));
+
+  // A weight of the wrong shape, an input nothing produces, a cycle.
+  ModelMaker shape = Mlp();
+  shape.model().mutable_graph()->mutable_initializer(2)->set_dims(1, 9);
+  shape.model().mutable_graph()->mutable_initializer(2)->set_raw_data(std::string(3 * 9 * 4, '\0'));
+  EXPECT_THAT(compile(shape.model()).message(), HasSubstr("/fc2/Gemm (Gemm): inner dimensions differ"));
+  ModelMaker dangling = Mlp();
+  dangling.model().mutable_graph()->mutable_node(2)->set_input(0, "missing");
+  EXPECT_THAT(compile(dangling.model()).message(), HasSubstr("/Relu (Relu): input \"missing\" is no graph input"));
+  ModelMaker cycle = Mlp();
+  cycle.model().mutable_graph()->mutable_node(0)->set_input(0, "hr");
+  EXPECT_FALSE(compile(cycle.model()).ok());
+
+  // Reshape to an absurd shape.
+  ModelMaker reshape;
+  reshape.Input("input", {-1, 4, 4, 1});
+  reshape.InitInt64("shape", {0, int64_t{1} << 62});
+  reshape.Node("Reshape", "/Reshape", {"input", "shape"}, {"logits"});
+  reshape.Output("logits");
+  EXPECT_THAT(compile(reshape.model()).message(), HasSubstr("/Reshape (Reshape)"));
+
+  // Random corruption of every kind: errors or a model, never a crash.
+  std::mt19937 rng(11);
+  for (int i = 0; i < 300; ++i) {
+    std::string mutated = bytes;
+    for (int k = 0; k < 1 + i % 8; ++k) mutated[rng() % mutated.size()] = static_cast<char>(rng());
+    (void)compile(good.model(), mutated);
+  }
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,154 @@
+// Real exported models: examples/onnx/{mlp,cnn}.onnx, written by
+// torch.onnx.export (examples/onnx/make_models.py), compiled as a job
+// compiles them, one step's loss and gradients on a fixed batch against
+// PyTorch's autograd from the same initial weights (the script's
+// <model>.reference.pb). Goal: each variable's gradient within 1e-4
+// relative error (norm of the difference over the norm of PyTorch's).
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/compute/executor.h"
+#include "common/graph/model_compiler.h"
+#include "common/graph/onnx_import.h"
+#include "common/optimizer.h"
+#include "common/plan/job_planner.h"
+#include "common/plan/placement.h"
+#include "common/store/variable.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+std::map<std::string, Tensor> ReadReference(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  onnx::GraphProto g;
+  EXPECT_TRUE(g.ParseFromString(ss.str())) << path;
+  std::map<std::string, Tensor> out;
+  for (const auto& t : g.initializer()) {
+    absl::StatusOr<Tensor> v = OnnxTensor(t, t.name());
+    EXPECT_TRUE(v.ok()) << v.status();
+    if (v.ok()) out[t.name()] = *v;
+  }
+  return out;
+}
+
+double Norm(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = a[i] - (b ? b[i] : 0.0f);
+    s += d * d;
+  }
+  return std::sqrt(s);
+}
+
+class OnnxTorchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OnnxTorchTest, GradientsMatchPyTorch) {
+  const std::string model = GetParam();
+  std::map<std::string, Tensor> ref = ReadReference("examples/onnx/" + model + ".reference.pb");
+  ASSERT_TRUE(ref.count("input") && ref.count("label") && ref.count("loss"));
+
+  TrainingJob job;
+  job.mutable_model()->mutable_onnx()->set_path("examples/onnx/" + model + ".onnx");
+  job.mutable_model()->mutable_onnx()->set_output("logits");
+  auto* f = job.mutable_input()->add_feature();
+  f->set_name("image");
+  for (int64_t d : {28, 28, 1}) f->add_shape(d);  // the IDX reader's image
+  job.mutable_input()->set_num_classes(10);
+  absl::StatusOr<CompiledModel> c = CompileModel(job);
+  ASSERT_TRUE(c.ok()) << c.status();
+  // The training-mode export keeps PyTorch's Dropout layers (ratio 0.2
+  // twice in the MLP, 0.3 once in the CNN); the step below runs with
+  // training off, as PyTorch's reference ran in eval mode.
+  std::vector<float> rates;
+  for (const NodeDef& n : c->graph.node()) {
+    if (n.op() == "Dropout") rates.push_back(GetAttrF(n, "rate"));
+  }
+  const std::vector<float> want_rates = model == "mlp" ? std::vector<float>{0.2f, 0.2f} : std::vector<float>{0.3f};
+  EXPECT_EQ(rates, want_rates);
+
+  // The batch: PyTorch's NCHW [32, 1, 28, 28] is the same bytes as the
+  // feature's [32, 28, 28, 1].
+  const Tensor& x = ref["input"];
+  absl::StatusOr<Tensor> image = x.Reshape(TensorShape({x.shape().dim(0), 28, 28, 1}));
+  ASSERT_TRUE(image.ok());
+  std::map<std::string, Tensor> feeds = {{"image", *image}, {"label", ref["label"]}};
+  std::vector<std::string> fetches = {c->loss};
+  std::vector<std::string> names;
+  for (const VariableDef& v : c->variables) {
+    absl::StatusOr<Tensor> t = Tensor::FromProto(v.initializer().tensor());
+    ASSERT_TRUE(t.ok()) << v.name() << ": " << t.status();
+    feeds[v.name()] = *t;
+    names.push_back(v.name());
+    fetches.push_back(c->gradients.at(v.name()));
+  }
+  ASSERT_EQ(names.size() + 3, ref.size()) << "a variable per PyTorch parameter";
+  absl::StatusOr<std::unique_ptr<Executor>> exec = Executor::Create(c->graph, ExecutorOptions{2});
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds, fetches, 1, /*training=*/false);
+  ASSERT_TRUE(out.ok()) << out.status();
+
+  const float loss = (*out)[0].data<float>()[0], want = ref["loss"].data<float>()[0];
+  std::cout << model << ": loss psrt " << loss << " PyTorch " << want << " relative error "
+            << std::fabs(loss - want) / std::fabs(want) << "\n";
+  EXPECT_NEAR(loss, want, 1e-5 * std::fabs(want));
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto r = ref.find("grad/" + names[i]);
+    ASSERT_NE(r, ref.end()) << "PyTorch has no gradient for " << names[i];
+    const Tensor& g = (*out)[i + 1];
+    ASSERT_EQ(g.shape(), r->second.shape()) << names[i];
+    const int64_t n = g.NumElements();
+    const double rel = Norm(g.data<float>(), r->second.data<float>(), n) / Norm(r->second.data<float>(), nullptr, n);
+    std::cout << "  " << names[i] << " " << g.shape().ToString() << ": relative error " << rel << "\n";
+    EXPECT_LE(rel, 1e-4) << names[i];
+  }
+}
+
+// The PS starts every variable from the file's values, a variable split by
+// rows over 2 PS included: each store's slice is its rows of the file's
+// tensor (what a PS's CreateVariables makes of the chief's plan).
+TEST(OnnxPsTest, TheParameterServersStartFromTheFilesWeights) {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_onnx_mlp.pbtxt");
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->set_partition_threshold_bytes(100 << 10);  // splits 1.weight (784 KiB) and 4.weight (128 KiB)
+  absl::StatusOr<JobPlan> plan = PlanJob(*job, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  onnx::ModelProto model = *ReadOnnxModel("examples/onnx/mlp.onnx");
+  std::map<std::string, Tensor> file;
+  for (const auto& t : model.graph().initializer()) {
+    if (t.data_type() == onnx::TensorProto::FLOAT && t.dims_size() > 0) file[t.name()] = *OnnxTensor(t, t.name());
+  }
+  OptimizerDef sgd;
+  sgd.mutable_sgd()->set_learning_rate(0.1f);
+  std::unique_ptr<Optimizer> optimizer = *Optimizer::Create(sgd);
+  int split = 0, checked = 0;
+  for (int store = 0; store < 2; ++store) {
+    for (const VariableDef& def : VariablesOnStore(plan->placement, store)) {
+      SCOPED_TRACE(def.name());
+      absl::StatusOr<std::unique_ptr<Variable>> v = Variable::Create(def, optimizer.get());
+      ASSERT_TRUE(v.ok()) << v.status();
+      absl::StatusOr<Tensor> value = (*v)->Read();
+      ASSERT_TRUE(value.ok()) << value.status();
+      const Tensor& whole = file.at(def.name());
+      const int64_t begin = def.row_end() > 0 ? def.row_begin() : 0;
+      const int64_t row = whole.shape().rank() < 2 ? 1 : whole.shape().row_elements();
+      split += def.row_end() > 0;
+      ASSERT_LE((begin * row + value->NumElements()), whole.NumElements());
+      for (int64_t i = 0; i < value->NumElements(); ++i) {
+        ASSERT_EQ(value->data<float>()[i], whole.data<float>()[begin * row + i]) << i;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(split, 4) << "1.weight and 4.weight are split over both PS";
+  EXPECT_EQ(checked, 8);  // 6 variables, two of them in two slices
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, OnnxTorchTest, ::testing::Values("mlp", "cnn"));
+
+}  // namespace
+}  // namespace psrt
