@@ -806,12 +806,19 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   }
   const bool job_delta = job.snapshot.delta;
   const int64_t job_base = job.snapshot.base_step;
+  uint64_t seq;
   {
     absl::MutexLock lock(&snap_mu_);
     durable_.erase(req.step());
     snapshot_error_.clear();
+    seq = job.seq = ++jobs_queued_;
+    job.waited = req.wait_durable();
     jobs_.push_back(std::move(job));
   }
+  // Queued, the job is the writer's to track (ReplaceStore clears queued
+  // jobs' stores): the use ends here, before any wait on the writer, so a
+  // writer replacing the store can wait for every use to end.
+  std::move(release).Invoke();
   SnapshotResponse resp;
   resp.set_step(req.step());
   resp.set_bytes(bytes);
@@ -819,13 +826,17 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   resp.set_delta(job_delta);
   resp.set_base_step(job_base);
   if (req.wait_durable()) {
+    // Its own job's end: a step pruned by a later job (another caller's
+    // retention) once left this wait, and the thread serving it, for good.
     absl::MutexLock lock(&snap_mu_);
-    int64_t step = req.step();
-    auto done = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) {
-      return durable_.count(step) > 0 || !snapshot_error_.empty();
-    };
+    auto done = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return jobs_finished_ >= seq; };
     snap_mu_.Await(absl::Condition(&done));
-    if (!snapshot_error_.empty()) return absl::DataLossError(snapshot_error_);
+    absl::Status result = absl::UnavailableError("the snapshot writer stopped first");
+    if (auto it = waited_results_.find(seq); it != waited_results_.end()) {
+      result = std::move(it->second);
+      waited_results_.erase(it);
+    }
+    if (!result.ok()) return result;
     resp.set_durable(true);
   }
   return resp;
@@ -838,7 +849,10 @@ void ParameterServerCore::WriterLoop() {
       absl::MutexLock lock(&snap_mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return stop_writer_ || !jobs_.empty(); };
       snap_mu_.Await(absl::Condition(&ready));
-      if (jobs_.empty()) return;
+      if (jobs_.empty()) {
+        jobs_finished_ = jobs_queued_;  // none left: no wait outlives the writer
+        return;
+      }
       job = std::move(jobs_.front());
       jobs_.pop_front();
       if (job.store == nullptr) {
@@ -846,6 +860,7 @@ void ParameterServerCore::WriterLoop() {
                                        " dropped: its store was found corrupt and replaced");
         last_written_store_ = nullptr;  // no delta may chain to it
         chain_broken_.store(true);
+        FinishJobLocked(job, absl::DataLossError(snapshot_error_));
         continue;
       }
       writing_ = true;
@@ -863,13 +878,15 @@ void ParameterServerCore::WriterLoop() {
       }
       // Corrupt: set aside and salvage; any other failure (a full disk):
       // reopen, as RocksDB keeps a failed write's error for good.
-      ReplaceStore(job.store, /*salvage=*/bytes.status().code() == absl::StatusCode::kDataLoss);
+      ReplaceStore(job.store, /*salvage=*/bytes.status().code() == absl::StatusCode::kDataLoss,
+                   /*wait_for_uses=*/true);
     }
     absl::MutexLock lock(&snap_mu_);
     writing_ = false;
     if (!bytes.ok()) {
       snapshot_error_ = std::string(bytes.status().message());
       LOG(ERROR) << "snapshot of step " << job.snapshot.step << " failed: " << bytes.status();
+      FinishJobLocked(job, absl::DataLossError(snapshot_error_));
       continue;
     }
     if (!pruned.ok()) LOG(WARNING) << "pruning old snapshots: " << pruned;
@@ -879,10 +896,16 @@ void ParameterServerCore::WriterLoop() {
     // the same steps again after a recovery): not durable until its new
     // copy is written, or the chief could commit the stale one.
     for (const WriteJob& queued : jobs_) durable_.erase(queued.snapshot.step);
+    FinishJobLocked(job, absl::OkStatus());
     double secs = absl::ToDoubleSeconds(absl::Now() - start);
     LOG(INFO) << "snapshot of step " << job.snapshot.step << " durable: " << *bytes << " bytes in "
               << secs << " s (" << (secs > 0 ? *bytes / secs / 1e6 : 0) << " MB/s)";
   }
+}
+
+void ParameterServerCore::FinishJobLocked(const WriteJob& job, absl::Status result) {
+  jobs_finished_ = std::max(jobs_finished_, job.seq);
+  if (job.waited) waited_results_[job.seq] = std::move(result);
 }
 
 absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const RestoreRequest& req) {
@@ -946,14 +969,16 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
 
 absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreRequest& req) {
   if (req.source_size() > 0) return RestoreFromSources(req);
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
-  absl::Cleanup release = [this, store] { ReleaseStore(store); };
+  RETURN_IF_ERROR(CheckCheckpointName(req.checkpoint()));
   {
-    // Let a write of this very step finish first.
+    // Let a write of this very step finish first, holding no use of the
+    // store: a writer replacing it waits for its uses to end.
     absl::MutexLock lock(&snap_mu_);
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return jobs_.empty() && !writing_; };
     snap_mu_.Await(absl::Condition(&idle));
   }
+  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
+  absl::Cleanup release = [this, store] { ReleaseStore(store); };
   absl::StatusOr<PsSnapshot> read = store->Read(req.step());
   if (read.status().code() == absl::StatusCode::kDataLoss) {
     std::move(release).Invoke();

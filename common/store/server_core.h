@@ -166,7 +166,11 @@ class ParameterServerCore {
     int keep;
     // SnapshotRequest.retain, when the chief sent it: prune to these.
     std::optional<std::vector<int64_t>> retain;
+    uint64_t seq = 0;     // its place in the writer's queue
+    bool waited = false;  // a Snapshot call waits for its result
   };
+  // Marks `job` written (or failed) for a Snapshot call waiting on it.
+  void FinishJobLocked(const WriteJob& job, absl::Status result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_);
   // Incremental checkpoints: the snapshot the next delta would chain to
   // (server_core_delta.cc).
   struct DeltaChain {
@@ -218,8 +222,10 @@ class ParameterServerCore {
   // saved of it (SnapshotStore::Salvage), or one a write failed on by the
   // same store reopened. Waits for the writer to be idle.
   // With `wait_for_uses`, also until no request uses the store (the caller
-  // holds none). The writer does not wait: a restore holding a use may be
-  // waiting for the writer's queue to empty.
+  // holds none); the writer waits so, as no holder of a use waits for the
+  // writer (a restore takes its use once the queue is empty, a snapshot
+  // gives its up once its job is queued): a store replaced under a reader
+  // was freed while read (control_soak_test, SIGSEGV).
   void ReplaceStore(SnapshotStore* store, bool salvage, bool wait_for_uses = false);
   void SweepLoop();
   void WriterLoop();
@@ -285,6 +291,12 @@ class ParameterServerCore {
   std::deque<WriteJob> jobs_ ABSL_GUARDED_BY(snap_mu_);
   std::set<int64_t> durable_ ABSL_GUARDED_BY(snap_mu_);
   std::string snapshot_error_ ABSL_GUARDED_BY(snap_mu_);
+  // Jobs queued and finished so far, and the results of those a call waits
+  // for (wait_durable): a wait ends when its own job is written or fails,
+  // whatever later jobs prune or fail.
+  uint64_t jobs_queued_ ABSL_GUARDED_BY(snap_mu_) = 0;
+  uint64_t jobs_finished_ ABSL_GUARDED_BY(snap_mu_) = 0;
+  std::map<uint64_t, absl::Status> waited_results_ ABSL_GUARDED_BY(snap_mu_);
   bool writing_ ABSL_GUARDED_BY(snap_mu_) = false;
   bool stop_writer_ ABSL_GUARDED_BY(snap_mu_) = false;
 
