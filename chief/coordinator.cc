@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,24 @@ std::string FormatEta(double seconds) {
   return absl::StrFormat("%ds", s);
 }
 
+WatchRules WatchRulesFor(const TrainingJob& job, int num_ps_tasks, bool has_evaluator) {
+  const FailurePolicy& f = job.failure();
+  WatchRules r;
+  r.collective = IsCollective(job);
+  r.sync = r.collective || job.consistency().mode() == ConsistencyDef::SYNC;
+  r.replicated = ReplicationFactor(job) == 2;
+  r.num_ps_tasks = num_ps_tasks;
+  r.failover_after = absl::Milliseconds(job.replication().failover_after_ms() > 0 ? job.replication().failover_after_ms() : 500);
+  r.heartbeat_timeout = absl::Milliseconds(f.heartbeat_timeout_ms() > 0 ? f.heartbeat_timeout_ms() : 10000);
+  r.sync_wait = absl::Milliseconds(f.sync_wait_for_worker_ms() > 0 ? f.sync_wait_for_worker_ms() : 30000);
+  r.min_workers = f.min_workers();
+  r.ps_wait = f.ps_wait_ms() > 0 ? absl::Milliseconds(f.ps_wait_ms()) : absl::InfiniteDuration();
+  r.checkpoint_every_steps = job.checkpoint().every_steps();
+  r.checkpoint_every = absl::Seconds(std::max<int64_t>(0, job.checkpoint().every_seconds()));
+  r.eval_every_steps = has_evaluator ? job.eval().every_steps() : 0;
+  return r;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
@@ -40,6 +59,7 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
       channels_(channels),
       planner_(std::move(planner)),
       evaluator_(std::move(evaluator)),
+      core_(WatchRulesFor(options_.job, options_.cluster.NumTasks(kPsJob), static_cast<bool>(evaluator_))),
       report_(options_.report ? options_.report
                               : [](const std::string& line) { LOG(INFO) << line; }),
       manifests_(CheckpointDir(options_)) {
@@ -49,20 +69,22 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
   for (int i = 0; i < NumPsTasks(); ++i) {
     TaskId t = MakeTaskId(kPsJob, i);
     PsView v;
-    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)), TaskName(t));
+    v.name = TaskName(t);
+    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)), v.name);
     ps_.push_back(std::move(v));
   }
   for (int i = 0; Collective() && i < options_.cluster.NumTasks(kWorkerJob); ++i) {
     TaskId t = MakeTaskId(kWorkerJob, i);
     PsView v;
-    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)), TaskName(t) + " (replica)");
+    v.name = TaskName(t) + " (replica)";
+    v.admin = std::make_unique<PsAdmin>(channels_->Get(*options_.cluster.AddressOf(t)), v.name);
     ps_.push_back(std::move(v));
   }
   for (int i = 0; i < options_.cluster.NumTasks(kWorkerJob); ++i) {
     TaskId t = MakeTaskId(kWorkerJob, i);
     WorkerView v;
-    v.control = std::make_unique<WorkerControl>(channels_->Get(*options_.cluster.AddressOf(t)),
-                                                TaskName(t));
+    v.name = TaskName(t);
+    v.control = std::make_unique<WorkerControl>(channels_->Get(*options_.cluster.AddressOf(t)), v.name);
     workers_.push_back(std::move(v));
   }
   // Workers beyond the spec may join up to failure.max_workers.
@@ -79,16 +101,6 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
 JobStatusResponse Coordinator::Status() const {
   absl::MutexLock lock(&mu_);
   return status_;
-}
-
-int64_t Coordinator::MinStep() const {
-  int64_t m = end_step_;
-  for (const WorkerView& w : workers_) {
-    // A leaver still holding streams (no member was left to take them) is
-    // where the job stands, not the end.
-    if (!w.removed || !w.streams.empty()) m = std::min(m, w.step);
-  }
-  return m;
 }
 
 int Coordinator::ActiveWorkers() const {
@@ -204,6 +216,7 @@ absl::Status Coordinator::StartWorker(int i, int64_t step) {
   workers_[i].step = step;
   workers_[i].state = WorkerStatusResponse::RUNNING;
   workers_[i].incarnation = registry_->Get(MakeTaskId(kWorkerJob, i)).info.incarnation();
+  workers_[i].reachable = true;  // it answered
   return absl::OkStatus();
 }
 
@@ -260,6 +273,9 @@ absl::Status Coordinator::Setup() {
   // never from this host's clock.
   LearnGenerationFloor(state.ok() ? state->generation() : 0);
   NewGeneration();
+  // The first deal, every stream from batch 0; a restore deals the
+  // checkpoint's positions instead.
+  RETURN_IF_ERROR(DealStreams());
   if (options_.restore == "auto") {
     RETURN_IF_ERROR(RestoreOrStartFresh());
   } else if (options_.restore == "never") {
@@ -278,6 +294,7 @@ absl::Status Coordinator::Setup() {
     for (int i = 0; i < NumWorkers(); ++i) {
       workers_[i].step = StepAfterRestore(m, i);
     }
+    RestoreStreamsOf(m);
     last_checkpoint_step_ = m.step();
     summary_.restored_from_step = m.step();
     summary_.checkpoints.push_back(m.step());
@@ -285,7 +302,6 @@ absl::Status Coordinator::Setup() {
   if (last_checkpoint_step_ < 0) TryCheckpoint();  // the base every recovery can go back to
   last_checkpoint_time_ = absl::Now();
   last_eval_step_ = MinStep();
-  RETURN_IF_ERROR(DealStreams());
   for (int i = 0; i < NumWorkers(); ++i) {
     absl::Status s = StartWorker(i, workers_[i].step);
     if (!s.ok()) report_(absl::StrCat("cannot start ", workers_[i].control->name(), " yet: ", s.message()));
@@ -348,67 +364,122 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
   return summary_;
 }
 
-absl::Status Coordinator::Watch(bool* done) {
-  // Parameter servers: a new incarnation means lost state, and a restore.
-  // One that does not answer is waited for: its state may be intact (hung,
-  // cut off), and workers park on their own failed calls meanwhile.
-  std::string lost, waiting;
+WatchState Coordinator::CoreState() const {
+  WatchState s;
+  for (const PsView& p : ps_) s.ps.push_back(p);  // the records, not the clients
+  s.ps_lost = ps_lost_;
+  for (const WorkerView& w : workers_) s.workers.push_back(w);
+  s.generation = generation_;
+  s.end_step = end_step_;
+  s.last_checkpoint_step = last_checkpoint_step_;
+  s.last_checkpoint_time = last_checkpoint_time_;
+  s.next_checkpoint_try = next_checkpoint_try_;
+  s.last_eval_step = last_eval_step_;
+  return s;
+}
+
+void Coordinator::AdoptCoreState(const WatchState& s) {
+  // The core updates only the records; the rest is the shell's to change.
+  for (int p = 0; p < NumPs() && p < static_cast<int>(s.ps.size()); ++p) static_cast<PsRecord&>(ps_[p]) = s.ps[p];
+  for (int i = 0; i < NumWorkers() && i < static_cast<int>(s.workers.size()); ++i) {
+    static_cast<WorkerRecord&>(workers_[i]) = s.workers[i];
+  }
+}
+
+std::vector<std::optional<PsProbe>> Coordinator::ProbeStores() {
+  std::vector<std::optional<PsProbe>> out(NumPs());
+  std::vector<std::thread> calls;
+  const absl::Duration timeout = PsProbeTimeout();
   for (int p = 0; p < NumPs(); ++p) {
     if (!StoreActive(p) || LostToFailover(p)) continue;  // a lost PS's stores moved
-    PsView& ps = ps_[p];
-    const absl::Time asked = absl::Now();
-    absl::StatusOr<PsStatusResponse> st = ps.admin->Status(PsProbeTimeout());
-    if (st.ok()) {
-      if (ps.down_since != absl::InfiniteFuture() && st->incarnation() == ps.incarnation) {
-        report_(absl::StrCat(ps.admin->name(), " answers again after ",
-                             absl::FormatDuration(absl::Trunc(absl::Now() - ps.down_since, absl::Milliseconds(1))),
-                             " with its state intact (same incarnation): no restore"));
+    calls.emplace_back([this, p, timeout, &out] {
+      PsProbe probe;
+      probe.asked = absl::Now();
+      absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(timeout);
+      if (st.ok()) {
+        probe.answer = *std::move(st);
+      } else {
+        probe.error = st.status();
       }
-      ps.down_since = absl::InfiniteFuture();
-      ps.probes_timed_out = 0;
-      if (st->incarnation() != ps.incarnation) {
-        if (Replicated()) return Failover(p, "restarted (new incarnation): what it held is gone");
-        lost = absl::StrCat(ps.admin->name(), " restarted (new incarnation)");
-      } else if (st->generation() != generation_) {
-        lost = absl::StrCat(ps.admin->name(), " is at generation ", st->generation(), ", not ", generation_);
-      }
-      continue;
-    }
-    // Replicated: silent since the probe went out (it waited its deadline).
-    if (ps.down_since == absl::InfiniteFuture()) ps.down_since = Replicated() ? asked : absl::Now();
-    ps.probes_timed_out = st.status().code() == absl::StatusCode::kDeadlineExceeded ? ps.probes_timed_out + 1 : 0;
-    const absl::Duration down = absl::Now() - ps.down_since;
-    if (Replicated() && FailOverNow(ps, down)) {
-      return Failover(p, absl::StrCat("not answering for ", absl::FormatDuration(down), ": ", st.status().message()));
-    }
-    if (MaybeShrinkGroup(p, down)) {
-      ps.down_since = absl::InfiniteFuture();
-      return Recover(absl::StrCat(ps.admin->name(), " is gone: re-forming the collective group without it"));
-    }
-    waiting = absl::StrCat(ps.admin->name(), " (not answering for ",
-                           absl::FormatDuration(absl::Trunc(down, absl::Seconds(1))), ": ", st.status().message(), ")");
-    if (absl::Now() - ps.last_said >= absl::Minutes(1)) {
-      ps.last_said = absl::Now();
-      report_(absl::StrCat("waiting for ", waiting));
-    }
-    const int wait_ms = options_.job.failure().ps_wait_ms();
-    if (wait_ms > 0 && down > absl::Milliseconds(wait_ms)) {
-      return absl::UnavailableError(absl::StrCat(ps.admin->name(), " did not answer within ps_wait_ms ",
-                                                 wait_ms, ": ", st.status().message()));
-    }
+      out[p] = std::move(probe);
+    });
   }
+  for (std::thread& t : calls) t.join();
+  return out;
+}
+
+std::vector<std::optional<WorkerProbe>> Coordinator::ProbeWorkers() {
+  std::vector<std::optional<WorkerProbe>> out(NumWorkers());
+  ForEachWorker([&](int i) {
+    if (workers_[i].left) return absl::OkStatus();  // gone for good; back only as a new process
+    WorkerProbe probe;
+    absl::StatusOr<WorkerStatusResponse> st = workers_[i].control->Status(absl::Seconds(2));
+    if (st.ok()) {
+      probe.answer = *std::move(st);
+    } else {
+      probe.error = st.status();
+    }
+    out[i] = std::move(probe);
+    return absl::OkStatus();
+  });
+  return out;
+}
+
+absl::Status Coordinator::RunCommand(const WatchCommand& c) {
+  switch (c.kind) {
+    case WatchCommand::kSay:
+      report_(c.why);
+      return absl::OkStatus();
+    case WatchCommand::kStartWorker: {
+      absl::Status s = StartWorker(c.index, c.step);
+      if (s.code() == absl::StatusCode::kInvalidArgument) {
+        // The worker refuses the assignment itself: asking again, many
+        // times a second, would not change its answer.
+        return absl::FailedPreconditionError(
+            absl::StrCat(workers_[c.index].control->name(), " refuses its assignment: ", s.message()));
+      }
+      if (!s.ok()) report_(absl::StrCat("starting ", workers_[c.index].control->name(), ": ", s.message()));
+      return absl::OkStatus();
+    }
+    case WatchCommand::kResumeWorker: {
+      absl::Status s = workers_[c.index].control->Resume(c.step, generation_, Route());
+      if (!s.ok()) report_(absl::StrCat("resuming ", workers_[c.index].control->name(), ": ", s.message()));
+      return absl::OkStatus();
+    }
+    case WatchCommand::kFailover:
+      return Failover(c.index, c.why);
+    case WatchCommand::kRecover:
+      return Recover(c.why, c.failure);
+    case WatchCommand::kShrinkGroup:
+      ShrinkGroup(c.index, absl::Milliseconds(c.step));
+      return Recover(c.why);
+    case WatchCommand::kChangeMembership:
+      return ChangeMembership(c.why, c.joining);
+    case WatchCommand::kRejoinGroup:
+      return RejoinGroup(c.index);
+    case WatchCommand::kFail:
+      return absl::Status(c.code, c.why);
+  }
+  return absl::InternalError(absl::StrCat("unknown watch command ", static_cast<int>(c.kind)));
+}
+
+absl::Status Coordinator::Watch(bool* done) {
+  // Parameter stores first: a lost one means a restore (or a failover),
+  // and the workers' state is moot until it is done.
+  WatchState state = CoreState();
+  const PsPass stores = core_.DecideStores(ProbeStores(), absl::Now(), &state);
+  AdoptCoreState(state);
   {
     absl::MutexLock lock(&mu_);
-    status_.set_waiting_for(waiting);
+    status_.set_waiting_for(stores.waiting_for);
   }
-  if (!lost.empty()) return Recover(lost);
-  const bool all_ps_answer = waiting.empty();
+  for (const WatchCommand& c : stores.commands) {
+    RETURN_IF_ERROR(RunCommand(c));
+    if (c.EndsPass()) return absl::OkStatus();
+  }
+  const bool all_ps_answer = stores.all_answer;
 
-  // Workers.
-  const absl::Duration heartbeat_timeout = absl::Milliseconds(
-      options_.job.failure().heartbeat_timeout_ms() > 0 ? options_.job.failure().heartbeat_timeout_ms() : 10000);
-  const absl::Duration sync_wait = absl::Milliseconds(
-      options_.job.failure().sync_wait_for_worker_ms() > 0 ? options_.job.failure().sync_wait_for_worker_ms() : 30000);
+  // Membership: workers and PS that join or leave (their I/O is here).
   if (Elastic()) {
     ASSIGN_OR_RETURN(bool changed, WatchMembership());
     if (changed) return absl::OkStatus();
@@ -417,88 +488,19 @@ absl::Status Coordinator::Watch(bool* done) {
     ASSIGN_OR_RETURN(bool moved, WatchPsMembership());
     if (moved) return absl::OkStatus();
   }
-  bool all_done = true;
-  double eps = 0;
-  for (int i = 0; i < NumWorkers(); ++i) {
-    WorkerView& w = workers_[i];
-    if (w.left) continue;  // gone for good; back only as a new process
-    absl::StatusOr<WorkerStatusResponse> st = w.control->Status(absl::Seconds(2));
-    if (!st.ok()) {
-      if (w.down_since == absl::InfiniteFuture()) {
-        report_(absl::StrCat(w.control->name(), " is down: ", st.status().message()));
-        w.down_since = absl::Now();
-      }
-      w.reachable = false;
-      // A mirrored group cannot go on without a member: its replica is
-      // waited for like a PS (above), and the group re-formed when it is back.
-      if (!Collective() && !w.removed && absl::Now() - w.down_since > (Sync() ? sync_wait : heartbeat_timeout) &&
-          static_cast<int>(GroupMembers().size()) > options_.job.failure().min_workers()) {
-        w.removed = true;
-        // Its data goes to the others (a SYNC group shrinks with it).
-        return ChangeMembership(absl::StrCat(w.control->name(), " did not answer for ",
-                                             absl::FormatDuration(Sync() ? sync_wait : heartbeat_timeout),
-                                             Sync() ? ": the SYNC group shrinks" : ": ASYNC training goes on without it",
-                                             " and its data goes to the others"),
-                                {});
-      }
-      if (!w.removed) all_done = false;
-      continue;
-    }
-    w.reachable = true;
-    w.down_since = absl::InfiniteFuture();
-    // Restarted, idle, or back after it was given up on (hung or cut off,
-    // it may still run on with what it had): started again at its step.
-    if (st->incarnation() != w.incarnation || st->state() == WorkerStatusResponse::IDLE || w.removed) {
-      // The same incarnation with no restore since (a restore zeroes the
-      // incarnation of workers it could not reach): what it pushed stands.
-      int64_t step = st->incarnation() == w.incarnation ? std::max(w.step, st->step()) : w.step;
-      if (w.removed && Collective()) {
-        w.state = st->state();
-        return RejoinGroup(i);
-      }
-      if (w.removed) {
-        w.state = st->state();
-        return ChangeMembership(absl::StrCat(w.control->name(), " answers again"), {i});
-      }
-      if (Sync()) step = std::min(step, MinStep());
-      report_(absl::StrCat(w.control->name(), " (re)started; starting it at step ", step));
-      absl::Status s = StartWorker(i, step);
-      if (s.code() == absl::StatusCode::kInvalidArgument) {
-        // The worker refuses the assignment itself: asking again, many
-        // times a second, would not change its answer.
-        return absl::FailedPreconditionError(
-            absl::StrCat(w.control->name(), " refuses its assignment: ", s.message()));
-      }
-      if (!s.ok()) report_(absl::StrCat("starting ", w.control->name(), ": ", s.message()));
-      all_done = false;
-      continue;
-    }
-    w.state = st->state();
-    w.step = st->step();
-    w.loss = st->loss();
-    w.examples_per_sec = st->examples_per_sec();
-    eps += w.examples_per_sec;
-    if (w.state == WorkerStatusResponse::FAILED) {
-      return absl::AbortedError(absl::StrCat(w.control->name(), " failed: ", st->error()));
-    }
-    if (Collective() && w.state == WorkerStatusResponse::PAUSED && all_ps_answer && !st->error().empty()) {
-      // Parked on a failed all-reduce: the group is broken and the replicas
-      // may differ by a step. Re-form it from the last checkpoint.
-      return Recover(absl::StrCat(w.control->name(), " left the collective group: ", st->error()));
-    }
-    if (w.state == WorkerStatusResponse::PAUSED && all_ps_answer) {
-      // Parked on its own (a PS call failed, or it lost the chief), and
-      // every PS answers with its incarnation and generation: whatever it
-      // was is over. Let it go on.
-      absl::Status s = w.control->Resume(w.step, generation_, Route());
-      if (!s.ok()) report_(absl::StrCat("resuming ", w.control->name(), ": ", s.message()));
-    }
-    if (w.state != WorkerStatusResponse::DONE) all_done = false;
+
+  // Workers.
+  state = CoreState();
+  const WorkerPass workers = core_.DecideWorkers(ProbeWorkers(), all_ps_answer, absl::Now(), &state);
+  AdoptCoreState(state);
+  for (const WatchCommand& c : workers.commands) {
+    RETURN_IF_ERROR(RunCommand(c));
+    if (c.EndsPass()) return absl::OkStatus();
   }
   {
     absl::MutexLock lock(&mu_);
     status_.set_step(MinStep());
-    status_.set_examples_per_sec(eps);
+    status_.set_examples_per_sec(workers.examples_per_sec);
     float loss = 0;
     for (const WorkerView& w : workers_) loss += w.removed ? 0 : w.loss / ActiveWorkers();
     status_.set_loss(loss);
@@ -509,32 +511,20 @@ absl::Status Coordinator::Watch(bool* done) {
     status_.clear_member();
     for (int m : GroupMembers()) status_.add_member(workers_[m].control->name());
   }
-  summary_.examples_per_sec_last_window = eps;
+  summary_.examples_per_sec_last_window = workers.examples_per_sec;
   Report(false);
-  if (!all_done && all_ps_answer) {  // a PS lost to a failover that is back: a backup again
+  if (!workers.all_done && all_ps_answer) {  // a PS lost to a failover that is back: a backup again
     ASSIGN_OR_RETURN(bool rebuilt, MaybeRebuild());
     if (rebuilt) return absl::OkStatus();
   }
-  // Done is every member's word, and a job with no member (its only
-  // workers left, as an eviction's SIGTERM does) is not done: the steps
-  // the leavers did not train wait for a worker to join or come back.
-  if (GroupMembers().empty()) all_done = false;
-  if (all_done) {
+  const NextSteps next = core_.DecideNext(workers.all_done, all_ps_answer, absl::Now(), CoreState());
+  if (next.done) {
     *done = true;
     return absl::OkStatus();
   }
-
-  const CheckpointPolicy& policy = options_.job.checkpoint();
-  int64_t step = MinStep();
-  bool by_steps = policy.every_steps() > 0 && step >= last_checkpoint_step_ + policy.every_steps();
-  bool by_time = policy.every_seconds() > 0 &&
-                 absl::Now() - last_checkpoint_time_ >= absl::Seconds(policy.every_seconds());
-  if ((by_steps || by_time) && step > last_checkpoint_step_ && all_ps_answer &&
-      absl::Now() >= next_checkpoint_try_) {
-    TryCheckpoint();
-  }
-  const EvalDef& eval = options_.job.eval();
-  if (evaluator_ && eval.every_steps() > 0 && step >= last_eval_step_ + eval.every_steps() && all_ps_answer) {
+  if (next.checkpoint) TryCheckpoint();
+  if (next.evaluate) {
+    const int64_t step = MinStep();
     absl::Status e = Evaluate(step);
     if (!e.ok()) {
       report_(absl::StrCat("evaluation at step ", step, " failed (training goes on): ", e.message()));

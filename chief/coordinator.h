@@ -41,6 +41,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,7 @@
 #include "absl/time/time.h"
 #include "common/checkpoint/checkpoint_manifest.h"
 #include "chief/cluster_clients.h"
+#include "chief/core/watch_core.h"
 #include "common/plan/job_plan.h"
 #include "common/plan/job_planner.h"
 #include "common/plan/placement_move.h"
@@ -112,41 +114,13 @@ class Coordinator {
   JobStatusResponse Status() const;
 
  private:
-  struct WorkerView {
+  // What the chief believes of a task (chief/core/watch_core.h), with the
+  // client that reaches it.
+  struct WorkerView : WorkerRecord {
     std::unique_ptr<WorkerControl> control;
-    uint64_t incarnation = 0;
-    int64_t step = 0;  // next step to run, as last reported
-    WorkerStatusResponse::State state = WorkerStatusResponse::IDLE;
-    bool reachable = false;
-    float loss = 0;
-    double examples_per_sec = 0;
-    absl::Time down_since = absl::InfiniteFuture();
-    // Gone long enough that training went on without it (ASYNC), the SYNC
-    // group shrank, or (collective strategies) the all-reduce group was
-    // re-formed without it; it rejoins when it answers again.
-    bool removed = false;
-    // Left for good (its own word: an operator stopped it); back only as
-    // a new process (a new incarnation registers).
-    bool left = false;
-    // The incarnation a leave was claimed for while it still answered
-    // (StillServing): said once.
-    uint64_t leave_disbelieved = 0;
-    // The data streams it reads (coordinator_elastic.cc): where each stood
-    // at step stream_base, read in turn one batch a step from there.
-    std::vector<StreamPos> streams;
-    int64_t stream_base = 0;
   };
-  struct PsView {
+  struct PsView : PsRecord {
     std::unique_ptr<PsAdmin> admin;
-    uint64_t incarnation = 0;
-    absl::Time down_since = absl::InfiniteFuture();
-    absl::Time last_said = absl::InfinitePast();
-    int probes_timed_out = 0;  // in a row (replicated: see FailOverNow)
-    // Not one of the job's PS (yet, or any more): a PS beyond the spec
-    // until its share is moved there, one that left once it is moved off
-    // (coordinator_ps_move.cc). Not watched, checkpointed nor restored.
-    bool left = false;
-    uint64_t refused = 0;  // the incarnation whose join or leave was refused (said once)
   };
 
   absl::Status Setup();
@@ -155,8 +129,19 @@ class Coordinator {
   absl::Status CreateVariablesOn(int ps, bool reinitialize = false);
   absl::Status StartWorker(int i, int64_t step);
   WorkerAssignment AssignmentFor(int i, int64_t step) const;
-  // One pass of watching; sets *done when every worker has finished.
+  // One pass of watching; sets *done when every worker has finished. The
+  // decisions are the core's (WatchCore); this runs its probes and commands.
   absl::Status Watch(bool* done);
+  // Every watched store's / worker's status at once, so that a silent task
+  // costs one deadline, not one per task.
+  std::vector<std::optional<PsProbe>> ProbeStores();
+  std::vector<std::optional<WorkerProbe>> ProbeWorkers();
+  // The records the core decides on, and back from it.
+  WatchState CoreState() const;
+  void AdoptCoreState(const WatchState& state);
+  // Runs one command of the core's; the pass goes on while it returns OK
+  // and the command does not end it.
+  absl::Status RunCommand(const WatchCommand& c);
   absl::Status Checkpoint();
   absl::Status WaitDurable(int64_t step);
   // Checkpoint(), and on failure the backoff and the loud warnings.
@@ -188,6 +173,9 @@ class Coordinator {
   absl::Status RestoreOrStartFresh();
   // Every PS back to its initial values at once, workers at step 0.
   absl::Status StartFresh();
+  // The data streams where checkpoint `m` saw them, dealt among the members
+  // (RestoreStreams); the workers whose streams changed go into redealt_.
+  void RestoreStreamsOf(const CheckpointManifest& m);
   absl::Status WaitForAllPs();
   absl::Status WaitForRegistration();
   // A generation newer than any before (a restarted chief's too).
@@ -204,7 +192,7 @@ class Coordinator {
   std::vector<absl::Status> ForEachWorker(const std::function<absl::Status(int)>& fn);
   absl::Status Evaluate(int64_t step);
   void Report(bool force);
-  int64_t MinStep() const;
+  int64_t MinStep() const { return MinStepOf(workers_, end_step_); }
   int NumPs() const { return static_cast<int>(ps_.size()); }
   int NumWorkers() const { return static_cast<int>(workers_.size()); }
   int ActiveWorkers() const;
@@ -233,6 +221,10 @@ class Coordinator {
   // about to get, so that it decodes them before the others pause; its real
   // start reads them forward from there.
   void WarmUpJoiners(const std::vector<int>& joining);
+  // SYNC: the step the group goes on at after a membership change, the
+  // PS's oldest step not applied (GroupStep, from the workers, when a PS
+  // does not answer).
+  int64_t SyncGroupStep(const std::vector<bool>& paused);
   // `joining`: workers (removed or new) that become members now.
   absl::Status ChangeMembership(const std::string& why, const std::vector<int>& joining);
   // Elastic PS (coordinator_ps_move.cc): a PS beyond the spec joins (up to
@@ -265,11 +257,6 @@ class Coordinator {
   // otherwise), so a stopped PS is failed over after one unanswered probe.
   absl::Duration FailoverAfter() const;
   absl::Duration PsProbeTimeout() const;
-  // Whether a PS silent for `down` is gone: a refused connection (it died)
-  // after FailoverAfter(); probes that time out (hung, stopped, cut off, or
-  // only slow on a loaded host) after two in a row, so one slow answer is
-  // not taken for a death (seen: a 200 ms probe missed on a loaded host).
-  bool FailOverNow(const PsView& ps, absl::Duration down) const;
   void InitReplicas();
   // Sends `req` (store s's variables) to s's primary and backup with their
   // roles at the current epoch.
@@ -316,7 +303,7 @@ class Coordinator {
   // Collective group membership (coordinator_membership.cc). The members
   // are the workers not removed, in task order: rank r is the r-th of them,
   // and it reads data shard r of the members' count.
-  std::vector<int> GroupMembers() const;
+  std::vector<int> GroupMembers() const { return MembersOf(workers_); }
   // A store the chief uses: every PS, and the replicas of members.
   bool StoreActive(int store) const {
     return IsReplica(store) ? !workers_[store - NumPsTasks()].removed : !ps_[store].left;
@@ -326,8 +313,10 @@ class Coordinator {
   absl::Status ShareReplicaVariables();
   // Replica `store` has not answered for `down`: past
   // failure.sync_wait_for_worker_ms, and with more members than
-  // failure.min_workers, its worker is removed from the group (true).
+  // failure.min_workers (WatchCore::ShrinkGroupNow), its worker is removed
+  // from the group (true).
   bool MaybeShrinkGroup(int store, absl::Duration down);
+  void ShrinkGroup(int store, absl::Duration down);
   // Removed worker i answers again: the group's progress is checkpointed,
   // then the group is re-formed with it from that checkpoint.
   absl::Status RejoinGroup(int i);
@@ -349,6 +338,7 @@ class Coordinator {
   ChannelCache* const channels_;
   const Planner planner_;
   const Evaluator evaluator_;
+  const WatchCore core_;
   const std::function<void(const std::string&)> report_;
   ManifestStore manifests_;
 
@@ -367,6 +357,9 @@ class Coordinator {
   std::vector<bool> ps_lost_;  // failed over: its stores moved; used again once rebuilt
   std::vector<std::unique_ptr<PsAdmin>> store_admins_;
   std::vector<int64_t> unsettled_step_;  // by worker; see NoteUnsettledSteps
+  // Workers the last restore gave other data streams: started with them,
+  // not resumed (Recover).
+  std::vector<int> redealt_;
   absl::Time next_rebuild_try_ = absl::InfinitePast();
   int rebuild_failures_ = 0;  // in a row
   int64_t last_checkpoint_step_ = -1;

@@ -31,8 +31,20 @@ int Coordinator::NumStreams() const {
 
 absl::Status Coordinator::DealStreams() {
   if (!Elastic()) return absl::OkStatus();
+  // With no member the leavers keep theirs, from batch 0, until one joins.
+  if (GroupMembers().empty()) {
+    for (WorkerView& w : workers_) {
+      for (StreamPos& p : w.streams) p.batch = 0;
+      w.stream_base = 0;
+    }
+    return absl::OkStatus();
+  }
   std::map<int, std::vector<StreamPos>> dealt;
   RETURN_IF_ERROR(Deal(NumStreams(), GroupMembers(), {}, &dealt));
+  for (WorkerView& w : workers_) {
+    w.streams.clear();
+    w.stream_base = 0;
+  }
   for (auto& [i, streams] : dealt) {
     workers_[i].streams = streams;
     workers_[i].stream_base = 0;
@@ -47,7 +59,8 @@ absl::StatusOr<bool> Coordinator::WatchMembership() {
   for (int n = registry_->NumWorkers(); NumWorkers() < n;) {
     const TaskId t = MakeTaskId(kWorkerJob, NumWorkers());
     WorkerView v;
-    v.control = std::make_unique<WorkerControl>(channels_->Get(registry_->Get(t).info.address()), TaskName(t));
+    v.name = TaskName(t);
+    v.control = std::make_unique<WorkerControl>(channels_->Get(registry_->Get(t).info.address()), v.name);
     v.removed = true;  // a member from ChangeMembership on
     v.reachable = true;
     v.down_since = absl::InfiniteFuture();
@@ -128,20 +141,49 @@ void Coordinator::WarmUpJoiners(const std::vector<int>& joining) {
   });
 }
 
+int64_t Coordinator::SyncGroupStep(const std::vector<bool>& paused) {
+  // The PS say which step they gather: the oldest not applied. One ahead
+  // of another (a lost worker's push reached it and not the other) answers
+  // the group's push of its applied step as a duplicate, so the lowest is
+  // where every stream stands.
+  int64_t step = end_step_;
+  for (int p = 0; p < NumPs(); ++p) {
+    if (!StoreActive(p) || LostToFailover(p)) continue;
+    absl::StatusOr<PsStatusResponse> st = StoreAdmin(p)->Status(PsProbeTimeout());
+    if (!st.ok() || st->incarnation() != StoreIncarnation(p)) return GroupStep(workers_, paused, end_step_);
+    step = std::min(step, st->sync_step());
+  }
+  return step;
+}
+
 absl::Status Coordinator::ChangeMembership(const std::string& why, const std::vector<int>& joining) {
+  // A worker coming back with the streams it left with (no member was left
+  // to take them) may have pushed past its record: stopped, not dead, it
+  // went on under the generation nobody fenced. Its own word on its step
+  // counts, or its batches since would be read again (found by the
+  // simulation, chief/core/cluster_sim.h).
+  ForEachWorker([&](int i) {
+    WorkerView& w = workers_[i];
+    if (std::find(joining.begin(), joining.end(), i) == joining.end() || w.streams.empty() || w.incarnation == 0 ||
+        registry_->Get(MakeTaskId(kWorkerJob, i)).info.incarnation() != w.incarnation) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
+    if (s.ok()) w.step = std::clamp(*s, w.step, end_step_);
+    return s.status();
+  });
   // A joiner decodes its data before anyone stops: that takes seconds, the
   // change itself milliseconds.
   WarmUpJoiners(joining);
   const absl::Time start = absl::Now();
   // 1. Every member stops at a step boundary and says which.
-  PauseWorkers({}, /*mark_unreachable=*/true);
+  const std::vector<bool> paused = PauseWorkers({}, /*mark_unreachable=*/true);
   // 2. Where each stream stands: at each holder's step (ASYNC), or at the
   // group's step T, the oldest not applied (SYNC).
-  int64_t group_step = end_step_, old_min = end_step_;
+  const int64_t group_step = Sync() ? SyncGroupStep(paused) : GroupStep(workers_, paused, end_step_);
+  int64_t old_min = end_step_;
   for (const WorkerView& w : workers_) {
-    if (w.streams.empty()) continue;
-    group_step = std::min(group_step, w.step);
-    if (!w.removed) old_min = std::min(old_min, w.step);
+    if (!w.streams.empty() && !w.removed) old_min = std::min(old_min, w.step);
   }
   if (old_min == end_step_) old_min = group_step;  // no member before: where the leavers stopped
   std::map<int, std::vector<StreamPos>> held;
@@ -183,7 +225,11 @@ absl::Status Coordinator::ChangeMembership(const std::string& why, const std::ve
   // 4. Every member starts again where it stopped, with its streams.
   std::vector<absl::Status> started = ForEachWorker([this](int i) {
     WorkerView& w = workers_[i];
-    if (w.removed || !w.reachable) return absl::OkStatus();
+    if (w.removed) return absl::OkStatus();
+    // One that did not answer the pause is started when it answers: it
+    // still holds the streams of the old deal, and a resume would let it
+    // read those while others read them too (found by the simulation).
+    if (!w.reachable) return absl::UnavailableError(absl::StrCat(w.control->name(), " did not answer the pause"));
     return StartWorker(i, w.step);
   });
   for (int i = 0; i < NumWorkers(); ++i) {

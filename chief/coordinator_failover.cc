@@ -27,10 +27,6 @@ absl::Duration Coordinator::FailoverAfter() const {
 
 absl::Duration Coordinator::PsProbeTimeout() const { return Replicated() ? FailoverAfter() : absl::Seconds(2); }
 
-bool Coordinator::FailOverNow(const PsView& ps, absl::Duration down) const {
-  return down >= FailoverAfter() && (ps.probes_timed_out == 0 || ps.probes_timed_out >= 2);
-}
-
 void Coordinator::InitReplicas() {
   const int n = NumPsTasks();
   primary_of_.assign(n, 0);

@@ -11,14 +11,6 @@
 
 namespace psrt {
 
-std::vector<int> Coordinator::GroupMembers() const {
-  std::vector<int> out;
-  for (int i = 0; i < NumWorkers(); ++i) {
-    if (!workers_[i].removed) out.push_back(i);
-  }
-  return out;
-}
-
 absl::Status Coordinator::ShareReplicaVariables() {
   replica_share_.assign(NumWorkers(), {});
   if (!Collective()) return absl::OkStatus();
@@ -37,12 +29,13 @@ absl::Status Coordinator::ShareReplicaVariables() {
 }
 
 bool Coordinator::MaybeShrinkGroup(int store, absl::Duration down) {
-  if (!Collective() || !IsReplica(store) || !StoreActive(store)) return false;
-  const FailurePolicy& f = options_.job.failure();
-  const absl::Duration wait = absl::Milliseconds(f.sync_wait_for_worker_ms() > 0 ? f.sync_wait_for_worker_ms() : 30000);
-  const int min_members = std::max(1, f.min_workers());
+  if (!StoreActive(store) || !core_.ShrinkGroupNow(store, static_cast<int>(GroupMembers().size()), down)) return false;
+  ShrinkGroup(store, down);
+  return true;
+}
+
+void Coordinator::ShrinkGroup(int store, absl::Duration down) {
   const int members = static_cast<int>(GroupMembers().size());
-  if (down < wait || members <= min_members) return false;
   const int i = store - NumPsTasks();
   workers_[i].removed = true;
   workers_[i].reachable = false;
@@ -54,7 +47,6 @@ bool Coordinator::MaybeShrinkGroup(int store, absl::Duration down) {
                        absl::FormatDuration(absl::Trunc(down, absl::Seconds(1))),
                        " (failure.sync_wait_for_worker_ms): the collective group shrinks to ", members - 1,
                        " (", absl::StrJoin(names, ", "), ") and goes on from the last checkpoint"));
-  return true;
 }
 
 absl::Status Coordinator::RejoinGroup(int i) {

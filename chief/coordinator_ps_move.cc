@@ -73,7 +73,8 @@ absl::StatusOr<bool> Coordinator::WatchPsMembership() {
   for (int n = registry_->NumPs(); NumPs() < n;) {
     const TaskId t = MakeTaskId(kPsJob, NumPs());
     PsView v;
-    v.admin = std::make_unique<PsAdmin>(channels_->Get(registry_->Get(t).info.address()), TaskName(t));
+    v.name = TaskName(t);
+    v.admin = std::make_unique<PsAdmin>(channels_->Get(registry_->Get(t).info.address()), v.name);
     v.left = true;
     ps_.push_back(std::move(v));
   }

@@ -35,6 +35,15 @@ absl::Status Coordinator::Checkpoint() {
   absl::Status paused;
   for (int i = 0; i < NumWorkers(); ++i) {
     steps[i] = workers_[i].step;
+    // A member that does not answer may have pushed past its record: the
+    // copy would not be the state of the steps the manifest names (found
+    // by the simulation: a stopped SYNC worker's push completed its step).
+    const WorkerView& w = workers_[i];
+    if (!w.removed && !w.reachable && paused.ok() &&
+        (w.state == WorkerStatusResponse::RUNNING || w.state == WorkerStatusResponse::PAUSED)) {
+      paused = absl::UnavailableError(
+          absl::StrCat(w.control->name(), " does not answer: the steps it pushed are not known"));
+    }
     // A worker that may still push makes the copy inconsistent with the
     // steps the manifest would name.
     if (!pauses[i].ok() && paused.ok()) {
@@ -100,6 +109,16 @@ absl::Status Coordinator::Checkpoint() {
   m.set_job_name(options_.job.name());
   m.set_failures_survived(summary_.failures_survived);
   for (int64_t s : steps) m.add_worker_step(s);
+  if (Elastic()) {
+    for (const auto& [worker, streams] : StreamsAt(workers_, steps)) {
+      for (const StreamPos& p : streams) {
+        CheckpointManifest::StreamPosition* sp = m.add_stream();
+        sp->set_worker(worker);
+        sp->set_stream(p.index);
+        sp->set_batch(p.batch);
+      }
+    }
+  }
   for (int p = 0; p < NumPs(); ++p) {
     if (!StoreActive(p)) continue;  // a removed member's replica: not in this checkpoint
     CheckpointManifest::Shard* sh = m.add_shard();
@@ -304,12 +323,20 @@ absl::Status Coordinator::Recover(const std::string& why, bool failure) {
     // A worker that had finished redoes the steps since the checkpoint; a
     // mirrored group is formed anew (its old one is broken, and a restarted
     // member listens on another port).
-    if (w.state == WorkerStatusResponse::DONE || Collective()) return w.control->Start(AssignmentFor(i, w.step));
+    // One whose streams the restore dealt anew is started with them.
+    const bool redealt = std::find(redealt_.begin(), redealt_.end(), i) != redealt_.end();
+    if (w.state == WorkerStatusResponse::DONE || Collective() || redealt) return w.control->Start(AssignmentFor(i, w.step));
     return w.control->Resume(w.step, generation_);
   });
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
-    if (w.removed) continue;
+    if (w.removed) {
+      // Not in the group: what it says of its steps when it comes back
+      // predates the restore (ChangeMembership asks a holder for its step
+      // only when its incarnation is known).
+      if (!Collective()) w.incarnation = 0;
+      continue;
+    }
     if (resumed[i].ok()) {
       w.state = WorkerStatusResponse::RUNNING;
       // Started afresh: the incarnation it was started in is the one the
@@ -332,6 +359,7 @@ absl::Status Coordinator::Recover(const std::string& why, bool failure) {
 }
 
 absl::Status Coordinator::RestoreOrStartFresh() {
+  redealt_.clear();
   for (int attempt = 0;; ++attempt) {
     RETURN_IF_ERROR(WaitForAllPs());
     // A new generation before anything is restored: from the moment a PS
@@ -342,11 +370,13 @@ absl::Status Coordinator::RestoreOrStartFresh() {
       for (int i = 0; i < NumWorkers(); ++i) {
         workers_[i].step = StepAfterRestore(*m, i);
       }
+      RestoreStreamsOf(*m);
       last_checkpoint_step_ = m->step();
       summary_.restored_from_step = m->step();
       summary_.checkpoints.push_back(m->step());
       summary_.failures_survived = std::max(summary_.failures_survived, m->failures_survived());
-      report_(absl::StrCat("restored checkpoint of step ", m->step(), " from ", manifests_.PathFor(m->step())));
+      report_(absl::StrCat("restored checkpoint of step ", m->step(), " from ", manifests_.PathFor(m->step()),
+                           " (generation ", generation_, ")"));
       return absl::OkStatus();
     }
     if (m.status().code() == absl::StatusCode::kNotFound) return StartFresh();  // nothing to lose
@@ -370,11 +400,29 @@ absl::Status Coordinator::RestoreOrStartFresh() {
   }
 }
 
+void Coordinator::RestoreStreamsOf(const CheckpointManifest& m) {
+  if (!Elastic()) return;
+  std::map<int, std::vector<StreamPos>> saved;
+  for (const CheckpointManifest::StreamPosition& p : m.stream()) {
+    saved[p.worker()].push_back(StreamPos{p.stream(), p.batch()});
+  }
+  absl::StatusOr<std::vector<int>> changed = RestoreStreams(NumStreams(), saved, &workers_);
+  if (!changed.ok()) {
+    report_(absl::StrCat("WARNING: the checkpoint of step ", m.step(), " names data streams no worker can read (",
+                         changed.status().message(), "): keeping the current deal"));
+    return;
+  }
+  redealt_ = *changed;
+}
+
 absl::Status Coordinator::StartFresh() {
+  for (WorkerView& w : workers_) w.step = 0;
+  // Every stream from its first batch again, dealt among the members.
+  RETURN_IF_ERROR(DealStreams());
+  redealt_ = GroupMembers();
   for (int p = 0; p < NumPs(); ++p) {
     if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p, /*reinitialize=*/true));
   }
-  for (WorkerView& w : workers_) w.step = 0;
   last_checkpoint_step_ = -1;
   return absl::OkStatus();
 }

@@ -1074,6 +1074,7 @@ PsStatusResponse ParameterServerCore::Status() {
   {
     absl::MutexLock lock(&sync_mu_);
     r.set_global_step(global_step_);
+    if (consistency_.mode() == ConsistencyDef::SYNC) r.set_sync_step(sync_step_);
   }
   {
     absl::MutexLock lock(&stats_mu_);
