@@ -222,14 +222,14 @@ absl::Status Coordinator::StartWorker(int i, int64_t step) {
 
 absl::Status Coordinator::WaitForRegistration() {
   const int deadline_ms = options_.job.failure().register_deadline_ms();
-  const absl::Time start = absl::Now();
+  const absl::Time start = ChiefNow();
   while (true) {
     absl::Duration wait = absl::Minutes(1);
-    if (deadline_ms > 0) wait = std::min(wait, start + absl::Milliseconds(deadline_ms) - absl::Now());
+    if (deadline_ms > 0) wait = std::min(wait, start + absl::Milliseconds(deadline_ms) - ChiefNow());
     absl::Status s = registry_->WaitForAll(std::max(wait, absl::ZeroDuration()));
     if (s.ok() || s.code() != absl::StatusCode::kDeadlineExceeded) return s;
-    if (deadline_ms > 0 && absl::Now() - start >= absl::Milliseconds(deadline_ms)) return s;
-    report_(absl::StrCat("still waiting (", FormatEta(absl::ToDoubleSeconds(absl::Now() - start)),
+    if (deadline_ms > 0 && ChiefNow() - start >= absl::Milliseconds(deadline_ms)) return s;
+    report_(absl::StrCat("still waiting (", FormatEta(absl::ToDoubleSeconds(ChiefNow() - start)),
                          "): ", s.message()));
     absl::MutexLock lock(&mu_);
     status_.set_waiting_for(std::string(s.message()));
@@ -271,13 +271,21 @@ absl::Status Coordinator::Setup() {
   }
   // Generations go on from the job's record and from what its tasks hold,
   // never from this host's clock.
-  LearnGenerationFloor(state.ok() ? state->generation() : 0);
+  LearnGenerationFloor(state.ok() ? state->generation() : 0, state.ok() ? state->epoch() : 0);
   NewGeneration();
+  if (Replicated()) NewEpoch();
   // The first deal, every stream from batch 0; a restore deals the
   // checkpoint's positions instead.
   RETURN_IF_ERROR(DealStreams());
   if (options_.restore == "auto") {
     RETURN_IF_ERROR(RestoreOrStartFresh());
+    if (state.ok() && state->running()) {
+      // Taking over: what the workers had pushed past the checkpoint under
+      // the chief that died is redone, and counted.
+      for (int i = 0; i < NumWorkers() && i < static_cast<int>(steps_at_takeover_.size()); ++i) {
+        summary_.rolled_back_steps += std::max<int64_t>(0, steps_at_takeover_[i] - workers_[i].step);
+      }
+    }
   } else if (options_.restore == "never") {
     RETURN_IF_ERROR(StartFresh());
   } else {
@@ -300,7 +308,7 @@ absl::Status Coordinator::Setup() {
     summary_.checkpoints.push_back(m.step());
   }
   if (last_checkpoint_step_ < 0) TryCheckpoint();  // the base every recovery can go back to
-  last_checkpoint_time_ = absl::Now();
+  last_checkpoint_time_ = ChiefNow();
   last_eval_step_ = MinStep();
   for (int i = 0; i < NumWorkers(); ++i) {
     absl::Status s = StartWorker(i, workers_[i].step);
@@ -312,13 +320,18 @@ absl::Status Coordinator::Setup() {
 }
 
 absl::StatusOr<JobSummary> Coordinator::Run() {
-  start_time_ = absl::Now();
+  start_time_ = ChiefNow();
   summary_.job_name = options_.job.name();
   summary_.checkpoint_dir = manifests_.dir();
   absl::Status s = Setup();
   int64_t first_steps = 0;  // restored workers resume mid-run: count only this run's steps
   for (const WorkerView& w : workers_) first_steps += w.step;
   bool done = false;
+  const int final_wait_ms = options_.job.failure().final_checkpoint_wait_ms();
+  const absl::Duration final_wait = final_wait_ms < 0    ? absl::InfiniteDuration()
+                                    : final_wait_ms == 0 ? absl::Minutes(10)
+                                                         : absl::Milliseconds(final_wait_ms);
+  absl::Time final_since = absl::InfiniteFuture();  // the first failed final checkpoint
   while (s.ok()) {
     while (s.ok() && !done) {
       registry_->WaitForChange(registry_->version(), options_.poll_interval);
@@ -331,6 +344,17 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
     // recovers (workers redo the steps since the last checkpoint) or waits.
     absl::Status c = Checkpoint();
     if (c.ok()) break;
+    if (final_since == absl::InfiniteFuture()) final_since = ChiefNow();
+    if (ChiefNow() - final_since >= final_wait) {
+      s = absl::DataLossError(absl::StrCat(
+          "training finished at step ", MinStep(), " but its final checkpoint could not be committed for ",
+          absl::FormatDuration(final_wait), " (failure.final_checkpoint_wait_ms): ", c.message(),
+          ". The last committed checkpoint is ",
+          last_checkpoint_step_ < 0 ? std::string("none") : absl::StrCat("step ", last_checkpoint_step_),
+          "; the PS keep the trained parameters and the workers wait: fix the snapshot store and restart "
+          "the chief (it restores that checkpoint and trains the steps since again)"));
+      break;
+    }
     report_(absl::StrCat("final checkpoint failed, watching and trying again: ", c.message()));
     done = false;
     absl::SleepFor(Backoff(checkpoint_failures_++));
@@ -341,7 +365,7 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
   }
   summary_.steps = MinStep();
   summary_.final_loss = Status().loss();
-  summary_.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start_time_);
+  summary_.wall_seconds = absl::ToDoubleSeconds(ChiefNow() - start_time_);
   int64_t trained_steps = -first_steps;
   for (const WorkerView& w : workers_) trained_steps += w.step;
   summary_.examples_per_sec = summary_.wall_seconds > 0
@@ -394,7 +418,7 @@ std::vector<std::optional<PsProbe>> Coordinator::ProbeStores() {
     if (!StoreActive(p) || LostToFailover(p)) continue;  // a lost PS's stores moved
     calls.emplace_back([this, p, timeout, &out] {
       PsProbe probe;
-      probe.asked = absl::Now();
+      probe.asked = ChiefNow();
       absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(timeout);
       if (st.ok()) {
         probe.answer = *std::move(st);
@@ -467,7 +491,7 @@ absl::Status Coordinator::Watch(bool* done) {
   // Parameter stores first: a lost one means a restore (or a failover),
   // and the workers' state is moot until it is done.
   WatchState state = CoreState();
-  const PsPass stores = core_.DecideStores(ProbeStores(), absl::Now(), &state);
+  const PsPass stores = core_.DecideStores(ProbeStores(), ChiefNow(), &state);
   AdoptCoreState(state);
   {
     absl::MutexLock lock(&mu_);
@@ -491,7 +515,7 @@ absl::Status Coordinator::Watch(bool* done) {
 
   // Workers.
   state = CoreState();
-  const WorkerPass workers = core_.DecideWorkers(ProbeWorkers(), all_ps_answer, absl::Now(), &state);
+  const WorkerPass workers = core_.DecideWorkers(ProbeWorkers(), all_ps_answer, ChiefNow(), &state);
   AdoptCoreState(state);
   for (const WatchCommand& c : workers.commands) {
     RETURN_IF_ERROR(RunCommand(c));
@@ -517,7 +541,7 @@ absl::Status Coordinator::Watch(bool* done) {
     ASSIGN_OR_RETURN(bool rebuilt, MaybeRebuild());
     if (rebuilt) return absl::OkStatus();
   }
-  const NextSteps next = core_.DecideNext(workers.all_done, all_ps_answer, absl::Now(), CoreState());
+  const NextSteps next = core_.DecideNext(workers.all_done, all_ps_answer, ChiefNow(), CoreState());
   if (next.done) {
     *done = true;
     return absl::OkStatus();
@@ -535,7 +559,7 @@ absl::Status Coordinator::Watch(bool* done) {
 }
 
 void Coordinator::Report(bool force) {
-  absl::Time now = absl::Now();
+  absl::Time now = ChiefNow();
   if (!force && now - last_report_ < options_.report_interval) return;
   last_report_ = now;
   JobStatusResponse s = Status();

@@ -39,6 +39,7 @@
 #ifndef PSRT_CHIEF_COORDINATOR_H_
 #define PSRT_CHIEF_COORDINATOR_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -62,6 +63,13 @@
 #include "proto/job.pb.h"
 
 namespace psrt {
+
+// The chief's clock for deadlines and durations: monotonic, so that a step
+// of the wall clock (NTP, an operator) neither gives up on every silent
+// task at once nor makes one wait for ever. WatchCore is handed this time.
+inline absl::Time ChiefNow() {
+  return absl::UnixEpoch() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
 
 struct CoordinatorOptions {
   TrainingJob job;
@@ -184,8 +192,8 @@ class Coordinator {
   void CountFailure();
   void SaveJobState(bool running);
   // Raises generation_ to the highest of `saved` (the job state's) and
-  // those the PS and workers that answer now report.
-  void LearnGenerationFloor(int64_t saved);
+  // those the PS and workers that answer now report; epoch_ likewise.
+  void LearnGenerationFloor(int64_t saved, int64_t saved_epoch);
   absl::Duration Backoff(int attempt) const;
   // Runs fn(i) for every worker i at once, so that a worker that does not
   // answer costs one timeout, not one per worker; returns their statuses.
@@ -352,6 +360,12 @@ class Coordinator {
   int64_t end_step_ = 0;
   int64_t generation_ = 0;
   int64_t epoch_ = 0;
+  // The floors of generations and epochs are known (LearnGenerationFloor):
+  // from then on each new one is saved in the job state before it is used.
+  bool floor_learned_ = false;
+  // Each worker's step as it answered when this chief started (0: no
+  // answer): a takeover's rolled-back steps.
+  std::vector<int64_t> steps_at_takeover_;
   std::vector<int> primary_of_;
   std::vector<int> backup_of_;
   std::vector<bool> ps_lost_;  // failed over: its stores moved; used again once rebuilt

@@ -175,7 +175,7 @@ absl::Status Coordinator::ChangeMembership(const std::string& why, const std::ve
   // A joiner decodes its data before anyone stops: that takes seconds, the
   // change itself milliseconds.
   WarmUpJoiners(joining);
-  const absl::Time start = absl::Now();
+  const absl::Time start = ChiefNow();
   // 1. Every member stops at a step boundary and says which.
   const std::vector<bool> paused = PauseWorkers({}, /*mark_unreachable=*/true);
   // 2. Where each stream stands: at each holder's step (ASYNC), or at the
@@ -242,7 +242,7 @@ absl::Status Coordinator::ChangeMembership(const std::string& why, const std::ve
   for (int m : members) names.push_back(workers_[m].control->name());
   report_(absl::StrCat("membership: ", why, "; ", members.size(), " workers (", absl::StrJoin(names, ", "), ")",
                        Sync() ? absl::StrCat(", the SYNC group goes on at step ", group_step, " (generation ", generation_, ")") : "",
-                       "; training paused for ", absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
+                       "; training paused for ", absl::ToInt64Milliseconds(ChiefNow() - start), " ms"));
   return absl::OkStatus();
 }
 

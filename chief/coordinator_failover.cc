@@ -43,8 +43,12 @@ void Coordinator::InitReplicas() {
 }
 
 void Coordinator::NewEpoch() {
-  // Above any epoch a chief before this one gave (a PS refuses older ones).
-  epoch_ = std::max(epoch_ + 1, static_cast<int64_t>(absl::ToUnixMillis(absl::Now())));
+  // Above any epoch a chief before this one gave (a PS refuses older ones):
+  // one more than the job state's and the PS's (LearnGenerationFloor),
+  // recorded before any PS sees it. Never from the clock: a chief
+  // restarted with its clock behind would hand out epochs the PS refuse.
+  ++epoch_;
+  if (floor_learned_) SaveJobState(true);
   for (int s = 0; s < static_cast<int>(store_admins_.size()); ++s) store_admins_[s]->SetReplica(s, epoch_);
   PublishReplicas();
 }
@@ -118,7 +122,7 @@ absl::Status Coordinator::DropBackups(const std::string& why) {
 }
 
 absl::Status Coordinator::Failover(int ps, const std::string& why) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = ChiefNow();
   const std::string name = ps_[ps].admin->name();
   std::vector<int> moved;  // stores `ps` served as primary
   for (int s = 0; s < NumPsTasks(); ++s) {
@@ -172,7 +176,7 @@ absl::Status Coordinator::Failover(int ps, const std::string& why) {
   for (int s : moved) where.push_back(absl::StrCat("store ", s, " -> ps:", primary_of_[s]));
   report_(absl::StrCat("failover: ", name, " is gone (", why, "); ", absl::StrJoin(where, ", "),
                        " promoted at placement epoch ", epoch_, "; training resumed at step ", MinStep(),
-                       " without a restore in ", absl::FormatDuration(absl::Now() - start),
+                       " without a restore in ", absl::FormatDuration(ChiefNow() - start),
                        " (rolled_back_steps=0); unreplicated now: store ", absl::StrJoin(unreplicated, ", store "),
                        " (until ", name, " answers again and is rebuilt)"));
   return absl::OkStatus();

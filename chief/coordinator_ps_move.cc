@@ -109,7 +109,7 @@ absl::StatusOr<bool> Coordinator::WatchPsMembership() {
 
 absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::string& why, int joining,
                                           int leaving) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = ChiefNow();
   const PlacementMap before = plan_.placement;
   std::map<int, std::vector<std::string>> from;  // source PS -> variables
   std::map<std::string, int> to;
@@ -184,13 +184,13 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
     undo_targets();
     return absl::Status(warm.status().code(), absl::StrCat("copying while training: ", warm.status().message()));
   }
-  const absl::Duration warm_time = absl::Now() - start;
+  const absl::Duration warm_time = ChiefNow() - start;
 
   // Phase two: workers stopped at a step boundary, every PS fenced at a new
   // generation with the new placement, the last copy, the switch.
-  const absl::Time pause_start = absl::Now();
+  const absl::Time pause_start = ChiefNow();
   const std::vector<bool> paused_here = PauseWorkers({}, /*mark_unreachable=*/true);
-  const absl::Duration stopping = absl::Now() - pause_start;
+  const absl::Duration stopping = ChiefNow() - pause_start;
   std::vector<int> live = LivePs();
   if (joining >= 0) live.push_back(joining);
   NewGeneration();
@@ -199,10 +199,10 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
     absl::Status c = CreateVariablesOn(p);
     if (!c.ok() && fenced.ok()) fenced = c;
   }
-  const absl::Time last_copy_start = absl::Now();
+  const absl::Time last_copy_start = ChiefNow();
   const absl::Duration fencing = last_copy_start - pause_start - stopping;
   absl::StatusOr<int64_t> last = fenced.ok() ? copy() : absl::StatusOr<int64_t>(fenced);
-  const absl::Duration last_copy = absl::Now() - last_copy_start;
+  const absl::Duration last_copy = ChiefNow() - last_copy_start;
   if (!last.ok()) {
     // Nothing switched: the sources still hold every acknowledged push.
     plan_.placement = before;
@@ -217,7 +217,7 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
     if (leaving >= 0) ps_[leaving].left = true;
     for (const auto& [src, names] : from) drop(src, names);
   }
-  const absl::Time starting = absl::Now();
+  const absl::Time starting = ChiefNow();
   // Each worker paused here goes on with the new placement (only its PS
   // client is made again); any other is started anew.
   std::vector<absl::Status> started = ForEachWorker([&](int i) {
@@ -234,7 +234,7 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
     report_(absl::StrCat("starting ", workers_[i].control->name(), ": ", started[i].message()));
     workers_[i].incarnation = 0;  // the watch starts it when it answers
   }
-  const absl::Duration paused = absl::Now() - pause_start;
+  const absl::Duration paused = ChiefNow() - pause_start;
   if (!last.ok()) {
     return absl::Status(last.status().code(),
                         absl::StrCat("the last copy failed, the old placement put back (training paused for ",
@@ -249,7 +249,7 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
                        absl::ToInt64Milliseconds(paused), " ms (stopping the workers ",
                        absl::ToInt64Milliseconds(stopping), " ms, every PS to the new generation ",
                        absl::ToInt64Milliseconds(fencing), " ms, the last copy ", absl::ToInt64Milliseconds(last_copy),
-                       " ms, starting the workers ", absl::ToInt64Milliseconds(absl::Now() - starting),
+                       " ms, starting the workers ", absl::ToInt64Milliseconds(ChiefNow() - starting),
                        " ms) at generation ", generation_));
   return absl::OkStatus();
 }

@@ -138,10 +138,10 @@ absl::Status Coordinator::RestoreBackups(const CheckpointManifest& m, const std:
 }
 
 absl::StatusOr<bool> Coordinator::MaybeRebuild() {
-  if (!Replicated() || absl::Now() < next_rebuild_try_) return false;
+  if (!Replicated() || ChiefNow() < next_rebuild_try_) return false;
   // A lost PS is polled at most this often: one that hangs costs the
   // watch loop the poll's 300 ms each time.
-  next_rebuild_try_ = absl::Now() + absl::Milliseconds(500);
+  next_rebuild_try_ = ChiefNow() + absl::Milliseconds(500);
   for (int p = 0; p < NumPsTasks(); ++p) {
     if (!ps_lost_[p] || !ps_[p].admin->Status(absl::Milliseconds(300)).ok()) continue;
     for (int i = 0; i < NumWorkers(); ++i) {
@@ -162,7 +162,7 @@ absl::StatusOr<bool> Coordinator::MaybeRebuild() {
       return true;
     }
     const absl::Duration wait = Backoff(rebuild_failures_++);
-    next_rebuild_try_ = absl::Now() + wait;
+    next_rebuild_try_ = ChiefNow() + wait;
     report_(absl::StrCat("WARNING: rebuilding ", ps_[p].admin->name(), " failed (", s.message(),
                          "); its stores stay unreplicated, next try in ", absl::FormatDuration(wait)));
     return true;
@@ -183,7 +183,7 @@ absl::Status Coordinator::Rebuild(int ps) {
       return absl::FailedPreconditionError(absl::StrCat("store ", s, " has no live copy to rebuild ", name, " from"));
     }
   }
-  const absl::Time paused_at = absl::Now();
+  const absl::Time paused_at = ChiefNow();
   const std::vector<bool> paused = PauseWorkers();
   for (int i = 0; i < NumWorkers(); ++i) {
     const WorkerView& w = workers_[i];
@@ -206,9 +206,9 @@ absl::Status Coordinator::Rebuild(int ps) {
   const int64_t step = MinStep();
   // Where the pause goes: pausing, roles, snapshots, restores (the
   // slowest store's: they run at once).
-  absl::Duration phase[4] = {absl::Now() - paused_at, absl::ZeroDuration(), absl::ZeroDuration(),
+  absl::Duration phase[4] = {ChiefNow() - paused_at, absl::ZeroDuration(), absl::ZeroDuration(),
                              absl::ZeroDuration()};
-  const absl::Time roles_at = absl::Now();
+  const absl::Time roles_at = ChiefNow();
   ps_lost_[ps] = false;
   for (int s : stores) {
     const int home = s, next = (s + 1) % n;
@@ -222,7 +222,7 @@ absl::Status Coordinator::Rebuild(int ps) {
   int64_t bytes = 0;
   absl::Status copied = [&]() -> absl::Status {
     for (int s = 0; s < n; ++s) RETURN_IF_ERROR(CreateVariablesOn(s));
-    phase[1] = absl::Now() - roles_at;
+    phase[1] = ChiefNow() - roles_at;
     // The stores at once: each copy has its own snapshot store and writer.
     const size_t k = stores.size();
     std::vector<absl::Status> done(k);
@@ -232,20 +232,20 @@ absl::Status Coordinator::Rebuild(int ps) {
     for (size_t i = 0; i < k; ++i) {
       copies.emplace_back([&, i] {
         const int s = stores[i];
-        absl::Time t = absl::Now();
+        absl::Time t = ChiefNow();
         absl::StatusOr<SnapshotResponse> snap = CopyAdmin(channels_, options_.cluster, old_primary[s], s, epoch_)
                                                     ->Snapshot(step, dir, /*wait_durable=*/true, /*keep=*/1);
-        snapshot_took[i] = absl::Now() - t;
+        snapshot_took[i] = ChiefNow() - t;
         if (!snap.ok()) {
           done[i] = snap.status();
           return;
         }
         sizes[i] = snap->bytes();
-        t = absl::Now();
+        t = ChiefNow();
         done[i] = CopyAdmin(channels_, options_.cluster, ps, s, epoch_)
                       ->Restore(step, dir, generation_, {snap->path()})
                       .status();
-        restore_took[i] = absl::Now() - t;
+        restore_took[i] = ChiefNow() - t;
       });
     }
     for (std::thread& t : copies) t.join();
@@ -278,7 +278,7 @@ absl::Status Coordinator::Rebuild(int ps) {
   ResumeWorkers(paused, "the rebuild");
   ps_[ps].down_since = absl::InfiniteFuture();
   PublishReplicas();  // the status page and /metrics: replicated again
-  const double pause_ms = absl::ToDoubleMilliseconds(absl::Now() - paused_at);
+  const double pause_ms = absl::ToDoubleMilliseconds(ChiefNow() - paused_at);
   ++summary_.rebuilds;
   std::vector<std::string> roles, unreplicated;
   for (int s : stores) {

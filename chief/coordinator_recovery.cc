@@ -18,7 +18,7 @@
 namespace psrt {
 
 absl::Status Coordinator::Checkpoint() {
-  const absl::Time start = absl::Now();
+  const absl::Time start = ChiefNow();
   // Phase one: quiesce, copy in memory on every PS, let training go on.
   std::vector<int64_t> steps(NumWorkers());
   auto active = [this](const WorkerView& w) {
@@ -85,7 +85,7 @@ absl::Status Coordinator::Checkpoint() {
       copy_status = r.status();
     }
   }
-  const absl::Duration pause = absl::Now() - start;
+  const absl::Duration pause = ChiefNow() - start;
   for (int i = 0; i < NumWorkers(); ++i) {
     WorkerView& w = workers_[i];
     if (active(w)) {
@@ -105,7 +105,7 @@ absl::Status Coordinator::Checkpoint() {
   }
   CheckpointManifest m;
   m.set_step(step);
-  m.set_commit_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+  m.set_commit_time_unix_ms(absl::ToUnixMillis(absl::Now()));  // wall clock: for people
   m.set_job_name(options_.job.name());
   m.set_failures_survived(summary_.failures_survived);
   for (int64_t s : steps) m.add_worker_step(s);
@@ -139,16 +139,16 @@ absl::Status Coordinator::Checkpoint() {
   RETURN_IF_ERROR(manifests_.Commit(m));
   manifests_.Prune(keep);
   last_checkpoint_step_ = step;
-  last_checkpoint_time_ = absl::Now();
+  last_checkpoint_time_ = ChiefNow();
   summary_.checkpoints.push_back(step);
   report_(absl::StrCat("checkpoint of step ", step, " committed (training paused ",
                        absl::FormatDuration(pause), ", total ",
-                       absl::FormatDuration(absl::Now() - start), ")"));
+                       absl::FormatDuration(ChiefNow() - start), ")"));
   return absl::OkStatus();
 }
 
 absl::Status Coordinator::WaitDurable(int64_t step) {
-  absl::Time deadline = absl::Now() + absl::Minutes(10);
+  absl::Time deadline = ChiefNow() + absl::Minutes(10);
   for (int p = 0; p < NumPs(); ++p) {
     if (!StoreActive(p)) continue;
     while (true) {
@@ -165,7 +165,7 @@ absl::Status Coordinator::WaitDurable(int64_t step) {
           st.durable_snapshots().end()) {
         break;
       }
-      if (absl::Now() > deadline) {
+      if (ChiefNow() > deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat(ps_[p].admin->name(), " did not make step ", step, " durable"));
       }
@@ -199,7 +199,7 @@ void Coordinator::TryCheckpoint() {
   }
   const absl::Duration wait = Backoff(checkpoint_failures_);
   ++checkpoint_failures_;
-  next_checkpoint_try_ = absl::Now() + wait;
+  next_checkpoint_try_ = ChiefNow() + wait;
   report_(absl::StrCat("WARNING: checkpoint abandoned (", checkpoint_failures_,
                        " failed in a row; training goes on, but progress since the checkpoint of step ",
                        last_checkpoint_step_, " is at risk): ", s.message(), "; next try in ",
@@ -212,23 +212,23 @@ void Coordinator::TryCheckpoint() {
 
 absl::Status Coordinator::WaitForAllPs() {
   const int wait_ms = options_.job.failure().ps_wait_ms();
-  const absl::Time start = absl::Now();
+  const absl::Time start = ChiefNow();
   absl::Time said = start;
   for (int p = 0; p < NumPs(); ++p) {
     while (StoreActive(p)) {
       absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(absl::Seconds(1));
       if (st.ok()) break;
       // A member's replica that stays away: the group goes on without it.
-      if (MaybeShrinkGroup(p, absl::Now() - std::min(start, ps_[p].down_since))) break;
+      if (MaybeShrinkGroup(p, ChiefNow() - std::min(start, ps_[p].down_since))) break;
       std::string what = absl::StrCat(ps_[p].admin->name(), " (not answering: ", st.status().message(), ")");
-      if (wait_ms > 0 && absl::Now() - start > absl::Milliseconds(wait_ms)) {
+      if (wait_ms > 0 && ChiefNow() - start > absl::Milliseconds(wait_ms)) {
         return absl::UnavailableError(absl::StrCat(ps_[p].admin->name(), " did not come back within ps_wait_ms ",
                                                    wait_ms, ": ", st.status().message()));
       }
-      if (absl::Now() - said >= absl::Minutes(1)) {
-        said = absl::Now();
+      if (ChiefNow() - said >= absl::Minutes(1)) {
+        said = ChiefNow();
         report_(absl::StrCat("recovery waits for ", what, " since ",
-                             absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Seconds(1)))));
+                             absl::FormatDuration(absl::Trunc(ChiefNow() - start, absl::Seconds(1)))));
       }
       {
         absl::MutexLock lock(&mu_);
@@ -258,20 +258,34 @@ void Coordinator::NewGeneration() {
   SaveJobState(true);
 }
 
-void Coordinator::LearnGenerationFloor(int64_t saved) {
+void Coordinator::LearnGenerationFloor(int64_t saved, int64_t saved_epoch) {
   int64_t floor = std::max(generation_, saved);
   for (int p = 0; p < NumPs(); ++p) {
     absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(PsProbeTimeout());
     if (st.ok()) floor = std::max(floor, st->generation());
   }
   std::vector<int64_t> seen(NumWorkers(), 0);
+  steps_at_takeover_.assign(NumWorkers(), 0);
   ForEachWorker([&](int i) {
     absl::StatusOr<WorkerStatusResponse> st = workers_[i].control->Status(absl::Seconds(2));
-    if (st.ok()) seen[i] = st->generation();
+    if (st.ok()) {
+      seen[i] = st->generation();
+      steps_at_takeover_[i] = st->step();
+    }
     return absl::OkStatus();
   });
   for (int64_t g : seen) floor = std::max(floor, g);
   generation_ = floor;
+  if (Replicated()) {
+    // Placement epochs likewise: from the job state and the PS.
+    int64_t epoch = std::max(epoch_, saved_epoch);
+    for (int p = 0; p < NumPsTasks(); ++p) {
+      absl::StatusOr<PsStatusResponse> st = ps_[p].admin->Status(PsProbeTimeout());
+      if (st.ok()) epoch = std::max(epoch, st->epoch());
+    }
+    epoch_ = epoch;
+  }
+  floor_learned_ = true;
 }
 
 void Coordinator::SaveJobState(bool running) {
@@ -279,6 +293,7 @@ void Coordinator::SaveJobState(bool running) {
   state.set_failures_survived(summary_.failures_survived);
   state.set_running(running);
   state.set_generation(generation_);
+  state.set_epoch(epoch_);
   absl::Status s = manifests_.WriteJobState(state);
   if (!s.ok()) LOG(WARNING) << "cannot save the job state: " << s;
 }
@@ -289,7 +304,7 @@ void Coordinator::CountFailure() {
 }
 
 absl::Status Coordinator::Recover(const std::string& why, bool failure) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = ChiefNow();
   report_(absl::StrCat("recovering: ", why));
   {
     absl::MutexLock lock(&mu_);
@@ -306,9 +321,15 @@ absl::Status Coordinator::Recover(const std::string& why, bool failure) {
     }
     // A healthy worker pauses in milliseconds (its push in flight goes to a
     // dead PS and fails at once); one that does not is left to the fence.
-    absl::Status s = w.control->Pause(generation_, absl::Seconds(2)).status();
-    if (!s.ok()) w.reachable = false;
-    return s;
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
+    if (!s.ok()) {
+      w.reachable = false;
+      return s.status();
+    }
+    // Its own word on where it got: the record may lag a second of pushes,
+    // which the restore takes back too (rolled_back_steps counts them).
+    w.step = std::max(w.step, *s);
+    return absl::OkStatus();
   });
   std::vector<int64_t> reached(NumWorkers());
   for (int i = 0; i < NumWorkers(); ++i) reached[i] = workers_[i].step;
@@ -353,7 +374,7 @@ absl::Status Coordinator::Recover(const std::string& why, bool failure) {
     status_.set_state(JobStatusResponse::RUNNING);
   }
   report_(absl::StrCat("recovered to the checkpoint of step ", last_checkpoint_step_, " in ",
-                       absl::FormatDuration(absl::Now() - start), "; failures survived: ",
+                       absl::FormatDuration(ChiefNow() - start), "; failures survived: ",
                        summary_.failures_survived, "; rolled_back_steps=", rolled_back));
   return absl::OkStatus();
 }

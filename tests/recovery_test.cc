@@ -212,6 +212,42 @@ TEST_F(RecoveryTest, SnapshotDiskFullAbandonsCheckpointsUntilThereIsSpace) {
   EXPECT_EQ(Field(Summary(), "failures_survived"), 0);  // nothing was lost: no restore
 }
 
+// A snapshot store too small for any snapshot: every checkpoint is
+// abandoned, training goes on to the end, and the final checkpoint cannot
+// be committed either. The chief used to try it again for ever after
+// training ended; it now stops after failure.final_checkpoint_wait_ms with
+// an error that names the last committed checkpoint and what to do, and
+// the PS stay up with the trained parameters for the next chief.
+TEST_F(RecoveryTest, ASnapshotStoreTooSmallForAnySnapshotEndsTheJobWithAClearError) {
+  SetupJob();
+  job_.set_steps(600);
+  job_.mutable_failure()->set_final_checkpoint_wait_ms(3000);
+  job_.mutable_failure()->set_retry_backoff_ms(200);
+  job_.mutable_failure()->set_retry_backoff_max_ms(1000);
+  WriteJob();
+  const std::string store = PsStoreDir(1);
+  ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", store, "'").c_str()), 0);
+  if (::mount("tmpfs", store.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs at " << store << " (" << std::strerror(errno)
+                 << "): this test needs root and mount rights";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{store};
+  StartAll();
+  ASSERT_TRUE(chief_->WaitForLine("WARNING: checkpoint abandoned", absl::Minutes(2)));
+  ASSERT_TRUE(chief_->WaitForLine("final checkpoint failed, watching and trying again", absl::Minutes(3)));
+  const absl::Time first = absl::Now();
+  EXPECT_NE(ExitCode(chief_.get(), absl::Minutes(2)), 0);
+  std::cerr << "\nFIGURE: first failed final checkpoint -> the chief stopped: "
+            << absl::ToDoubleSeconds(absl::Now() - first) << " s\n";
+  EXPECT_TRUE(chief_->WaitForLine("its final checkpoint could not be committed", absl::ZeroDuration()));
+  EXPECT_TRUE(chief_->WaitForLine("The last committed checkpoint is none", absl::ZeroDuration()));
+  EXPECT_TRUE(ps1_->process()->Running()) << "ps:1 keeps the trained parameters";
+  EXPECT_TRUE(ps0_->process()->Running());
+}
+
 TEST_F(RecoveryTest, PsStoppedLongerThanEveryTimeoutResumesWithoutARestore) {
   SetupJob();
   const double baseline = Baseline();
