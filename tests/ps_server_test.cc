@@ -3,16 +3,19 @@
 // over the wire, and a SIGKILL during a background snapshot after which a
 // restore takes the previous complete snapshot, never the partial one.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "chief/cluster_clients.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "common/snapshot/snapshot_testing.h"
 #include "common/transport/ps_client.h"
 #include "tests/harness/process_harness.h"
 
@@ -204,16 +207,82 @@ TEST(PsServerTest, KilledDuringABackgroundSnapshotRestoresThePreviousOne) {
   EXPECT_THAT(st->durable_snapshots(), ::testing::ElementsAre(1));
 }
 
-namespace limits {
+// The store directory of checkpoint `name` (its last path component) under
+// the PS's --snapshot_dir, TEST_TMPDIR.
+std::string StoreDirOf(const std::string& name) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(std::getenv("TEST_TMPDIR"))) {
+    if (e.is_directory() && e.path().filename() == "ps-0" && e.path().parent_path().filename() == name) {
+      return e.path().string();
+    }
+  }
+  return "";
+}
 
-int64_t RssKb(pid_t pid) {
+// A "kB" figure of /proc/PID/status ("VmRSS:", "VmHWM:"); -1 if absent.
+int64_t ProcStatusKb(pid_t pid, const std::string& field) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+    if (line.rfind(field, 0) == 0) return std::atoll(line.c_str() + field.size());
   }
   return -1;
 }
+int64_t PeakRssKb(pid_t pid) { return ProcStatusKb(pid, "VmHWM:"); }
+
+// An index (its checksum valid) naming w as 1 GiB in a sparse data file of
+// that size: every check against the file passes, and the PS used to
+// allocate and read it all before finding the checksum wrong. Now the
+// restore refuses it against the PS's own w (float32[4]) before allocating:
+// FAILED_PRECONDITION naming both shapes, the PS's peak memory unmoved, and
+// nothing changed.
+TEST(PsServerTest, ARestoreNamingMoreThanTheVariableIsRefusedBeforeAllocating) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/huge";
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "huge");
+  ps.Start();
+  ps.Create("ASYNC", 1);
+  auto client = ps.Client(0);
+  ASSERT_TRUE(client->Push(Id(0, 0), Grad(2), {}).ok());  // w = -1
+  ASSERT_TRUE(ps.admin->Snapshot(1, dir, /*wait_durable=*/true, 3).ok());
+  ps.daemon->Kill(SIGKILL);
+  ASSERT_TRUE(ps.daemon->Wait(absl::Seconds(30)).ok());
+
+  const std::string store = StoreDirOf("huge");
+  ASSERT_FALSE(store.empty());
+  auto file = testing::SnapshotDataFile(store, 1);
+  ASSERT_TRUE(file.ok()) << file.status();
+  constexpr int64_t kHuge = int64_t{1} << 30;
+  ASSERT_EQ(::truncate(file->c_str(), kHuge + 4096), 0);
+  absl::Status edited = testing::EditSnapshotIndex(store, 1, [&](SnapshotIndex* index) {
+    for (SnapshotVariable& v : *index->mutable_variable()) {
+      if (v.def().name() != "w") continue;
+      v.mutable_value()->mutable_shape()->set_dim(0, kHuge / 4);
+      v.mutable_value()->set_bytes(kHuge);
+      v.mutable_value()->set_offset(4096);
+    }
+    index->set_data_bytes(kHuge + 4096);
+  });
+  ASSERT_TRUE(edited.ok()) << edited;
+
+  ps.Start();
+  ps.Create("ASYNC", 1);
+  const int64_t before_kb = PeakRssKb(ps.daemon->process()->pid());
+  auto restored = ps.admin->Restore(1, dir);
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kFailedPrecondition) << restored.status();
+  EXPECT_THAT(std::string(restored.status().message()),
+              HasSubstr("variable w: the checkpoint holds float32[268435456] (DENSE), the job's variable is "
+                        "float32[4] (DENSE): more rows than the variable has"));
+  const int64_t after_kb = PeakRssKb(ps.daemon->process()->pid());
+  std::cout << "PS peak RSS before the restore " << before_kb << " kB, after " << after_kb << " kB\n";
+  EXPECT_LT(after_kb - before_kb, 256 * 1024) << "the restore allocated the tensor the index named";
+  client = ps.Client(0);
+  EXPECT_FLOAT_EQ(W0(client.get()), 0.0f);  // nothing changed
+  EXPECT_TRUE(ps.admin->Status().ok());
+}
+
+namespace limits {
+
+int64_t RssKb(pid_t pid) { return ProcStatusKb(pid, "VmRSS:"); }
 
 absl::Status CreateOne(PsAdmin* admin, const std::string& text) {
   CreateVariablesRequest req;
