@@ -1,6 +1,7 @@
 #include "common/store/ps_tcp_server.h"
 
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/rand.h>
@@ -237,21 +238,27 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
       // The answer may come later, from another thread (a parked pull, or
       // a primary waiting for its backup): it holds the connection; once
       // closed, Send drops it.
-      service_->ServeDataAs(*as, h.method, payload, deadline, [c, call](grpc::Status st, grpc::ByteBuffer b) {
+      service_->ServeDataAs(*as, h.method, payload, deadline,
+                            [c, call](grpc::Status st, grpc::ByteBuffer b, std::shared_ptr<void> hold) {
         tcpframe::Header r;
         r.response = true;
         r.code = st.error_code();
         r.call_id = call;
+        std::unique_ptr<tcpframe::OutFrame> frame =
+            tcpframe::Encode(r, st.ok() ? std::string() : st.error_message(), b);
+        frame->Hold(std::move(hold));  // the call's slots, until the answer is out
         // Answered inline by the connection's reader, which may as well wait
         // for the socket itself (it reads nothing meanwhile); from another
         // thread (a parked pull released by a push), never wait.
-        c->writer->Send(tcpframe::Encode(r, st.ok() ? std::string() : st.error_message(), b),
-                        /*may_wait=*/std::this_thread::get_id() == c->reader);
+        c->writer->Send(std::move(frame), /*may_wait=*/std::this_thread::get_id() == c->reader);
       });
     }
     if (corked) c->writer->Uncork();
   }
   c->writer->Close();
+  // What this connection's requests left idle in the pool goes back past
+  // the bound, and the allocator returns it to the system.
+  if (pool_->Trim(options_.pool_idle_bytes_after_close) > 0) ::malloc_trim(0);
   absl::MutexLock lock(&mu_);
   open_.erase(c->id);  // the last thing this thread does with `this`
 }

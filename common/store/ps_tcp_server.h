@@ -63,8 +63,14 @@ struct PsTcpServerOptions {
   // connection; a frame that would pass it is answered RESOURCE_EXHAUSTED
   // and skipped, not allocated.
   uint64_t max_buffered_bytes = uint64_t{2} << 30;
-  // A client that takes none of its answers for this long is disconnected.
+  // A client that takes none of its answers for this long is disconnected,
+  // and so is one that does not take a whole answer within this and a
+  // second per MiB of it (tcpframe::FrameWriter).
   absl::Duration send_timeout = absl::Seconds(60);
+  // Idle request buffers the pool keeps once a connection has closed; the
+  // rest goes back to the system (a burst of large frames left its buffers
+  // cached for good).
+  size_t pool_idle_bytes_after_close = size_t{64} << 20;
 };
 
 class PsTcpServer {
