@@ -38,9 +38,10 @@ ABSL_FLAG(int64_t, max_unread_answer_mb, 1024,
           "Bytes (MiB) of pull answers one caller may have that it has not read yet; a pull whose answer "
           "would pass it is refused with RESOURCE_EXHAUSTED (a caller with none unread always gets one).");
 ABSL_FLAG(int64_t, max_inflight_per_caller, 1024,
-          "Most pulls, and most pushes, one caller (its certificate's task, else the worker id "
-          "in the request) may have in flight at once; more are refused with RESOURCE_EXHAUSTED "
-          "while other callers are still served.");
+          "Most pulls, and most pushes, one caller (its certificate's task, else its token and "
+          "connection; never the worker id a request names) may have in flight at once, answers not "
+          "yet written included; more are refused with RESOURCE_EXHAUSTED while other callers are "
+          "still served.");
 ABSL_FLAG(int64_t, max_pull_response_mb, 1024,
           "Largest answer one Pull or PullRows may make, in MiB; a bigger one is refused with "
           "RESOURCE_EXHAUSTED before anything is copied.");

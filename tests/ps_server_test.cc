@@ -461,48 +461,54 @@ TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
 }
 
 // Issue #17: --max_inflight_requests is the PS's; --max_inflight_per_caller
-// keeps one caller from taking all of it. Worker 0 parks SYNC pulls until
-// it holds its share and is refused, naming the flag; worker 1 is served.
-// --max_pull_response_mb refuses a pull whose answer is larger, naming it.
+// keeps one caller from taking all of it. Issue #28: a caller is who it is
+// (its certificate's task, else its token and its connection), never the
+// worker id its requests name. One client claiming worker 0 parks SYNC
+// pulls until it holds its share and is refused, naming the flag and
+// itself; another client claiming worker 0 too (the real one) is served,
+// and so is worker 1. --max_pull_response_mb refuses a pull whose answer
+// is larger, naming it.
 TEST(PsServerTest, OneFloodingCallerDoesNotStarveAnother) {
   Ps ps;
   ps.cluster = *testing::MakeTestCluster(1, 1, "per_caller");
   ps.Start({"--max_inflight_requests=8", "--max_inflight_per_caller=3", "--max_pull_response_mb=1"});
   ps.Create("SYNC", 2);
+  PlacementMap w_only;
+  w_only.add_variable()->mutable_variable()->set_name("w");
+  w_only.mutable_variable(0)->add_shard()->set_ps_task(0);
+  PsClientOptions quick;
+  quick.worker = 0;
+  quick.timeout = absl::Seconds(2);
+  PsClient flooder(w_only, ps.cluster.ps, &ps.channels, quick);  // one connection
   std::vector<std::thread> flood;
   std::vector<absl::Status> flood_status(3);
   for (int i = 0; i < 3; ++i) {
     flood.emplace_back([&, i] {
       absl::Time end = absl::Now() + absl::Seconds(30);
-      do {  // until it holds a slot: the probe below may hold one a moment
-        flood_status[i] = ps.Client(0)->Pull({"w"}, 1).status();
-      } while (flood_status[i].code() == absl::StatusCode::kResourceExhausted && absl::Now() < end);
+      do {  // parked until step 0 is pushed; pulled again while refused or timed out
+        flood_status[i] = flooder.Pull({"w"}, 1).status();
+      } while (!flood_status[i].ok() && absl::Now() < end);
     });
   }
-  PsClientOptions quick;
-  quick.worker = 0;
-  quick.timeout = absl::Milliseconds(300);
-  PlacementMap w_only;
-  w_only.add_variable()->mutable_variable()->set_name("w");
-  w_only.mutable_variable(0)->add_shard()->set_ps_task(0);
-  PsClient probe(w_only, ps.cluster.ps, &ps.channels, quick);
   absl::Status refused;
   for (absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;) {
-    refused = probe.Pull({"w"}, 1).status();  // parks and times out until the 3 hold worker 0's share
+    refused = flooder.Pull({"w"}, 1).status();  // parks and times out until the 3 hold the flooder's share
     if (refused.code() == absl::StatusCode::kResourceExhausted) break;
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("--max_inflight_per_caller"));
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("worker 0"));
-  // Worker 1 still gets its pulls and pushes served, the PS-wide budget (8)
-  // is not what refused worker 0.
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("from data-plane connection 127.0.0.1:"));
+  // The real worker 0, on its own connection, and worker 1 are served: the
+  // flooder's claim of "worker 0" spent only its own share.
+  PsClient real0(w_only, ps.cluster.ps, &ps.channels, quick);
+  EXPECT_EQ(W0(&real0, 0), 0.0f);
   auto other = ps.Client(1);
   EXPECT_EQ(W0(other.get(), 0), 0.0f);
   ASSERT_TRUE(other->Push(Id(1, 0), Grad(1), {}).ok());
   ASSERT_TRUE(ps.Client(0)->Push(Id(0, 0), Grad(1), {}).ok());
   for (auto& t : flood) t.join();
   for (const absl::Status& s : flood_status) EXPECT_TRUE(s.ok()) << s;
-  EXPECT_TRUE(probe.Pull({"w"}, 1).ok());  // worker 0's slots are free again
+  EXPECT_TRUE(flooder.Pull({"w"}, 1).ok());  // the flooder's slots are free again
 
   absl::Status big = limits::CreateOne(ps.admin.get(), R"(
       variable { name: "big" dtype: DT_FLOAT shape { dim: 300000 } initializer { kind: ZEROS } })");

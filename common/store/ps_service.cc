@@ -114,11 +114,17 @@ std::shared_ptr<void> HoldSlots(InflightSlot slot, CallerSlot mine) {
   return std::make_shared<std::pair<InflightSlot, CallerSlot>>(std::move(slot), std::move(mine));
 }
 
-// Who a data-path call counts against: the task its certificate names, else
-// the worker id in the request (-1: the chief).
-std::string CallerKey(const Caller& caller, int worker) {
-  if (caller.index >= 0) return caller.name;
-  return worker < 0 ? std::string("the chief") : absl::StrCat("worker ", worker);
+// Who a data-path call counts against (IdentityKey), never the worker id
+// the request names.
+std::string CallerKey(const DataCaller& who) { return who.key.empty() ? who.caller.name : who.key; }
+
+// "ipv4:10.0.0.5:41234" -> "ipv4:10.0.0.5": a caller's address without its
+// port, for what a caller could otherwise renew by reconnecting.
+std::string WithoutPort(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  const size_t bracket = peer.rfind(']');
+  if (colon == std::string::npos || (bracket != std::string::npos && colon < bracket) || colon < 5) return peer;
+  return peer.substr(0, colon);
 }
 
 absl::Status CallerBusy(absl::string_view method, const CallerSlot& slot, int64_t limit) {
@@ -148,6 +154,11 @@ absl::StatusOr<PushResponse> ApplyPush(ParameterServerCore* core, const pswire::
 
 }  // namespace
 
+std::string IdentityKey(const Caller& caller, absl::string_view where) {
+  if (caller.index >= 0) return caller.name;
+  return absl::StrCat(caller.name, " from ", where);
+}
+
 absl::StatusOr<ParameterServerCore*> PsServiceImpl::CoreFor(const grpc::ServerContextBase& ctx, bool control) {
   if (router_ == nullptr) return core_;
   return CoreFor(ReadReplicaHeader(ctx), control);
@@ -170,7 +181,6 @@ grpc::Status PsServiceImpl::Permit(const DataCaller& who, Rpc rpc) {
 template <typename Decode, typename Issue>
 void PsServiceImpl::ServePull(const DataCaller& who, const grpc::ByteBuffer& req, absl::Time deadline, Rpc rpc,
                               const char* method, Decode decode, Issue issue, DataDone done) {
-  const Caller& caller = who.caller;
   if (grpc::Status a = Permit(who, rpc); !a.ok()) return done(a, {}, nullptr);
   InflightSlot slot(pulls_, max_inflight_);
   if (!slot.held()) return done(ToGrpcStatus(Busy(method, max_inflight_)), {}, nullptr);
@@ -179,7 +189,7 @@ void PsServiceImpl::ServePull(const DataCaller& who, const grpc::ByteBuffer& req
   if (!core.ok()) return done(ToGrpcStatus(core.status()), {}, nullptr);
   auto args = decode(req);
   if (!args.ok()) return done(ToGrpcStatus(args.status()), {}, nullptr);
-  CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
+  CallerSlot mine(pull_callers_, CallerKey(who), max_per_caller_);
   if (!mine.held()) return done(ToGrpcStatus(CallerBusy(method, mine, max_per_caller_)), {}, nullptr);
   if (auto g = (*core)->CheckGeneration(args->generation, "pull"); !g.ok()) return done(ToGrpcStatus(g), {}, nullptr);
   uint64_t incarnation = core_->incarnation();
@@ -209,7 +219,6 @@ void PsServiceImpl::ServePull(const DataCaller& who, const grpc::ByteBuffer& req
 void PsServiceImpl::ServePush(const DataCaller& who, const grpc::ByteBuffer& req, DataDone done) {
   const absl::StatusOr<ReplicaHeader>& header = who.header;
   if (!header.ok()) return done(ToGrpcStatus(header.status()), {}, nullptr);
-  const Caller& caller = who.caller;
   // A primary's forward to its backup is a PS's call, not a worker's.
   const Rpc rpc = header->replica ? Rpc::kPsReplicate : Rpc::kPsPush;
   if (grpc::Status a = Permit(who, rpc); !a.ok()) return done(a, {}, nullptr);
@@ -218,7 +227,7 @@ void PsServiceImpl::ServePush(const DataCaller& who, const grpc::ByteBuffer& req
   if (auto s = CheckSize(&req, core_->max_request_bytes(), "Push"); !s.ok()) return done(ToGrpcStatus(s), {}, nullptr);
   absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(req, core_->pool()->Allocator(), /*adopt_aligned=*/true);
   if (!args.ok()) return done(ToGrpcStatus(args.status()), {}, nullptr);
-  CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
+  CallerSlot mine(push_callers_, CallerKey(who), max_per_caller_);
   if (!mine.held()) return done(ToGrpcStatus(CallerBusy("Push", mine, max_per_caller_)), {}, nullptr);
   if (router_ == nullptr) {
     absl::StatusOr<PushResponse> r = ApplyPush(core_, *args);
@@ -242,14 +251,13 @@ void PsServiceImpl::ServePush(const DataCaller& who, const grpc::ByteBuffer& req
 }
 
 void PsServiceImpl::ServePushRows(const DataCaller& who, const grpc::ByteBuffer& req, DataDone done) {
-  const Caller& caller = who.caller;
   if (grpc::Status a = Permit(who, Rpc::kPsPushRows); !a.ok()) return done(a, {}, nullptr);
   InflightSlot slot(pushes_, max_inflight_);
   if (!slot.held()) return done(ToGrpcStatus(Busy("PushRows", max_inflight_)), {}, nullptr);
   if (auto s = CheckSize(&req, core_->max_request_bytes(), "PushRows"); !s.ok()) return done(ToGrpcStatus(s), {}, nullptr);
   absl::StatusOr<pswire::PushRowsArgs> args = pswire::DecodePushRows(req);
   if (!args.ok()) return done(ToGrpcStatus(args.status()), {}, nullptr);
-  CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
+  CallerSlot mine(push_callers_, CallerKey(who), max_per_caller_);
   if (!mine.held()) return done(ToGrpcStatus(CallerBusy("PushRows", mine, max_per_caller_)), {}, nullptr);
   if (router_ != nullptr && router_->epoch() > 0) {
     return done(ToGrpcStatus(absl::FailedPreconditionError(
@@ -266,6 +274,7 @@ void PsServiceImpl::ServeData(const grpc::ServerContextBase& ctx, psframe::Metho
                               const grpc::ByteBuffer& req, absl::Time deadline, DataDone done) {
   DataCaller who;
   who.identified = auth_.Identify(ctx, &who.caller);
+  who.key = IdentityKey(who.caller, ctx.peer());
   if (router_ != nullptr) who.header = ReadReplicaHeader(ctx);
   ServeDataAs(who, method, req, deadline, std::move(done));
 }
@@ -345,7 +354,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::OpenDataPlane(grpc::CallbackServerConte
       ctx, req, resp, "OpenDataPlane", [&] { return auth_.Authorize(*ctx, Rpc::kPsOpenDataPlane, &caller); },
       [&](const OpenDataPlaneRequest&, OpenDataPlaneResponse* out) {
         if (tcp_ == nullptr) return grpc::Status::OK;  // port 0: none offered
-        absl::StatusOr<PsTcpServer::Ticket> t = tcp_->IssueTicket(caller);
+        absl::StatusOr<PsTcpServer::Ticket> t = tcp_->IssueTicket(caller, IdentityKey(caller, WithoutPort(ctx->peer())));
         if (!t.ok()) return ToGrpcStatus(t.status());
         out->set_port(tcp_->port());
         out->set_ticket(t->bytes);

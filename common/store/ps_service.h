@@ -42,8 +42,18 @@ class PsTcpServer;
 struct DataCaller {
   grpc::Status identified;  // why the caller is not known (UNAUTHENTICATED), or OK
   Caller caller;
+  // Who per-caller limits count against (IdentityKey), never a field of
+  // the request. Empty: the caller's name.
+  std::string key;
   absl::StatusOr<ReplicaHeader> header = ReplicaHeader();
 };
+
+// Who a caller is for per-caller limits: the task its certificate names
+// ("certificate worker-0"), else its identity (a role's or the shared
+// token, or none) and `where` it calls from (a connection, an address): a
+// caller that holds no task's identity counts on its own, and cannot spend
+// another's share by naming it in a request.
+std::string IdentityKey(const Caller& caller, absl::string_view where);
 
 // Calls in flight per caller; an entry lives while its count is above 0.
 // `answer_bytes`: bytes of pull answers made and not yet written to the
@@ -67,9 +77,9 @@ class PsServiceImpl final : public PsServiceBase {
   // pulls from refusing the pushes that would release them. Control calls
   // (create, snapshot, restore, status) are not limited.
   void set_max_inflight_requests(int64_t n) { max_inflight_ = n; }
-  // Most pulls, and most pushes, one caller may have in flight here (the
-  // certificate's task when TLS names one, else the worker id the request
-  // carries). A caller over it is refused with RESOURCE_EXHAUSTED naming
+  // Most pulls, and most pushes, one caller may have in flight here
+  // (DataCaller.key: the certificate's task when TLS names one, else the
+  // caller's token and connection; never the worker id a request names). A caller over it is refused with RESOURCE_EXHAUSTED naming
   // --max_inflight_per_caller while the others are still served: one
   // flooding worker cannot take every slot of --max_inflight_requests.
   void set_max_inflight_per_caller(int64_t n) { max_per_caller_ = n; }

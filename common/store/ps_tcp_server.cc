@@ -92,13 +92,20 @@ PsTcpServer::PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net
 
 PsTcpServer::~PsTcpServer() { Shutdown(); }
 
-absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& caller) {
+absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& caller, const std::string& key_in) {
+  const std::string key = key_in.empty() ? caller.name : key_in;
   std::string bytes(tcpframe::kTicketBytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(bytes.size())) != 1) {
     return absl::InternalError("RAND_bytes failed: no ticket for the TCP data plane");
   }
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
+  int mine = 0;
+  for (const auto& [bytes, t] : tickets_) mine += t.key == key && t.expires > now ? 1 : 0;
+  if (mine >= options_.max_tickets_per_caller) {
+    return absl::ResourceExhaustedError(absl::StrCat(key, " holds ", mine,
+                                                     " unused data-plane tickets already; retry later"));
+  }
   if (static_cast<int>(tickets_.size()) >= options_.max_tickets) {
     absl::erase_if(tickets_, [now](const auto& t) { return t.second.expires <= now; });
   }
@@ -106,7 +113,7 @@ absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& calle
     return absl::ResourceExhaustedError(absl::StrCat(
         "the PS holds ", options_.max_tickets, " unused data-plane tickets already; retry later"));
   }
-  tickets_[bytes] = Issued{caller, now + options_.ticket_ttl};
+  tickets_[bytes] = Issued{caller, key, now + options_.ticket_ttl};
   return Ticket{std::move(bytes), options_.ticket_ttl};
 }
 
@@ -180,6 +187,7 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
     }
     if (caller.ok()) {
       who.caller = *caller;
+      who.key = IdentityKey(who.caller, absl::StrCat("data-plane connection ", c->peer));
       WriteVerdict(c->fd.get(), grpc::Status::OK, c->peer);
     } else {
       who.identified = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no ticket");

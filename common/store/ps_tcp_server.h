@@ -55,6 +55,8 @@ struct PsTcpServerOptions {
   int max_connections = 1024;
   // Tickets issued and not yet used; more are refused (RESOURCE_EXHAUSTED).
   int max_tickets = 4096;
+  // ...and per caller (IssueTicket's key).
+  int max_tickets_per_caller = 64;
   absl::Duration ticket_ttl = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
   // Frames larger than this are answered RESOURCE_EXHAUSTED and skipped.
@@ -87,7 +89,11 @@ class PsTcpServer {
     absl::Duration ttl;
   };
   // A ticket admitting one connection as `caller`.
-  absl::StatusOr<Ticket> IssueTicket(const Caller& caller);
+  // `key` is who the ticket counts against (IdentityKey: the caller's
+  // authenticated task, else its identity and address): at most
+  // max_tickets_per_caller unused ones each, so one caller cannot take
+  // every ticket. Empty: the caller's name.
+  absl::StatusOr<Ticket> IssueTicket(const Caller& caller, const std::string& key = "");
 
   // Connections open now (admitted or awaiting their hello).
   int connections() const;
@@ -116,6 +122,7 @@ class PsTcpServer {
   mutable absl::Mutex mu_;
   struct Issued {
     Caller caller;
+    std::string key;
     absl::Time expires;
   };
   absl::flat_hash_map<std::string, Issued> tickets_ ABSL_GUARDED_BY(mu_);

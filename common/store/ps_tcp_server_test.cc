@@ -413,9 +413,28 @@ TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAndTicketsBeyondTheirsAreRefuse
   net::Fd c = Connect();
   grpc::Status v = Verdict(c.get());
   EXPECT_EQ(v.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(server_->IssueTicket(Role(Role::kWorker, "w")).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(server_->IssueTicket(Role(Role::kWorker, "w"), absl::StrCat("w", i)).ok());
   absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
   EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Issue #28: one caller's unused tickets cannot lock every other caller
+// out: past max_tickets_per_caller it is refused, naming itself, while
+// another caller still gets its ticket and connects.
+TEST_F(PsTcpServerTest, UnusedTicketsAreLimitedPerCaller) {
+  PsTcpServerOptions o;
+  o.max_tickets_per_caller = 4;
+  StartServer(o);
+  const Caller hoarder = Role(Role::kWorker, "the worker token");
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.9").ok());
+  absl::StatusOr<PsTcpServer::Ticket> more = server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.9");
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(more.status().message()),
+              HasSubstr("the worker token from ipv4:10.0.0.9 holds 4 unused data-plane tickets"));
+  absl::StatusOr<PsTcpServer::Ticket> mine = server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.1");
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  net::Fd fd = Connect();
+  EXPECT_TRUE(Hello(fd.get(), mine->bytes).ok());
 }
 
 // Shutdown ends every connection, also one with a pull parked in the core,
