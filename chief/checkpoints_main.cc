@@ -6,6 +6,8 @@
 //       with --verify, reads every shard's snapshot data and checks
 //       its checksums, marking the checkpoints that cannot be restored
 //   Stores are opened read-only: inspecting a checkpoint changes no file.
+//   A manifest naming a store outside DIR ("../../x", "/x") is CORRUPT, and
+//   no store it names is read.
 //   bazel run //chief:checkpoints -- DIR --step=S --variable=V
 //       prints V's shape and summary statistics at step S (read from the
 //       PS snapshot stores, checksums verified)
@@ -135,6 +137,12 @@ int Show(const ManifestStore& store, int64_t step, const std::string& variable) 
     for (const VariableState& st : snap->variables) {
       if (st.def.name() != variable) continue;
       found = true;
+      // The store refuses a value that is not float32 (an index naming
+      // another dtype); said here too rather than read as floats.
+      if (st.value.dtype() != DT_FLOAT) {
+        return Fail(absl::DataLossError(absl::StrCat(ShardDir(store, shard), ": ", variable, " is ",
+                                                     DataTypeName(st.value.dtype()), ", not float32")));
+      }
       const float* d = st.value.data<float>();
       int64_t n = st.value.NumElements();
       double sum = 0, sq = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo;

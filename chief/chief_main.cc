@@ -19,6 +19,7 @@
 #include "chief/coordinator.h"
 #include "chief/http_status.h"
 #include "common/rpc/security.h"
+#include "common/plan/job_flags.h"
 #include "common/plan/job_planner.h"
 #include "common/daemon.h"
 #include "common/env.h"
@@ -59,7 +60,9 @@ int Main(int argc, char** argv) {
     return ExitWithError(absl::InvalidArgumentError(absl::StrCat("--task=", TaskName(config->task), ": this is the chief")));
   }
   if (absl::GetFlag(FLAGS_job).empty()) return ExitWithError(absl::InvalidArgumentError("--job=FILE is required"));
-  absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)));
+  absl::StatusOr<JobLimits> limits = JobLimitsFromFlags();
+  if (!limits.ok()) return ExitWithError(limits.status());
+  absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)), *limits);
   if (!job.ok()) return ExitWithError(job.status());
 
   const uint64_t incarnation = NewIncarnationId();

@@ -24,6 +24,7 @@
 #include "common/checkpoint/checkpoint_variables.h"
 #include "chief/export_formats/keras_checkpoint.h"
 #include "chief/export_formats/onnx_export.h"
+#include "common/plan/job_flags.h"
 #include "common/plan/job_planner.h"
 #include "common/status_macros.h"
 
@@ -85,7 +86,8 @@ absl::Status Export() {
     return absl::InvalidArgumentError(absl::StrCat("--format must be tf or onnx, not \"", format, "\""));
   }
   if (out.empty()) return absl::InvalidArgumentError("--out=PATH is required");
-  ASSIGN_OR_RETURN(TrainingJob job, LoadJob(job_path));
+  ASSIGN_OR_RETURN(JobLimits limits, JobLimitsFromFlags());
+  ASSIGN_OR_RETURN(TrainingJob job, LoadJob(job_path, limits));
   ASSIGN_OR_RETURN(CheckpointVariables ckpt, ReadCheckpointVariables(dir, absl::GetFlag(FLAGS_step), job));
   if (!ckpt.job_name.empty() && ckpt.job_name != job.name()) {
     std::fprintf(stderr, "warning: the checkpoint was written by job \"%s\", --job is \"%s\"\n",

@@ -81,6 +81,24 @@ Tensor BufferPool::Copy(const Tensor& t) {
   return out;
 }
 
+size_t BufferPool::Trim(size_t keep_bytes) {
+  std::vector<void*> drop;
+  size_t freed = 0;
+  {
+    absl::MutexLock lock(&state_->mu);
+    for (auto it = state_->free.rbegin(); it != state_->free.rend() && state_->stats.cached_bytes > keep_bytes; ++it) {
+      while (!it->second.empty() && state_->stats.cached_bytes > keep_bytes) {
+        drop.push_back(it->second.back());
+        it->second.pop_back();
+        state_->stats.cached_bytes -= it->first;
+        freed += it->first;
+      }
+    }
+  }
+  for (void* p : drop) std::free(p);
+  return freed;
+}
+
 BufferPoolStats BufferPool::stats() const {
   absl::MutexLock lock(&state_->mu);
   return state_->stats;

@@ -51,6 +51,11 @@ class BufferPool {
   // A deep copy of `t` in pooled storage.
   Tensor Copy(const Tensor& t);
   BufferPoolStats stats() const;
+  // Frees idle buffers, largest first, until at most `keep_bytes` are
+  // idle; returns the bytes freed. For a server whose traffic just fell
+  // (a connection closed): the pool's bound is for steady traffic, and
+  // memory a burst left idle goes back.
+  size_t Trim(size_t keep_bytes);
 
   struct State;
 

@@ -38,6 +38,25 @@ TEST(BufferPoolTest, SmallBuffersAndTheCacheLimitBypassThePool) {
   EXPECT_EQ(pool->stats().cached_bytes, size_t{1} << 20);  // one kept, one freed
 }
 
+// Trim gives back idle buffers past a bound, largest first; buffers in
+// use are untouched and come back to the pool as before.
+TEST(BufferPoolTest, TrimFreesIdleBuffersPastTheBoundLargestFirst) {
+  auto pool = BufferPool::Create({});
+  auto in_use = pool->Allocate(8 << 20);
+  {
+    auto a = pool->Allocate(1 << 20);
+    auto b = pool->Allocate(4 << 20);
+    auto c = pool->Allocate(16 << 20);
+  }
+  EXPECT_EQ(pool->stats().cached_bytes, size_t{21} << 20);
+  EXPECT_EQ(pool->Trim(size_t{5} << 20), size_t{16} << 20);
+  EXPECT_EQ(pool->stats().cached_bytes, size_t{5} << 20);
+  EXPECT_EQ(pool->Trim(0), size_t{5} << 20);
+  EXPECT_EQ(pool->stats().cached_bytes, 0u);
+  in_use.reset();
+  EXPECT_EQ(pool->stats().cached_bytes, size_t{8} << 20);
+}
+
 TEST(BufferPoolTest, BuffersOutliveThePoolAndCopyIsDeep) {
   Tensor t;
   {

@@ -34,10 +34,14 @@ ABSL_FLAG(int64_t, max_rows_per_request, 1 << 22, "Most rows in one PullRows or 
 ABSL_FLAG(int64_t, max_inflight_requests, 4096,
           "Most pulls, and most pushes, served at once (parked SYNC pulls included); more are "
           "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_unread_answer_mb, 1024,
+          "Bytes (MiB) of pull answers one caller may have that it has not read yet; a pull whose answer "
+          "would pass it is refused with RESOURCE_EXHAUSTED (a caller with none unread always gets one).");
 ABSL_FLAG(int64_t, max_inflight_per_caller, 1024,
-          "Most pulls, and most pushes, one caller (its certificate's task, else the worker id "
-          "in the request) may have in flight at once; more are refused with RESOURCE_EXHAUSTED "
-          "while other callers are still served.");
+          "Most pulls, and most pushes, one caller (its certificate's task, else its token and "
+          "connection; never the worker id a request names) may have in flight at once, answers not "
+          "yet written included; more are refused with RESOURCE_EXHAUSTED while other callers are "
+          "still served.");
 ABSL_FLAG(int64_t, max_pull_response_mb, 1024,
           "Largest answer one Pull or PullRows may make, in MiB; a bigger one is refused with "
           "RESOURCE_EXHAUSTED before anything is copied.");
@@ -178,6 +182,11 @@ int Main(int argc, char** argv) {
   service.set_authenticator(RequestAuthenticator(rpc.security));
   service.set_max_inflight_requests(absl::GetFlag(FLAGS_max_inflight_requests));
   service.set_max_inflight_per_caller(absl::GetFlag(FLAGS_max_inflight_per_caller));
+  if (absl::GetFlag(FLAGS_max_unread_answer_mb) < 1) {
+    return ExitWithError(absl::InvalidArgumentError(
+        absl::StrCat("--max_unread_answer_mb=", absl::GetFlag(FLAGS_max_unread_answer_mb), ": want 1 or more")));
+  }
+  service.set_max_unread_answer_bytes(absl::GetFlag(FLAGS_max_unread_answer_mb) << 20);
   // Replicated shards (job.replication): backups of other stores, and the
   // channels a primary forwards its pushes to its backup on.
   ChannelCache channels(rpc);

@@ -3,16 +3,19 @@
 // over the wire, and a SIGKILL during a background snapshot after which a
 // restore takes the previous complete snapshot, never the partial one.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "chief/cluster_clients.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "common/snapshot/snapshot_testing.h"
 #include "common/transport/ps_client.h"
 #include "tests/harness/process_harness.h"
 
@@ -204,16 +207,82 @@ TEST(PsServerTest, KilledDuringABackgroundSnapshotRestoresThePreviousOne) {
   EXPECT_THAT(st->durable_snapshots(), ::testing::ElementsAre(1));
 }
 
-namespace limits {
+// The store directory of checkpoint `name` (its last path component) under
+// the PS's --snapshot_dir, TEST_TMPDIR.
+std::string StoreDirOf(const std::string& name) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(std::getenv("TEST_TMPDIR"))) {
+    if (e.is_directory() && e.path().filename() == "ps-0" && e.path().parent_path().filename() == name) {
+      return e.path().string();
+    }
+  }
+  return "";
+}
 
-int64_t RssKb(pid_t pid) {
+// A "kB" figure of /proc/PID/status ("VmRSS:", "VmHWM:"); -1 if absent.
+int64_t ProcStatusKb(pid_t pid, const std::string& field) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+    if (line.rfind(field, 0) == 0) return std::atoll(line.c_str() + field.size());
   }
   return -1;
 }
+int64_t PeakRssKb(pid_t pid) { return ProcStatusKb(pid, "VmHWM:"); }
+
+// An index (its checksum valid) naming w as 1 GiB in a sparse data file of
+// that size: every check against the file passes, and the PS used to
+// allocate and read it all before finding the checksum wrong. Now the
+// restore refuses it against the PS's own w (float32[4]) before allocating:
+// FAILED_PRECONDITION naming both shapes, the PS's peak memory unmoved, and
+// nothing changed.
+TEST(PsServerTest, ARestoreNamingMoreThanTheVariableIsRefusedBeforeAllocating) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/huge";
+  Ps ps;
+  ps.cluster = *testing::MakeTestCluster(1, 1, "huge");
+  ps.Start();
+  ps.Create("ASYNC", 1);
+  auto client = ps.Client(0);
+  ASSERT_TRUE(client->Push(Id(0, 0), Grad(2), {}).ok());  // w = -1
+  ASSERT_TRUE(ps.admin->Snapshot(1, dir, /*wait_durable=*/true, 3).ok());
+  ps.daemon->Kill(SIGKILL);
+  ASSERT_TRUE(ps.daemon->Wait(absl::Seconds(30)).ok());
+
+  const std::string store = StoreDirOf("huge");
+  ASSERT_FALSE(store.empty());
+  auto file = testing::SnapshotDataFile(store, 1);
+  ASSERT_TRUE(file.ok()) << file.status();
+  constexpr int64_t kHuge = int64_t{1} << 30;
+  ASSERT_EQ(::truncate(file->c_str(), kHuge + 4096), 0);
+  absl::Status edited = testing::EditSnapshotIndex(store, 1, [&](SnapshotIndex* index) {
+    for (SnapshotVariable& v : *index->mutable_variable()) {
+      if (v.def().name() != "w") continue;
+      v.mutable_value()->mutable_shape()->set_dim(0, kHuge / 4);
+      v.mutable_value()->set_bytes(kHuge);
+      v.mutable_value()->set_offset(4096);
+    }
+    index->set_data_bytes(kHuge + 4096);
+  });
+  ASSERT_TRUE(edited.ok()) << edited;
+
+  ps.Start();
+  ps.Create("ASYNC", 1);
+  const int64_t before_kb = PeakRssKb(ps.daemon->process()->pid());
+  auto restored = ps.admin->Restore(1, dir);
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kFailedPrecondition) << restored.status();
+  EXPECT_THAT(std::string(restored.status().message()),
+              HasSubstr("variable w: the checkpoint holds float32[268435456] (DENSE), the job's variable is "
+                        "float32[4] (DENSE): more rows than the variable has"));
+  const int64_t after_kb = PeakRssKb(ps.daemon->process()->pid());
+  std::cout << "PS peak RSS before the restore " << before_kb << " kB, after " << after_kb << " kB\n";
+  EXPECT_LT(after_kb - before_kb, 256 * 1024) << "the restore allocated the tensor the index named";
+  client = ps.Client(0);
+  EXPECT_FLOAT_EQ(W0(client.get()), 0.0f);  // nothing changed
+  EXPECT_TRUE(ps.admin->Status().ok());
+}
+
+namespace limits {
+
+int64_t RssKb(pid_t pid) { return ProcStatusKb(pid, "VmRSS:"); }
 
 absl::Status CreateOne(PsAdmin* admin, const std::string& text) {
   CreateVariablesRequest req;
@@ -392,48 +461,54 @@ TEST(PsServerTest, LimitsRefuseWithResourceExhaustedAndChangeNothing) {
 }
 
 // Issue #17: --max_inflight_requests is the PS's; --max_inflight_per_caller
-// keeps one caller from taking all of it. Worker 0 parks SYNC pulls until
-// it holds its share and is refused, naming the flag; worker 1 is served.
-// --max_pull_response_mb refuses a pull whose answer is larger, naming it.
+// keeps one caller from taking all of it. Issue #28: a caller is who it is
+// (its certificate's task, else its token and its connection), never the
+// worker id its requests name. One client claiming worker 0 parks SYNC
+// pulls until it holds its share and is refused, naming the flag and
+// itself; another client claiming worker 0 too (the real one) is served,
+// and so is worker 1. --max_pull_response_mb refuses a pull whose answer
+// is larger, naming it.
 TEST(PsServerTest, OneFloodingCallerDoesNotStarveAnother) {
   Ps ps;
   ps.cluster = *testing::MakeTestCluster(1, 1, "per_caller");
   ps.Start({"--max_inflight_requests=8", "--max_inflight_per_caller=3", "--max_pull_response_mb=1"});
   ps.Create("SYNC", 2);
+  PlacementMap w_only;
+  w_only.add_variable()->mutable_variable()->set_name("w");
+  w_only.mutable_variable(0)->add_shard()->set_ps_task(0);
+  PsClientOptions quick;
+  quick.worker = 0;
+  quick.timeout = absl::Seconds(2);
+  PsClient flooder(w_only, ps.cluster.ps, &ps.channels, quick);  // one connection
   std::vector<std::thread> flood;
   std::vector<absl::Status> flood_status(3);
   for (int i = 0; i < 3; ++i) {
     flood.emplace_back([&, i] {
       absl::Time end = absl::Now() + absl::Seconds(30);
-      do {  // until it holds a slot: the probe below may hold one a moment
-        flood_status[i] = ps.Client(0)->Pull({"w"}, 1).status();
-      } while (flood_status[i].code() == absl::StatusCode::kResourceExhausted && absl::Now() < end);
+      do {  // parked until step 0 is pushed; pulled again while refused or timed out
+        flood_status[i] = flooder.Pull({"w"}, 1).status();
+      } while (!flood_status[i].ok() && absl::Now() < end);
     });
   }
-  PsClientOptions quick;
-  quick.worker = 0;
-  quick.timeout = absl::Milliseconds(300);
-  PlacementMap w_only;
-  w_only.add_variable()->mutable_variable()->set_name("w");
-  w_only.mutable_variable(0)->add_shard()->set_ps_task(0);
-  PsClient probe(w_only, ps.cluster.ps, &ps.channels, quick);
   absl::Status refused;
   for (absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;) {
-    refused = probe.Pull({"w"}, 1).status();  // parks and times out until the 3 hold worker 0's share
+    refused = flooder.Pull({"w"}, 1).status();  // parks and times out until the 3 hold the flooder's share
     if (refused.code() == absl::StatusCode::kResourceExhausted) break;
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("--max_inflight_per_caller"));
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("worker 0"));
-  // Worker 1 still gets its pulls and pushes served, the PS-wide budget (8)
-  // is not what refused worker 0.
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("from data-plane connection 127.0.0.1:"));
+  // The real worker 0, on its own connection, and worker 1 are served: the
+  // flooder's claim of "worker 0" spent only its own share.
+  PsClient real0(w_only, ps.cluster.ps, &ps.channels, quick);
+  EXPECT_EQ(W0(&real0, 0), 0.0f);
   auto other = ps.Client(1);
   EXPECT_EQ(W0(other.get(), 0), 0.0f);
   ASSERT_TRUE(other->Push(Id(1, 0), Grad(1), {}).ok());
   ASSERT_TRUE(ps.Client(0)->Push(Id(0, 0), Grad(1), {}).ok());
   for (auto& t : flood) t.join();
   for (const absl::Status& s : flood_status) EXPECT_TRUE(s.ok()) << s;
-  EXPECT_TRUE(probe.Pull({"w"}, 1).ok());  // worker 0's slots are free again
+  EXPECT_TRUE(flooder.Pull({"w"}, 1).ok());  // the flooder's slots are free again
 
   absl::Status big = limits::CreateOne(ps.admin.get(), R"(
       variable { name: "big" dtype: DT_FLOAT shape { dim: 300000 } initializer { kind: ZEROS } })");

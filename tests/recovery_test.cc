@@ -173,6 +173,25 @@ class ChiefClockTest : public RecoveryTest {
   }
 };
 
+// A tmpfs of `size` mounted at `dir` (created) while it lives; nullptr
+// where this process may not mount.
+class Tmpfs {
+ public:
+  static std::unique_ptr<Tmpfs> Mount(const std::string& dir, const std::string& size) {
+    if (std::system(absl::StrCat("mkdir -p '", dir, "'").c_str()) != 0) return nullptr;
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0) {
+      std::cerr << "mount tmpfs at " << dir << ": " << std::strerror(errno) << "\n";
+      return nullptr;
+    }
+    return std::unique_ptr<Tmpfs>(new Tmpfs(dir));
+  }
+  ~Tmpfs() { ::umount2(dir_.c_str(), MNT_DETACH); }
+
+ private:
+  explicit Tmpfs(std::string dir) : dir_(std::move(dir)) {}
+  const std::string dir_;
+};
+
 TEST_F(ChiefClockTest, AChiefRestartedWithItsClockAnHourBehindResumes) { RestartTheChiefWithItsClockOff("-1h"); }
 
 TEST_F(ChiefClockTest, AChiefRestartedWithItsClockAnHourAheadResumes) { RestartTheChiefWithItsClockOff("+1h"); }
@@ -180,15 +199,8 @@ TEST_F(ChiefClockTest, AChiefRestartedWithItsClockAnHourAheadResumes) { RestartT
 TEST_F(RecoveryTest, SnapshotDiskFullAbandonsCheckpointsUntilThereIsSpace) {
   SetupJob();
   const std::string store = PsStoreDir(1);
-  ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", store, "'").c_str()), 0);
-  if (::mount("tmpfs", store.c_str(), "tmpfs", 0, "size=64m") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs at " << store << " (" << std::strerror(errno)
-                 << "): this test needs root and mount rights";
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{store};
+  std::unique_ptr<Tmpfs> tmpfs = Tmpfs::Mount(store, "64m");
+  if (tmpfs == nullptr) GTEST_SKIP() << "cannot mount a tmpfs at " << store << ": this test needs root and mount rights";
   const double baseline = Baseline();
   StartAll();
   ASSERT_FALSE(chief_->WaitForMatch("checkpoint of step [1-9][0-9]* committed", absl::Minutes(3)).empty());
@@ -226,15 +238,8 @@ TEST_F(RecoveryTest, ASnapshotStoreTooSmallForAnySnapshotEndsTheJobWithAClearErr
   job_.mutable_failure()->set_retry_backoff_max_ms(1000);
   WriteJob();
   const std::string store = PsStoreDir(1);
-  ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", store, "'").c_str()), 0);
-  if (::mount("tmpfs", store.c_str(), "tmpfs", 0, "size=256k") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs at " << store << " (" << std::strerror(errno)
-                 << "): this test needs root and mount rights";
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{store};
+  std::unique_ptr<Tmpfs> tmpfs = Tmpfs::Mount(store, "256k");
+  if (tmpfs == nullptr) GTEST_SKIP() << "cannot mount a tmpfs at " << store << ": this test needs root and mount rights";
   StartAll();
   ASSERT_TRUE(chief_->WaitForLine("WARNING: checkpoint abandoned", absl::Minutes(2)));
   ASSERT_TRUE(chief_->WaitForLine("final checkpoint failed, watching and trying again", absl::Minutes(3)));

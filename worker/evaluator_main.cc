@@ -32,6 +32,7 @@
 #include "absl/strings/strip.h"
 #include "common/daemon.h"
 #include "common/io/event_writer.h"
+#include "common/plan/job_flags.h"
 #include "common/plan/job_planner.h"
 #include "glog/logging.h"
 #include "worker/checkpoint_evaluator.h"
@@ -74,7 +75,9 @@ int Main(int argc, char** argv) {
     }
   }
   if (absl::GetFlag(FLAGS_job).empty()) return ExitWithError(absl::InvalidArgumentError("--job=FILE is required"));
-  absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)));
+  absl::StatusOr<JobLimits> limits = JobLimitsFromFlags();
+  if (!limits.ok()) return ExitWithError(limits.status());
+  absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)), *limits);
   if (!job.ok()) return ExitWithError(job.status());
   if (absl::GetFlag(FLAGS_poll_ms) <= 0) return ExitWithError(absl::InvalidArgumentError("--poll_ms must be > 0"));
 

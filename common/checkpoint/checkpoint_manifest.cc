@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -87,10 +89,32 @@ absl::Status ManifestStore::WriteChecked(const std::string& path, const google::
   return SyncDir(dir_);
 }
 
+absl::Status CheckStoreName(absl::string_view name) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("store path \"", absl::CEscape(name.substr(0, 64)), "\" ", why,
+                                                   ": a store is a name inside the checkpoint directory"));
+  };
+  if (name.empty()) return bad("is empty");
+  if (name.size() > 255) return bad(absl::StrCat("has ", name.size(), " characters"));
+  if (name == "." || name == "..") return bad("leaves the checkpoint directory");
+  for (char ch : name) {
+    if (ch == '/') return bad("leaves the checkpoint directory");
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-') {
+      return bad(absl::StrCat("has character 0x", absl::Hex(static_cast<unsigned char>(ch), absl::kZeroPad2)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ManifestStore::ReadChecked(const std::string& path, absl::string_view kind,
                                         google::protobuf::Message* m) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("no file ", path));
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && st.st_size > kMaxManifestBytes) {
+    return absl::DataLossError(absl::StrCat(path, ": ", st.st_size, " bytes, more than the ", kMaxManifestBytes,
+                                            " a ", kind, " may have"));
+  }
   std::stringstream ss;
   ss << in.rdbuf();
   std::string bytes = ss.str();
@@ -131,6 +155,11 @@ absl::StatusOr<CheckpointManifest> ManifestStore::Read(int64_t step) const {
   if (!s.ok()) return s;
   if (m.step() != step) {
     return absl::DataLossError(absl::StrCat(path, ": names step ", m.step(), ", not ", step));
+  }
+  for (const CheckpointManifest::Shard& shard : m.shard()) {
+    if (absl::Status bad = CheckStoreName(shard.path()); !bad.ok()) {
+      return absl::DataLossError(absl::StrCat(path, ": shard of ps:", shard.ps_task(), ": ", bad.message()));
+    }
   }
   return m;
 }

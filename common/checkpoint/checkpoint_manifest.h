@@ -21,6 +21,15 @@
 
 namespace psrt {
 
+// A manifest, or the job state, is at most this large (a manifest lists
+// stores and variables: kilobytes); a larger file is DATA_LOSS, not read.
+inline constexpr int64_t kMaxManifestBytes = 64 << 20;
+
+// OK when `name` (a manifest's shard path) names a store inside the
+// checkpoint directory: one component of [A-Za-z0-9._-], not "." or "..".
+// INVALID_ARGUMENT quoting it otherwise (an absolute path, "../../x").
+absl::Status CheckStoreName(absl::string_view name);
+
 class ManifestStore {
  public:
   explicit ManifestStore(std::string dir) : dir_(std::move(dir)) {}
@@ -32,7 +41,9 @@ class ManifestStore {
   absl::Status Commit(const CheckpointManifest& manifest);
 
   // Reads and verifies one manifest: NOT_FOUND if there is none for that
-  // step, DATA_LOSS (naming the file) if it is truncated or corrupt.
+  // step, DATA_LOSS (naming the file) if it is truncated or corrupt, larger
+  // than kMaxManifestBytes, or names a shard path outside the directory
+  // (CheckStoreName): no reader opens a store a manifest points elsewhere.
   absl::StatusOr<CheckpointManifest> Read(int64_t step) const;
 
   // Steps that have a manifest file, ascending (not verified).

@@ -28,7 +28,13 @@ absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& d
   if (steps.empty()) return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", dir));
   CheckpointManifest manifest;
   if (step < 0) {
-    ASSIGN_OR_RETURN(manifest, store.LatestValid());
+    std::vector<std::string> skipped;
+    absl::StatusOr<CheckpointManifest> latest = store.LatestValid(&skipped);
+    if (!latest.ok()) {
+      return absl::Status(latest.status().code(), absl::StrCat(latest.status().message(), skipped.empty() ? "" : ": ",
+                                                               absl::StrJoin(skipped, "; ")));
+    }
+    manifest = *std::move(latest);
   } else {
     if (std::find(steps.begin(), steps.end(), step) == steps.end()) {
       return absl::NotFoundError(absl::StrCat("no committed checkpoint at step ", step, " in ", dir,
@@ -47,17 +53,25 @@ absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& d
   optimizer_def.clear_schedule();
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(optimizer_def));
 
+  // Every piece the stores name is checked against the job's variable
+  // before it is allocated: a file cannot make this reader ask for more
+  // than the model's own size (hash tables: the file's).
+  std::map<std::string, const VariableDef*> by_name;
+  for (const VariableDef& def : out.model.variables) by_name[def.name()] = &def;
+  SnapshotReadOptions read_options;
+  read_options.check_variable = [&by_name](const VariableDef& saved, DataType dtype, const TensorShape& value) {
+    auto it = by_name.find(saved.name());
+    if (it == by_name.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("variable ", saved.name(), " is not the job's (another model?)"));
+    }
+    return FitsVariable(*it->second, saved, dtype, value);
+  };
   std::vector<PsSnapshot> sources;
   for (const CheckpointManifest::Shard& shard : manifest.shard()) {
-    // The manifest is checksummed, but its paths come from a file all the
-    // same: keep them inside the checkpoint directory.
-    if (shard.path().empty() || shard.path()[0] == '/' || shard.path().find("..") != std::string::npos) {
-      return absl::DataLossError(absl::StrCat(store.PathFor(manifest.step()), ": shard path \"", shard.path(),
-                                              "\" leaves the checkpoint directory"));
-    }
+    // ManifestStore::Read refused a path leaving the directory.
     const std::string shard_dir = absl::StrCat(stores_dir.empty() ? dir : stores_dir, "/", shard.path());
     ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> snapshots, SnapshotStore::OpenReadOnly(shard_dir));
-    absl::StatusOr<PsSnapshot> snap = snapshots->Read(manifest.step());
+    absl::StatusOr<PsSnapshot> snap = snapshots->Read(manifest.step(), read_options);
     if (!snap.ok()) return absl::Status(snap.status().code(), absl::StrCat(shard_dir, ": ", snap.status().message()));
     sources.push_back(*std::move(snap));
   }

@@ -12,8 +12,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
 namespace psrt {
@@ -33,8 +37,10 @@ constexpr size_t kNonce = 32, kMac = 32;
 constexpr size_t kServerHello = 8 + 4 + 4 + 4 + 8 + kNonce;
 constexpr size_t kClientHello = kServerHello + kMac;
 constexpr size_t kVerdict = 4 + kMac;
-// A connection that sends nothing may hold up the acceptor this long at most.
+// A connection's whole handshake has this long at most (it holds one of
+// the acceptor's kMaxHandshakes, not the acceptor).
 constexpr absl::Duration kPerConnection = absl::Seconds(5);
+constexpr int kMaxHandshakes = 128;
 
 enum Verdict : uint32_t { kOk = 0, kOtherGroup = 1, kBadRank = 2, kBadToken = 3 };
 
@@ -206,6 +212,15 @@ absl::Status ServerHandshake(int fd, const HandshakeParams& p, const std::string
   if (client.magic != kMagic || client.version != kVersion) {
     return absl::UnavailableError(absl::StrCat(addr, " is not a psrt collective peer"));
   }
+  // The token first, over what the peer claims: a stranger learns nothing
+  // of the group, and a peer holding the token is told what is wrong.
+  unsigned char expect[kMac];
+  const uint32_t claimed_next = client.size == 0 ? 0 : (client.rank + 1) % client.size;
+  st = Mac(p.token, "psrt-ring-c", ours.nonce, client.nonce, client.group_id, client.rank, claimed_next, expect);
+  if (!st.ok()) return st;
+  if (CRYPTO_memcmp(expect, in + kServerHello, kMac) != 0) {
+    return refuse(kBadToken, absl::UnauthenticatedError(absl::StrCat(who, " presented a wrong token")));
+  }
   if (client.group_id != p.group_id) {
     return refuse(kOtherGroup, absl::AbortedError(absl::StrCat(addr, " is in group ", client.group_id,
                                                                ", we are in ", p.group_id)));
@@ -214,12 +229,6 @@ absl::Status ServerHandshake(int fd, const HandshakeParams& p, const std::string
     return refuse(kBadRank, absl::FailedPreconditionError(
                                 absl::StrCat(addr, " says it is rank ", client.rank, " of ",
                                              client.size, "; expected rank ", prev, " of ", p.size)));
-  }
-  unsigned char expect[kMac];
-  st = Mac(p.token, "psrt-ring-c", ours.nonce, client.nonce, p.group_id, prev, p.rank, expect);
-  if (!st.ok()) return st;
-  if (CRYPTO_memcmp(expect, in + kServerHello, kMac) != 0) {
-    return refuse(kBadToken, absl::UnauthenticatedError(absl::StrCat(who, " presented a wrong token")));
   }
   Put32(verdict, kOk);
   st = Mac(p.token, "psrt-ring-s", client.nonce, ours.nonce, p.group_id, p.rank, prev, verdict + 4);
@@ -252,32 +261,77 @@ absl::StatusOr<Fd> ConnectToNext(const HandshakeParams& params, const std::strin
 
 absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params, absl::Time deadline,
                                   const std::atomic<bool>* cancel) {
-  absl::Status last = absl::UnavailableError("nobody connected");
+  // Each accepted connection's handshake runs on a thread of its own, each
+  // within kPerConnection, at most kMaxHandshakes at once: connections that
+  // send nothing (or trickle) do not delay the real neighbour, which is
+  // admitted as soon as its own handshake is done. The first to pass wins;
+  // the others are cancelled and joined before returning.
+  struct Shared {
+    absl::Mutex mu;
+    std::optional<Fd> winner ABSL_GUARDED_BY(mu);
+    absl::Status last ABSL_GUARDED_BY(mu) = absl::UnavailableError("nobody connected");
+    absl::Status fatal ABSL_GUARDED_BY(mu);
+    int running ABSL_GUARDED_BY(mu) = 0;
+    std::atomic<bool> stop{false};
+  };
+  Shared shared;
+  std::vector<std::thread> handshakes;
+  auto finish = [&] {
+    shared.stop = true;
+    for (std::thread& t : handshakes) t.join();
+  };
   while (absl::Now() < deadline) {
-    if (cancel != nullptr && cancel->load()) return absl::CancelledError("cancelled");
+    if (cancel != nullptr && cancel->load()) shared.stop = true;
+    {
+      absl::MutexLock lock(&shared.mu);
+      if (shared.winner.has_value() || !shared.fatal.ok() || shared.stop.load()) break;
+    }
     pollfd pf{listen_fd, POLLIN, 0};
-    int ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()), 0, 50));
+    int ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()), 0, 20));
     if (::poll(&pf, 1, ms) <= 0) continue;
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     Fd fd(::accept(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len));
     if (!fd.valid()) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
-      return absl::InternalError(absl::StrCat("accept: ", ErrnoText(errno)));
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED || errno == EMFILE ||
+          errno == ENFILE) {
+        continue;
+      }
+      absl::MutexLock lock(&shared.mu);
+      shared.fatal = absl::InternalError(absl::StrCat("accept: ", ErrnoText(errno)));
+      break;
     }
-    absl::Status st = ConfigureSocket(fd.get(), params.socket_buffer_bytes);
-    if (st.ok()) {
-      st = ServerHandshake(fd.get(), params, PeerName(addr), std::min(deadline, absl::Now() + kPerConnection),
-                           cancel);
+    {
+      absl::MutexLock lock(&shared.mu);
+      if (shared.running >= kMaxHandshakes) continue;  // a crowd: this one is closed (the neighbour retries)
+      ++shared.running;
     }
-    if (st.ok()) return fd;
-    // A stale or broken connection, or a stranger without the token: skip
-    // it and keep waiting for the real neighbour (a connection with a wrong
-    // token must not be able to stop a group from forming). The connecting
-    // side of a wrong token hears UNAUTHENTICATED and stops there.
-    if (IsFinal(st) && st.code() != absl::StatusCode::kUnauthenticated) return st;
-    last = st;
+    handshakes.emplace_back([&shared, &params, deadline, fd = std::move(fd), addr]() mutable {
+      absl::Status st = ConfigureSocket(fd.get(), params.socket_buffer_bytes);
+      if (st.ok()) {
+        st = ServerHandshake(fd.get(), params, PeerName(addr), std::min(deadline, absl::Now() + kPerConnection),
+                             &shared.stop);
+      }
+      absl::MutexLock lock(&shared.mu);
+      --shared.running;
+      if (st.ok()) {
+        if (!shared.winner.has_value()) shared.winner = std::move(fd);
+        return;
+      }
+      // A stale or broken connection, or a stranger without the token: skip
+      // it and keep waiting for the real neighbour (a connection with a
+      // wrong token must not be able to stop a group from forming). The
+      // connecting side of a wrong token hears UNAUTHENTICATED and stops.
+      if (st.code() == absl::StatusCode::kInternal) shared.fatal = st;
+      if (st.code() != absl::StatusCode::kCancelled) shared.last = st;
+    });
   }
+  finish();
+  if (cancel != nullptr && cancel->load()) return absl::CancelledError("cancelled");
+  absl::MutexLock lock(&shared.mu);
+  if (shared.winner.has_value()) return std::move(*shared.winner);
+  if (!shared.fatal.ok()) return shared.fatal;
+  const absl::Status last = shared.last;
   std::string why = absl::StrCat("rank ", params.rank, ": rank ", (params.rank + params.size - 1) % params.size,
                                  " did not connect in time; last error: ", last.message());
   // A neighbour that only ever presented a wrong token is a misconfigured

@@ -247,6 +247,36 @@ TEST(TcpRingTest, GarbageConnectionsDoNotStopTheGroup) {
   EXPECT_EQ(a[0], 3);
 }
 
+// Connections that send nothing, queued on every listener before the
+// neighbours dial: each used to hold the acceptor for its 5 s before any
+// token check, so 20 of them kept a group from forming for 100 s. Now
+// every handshake runs on its own, and the group forms at once.
+TEST(TcpRingTest, IdleConnectionsDoNotDelayTheGroupForming) {
+  Listeners ls = BindAll(2);
+  std::vector<int> idle;
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 20; ++i) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(ls.l[r]->port());
+      ASSERT_EQ(0, ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+      idle.push_back(fd);
+    }
+  }
+  const absl::Time start = absl::Now();
+  auto ranks = MustForm(ls);
+  const absl::Duration took = absl::Now() - start;
+  for (int fd : idle) ::close(fd);
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_LT(took, absl::Seconds(3)) << "20 idle connections per listener delayed the group by " << took;
+  std::vector<float> a = {1}, b = {2};
+  auto st = OnEachRank(2, [&](int r) { return ranks[r]->AllReduceSum(r == 0 ? a.data() : b.data(), 1); });
+  EXPECT_TRUE(st[0].ok() && st[1].ok());
+  EXPECT_EQ(a[0], 3);
+}
+
 TEST(TcpRingTest, MismatchedCallsFail) {
   Listeners ls = BindAll(2);
   auto ranks = MustForm(ls, [](TcpRingOptions& o) { o.timeout = absl::Seconds(5); });

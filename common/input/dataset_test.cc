@@ -1,11 +1,16 @@
 #include "common/input/dataset.h"
 
+#include <sys/resource.h>
+#include <zlib.h>
+
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <functional>
 #include <set>
 
+#include "common/io/crc32c.h"
 #include "common/testing/python_tool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -470,6 +475,66 @@ TEST(DatasetTest, TruncatedIdxIsRefusedNamingTheFile) {
   o.split.set_files(0, WriteFile("text.idx", "hello world"));
   EXPECT_THAT(std::string(Dataset::Create(o).status().message()), HasSubstr("bad magic"));
 }
+
+namespace record_bound {
+
+// The peak resident memory of this process, in KiB.
+int64_t PeakRssKb() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+// A gzip TFRecord file whose one record says it is 4 GiB and whose stream
+// holds `zeros` bytes of it (zeros: a few hundred KB compressed), deflated
+// a MiB at a time so that writing it costs no memory.
+std::string WriteHugeGzipRecord(const std::string& path, int64_t zeros) {
+  char header[12];
+  const uint64_t length = uint64_t{1} << 32;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  const uint32_t crc = crc32c::Mask(crc32c::Value(header, 8));
+  for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  std::ofstream out(path, std::ios::binary);
+  z_stream zs{};
+  EXPECT_EQ(deflateInit2(&zs, 1, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string in(1 << 20, '\0'), buf(1 << 20, '\0');
+  auto pump = [&](const char* data, size_t n, int flush) {
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
+    zs.avail_in = static_cast<uInt>(n);
+    do {
+      zs.next_out = reinterpret_cast<Bytef*>(buf.data());
+      zs.avail_out = static_cast<uInt>(buf.size());
+      deflate(&zs, flush);
+      out.write(buf.data(), static_cast<std::streamsize>(buf.size() - zs.avail_out));
+    } while (zs.avail_out == 0);
+  };
+  pump(header, sizeof(header), Z_NO_FLUSH);
+  for (int64_t done = 0; done < zeros; done += static_cast<int64_t>(in.size())) pump(in.data(), in.size(), Z_NO_FLUSH);
+  pump(nullptr, 0, Z_FINISH);
+  deflateEnd(&zs);
+  return path;
+}
+
+// One gzip record that inflates to 4 GiB (a 4 MB file) took a worker to
+// 4.1 GB: the record grew as its bytes arrived. Now its length is refused
+// against the job's bound (input.max_record_mb, 64 MiB by default) before
+// a byte of it is inflated, naming the bound and how to raise it.
+TEST(DatasetTest, AGzipRecordLargerThanTheBoundIsRefusedBeforeItIsInflated) {
+  const std::string path = WriteHugeGzipRecord(::testing::TempDir() + "/huge.gzip.tfrecord", int64_t{512} << 20);
+  const int64_t before_kb = PeakRssKb();
+  auto d = Dataset::Create(TfRecordOptions(path));
+  Batch b;
+  absl::Status s = d.ok() ? (*d)->Next(&b).status() : d.status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("huge.gzip.tfrecord: record 0 at inflated byte 0: a record of 4294967296 bytes, more than "
+                        "the bound of 67108864 (input { max_record_mb: 64 } in the job): not read"));
+  const int64_t after_kb = PeakRssKb();
+  std::cout << "peak RSS before reading " << before_kb << " KiB, after " << after_kb << " KiB\n";
+  EXPECT_LT(after_kb - before_kb, 64 * 1024) << "the record was inflated";
+}
+
+}  // namespace record_bound
 
 }  // namespace
 }  // namespace psrt

@@ -13,18 +13,26 @@
 namespace psrt {
 namespace {
 
+// A record longer than this is refused unless the job says more
+// (input.max_record_mb): one example is kilobytes.
+constexpr int kDefaultMaxRecordMb = 64;
+
 class TfRecordSource : public ExampleSource {
  public:
   TfRecordSource(const InputDef& input, const DataSource& split)
       : input_(input),
         files_(split.files().begin(), split.files().end()),
         compression_(TfRecordCompression(input)) {
+    reader_options_.compression = compression_;
+    const int mb = input.max_record_mb() > 0 ? input.max_record_mb() : kDefaultMaxRecordMb;
+    reader_options_.max_record_bytes = static_cast<uint64_t>(mb) << 20;
+    reader_options_.bound_name = absl::StrCat("input { max_record_mb: ", mb, " } in the job");
     label_key_ = input.label_key().empty() ? "label" : input.label_key();
   }
 
   absl::Status Reset() override {
     if (files_.empty()) return absl::InvalidArgumentError("no input files");
-    for (const std::string& f : files_) RETURN_IF_ERROR(RecordReader::Open(f, compression_).status());
+    for (const std::string& f : files_) RETURN_IF_ERROR(RecordReader::Open(f, reader_options_).status());
     file_index_ = 0;
     reader_.reset();
     return absl::OkStatus();
@@ -35,7 +43,7 @@ class TfRecordSource : public ExampleSource {
     while (true) {
       if (file_index_ >= files_.size()) return false;
       if (reader_ == nullptr) {
-        ASSIGN_OR_RETURN(reader_, RecordReader::Open(files_[file_index_], compression_));
+        ASSIGN_OR_RETURN(reader_, RecordReader::Open(files_[file_index_], reader_options_));
       }
       ASSIGN_OR_RETURN(bool more, reader_->Next(&record));
       if (more) break;
@@ -118,6 +126,7 @@ class TfRecordSource : public ExampleSource {
   const InputDef input_;
   const std::vector<std::string> files_;
   const Compression compression_;
+  RecordReaderOptions reader_options_;  // compression_ and the record bound
   std::string label_key_;
   size_t file_index_ = 0;
   std::unique_ptr<RecordReader> reader_;

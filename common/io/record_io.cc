@@ -54,6 +54,14 @@ Compression Detect(const std::string& head) {
 
 absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(const std::string& path,
                                                                  Compression compression) {
+  RecordReaderOptions options;
+  options.compression = compression;
+  return Open(path, options);
+}
+
+absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(const std::string& path,
+                                                                 const RecordReaderOptions& options) {
+  Compression compression = options.compression;
   absl::StatusOr<std::unique_ptr<FileInputStream>> file = FileInputStream::Open(path);
   if (!file.ok()) return file.status();
   const bool detect = compression == Compression::kAuto;
@@ -68,7 +76,7 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(const std::stri
   } else {
     in = InflateInputStream(std::move(*file), compression);
   }
-  return std::unique_ptr<RecordReader>(new RecordReader(path, std::move(in), compression, detect));
+  return std::unique_ptr<RecordReader>(new RecordReader(path, std::move(in), compression, detect, options));
 }
 
 RecordReader::~RecordReader() = default;
@@ -104,6 +112,11 @@ absl::StatusOr<bool> RecordReader::Next(std::string* record) {
     return Corrupt("length CRC mismatch");
   }
   if (length > kMaxRecordBytes) return Corrupt(absl::StrCat("implausible length ", length));
+  if (length > options_.max_record_bytes) {
+    return Corrupt(absl::StrCat("a record of ", length, " bytes, more than the bound of ", options_.max_record_bytes,
+                                options_.bound_name.empty() ? "" : absl::StrCat(" (", options_.bound_name, ")"),
+                                ": not read"));
+  }
   // A corrupt length whose CRC happens to match (or was forged) must not
   // cost `length` bytes of memory: in a regular file, refuse it when the
   // rest of the file is shorter; elsewhere (pipes, compressed streams, whose

@@ -37,10 +37,22 @@
 
 namespace psrt {
 
+struct RecordReaderOptions {
+  Compression compression = Compression::kAuto;
+  // A record whose length header says more is DATA_LOSS naming the length
+  // and this bound, before a byte of it is read or inflated (a 4 MB gzip
+  // file can hold one 4 GiB record).
+  uint64_t max_record_bytes = uint64_t{1} << 32;
+  // How a user raises the bound, for that error ("input.max_record_mb").
+  std::string bound_name;
+};
+
 class RecordReader {
  public:
   static absl::StatusOr<std::unique_ptr<RecordReader>> Open(
       const std::string& path, Compression compression = Compression::kAuto);
+  static absl::StatusOr<std::unique_ptr<RecordReader>> Open(const std::string& path,
+                                                            const RecordReaderOptions& options);
   ~RecordReader();
 
   // Reads the next record into *record. False at a clean end of file.
@@ -51,8 +63,9 @@ class RecordReader {
 
  private:
   RecordReader(std::string path, std::unique_ptr<InputStream> in, Compression compression,
-               bool detected)
-      : path_(std::move(path)), in_(std::move(in)), compression_(compression), detected_(detected) {}
+               bool detected, RecordReaderOptions options)
+      : path_(std::move(path)), in_(std::move(in)), compression_(compression), detected_(detected),
+        options_(std::move(options)) {}
   absl::Status Corrupt(absl::string_view what) const;
   // Reads exactly n bytes into *out (n = 0 allowed); false at a clean end.
   absl::StatusOr<size_t> ReadFully(char* out, size_t n);
@@ -61,6 +74,7 @@ class RecordReader {
   const std::unique_ptr<InputStream> in_;
   const Compression compression_;
   const bool detected_;  // compression_ came from kAuto
+  const RecordReaderOptions options_;
   int64_t index_ = 0;
   int64_t offset_ = 0;
 };

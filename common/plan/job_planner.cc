@@ -35,13 +35,29 @@ class Collector : public google::protobuf::io::ErrorCollector {
 
 }  // namespace
 
-absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source) {
+absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source, const JobLimits& limits) {
+  if (static_cast<int64_t>(text.size()) > limits.max_file_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", text.size(), " bytes, more than the bound of ",
+                                                   limits.max_file_bytes, " bytes for a job (--max_job_file_mb)"));
+  }
   TrainingJob job;
   google::protobuf::TextFormat::Parser parser;
   Collector errors(source);
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &job)) {
     return absl::InvalidArgumentError(errors.error().empty() ? absl::StrCat(source, ": unparsable job") : errors.error());
+  }
+  // Before anything is built from the model: each layer and node costs
+  // graph building, autodiff and placement.
+  if (job.model().sequential().layer_size() > limits.max_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": model.sequential has ", job.model().sequential().layer_size(),
+                                                   " layers, more than the bound of ", limits.max_layers,
+                                                   " (--max_model_layers)"));
+  }
+  if (job.model().graph().node_size() > limits.max_graph_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": model.graph has ", job.model().graph().node_size(),
+                                                   " nodes, more than the bound of ", limits.max_graph_nodes,
+                                                   " (--max_graph_nodes)"));
   }
   if (job.input().batch_size() <= 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size must be positive"));
   // The workers' own bound (AssignmentLimits.max_batch_size): a job they
@@ -68,12 +84,26 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
   return job;
 }
 
-absl::StatusOr<TrainingJob> LoadJob(const std::string& path) {
-  std::ifstream in(path);
+absl::StatusOr<TrainingJob> LoadJob(const std::string& path, const JobLimits& limits) {
+  std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open job file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<TrainingJob> job = ParseJob(ss.str(), path);
+  // The size first: a file is not read whole past the bound (a pipe or a
+  // growing file is read up to one byte past it).
+  std::string text(static_cast<size_t>(std::min<int64_t>(limits.max_file_bytes, 1 << 20)), '\0');
+  size_t got = 0;
+  while (in && static_cast<int64_t>(got) <= limits.max_file_bytes) {
+    if (got == text.size()) {
+      text.resize(std::min<size_t>(std::max<size_t>(2 * text.size(), 4096), static_cast<size_t>(limits.max_file_bytes) + 1));
+    }
+    in.read(&text[got], static_cast<std::streamsize>(text.size() - got));
+    got += static_cast<size_t>(in.gcount());
+  }
+  text.resize(got);
+  if (static_cast<int64_t>(got) > limits.max_file_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": more than the bound of ", limits.max_file_bytes,
+                                                   " bytes for a job file (--max_job_file_mb)"));
+  }
+  absl::StatusOr<TrainingJob> job = ParseJob(text, path, limits);
   // A model file named relative to the job is found beside it, wherever
   // the daemon runs from.
   const size_t slash = path.rfind('/');

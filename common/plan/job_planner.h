@@ -4,6 +4,7 @@
 #ifndef PSRT_COMMON_PLAN_JOB_PLANNER_H_
 #define PSRT_COMMON_PLAN_JOB_PLANNER_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -12,11 +13,23 @@
 
 namespace psrt {
 
+// Bounds on a job, each checked before what it bounds is parsed or built:
+// the file's size before it is read, the model's layers and graph nodes
+// before anything is compiled. An error names the bound and the flag of
+// the chief (and evaluator, export) that sets it.
+struct JobLimits {
+  int64_t max_file_bytes = int64_t{16} << 20;  // --max_job_file_mb
+  int max_layers = 10000;                      // --max_model_layers
+  int max_graph_nodes = 100000;                // --max_graph_nodes
+};
+
 // Parses a job in protobuf text format; errors give the file, line and
 // column. Fills each input format's default features. LoadJob also takes
 // a relative model.onnx.path from the job file's directory.
-absl::StatusOr<TrainingJob> LoadJob(const std::string& path);
-absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source);
+// INVALID_ARGUMENT for a job past `limits` (naming the bound and its flag).
+absl::StatusOr<TrainingJob> LoadJob(const std::string& path, const JobLimits& limits = {});
+absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string& source,
+                                     const JobLimits& limits = {});
 
 // The job's strategy against the cluster it runs on: the PS strategy needs
 // PS tasks, a mirrored one has none (its workers hold the variables);

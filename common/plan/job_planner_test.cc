@@ -64,6 +64,32 @@ TEST(JobPlannerTest, ABatchTooLargeForEveryWorkerIsRefusedAtParse) {
               HasSubstr("job.pbtxt: input.batch_size is 2147483647; at most 1048576 examples"));
 }
 
+// Bounds checked before the model is built, each naming its flag: the
+// text's size, the layers, a raw graph's nodes.
+TEST(JobPlannerTest, AJobPastItsBoundsIsRefusedNamingTheFlag) {
+  const std::string input = R"(
+    input { format: LIBSVM batch_size: 1 train { files: "/dev/null" } } steps: 10)";
+  const std::string layers = R"(
+    model { sequential { layer { dense { units: 4 } } layer { dense { units: 1 } } }
+            loss { kind: MEAN_SQUARED_ERROR } })" + input;
+  const std::string graph = R"(
+    model { graph { node { name: "a" op: "Const" } node { name: "b" op: "Const" } node { name: "c" op: "Const" } }
+            loss { kind: MEAN_SQUARED_ERROR } })" + input;
+  JobLimits limits;
+  limits.max_file_bytes = 100;
+  EXPECT_THAT(std::string(ParseJob(layers, "job.pbtxt", limits).status().message()),
+              HasSubstr(absl::StrCat("job.pbtxt: ", layers.size(),
+                                     " bytes, more than the bound of 100 bytes for a job (--max_job_file_mb)")));
+  limits = JobLimits();
+  limits.max_layers = 1;
+  EXPECT_THAT(std::string(ParseJob(layers, "job.pbtxt", limits).status().message()),
+              HasSubstr("job.pbtxt: model.sequential has 2 layers, more than the bound of 1 (--max_model_layers)"));
+  limits = JobLimits();
+  limits.max_graph_nodes = 2;
+  EXPECT_THAT(std::string(ParseJob(graph, "job.pbtxt", limits).status().message()),
+              HasSubstr("job.pbtxt: model.graph has 3 nodes, more than the bound of 2 (--max_graph_nodes)"));
+}
+
 // The stricter parse still takes every job users copy (their schedules and
 // inputs included).
 TEST(JobPlannerTest, EveryExampleJobParses) {

@@ -66,6 +66,13 @@ int64_t StepOfDataFile(absl::string_view name) {
   return step;
 }
 
+// This machine's memory: what no snapshot read may ask for more than.
+int64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(pages) * page;
+}
+
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
   if (s.IsNotFound()) return absl::NotFoundError(absl::StrCat(what, ": not found"));
@@ -164,6 +171,33 @@ void SweepOrphans(rocksdb::DB* db, const std::string& dir) {
 }
 
 }  // namespace
+
+absl::Status FitsVariable(const VariableDef& job, const VariableDef& saved, DataType dtype, const TensorShape& value) {
+  auto misfit = [&](absl::string_view why) {
+    std::vector<int64_t> dims(job.shape().dim().begin(), job.shape().dim().end());
+    return absl::FailedPreconditionError(absl::StrCat(
+        "variable ", job.name(), ": the checkpoint holds ", DataTypeName(dtype), value.ToString(), " (",
+        VariableDef::Kind_Name(saved.kind()), "), the job's variable is float32[", absl::StrJoin(dims, ","), "] (",
+        VariableDef::Kind_Name(job.kind()), "): ", why, " (another model?)"));
+  };
+  if (saved.kind() != job.kind()) return misfit("another kind");
+  if (dtype != DT_FLOAT) return misfit("another dtype");
+  const auto& dims = job.shape().dim();
+  if (job.kind() == VariableDef::HASH_TABLE) {
+    if (value.rank() != 2 || dims.size() != 2 || value.dim(1) != dims[1]) return misfit("another row width");
+    return absl::OkStatus();
+  }
+  if (dims.empty()) {
+    if (value.num_elements() > 1) return misfit("more values than the variable has");
+    return absl::OkStatus();
+  }
+  if (value.rank() != static_cast<int>(dims.size())) return misfit("another rank");
+  for (int i = 1; i < value.rank(); ++i) {
+    if (value.dim(i) != dims[i]) return misfit("another row width");
+  }
+  if (value.dim(0) > dims[0]) return misfit("more rows than the variable has");
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Open(const std::string& dir,
                                                                    SnapshotStoreOptions options) {
@@ -339,7 +373,7 @@ absl::StatusOr<int64_t> SnapshotStore::Write(const PsSnapshot& snap) {
   return total;
 }
 
-absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
+absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step, const SnapshotReadOptions& options) const {
   // The chain: `step`, its base, the base's base ... down to a full
   // snapshot, every link checked before any data is read.
   std::vector<int64_t> chain = {step};
@@ -362,9 +396,9 @@ absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
     chain.push_back(base_step);
     index = *std::move(base);
   }
-  ASSIGN_OR_RETURN(PsSnapshot snap, ReadOne(chain.back()));
+  ASSIGN_OR_RETURN(PsSnapshot snap, ReadOne(chain.back(), options));
   for (size_t i = chain.size() - 1; i-- > 0;) {
-    ASSIGN_OR_RETURN(PsSnapshot delta, ReadOne(chain[i]));
+    ASSIGN_OR_RETURN(PsSnapshot delta, ReadOne(chain[i], options));
     ASSIGN_OR_RETURN(snap.variables, ApplyDelta(std::move(snap.variables), std::move(delta.variables),
                                                 absl::StrCat(dir_, ": snapshot of step ", chain[i], " on step ", chain[i + 1])));
     snap.step = delta.step;
@@ -377,7 +411,7 @@ absl::StatusOr<PsSnapshot> SnapshotStore::Read(int64_t step) const {
   return snap;
 }
 
-absl::StatusOr<PsSnapshot> SnapshotStore::ReadOne(int64_t step) const {
+absl::StatusOr<PsSnapshot> SnapshotStore::ReadOne(int64_t step, const SnapshotReadOptions& options) const {
   ASSIGN_OR_RETURN(SnapshotIndex index, ReadIndex(db_, dir_, step));
   auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(dir_, ": snapshot of step ", step, ": ", what));
@@ -426,24 +460,96 @@ absl::StatusOr<PsSnapshot> SnapshotStore::ReadOne(int64_t step) const {
     if (crc32c::Value(out, meta.bytes()) != meta.crc32c()) return corrupt(absl::StrCat(where, ": checksum mismatch"));
     return absl::OkStatus();
   };
-  auto get_tensor = [&](const SnapshotTensor& meta) -> absl::StatusOr<Tensor> {
+  // Bytes the old format's chunks of `meta` hold, counted without
+  // copying them: checked before the tensor is allocated.
+  auto chunk_bytes = [&](const SnapshotTensor& meta) -> absl::StatusOr<int64_t> {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    int64_t total = 0;
+    int c = 0;
+    for (it->Seek(ChunkKey(meta.key(), 0)); it->Valid() && c < meta.chunks(); it->Next(), ++c) {
+      if (it->key().ToString() != ChunkKey(meta.key(), c)) break;
+      total += static_cast<int64_t>(it->value().size());
+      if (total > meta.bytes()) break;
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat(dir_, ": chunks of ", meta.key())));
+    return total;
+  };
+  // The checks of one tensor's entry against the file, before anything is
+  // allocated; its shape on success.
+  auto check_tensor = [&](const SnapshotTensor& meta, absl::string_view what) -> absl::StatusOr<TensorShape> {
     absl::StatusOr<TensorShape> shape = TensorShape::FromProto(meta.shape());
     if (!shape.ok()) return corrupt(absl::StrCat(meta.key(), ": ", shape.status().message()));
     const int64_t size = DataTypeSize(meta.dtype());
     if (size == 0) return corrupt(absl::StrCat(meta.key(), ": bad dtype"));
-    // Checked before allocating: a bad index must not ask for terabytes.
     if (shape->num_elements() > std::numeric_limits<int64_t>::max() / size ||
         shape->num_elements() * size != meta.bytes()) {
       return corrupt(absl::StrCat(meta.key(), ": size mismatch"));
+    }
+    if (what == "ids" ? meta.dtype() != DT_INT64 || shape->rank() != 1 : meta.dtype() != DT_FLOAT) {
+      return corrupt(absl::StrCat(meta.key(), ": ", DataTypeName(meta.dtype()), shape->ToString(), " as its ", what,
+                                  what == "ids" ? " (ids are int64 [rows])" : " (values and slots are float32)"));
     }
     if (!path.empty() &&
         (meta.offset() < 0 || meta.offset() > file_bytes || meta.bytes() > file_bytes - meta.offset())) {
       return corrupt(absl::StrCat(path, ": ", meta.key(), " at offset ", meta.offset(), ", ", meta.bytes(),
                                   " bytes: past the end of the file (", file_bytes, " bytes)"));
     }
-    // A sparse file can be as large as its index says: the size alone
-    // does not make an allocation safe.
-    absl::StatusOr<Tensor> allocated = Tensor::TryAllocate(meta.dtype(), *shape);
+    if (path.empty()) {
+      if (meta.chunks() < 1) return corrupt(absl::StrCat(meta.key(), ": ", meta.chunks(), " chunks"));
+      ASSIGN_OR_RETURN(int64_t held, chunk_bytes(meta));
+      if (held != meta.bytes()) {
+        return corrupt(absl::StrCat(meta.key(), ": its chunks hold ", held > meta.bytes() ? "more than " : "", held,
+                                    " bytes, the index says ", meta.bytes()));
+      }
+    }
+    return *std::move(shape);
+  };
+  // Every entry checked and the bytes added up before the first
+  // allocation: an index can name any size, and a sparse file can be as
+  // large as it says.
+  int64_t total_bytes = 0;
+  const int64_t limit = options.max_bytes > 0 ? options.max_bytes : PhysicalMemoryBytes();
+  // Each tensor is at most the file's size, or what its chunks hold (checked
+  // first), and the total is checked after each: no overflow.
+  auto add = [&](const SnapshotTensor& meta) -> absl::Status {
+    total_bytes += meta.bytes();
+    if (!path.empty() && total_bytes > file_bytes) {
+      return corrupt(absl::StrCat(path, ": the index names more bytes of tensors than the file's ", file_bytes,
+                                  " (", meta.key(), " and those before it: ", total_bytes, ")"));
+    }
+    if (total_bytes > limit) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          dir_, ": snapshot of step ", step, ": its tensors need more than ", limit, " bytes (", meta.key(),
+          " and those before it: ", total_bytes, "), more than ",
+          options.max_bytes > 0 ? "this reader's bound" : "this machine's memory", ": not read"));
+    }
+    return absl::OkStatus();
+  };
+  for (const SnapshotVariable& sv : index.variable()) {
+    ASSIGN_OR_RETURN(TensorShape value, check_tensor(sv.value(), "value"));
+    for (const SnapshotTensor& slot : sv.slot()) {
+      ASSIGN_OR_RETURN(TensorShape shape, check_tensor(slot, "slot"));
+      if (shape != value) {
+        return corrupt(absl::StrCat(slot.key(), ": a slot of ", shape.ToString(), " for a value of ", value.ToString()));
+      }
+    }
+    if (sv.has_ids()) {
+      ASSIGN_OR_RETURN(TensorShape ids, check_tensor(sv.ids(), "ids"));
+      if (value.rank() < 1 || ids.dim(0) != value.dim(0)) {
+        return corrupt(absl::StrCat(sv.ids().key(), ": ", ids.dim(0), " ids for a value of ", value.ToString()));
+      }
+    }
+    if (options.check_variable) {
+      absl::Status s = options.check_variable(sv.def(), sv.value().dtype(), value);
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(dir_, ": snapshot of step ", step, ": ", s.message()));
+    }
+    RETURN_IF_ERROR(add(sv.value()));
+    for (const SnapshotTensor& slot : sv.slot()) RETURN_IF_ERROR(add(slot));
+    if (sv.has_ids()) RETURN_IF_ERROR(add(sv.ids()));
+  }
+  auto get_tensor = [&](const SnapshotTensor& meta) -> absl::StatusOr<Tensor> {
+    ASSIGN_OR_RETURN(TensorShape shape, TensorShape::FromProto(meta.shape()));
+    absl::StatusOr<Tensor> allocated = Tensor::TryAllocate(meta.dtype(), shape);
     if (!allocated.ok()) {
       return absl::Status(allocated.status().code(), absl::StrCat(dir_, ": snapshot of step ", step, ": ", meta.key(),
                                                                   ": ", allocated.status().message()));

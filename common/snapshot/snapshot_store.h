@@ -44,6 +44,26 @@ struct PsSnapshot {
   int64_t base_step = 0;
 };
 
+// What a reader knows before it reads: the index is checked against it
+// before any tensor is allocated.
+struct SnapshotReadOptions {
+  // Called for each variable the index names (a delta's too) with its
+  // definition and its value's dtype and shape, before anything is
+  // allocated; an error refuses the whole read and is returned prefixed
+  // with the store and step. Empty: no check beyond the file's own.
+  std::function<absl::Status(const VariableDef& def, DataType dtype, const TensorShape& value)> check_variable;
+  // The most bytes of tensors one snapshot may need; 0: this machine's
+  // physical memory. More is RESOURCE_EXHAUSTED naming both figures.
+  int64_t max_bytes = 0;
+};
+
+// OK when a piece of a variable as a snapshot holds it (its definition
+// `saved` and value dtype and shape) can be a piece of the job's variable
+// `job` (its whole shape, any row range): same kind, float32, the same
+// row width, no more rows than the variable has (hash tables: any number).
+// FAILED_PRECONDITION naming the variable and both shapes otherwise.
+absl::Status FitsVariable(const VariableDef& job, const VariableDef& saved, DataType dtype, const TensorShape& value);
+
 struct SnapshotStoreOptions {
   // Tensor bytes go to the data file in writes of at most this much.
   int64_t chunk_bytes = 64 << 20;
@@ -76,7 +96,12 @@ class SnapshotStore {
   // A delta (incremental checkpoint) is read with its chain of bases and
   // returned whole; a missing, rewritten or corrupt link is DATA_LOSS
   // naming the step of the delta and of the link.
-  absl::StatusOr<PsSnapshot> Read(int64_t step) const;
+  // Every size, offset and dtype the index names is checked against the
+  // file (and `options`) before anything is allocated: a tensor past the
+  // file's end, tensors adding up to more than the file (or than the old
+  // format's chunks hold), a value or slot that is not float32, ids that are
+  // not int64 [rows] are DATA_LOSS naming the store, step and tensor.
+  absl::StatusOr<PsSnapshot> Read(int64_t step, const SnapshotReadOptions& options = {}) const;
   // Steps that have an index, ascending. Best effort: where the listing
   // fails part-way (damaged RocksDB files) it logs and returns what it read.
   std::vector<int64_t> Steps() const;
@@ -108,7 +133,7 @@ class SnapshotStore {
 
  private:
   // One snapshot as stored: a delta's variables hold only its rows.
-  absl::StatusOr<PsSnapshot> ReadOne(int64_t step) const;
+  absl::StatusOr<PsSnapshot> ReadOne(int64_t step, const SnapshotReadOptions& options) const;
   // Deletes every snapshot of `all` (the store's steps) but `retain`,
   // `protect` and the bases their chains need.
   absl::Status PruneKeeping(const std::vector<int64_t>& all, const std::vector<int64_t>& retain, int64_t protect);

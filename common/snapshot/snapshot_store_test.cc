@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/buffer_pool.h"
-#include "common/io/crc32c.h"
+#include "common/snapshot/snapshot_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/snapshot.pb.h"
@@ -99,26 +99,14 @@ std::string DataFileOf(int64_t step) {
 
 // Puts `index` as `step`'s index, with its checksum.
 void PutIndex(rocksdb::DB* db, int64_t step, const SnapshotIndex& index) {
-  std::string v = index.SerializeAsString();
-  uint32_t crc = crc32c::Mask(crc32c::Value(v.data(), v.size()));
-  for (int i = 0; i < 4; ++i) v.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
-  rocksdb::WriteOptions synced;
-  synced.sync = true;
-  ASSERT_TRUE(db->Put(synced, absl::StrFormat("i/%020d", step), v).ok());
+  ASSERT_TRUE(testing::PutSnapshotIndex(db, step, index).ok());
 }
 
 // Reads, changes and writes back `step`'s index behind the store's back
 // (its checksum made valid again: the damage is in what it says).
 void EditIndex(int64_t step, const std::function<void(SnapshotIndex*)>& edit) {
-  rocksdb::DB* db;
-  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Dir(), &db).ok());
-  std::string v;
-  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), absl::StrFormat("i/%020d", step), &v).ok());
-  SnapshotIndex index;
-  ASSERT_TRUE(index.ParseFromString(v.substr(0, v.size() - 4)));
-  edit(&index);
-  PutIndex(db, step, index);
-  delete db;
+  absl::Status s = testing::EditSnapshotIndex(Dir(), step, edit);
+  ASSERT_TRUE(s.ok()) << s;
 }
 
 // Leaves `snap` in Dir() as the old format had it (before data files):
@@ -281,14 +269,87 @@ TEST(SnapshotStoreTest, AnIndexNamingATerabyteTensorInASparseFileIsAnError) {
     value->mutable_shape()->set_dim(0, huge / 4);
     value->set_offset(4096);
     value->set_bytes(huge);
+    index->mutable_variable(0)->clear_slot();
     index->set_data_bytes(huge + 4096);
   });
   auto store = SnapshotStore::OpenReadOnly(Dir());
   ASSERT_TRUE(store.ok()) << store.status();
+  // Refused before the allocation, whatever the kernel's overcommit would
+  // have granted: more than this machine's memory.
   auto six = (*store)->Read(6);
   EXPECT_EQ(six.status().code(), absl::StatusCode::kResourceExhausted) << six.status();
-  EXPECT_THAT(std::string(six.status().message()), HasSubstr("0/value: cannot allocate 1099511627776 bytes"));
+  EXPECT_THAT(std::string(six.status().message()), HasSubstr("more than this machine's memory: not read"));
+  // A reader's own bound, and its check against the job, come first.
+  SnapshotReadOptions bounded;
+  bounded.max_bytes = 1 << 30;
+  six = (*store)->Read(6, bounded);
+  EXPECT_EQ(six.status().code(), absl::StatusCode::kResourceExhausted) << six.status();
+  EXPECT_THAT(std::string(six.status().message()), HasSubstr("this reader's bound"));
+  SnapshotReadOptions job;
+  VariableDef w;
+  w.set_name("w");
+  w.mutable_shape()->add_dim(1000);
+  job.check_variable = [&](const VariableDef& def, DataType dtype, const TensorShape& value) {
+    return def.name() == "w" ? FitsVariable(w, def, dtype, value) : absl::OkStatus();
+  };
+  six = (*store)->Read(6, job);
+  EXPECT_EQ(six.status().code(), absl::StatusCode::kFailedPrecondition) << six.status();
+  EXPECT_THAT(std::string(six.status().message()),
+              HasSubstr("variable w: the checkpoint holds float32[274877906944] (DENSE), the job's variable is "
+                        "float32[1000] (DENSE): more rows than the variable has"));
+  EXPECT_TRUE((*store)->Read(5, job).ok());
+}
+
+// The old format: an index (checksum valid) naming a 1 TiB tensor whose
+// chunks hold 4,000 bytes is DATA_LOSS before anything is allocated.
+TEST(SnapshotStoreTest, AnOldFormatIndexNamingMoreThanItsChunksIsDataLoss) {
+  WriteOldFormat(Sample(5, 1.0f), 1000);
+  WriteOldFormat(Sample(6, 2.0f), 1000);
+  EditIndex(6, [](SnapshotIndex* index) {
+    SnapshotTensor* value = index->mutable_variable(0)->mutable_value();
+    value->mutable_shape()->set_dim(0, int64_t{1} << 38);
+    value->set_bytes(int64_t{1} << 40);
+    value->set_chunks(1 << 20);
+    index->mutable_variable(0)->clear_slot();
+  });
+  auto store = SnapshotStore::OpenReadOnly(Dir());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto six = (*store)->Read(6);
+  EXPECT_EQ(six.status().code(), absl::StatusCode::kDataLoss) << six.status();
+  EXPECT_THAT(std::string(six.status().message()),
+              HasSubstr("0/value: its chunks hold 4000 bytes, the index says 1099511627776"));
   EXPECT_TRUE((*store)->Read(5).ok());
+}
+
+// A value of another dtype (its size consistent) is DATA_LOSS: readers
+// take values as float32 (checkpoints --variable aborted on it).
+TEST(SnapshotStoreTest, AnIndexNamingAnotherDtypeIsDataLoss) {
+  ExpectDamageToSixIsDataLoss(
+      [] { EditIndex(6, [](SnapshotIndex* index) { index->mutable_variable(0)->mutable_value()->set_dtype(DT_INT32); }); },
+      {"0/value: int32[1000] as its value (values and slots are float32)"});
+}
+
+TEST(SnapshotStoreTest, ASlotOfAnotherShapeIsDataLoss) {
+  ExpectDamageToSixIsDataLoss(
+      [] {
+        EditIndex(6, [](SnapshotIndex* index) {
+          SnapshotTensor* slot = index->mutable_variable(0)->mutable_slot(0);
+          slot->mutable_shape()->set_dim(0, 500);
+          slot->set_bytes(2000);
+        });
+      },
+      {"a slot of [500] for a value of [1000]"});
+}
+
+// Tensors overlapping in the file cannot add up to more than it holds.
+TEST(SnapshotStoreTest, TensorsAddingUpToMoreThanTheFileAreDataLoss) {
+  ExpectDamageToSixIsDataLoss(
+      [] {
+        EditIndex(6, [](SnapshotIndex* index) {
+          for (int i = 0; i < 8; ++i) *index->mutable_variable(0)->add_slot() = index->variable(0).value();
+        });
+      },
+      {"the index names more bytes of tensors than the file's"});
 }
 
 TEST(SnapshotStoreTest, AnIndexNamingAFileElsewhereIsDataLoss) {

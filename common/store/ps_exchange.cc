@@ -42,7 +42,9 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     const absl::Duration wait = std::min(absl::Milliseconds(h->timeout_ms), kMaxWait);
     const uint64_t id = h->call_id;
     service_->ServeData(*ctx_, h->method, payload, absl::Now() + wait,
-                        [this, id](grpc::Status s, grpc::ByteBuffer resp) { Answer(id, s, resp); });
+                        [this, id](grpc::Status s, grpc::ByteBuffer resp, std::shared_ptr<void> hold) {
+                          Answer(id, s, resp, std::move(hold));
+                        });
   }
 
   void OnWriteDone(bool ok) override {
@@ -66,11 +68,12 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     grpc::Status status;
   };
 
-  void Answer(uint64_t id, const grpc::Status& s, const grpc::ByteBuffer& resp) {
-    grpc::ByteBuffer frame = psframe::EncodeResponse(id, s, resp);
-    Update([this, &frame]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // `hold` (the call's slots) stays with the frame until it is written.
+  void Answer(uint64_t id, const grpc::Status& s, const grpc::ByteBuffer& resp, std::shared_ptr<void> hold) {
+    Out out{psframe::EncodeResponse(id, s, resp), std::move(hold)};
+    Update([this, &out]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       --serving_;
-      if (!broken_) out_.push_back(std::move(frame));
+      if (!broken_) out_.push_back(std::move(out));
     });
   }
 
@@ -95,7 +98,7 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     if (finished_) return n;
     if (!writing_ && !out_.empty()) {
       writing_ = true;
-      n.write = &out_.front();  // deque elements keep their address while others are added
+      n.write = &out_.front().frame;  // deque elements keep their address while others are added
     } else if (!reading_ && serving_ == 0 && !writing_ && out_.empty()) {
       finished_ = true;
       n.finish = true;
@@ -118,7 +121,12 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<grpc::ByteBuffer> out_ ABSL_GUARDED_BY(mu_);
+  // An answer to write, and what it holds until written.
+  struct Out {
+    grpc::ByteBuffer frame;
+    std::shared_ptr<void> hold;
+  };
+  std::deque<Out> out_ ABSL_GUARDED_BY(mu_);
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
 };
 

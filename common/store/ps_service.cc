@@ -75,11 +75,56 @@ class CallerSlot {
   std::string caller_;
 };
 
-// Who a data-path call counts against: the task its certificate names, else
-// the worker id in the request (-1: the chief).
-std::string CallerKey(const Caller& caller, int worker) {
-  if (caller.index >= 0) return caller.name;
-  return worker < 0 ? std::string("the chief") : absl::StrCat("worker ", worker);
+// Bytes of a caller's answers not yet written, held while it lives.
+class AnswerBytes {
+ public:
+  // Null when `bytes` more would pass `limit` and the caller has some
+  // already (one answer, however large, always goes).
+  static std::shared_ptr<AnswerBytes> Acquire(std::shared_ptr<CallerCounts> counts, const std::string& caller,
+                                              int64_t bytes, int64_t limit, int64_t* held) {
+    absl::MutexLock lock(&counts->mu);
+    int64_t& n = counts->answer_bytes[caller];
+    *held = n;
+    if (n > 0 && n + bytes > limit) return nullptr;
+    if (bytes == 0) {
+      if (n == 0) counts->answer_bytes.erase(caller);
+      return nullptr;
+    }
+    n += bytes;
+    return std::shared_ptr<AnswerBytes>(new AnswerBytes(std::move(counts), caller, bytes));
+  }
+  ~AnswerBytes() {
+    absl::MutexLock lock(&counts_->mu);
+    auto it = counts_->answer_bytes.find(caller_);
+    if ((it->second -= bytes_) == 0) counts_->answer_bytes.erase(it);
+  }
+
+ private:
+  AnswerBytes(std::shared_ptr<CallerCounts> counts, std::string caller, int64_t bytes)
+      : counts_(std::move(counts)), caller_(std::move(caller)), bytes_(bytes) {}
+  std::shared_ptr<CallerCounts> counts_;
+  const std::string caller_;
+  const int64_t bytes_;
+};
+
+// A call's slots, kept by its answer until the answer is written to the
+// caller (or dropped): answers a caller does not read count against its
+// in-flight limits like calls still being served.
+std::shared_ptr<void> HoldSlots(InflightSlot slot, CallerSlot mine) {
+  return std::make_shared<std::pair<InflightSlot, CallerSlot>>(std::move(slot), std::move(mine));
+}
+
+// Who a data-path call counts against (IdentityKey), never the worker id
+// the request names.
+std::string CallerKey(const DataCaller& who) { return who.key.empty() ? who.caller.name : who.key; }
+
+// "ipv4:10.0.0.5:41234" -> "ipv4:10.0.0.5": a caller's address without its
+// port, for what a caller could otherwise renew by reconnecting.
+std::string WithoutPort(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  const size_t bracket = peer.rfind(']');
+  if (colon == std::string::npos || (bracket != std::string::npos && colon < bracket) || colon < 5) return peer;
+  return peer.substr(0, colon);
 }
 
 absl::Status CallerBusy(absl::string_view method, const CallerSlot& slot, int64_t limit) {
@@ -109,6 +154,11 @@ absl::StatusOr<PushResponse> ApplyPush(ParameterServerCore* core, const pswire::
 
 }  // namespace
 
+std::string IdentityKey(const Caller& caller, absl::string_view where) {
+  if (caller.index >= 0) return caller.name;
+  return absl::StrCat(caller.name, " from ", where);
+}
+
 absl::StatusOr<ParameterServerCore*> PsServiceImpl::CoreFor(const grpc::ServerContextBase& ctx, bool control) {
   if (router_ == nullptr) return core_;
   return CoreFor(ReadReplicaHeader(ctx), control);
@@ -131,49 +181,59 @@ grpc::Status PsServiceImpl::Permit(const DataCaller& who, Rpc rpc) {
 template <typename Decode, typename Issue>
 void PsServiceImpl::ServePull(const DataCaller& who, const grpc::ByteBuffer& req, absl::Time deadline, Rpc rpc,
                               const char* method, Decode decode, Issue issue, DataDone done) {
-  const Caller& caller = who.caller;
-  if (grpc::Status a = Permit(who, rpc); !a.ok()) return done(a, {});
+  if (grpc::Status a = Permit(who, rpc); !a.ok()) return done(a, {}, nullptr);
   InflightSlot slot(pulls_, max_inflight_);
-  if (!slot.held()) return done(ToGrpcStatus(Busy(method, max_inflight_)), {});
-  if (auto s = CheckSize(&req, core_->max_request_bytes(), method); !s.ok()) return done(ToGrpcStatus(s), {});
+  if (!slot.held()) return done(ToGrpcStatus(Busy(method, max_inflight_)), {}, nullptr);
+  if (auto s = CheckSize(&req, core_->max_request_bytes(), method); !s.ok()) return done(ToGrpcStatus(s), {}, nullptr);
   absl::StatusOr<ParameterServerCore*> core = CoreFor(who.header, false);
-  if (!core.ok()) return done(ToGrpcStatus(core.status()), {});
+  if (!core.ok()) return done(ToGrpcStatus(core.status()), {}, nullptr);
   auto args = decode(req);
-  if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
-  CallerSlot mine(pull_callers_, CallerKey(caller, args->worker), max_per_caller_);
-  if (!mine.held()) return done(ToGrpcStatus(CallerBusy(method, mine, max_per_caller_)), {});
-  if (auto g = (*core)->CheckGeneration(args->generation, "pull"); !g.ok()) return done(ToGrpcStatus(g), {});
+  if (!args.ok()) return done(ToGrpcStatus(args.status()), {}, nullptr);
+  CallerSlot mine(pull_callers_, CallerKey(who), max_per_caller_);
+  if (!mine.held()) return done(ToGrpcStatus(CallerBusy(method, mine, max_per_caller_)), {}, nullptr);
+  if (auto g = (*core)->CheckGeneration(args->generation, "pull"); !g.ok()) return done(ToGrpcStatus(g), {}, nullptr);
   uint64_t incarnation = core_->incarnation();
+  const std::string key = mine.caller();
   issue(*core, *std::move(args), deadline,
-        [done = std::move(done), incarnation, slot = std::make_shared<InflightSlot>(std::move(slot)),
-         mine = std::make_shared<CallerSlot>(std::move(mine))](absl::Status s, NamedTensors t, int64_t gs) mutable {
-          slot.reset();  // free before the client hears back
-          mine.reset();
+        [done = std::move(done), incarnation, method, key, counts = pull_callers_, limit = max_unread_answer_bytes_,
+         hold = HoldSlots(std::move(slot), std::move(mine))](absl::Status s, NamedTensors t, int64_t gs) mutable {
           grpc::ByteBuffer resp;
           if (s.ok()) resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
-          done(ToGrpcStatus(s), std::move(resp));
+          // The answer's bytes count against its caller until written:
+          // a caller that does not read its answers cannot pile them up.
+          int64_t unread = 0;
+          std::shared_ptr<AnswerBytes> bytes =
+              AnswerBytes::Acquire(counts, key, static_cast<int64_t>(resp.Length()), limit, &unread);
+          if (bytes == nullptr && resp.Length() > 0) {
+            return done(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+                            method, " refused: ", key, " has ", unread, " bytes of answers it has not read; this one's ",
+                            resp.Length(), " would pass the bound of ", limit, " (--max_unread_answer_mb)"))),
+                        {}, std::move(hold));
+          }
+          done(ToGrpcStatus(s), std::move(resp),  // held until written
+               std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<AnswerBytes>>>(std::move(hold),
+                                                                                                std::move(bytes)));
         });
 }
 
 void PsServiceImpl::ServePush(const DataCaller& who, const grpc::ByteBuffer& req, DataDone done) {
   const absl::StatusOr<ReplicaHeader>& header = who.header;
-  if (!header.ok()) return done(ToGrpcStatus(header.status()), {});
-  const Caller& caller = who.caller;
+  if (!header.ok()) return done(ToGrpcStatus(header.status()), {}, nullptr);
   // A primary's forward to its backup is a PS's call, not a worker's.
   const Rpc rpc = header->replica ? Rpc::kPsReplicate : Rpc::kPsPush;
-  if (grpc::Status a = Permit(who, rpc); !a.ok()) return done(a, {});
+  if (grpc::Status a = Permit(who, rpc); !a.ok()) return done(a, {}, nullptr);
   InflightSlot slot(pushes_, max_inflight_);
-  if (!slot.held()) return done(ToGrpcStatus(Busy("Push", max_inflight_)), {});
-  if (auto s = CheckSize(&req, core_->max_request_bytes(), "Push"); !s.ok()) return done(ToGrpcStatus(s), {});
+  if (!slot.held()) return done(ToGrpcStatus(Busy("Push", max_inflight_)), {}, nullptr);
+  if (auto s = CheckSize(&req, core_->max_request_bytes(), "Push"); !s.ok()) return done(ToGrpcStatus(s), {}, nullptr);
   absl::StatusOr<pswire::PushArgs> args = pswire::DecodePush(req, core_->pool()->Allocator(), /*adopt_aligned=*/true);
-  if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
-  CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
-  if (!mine.held()) return done(ToGrpcStatus(CallerBusy("Push", mine, max_per_caller_)), {});
+  if (!args.ok()) return done(ToGrpcStatus(args.status()), {}, nullptr);
+  CallerSlot mine(push_callers_, CallerKey(who), max_per_caller_);
+  if (!mine.held()) return done(ToGrpcStatus(CallerBusy("Push", mine, max_per_caller_)), {}, nullptr);
   if (router_ == nullptr) {
     absl::StatusOr<PushResponse> r = ApplyPush(core_, *args);
     grpc::ByteBuffer resp;
     if (r.ok()) resp = pswire::EncodePushResult(*r);
-    return done(ToGrpcStatus(r.status()), std::move(resp));
+    return done(ToGrpcStatus(r.status()), std::move(resp), HoldSlots(std::move(slot), std::move(mine)));
   }
   // The router may answer later, from a store's thread (a primary waits
   // for its backup): the slots, the request's bytes (a frame's payload
@@ -182,41 +242,39 @@ void PsServiceImpl::ServePush(const DataCaller& who, const grpc::ByteBuffer& req
   auto raw = std::make_shared<grpc::ByteBuffer>(req);  // slice references, not a copy of the bytes
   router_->Push(
       *header, raw.get(), [pushed](ParameterServerCore* core) { return ApplyPush(core, *pushed); },
-      [done = std::move(done), raw, slot = std::make_shared<InflightSlot>(std::move(slot)),
-       mine = std::make_shared<CallerSlot>(std::move(mine))](absl::StatusOr<PushResponse> r) mutable {
-        slot.reset();
-        mine.reset();
+      [done = std::move(done), raw, hold = HoldSlots(std::move(slot), std::move(mine))](
+          absl::StatusOr<PushResponse> r) mutable {
         grpc::ByteBuffer resp;
         if (r.ok()) resp = pswire::EncodePushResult(*r);
-        done(ToGrpcStatus(r.status()), std::move(resp));
+        done(ToGrpcStatus(r.status()), std::move(resp), std::move(hold));
       });
 }
 
 void PsServiceImpl::ServePushRows(const DataCaller& who, const grpc::ByteBuffer& req, DataDone done) {
-  const Caller& caller = who.caller;
-  if (grpc::Status a = Permit(who, Rpc::kPsPushRows); !a.ok()) return done(a, {});
+  if (grpc::Status a = Permit(who, Rpc::kPsPushRows); !a.ok()) return done(a, {}, nullptr);
   InflightSlot slot(pushes_, max_inflight_);
-  if (!slot.held()) return done(ToGrpcStatus(Busy("PushRows", max_inflight_)), {});
-  if (auto s = CheckSize(&req, core_->max_request_bytes(), "PushRows"); !s.ok()) return done(ToGrpcStatus(s), {});
+  if (!slot.held()) return done(ToGrpcStatus(Busy("PushRows", max_inflight_)), {}, nullptr);
+  if (auto s = CheckSize(&req, core_->max_request_bytes(), "PushRows"); !s.ok()) return done(ToGrpcStatus(s), {}, nullptr);
   absl::StatusOr<pswire::PushRowsArgs> args = pswire::DecodePushRows(req);
-  if (!args.ok()) return done(ToGrpcStatus(args.status()), {});
-  CallerSlot mine(push_callers_, CallerKey(caller, args->id.worker()), max_per_caller_);
-  if (!mine.held()) return done(ToGrpcStatus(CallerBusy("PushRows", mine, max_per_caller_)), {});
+  if (!args.ok()) return done(ToGrpcStatus(args.status()), {}, nullptr);
+  CallerSlot mine(push_callers_, CallerKey(who), max_per_caller_);
+  if (!mine.held()) return done(ToGrpcStatus(CallerBusy("PushRows", mine, max_per_caller_)), {}, nullptr);
   if (router_ != nullptr && router_->epoch() > 0) {
     return done(ToGrpcStatus(absl::FailedPreconditionError(
                     "PushRows is not replicated: with job.replication, rows travel in Push")),
-                {});
+                {}, nullptr);
   }
   absl::StatusOr<PushResponse> r = core_->PushRows(args->id, args->rows);
   grpc::ByteBuffer resp;
   if (r.ok()) resp = pswire::EncodePushResult(*r);
-  done(ToGrpcStatus(r.status()), std::move(resp));
+  done(ToGrpcStatus(r.status()), std::move(resp), HoldSlots(std::move(slot), std::move(mine)));
 }
 
 void PsServiceImpl::ServeData(const grpc::ServerContextBase& ctx, psframe::Method method,
                               const grpc::ByteBuffer& req, absl::Time deadline, DataDone done) {
   DataCaller who;
   who.identified = auth_.Identify(ctx, &who.caller);
+  who.key = IdentityKey(who.caller, ctx.peer());
   if (router_ != nullptr) who.header = ReadReplicaHeader(ctx);
   ServeDataAs(who, method, req, deadline, std::move(done));
 }
@@ -244,16 +302,24 @@ void PsServiceImpl::ServeDataAs(const DataCaller& who, psframe::Method method, c
     case psframe::Method::kPushRows:
       return ServePushRows(who, req, std::move(done));
   }
-  done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown data method"), {});
+  done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unknown data method"), {}, nullptr);
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Unary(grpc::CallbackServerContext* ctx, psframe::Method method,
                                                const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  ServeData(*ctx, method, *req, PullDeadline(ctx), [reactor, resp](grpc::Status s, grpc::ByteBuffer b) {
-    if (s.ok()) *resp = std::move(b);
-    reactor->Finish(s);
-  });
+  // Keeps the call's slots until gRPC is done with its answer.
+  class HoldingReactor : public grpc::ServerUnaryReactor {
+   public:
+    std::shared_ptr<void> hold;
+    void OnDone() override { delete this; }
+  };
+  auto* reactor = new HoldingReactor;
+  ServeData(*ctx, method, *req, PullDeadline(ctx),
+            [reactor, resp](grpc::Status s, grpc::ByteBuffer b, std::shared_ptr<void> hold) {
+              if (s.ok()) *resp = std::move(b);
+              reactor->hold = std::move(hold);
+              reactor->Finish(s);
+            });
   return reactor;
 }
 
@@ -288,7 +354,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::OpenDataPlane(grpc::CallbackServerConte
       ctx, req, resp, "OpenDataPlane", [&] { return auth_.Authorize(*ctx, Rpc::kPsOpenDataPlane, &caller); },
       [&](const OpenDataPlaneRequest&, OpenDataPlaneResponse* out) {
         if (tcp_ == nullptr) return grpc::Status::OK;  // port 0: none offered
-        absl::StatusOr<PsTcpServer::Ticket> t = tcp_->IssueTicket(caller);
+        absl::StatusOr<PsTcpServer::Ticket> t = tcp_->IssueTicket(caller, IdentityKey(caller, WithoutPort(ctx->peer())));
         if (!t.ok()) return ToGrpcStatus(t.status());
         out->set_port(tcp_->port());
         out->set_ticket(t->bytes);

@@ -42,13 +42,26 @@ class PsTcpServer;
 struct DataCaller {
   grpc::Status identified;  // why the caller is not known (UNAUTHENTICATED), or OK
   Caller caller;
+  // Who per-caller limits count against (IdentityKey), never a field of
+  // the request. Empty: the caller's name.
+  std::string key;
   absl::StatusOr<ReplicaHeader> header = ReplicaHeader();
 };
 
+// Who a caller is for per-caller limits: the task its certificate names
+// ("certificate worker-0"), else its identity (a role's or the shared
+// token, or none) and `where` it calls from (a connection, an address): a
+// caller that holds no task's identity counts on its own, and cannot spend
+// another's share by naming it in a request.
+std::string IdentityKey(const Caller& caller, absl::string_view where);
+
 // Calls in flight per caller; an entry lives while its count is above 0.
+// `answer_bytes`: bytes of pull answers made and not yet written to the
+// caller (likewise).
 struct CallerCounts {
   absl::Mutex mu;
   absl::flat_hash_map<std::string, int64_t> in_flight ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, int64_t> answer_bytes ABSL_GUARDED_BY(mu);
 };
 
 class PsServiceImpl final : public PsServiceBase {
@@ -64,12 +77,17 @@ class PsServiceImpl final : public PsServiceBase {
   // pulls from refusing the pushes that would release them. Control calls
   // (create, snapshot, restore, status) are not limited.
   void set_max_inflight_requests(int64_t n) { max_inflight_ = n; }
-  // Most pulls, and most pushes, one caller may have in flight here (the
-  // certificate's task when TLS names one, else the worker id the request
-  // carries). A caller over it is refused with RESOURCE_EXHAUSTED naming
+  // Most pulls, and most pushes, one caller may have in flight here
+  // (DataCaller.key: the certificate's task when TLS names one, else the
+  // caller's token and connection; never the worker id a request names). A caller over it is refused with RESOURCE_EXHAUSTED naming
   // --max_inflight_per_caller while the others are still served: one
   // flooding worker cannot take every slot of --max_inflight_requests.
   void set_max_inflight_per_caller(int64_t n) { max_per_caller_ = n; }
+  // Bytes of pull answers one caller may have made and not yet read (held
+  // until written to it); a pull whose answer would pass it is answered
+  // RESOURCE_EXHAUSTED naming --max_unread_answer_mb instead. A caller with
+  // none unread always gets its answer, however large.
+  void set_max_unread_answer_bytes(int64_t n) { max_unread_answer_bytes_ = n; }
   // Replicated shards (replica_router.h): requests naming a store and
   // placement epoch go to that store's core; pushes are forwarded to the
   // backup. Not owned; unset = every request to the one core (set before
@@ -92,8 +110,11 @@ class PsServiceImpl final : public PsServiceBase {
 
   // One data-path call, however it arrived: authorised against `ctx`,
   // checked, served; `done` runs exactly once, on any thread (a SYNC pull
-  // parks until its step or `deadline`).
-  using DataDone = std::function<void(grpc::Status, grpc::ByteBuffer)>;
+  // parks until its step or `deadline`). Its `hold` (may be null) holds the
+  // call's in-flight slots: the transport keeps it until the answer is
+  // written to the caller or dropped, so answers a caller does not read
+  // count against --max_inflight_per_caller and --max_inflight_requests.
+  using DataDone = std::function<void(grpc::Status, grpc::ByteBuffer, std::shared_ptr<void> hold)>;
   void ServeData(const grpc::ServerContextBase& ctx, psframe::Method method, const grpc::ByteBuffer& req,
                  absl::Time deadline, DataDone done);
   // The same for a caller its transport identified already.
@@ -139,6 +160,7 @@ class PsServiceImpl final : public PsServiceBase {
   RequestAuthenticator auth_;
   int64_t max_inflight_ = 4096;
   int64_t max_per_caller_ = 1024;
+  int64_t max_unread_answer_bytes_ = int64_t{1} << 30;
   // Shared with parked pulls' callbacks, which may outlive this object.
   std::shared_ptr<std::atomic<int64_t>> pulls_ = std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<std::atomic<int64_t>> pushes_ = std::make_shared<std::atomic<int64_t>>(0);

@@ -1,6 +1,7 @@
 #include "common/store/ps_tcp_server.h"
 
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/rand.h>
@@ -91,13 +92,20 @@ PsTcpServer::PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net
 
 PsTcpServer::~PsTcpServer() { Shutdown(); }
 
-absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& caller) {
+absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& caller, const std::string& key_in) {
+  const std::string key = key_in.empty() ? caller.name : key_in;
   std::string bytes(tcpframe::kTicketBytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(bytes.size())) != 1) {
     return absl::InternalError("RAND_bytes failed: no ticket for the TCP data plane");
   }
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
+  int mine = 0;
+  for (const auto& [bytes, t] : tickets_) mine += t.key == key && t.expires > now ? 1 : 0;
+  if (mine >= options_.max_tickets_per_caller) {
+    return absl::ResourceExhaustedError(absl::StrCat(key, " holds ", mine,
+                                                     " unused data-plane tickets already; retry later"));
+  }
   if (static_cast<int>(tickets_.size()) >= options_.max_tickets) {
     absl::erase_if(tickets_, [now](const auto& t) { return t.second.expires <= now; });
   }
@@ -105,7 +113,7 @@ absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& calle
     return absl::ResourceExhaustedError(absl::StrCat(
         "the PS holds ", options_.max_tickets, " unused data-plane tickets already; retry later"));
   }
-  tickets_[bytes] = Issued{caller, now + options_.ticket_ttl};
+  tickets_[bytes] = Issued{caller, key, now + options_.ticket_ttl};
   return Ticket{std::move(bytes), options_.ticket_ttl};
 }
 
@@ -179,6 +187,7 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
     }
     if (caller.ok()) {
       who.caller = *caller;
+      who.key = IdentityKey(who.caller, absl::StrCat("data-plane connection ", c->peer));
       WriteVerdict(c->fd.get(), grpc::Status::OK, c->peer);
     } else {
       who.identified = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no ticket");
@@ -237,21 +246,27 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
       // The answer may come later, from another thread (a parked pull, or
       // a primary waiting for its backup): it holds the connection; once
       // closed, Send drops it.
-      service_->ServeDataAs(*as, h.method, payload, deadline, [c, call](grpc::Status st, grpc::ByteBuffer b) {
+      service_->ServeDataAs(*as, h.method, payload, deadline,
+                            [c, call](grpc::Status st, grpc::ByteBuffer b, std::shared_ptr<void> hold) {
         tcpframe::Header r;
         r.response = true;
         r.code = st.error_code();
         r.call_id = call;
+        std::unique_ptr<tcpframe::OutFrame> frame =
+            tcpframe::Encode(r, st.ok() ? std::string() : st.error_message(), b);
+        frame->Hold(std::move(hold));  // the call's slots, until the answer is out
         // Answered inline by the connection's reader, which may as well wait
         // for the socket itself (it reads nothing meanwhile); from another
         // thread (a parked pull released by a push), never wait.
-        c->writer->Send(tcpframe::Encode(r, st.ok() ? std::string() : st.error_message(), b),
-                        /*may_wait=*/std::this_thread::get_id() == c->reader);
+        c->writer->Send(std::move(frame), /*may_wait=*/std::this_thread::get_id() == c->reader);
       });
     }
     if (corked) c->writer->Uncork();
   }
   c->writer->Close();
+  // What this connection's requests left idle in the pool goes back past
+  // the bound, and the allocator returns it to the system.
+  if (pool_->Trim(options_.pool_idle_bytes_after_close) > 0) ::malloc_trim(0);
   absl::MutexLock lock(&mu_);
   open_.erase(c->id);  // the last thing this thread does with `this`
 }

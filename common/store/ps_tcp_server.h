@@ -55,6 +55,8 @@ struct PsTcpServerOptions {
   int max_connections = 1024;
   // Tickets issued and not yet used; more are refused (RESOURCE_EXHAUSTED).
   int max_tickets = 4096;
+  // ...and per caller (IssueTicket's key).
+  int max_tickets_per_caller = 64;
   absl::Duration ticket_ttl = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
   // Frames larger than this are answered RESOURCE_EXHAUSTED and skipped.
@@ -63,8 +65,14 @@ struct PsTcpServerOptions {
   // connection; a frame that would pass it is answered RESOURCE_EXHAUSTED
   // and skipped, not allocated.
   uint64_t max_buffered_bytes = uint64_t{2} << 30;
-  // A client that takes none of its answers for this long is disconnected.
+  // A client that takes none of its answers for this long is disconnected,
+  // and so is one that does not take a whole answer within this and a
+  // second per MiB of it (tcpframe::FrameWriter).
   absl::Duration send_timeout = absl::Seconds(60);
+  // Idle request buffers the pool keeps once a connection has closed; the
+  // rest goes back to the system (a burst of large frames left its buffers
+  // cached for good).
+  size_t pool_idle_bytes_after_close = size_t{64} << 20;
 };
 
 class PsTcpServer {
@@ -81,7 +89,11 @@ class PsTcpServer {
     absl::Duration ttl;
   };
   // A ticket admitting one connection as `caller`.
-  absl::StatusOr<Ticket> IssueTicket(const Caller& caller);
+  // `key` is who the ticket counts against (IdentityKey: the caller's
+  // authenticated task, else its identity and address): at most
+  // max_tickets_per_caller unused ones each, so one caller cannot take
+  // every ticket. Empty: the caller's name.
+  absl::StatusOr<Ticket> IssueTicket(const Caller& caller, const std::string& key = "");
 
   // Connections open now (admitted or awaiting their hello).
   int connections() const;
@@ -110,6 +122,7 @@ class PsTcpServer {
   mutable absl::Mutex mu_;
   struct Issued {
     Caller caller;
+    std::string key;
     absl::Time expires;
   };
   absl::flat_hash_map<std::string, Issued> tickets_ ABSL_GUARDED_BY(mu_);

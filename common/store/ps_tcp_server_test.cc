@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -411,9 +413,28 @@ TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAndTicketsBeyondTheirsAreRefuse
   net::Fd c = Connect();
   grpc::Status v = Verdict(c.get());
   EXPECT_EQ(v.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(server_->IssueTicket(Role(Role::kWorker, "w")).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(server_->IssueTicket(Role(Role::kWorker, "w"), absl::StrCat("w", i)).ok());
   absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
   EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Issue #28: one caller's unused tickets cannot lock every other caller
+// out: past max_tickets_per_caller it is refused, naming itself, while
+// another caller still gets its ticket and connects.
+TEST_F(PsTcpServerTest, UnusedTicketsAreLimitedPerCaller) {
+  PsTcpServerOptions o;
+  o.max_tickets_per_caller = 4;
+  StartServer(o);
+  const Caller hoarder = Role(Role::kWorker, "the worker token");
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.9").ok());
+  absl::StatusOr<PsTcpServer::Ticket> more = server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.9");
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(more.status().message()),
+              HasSubstr("the worker token from ipv4:10.0.0.9 holds 4 unused data-plane tickets"));
+  absl::StatusOr<PsTcpServer::Ticket> mine = server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.1");
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  net::Fd fd = Connect();
+  EXPECT_TRUE(Hello(fd.get(), mine->bytes).ok());
 }
 
 // Shutdown ends every connection, also one with a pull parked in the core,
@@ -431,6 +452,89 @@ TEST_F(PsTcpServerTest, ShutdownEndsConnectionsWithParkedPulls) {
   EXPECT_EQ(server_->connections(), 0);
   tcpframe::FrameReader reader(a.get(), BufferPool::Create(), 1 << 20, "ps");
   EXPECT_EQ(Read(&reader).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// This process's resident memory (the server runs in it), in KiB.
+int64_t RssKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return -1;
+}
+
+// A caller that sends pulls in bursts and never reads an answer, while
+// training pushes between the bursts (each push leaves the answers queued
+// before it their own copy of w, 4 MiB). The answers used to pile up
+// without bound: the call's in-flight slots were freed when its answer was
+// queued, and the send deadline was only between bytes. Now an answer
+// counts against its caller until it is written: past the caller's bound
+// (--max_unread_answer_mb) its pulls are refused, the connection is given
+// up once an answer is not taken whole in time, and the memory comes back.
+TEST_F(PsTcpServerTest, AnswersACallerDoesNotReadAreBoundedAndItIsDisconnected) {
+  constexpr int64_t kFloats = 1 << 20;  // w: 4 MiB
+  ServerCoreOptions co;
+  co.incarnation = 7;
+  co.snapshot_root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/snapshots");
+  service_.reset();
+  core_ = std::make_unique<ParameterServerCore>(co);
+  CreateVariablesRequest req;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(absl::StrCat(R"(
+      variable { name: "w" dtype: DT_FLOAT shape { dim: )", kFloats, R"( } initializer { kind: ZEROS } }
+      optimizer { sgd { learning_rate: 1 } }
+      consistency { mode: ASYNC } num_workers: 2)"), &req));
+  ASSERT_TRUE(core_->CreateVariables(req).ok());
+  service_ = std::make_unique<PsServiceImpl>(core_.get());
+  service_->set_max_unread_answer_bytes(int64_t{32} << 20);
+  PsTcpServerOptions o;
+  o.send_timeout = absl::Seconds(2);  // and 4 s for a 4 MiB answer: 6 s
+  StartServer(o);
+
+  net::Fd hostile = Admitted(Role(Role::kWorker, "worker 0"));
+  std::string burst;
+  for (int i = 0; i < 8; ++i) {
+    tcpframe::Header h;
+    h.method = psframe::Method::kPull;
+    h.timeout_ms = 5000;
+    h.call_id = 100 + i;
+    const std::unique_ptr<tcpframe::OutFrame> frame = tcpframe::Encode(h, "", Pull(0, 0));
+    for (const iovec& v : frame->iov()) burst.append(static_cast<const char*>(v.iov_base), v.iov_len);
+  }
+  pswire::PushArgs push;
+  push.id.set_worker(1);
+  push.id.set_worker_incarnation(1);
+  push.gradients.emplace_back("w", Tensor::Zeros(DT_FLOAT, TensorShape({kFloats})));
+  const int64_t before_kb = RssKb();
+  int64_t peak_kb = before_kb;
+  int sent = 0;
+  for (int b = 0; b < 100; ++b) {
+    if (!net::IoExact(hostile.get(), burst.data(), burst.size(), true, absl::Now() + kDeadline, nullptr, "ps").ok()) {
+      break;  // given up already
+    }
+    ++sent;
+    push.id.set_step(b);
+    ASSERT_TRUE(core_->Push(push.id, push.gradients).ok());  // training goes on
+    peak_kb = std::max(peak_kb, RssKb());
+  }
+  // Given up: no answer was taken whole within its deadline.
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  while (server_->connections() > 0 && absl::Now() < end) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(server_->connections(), 0) << "a caller that reads nothing is still connected";
+  const int64_t after_kb = RssKb();
+  std::cout << "a caller reading none of its answers: " << sent << " bursts of 8 pulls of 4 MiB; RSS "
+            << before_kb / 1024 << " MiB before, peak " << peak_kb / 1024 << " MiB, after it was disconnected "
+            << after_kb / 1024 << " MiB\n";
+  EXPECT_LT(peak_kb - before_kb, 96 * 1024) << "unread answers piled up";
+  EXPECT_LT(after_kb - before_kb, 48 * 1024);
+
+  // An honest caller is served all along.
+  net::Fd honest = Admitted(Role(Role::kWorker, "worker 1"));
+  tcpframe::FrameReader reader(honest.get(), BufferPool::Create(), 64 << 20, "ps");
+  SendFrame(honest.get(), psframe::Method::kPull, 1, Pull(1, 0));
+  absl::StatusOr<Answer> a = Read(&reader);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->status.ok()) << a->status.error_message();
 }
 
 }  // namespace

@@ -908,6 +908,25 @@ void ParameterServerCore::FinishJobLocked(const WriteJob& job, absl::Status resu
   if (job.waited) waited_results_[job.seq] = std::move(result);
 }
 
+SnapshotReadOptions ParameterServerCore::RestoreReadOptions(bool all_here) const {
+  auto defs = std::make_shared<std::map<std::string, VariableDef>>();
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [name, v] : variables_) (*defs)[name] = v->def();
+  }
+  SnapshotReadOptions options;
+  options.check_variable = [defs, all_here](const VariableDef& saved, DataType dtype, const TensorShape& value) {
+    auto it = defs->find(saved.name());
+    if (it == defs->end()) {
+      // Another layout's store holds other PS's variables too.
+      if (!all_here) return absl::OkStatus();
+      return absl::FailedPreconditionError(absl::StrCat("variable ", saved.name(), " is not on this PS"));
+    }
+    return FitsVariable(it->second, saved, dtype, value);
+  };
+  return options;
+}
+
 absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const RestoreRequest& req) {
   constexpr int kMaxSources = 1024;
   if (req.source_size() > kMaxSources) {
@@ -922,13 +941,15 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     return absl::FailedPreconditionError("this store has no snapshot directory (--snapshot_dir)");
   }
   // Every source read whole and checked (read-only: they may be other
-  // daemons' stores) before anything here changes.
+  // daemons' stores) before anything here changes; each piece of a
+  // variable here checked against it before it is allocated.
+  const SnapshotReadOptions read_options = RestoreReadOptions(/*all_here=*/false);
   std::vector<PsSnapshot> snaps;
   for (const std::string& source : req.source()) {
     const std::string dir =
         absl::StrCat(absl::StripSuffix(options_.snapshot_root, "/"), "/", req.checkpoint(), "/", source);
     ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> store, SnapshotStore::OpenReadOnly(dir));
-    absl::StatusOr<PsSnapshot> snap = store->Read(req.step());
+    absl::StatusOr<PsSnapshot> snap = store->Read(req.step(), read_options);
     if (!snap.ok()) {
       return absl::Status(snap.status().code(), absl::StrCat(source, ": ", snap.status().message()));
     }
@@ -979,7 +1000,9 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
   }
   ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
   absl::Cleanup release = [this, store] { ReleaseStore(store); };
-  absl::StatusOr<PsSnapshot> read = store->Read(req.step());
+  // Each variable of the snapshot checked against this PS's before it is
+  // allocated: a file cannot make a restore ask for more than the job's.
+  absl::StatusOr<PsSnapshot> read = store->Read(req.step(), RestoreReadOptions(/*all_here=*/true));
   if (read.status().code() == absl::StatusCode::kDataLoss) {
     std::move(release).Invoke();
     ReplaceStore(store, /*salvage=*/true, /*wait_for_uses=*/true);

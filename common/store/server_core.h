@@ -191,6 +191,10 @@ class ParameterServerCore {
   absl::StatusOr<int64_t> WriteLinked(const WriteJob& job);
 
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // What a restore checks a snapshot's index against before reading it:
+  // each variable's piece fits this PS's variable of that name; with
+  // `all_here`, a name this PS lacks is refused too (its own layout).
+  SnapshotReadOptions RestoreReadOptions(bool all_here) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<RestoreResponse> RestoreFromSources(const RestoreRequest& req);
   // RESOURCE_EXHAUSTED naming --max_pull_response_mb when an answer of
   // `bytes` is over options_.max_pull_response_bytes.

@@ -99,6 +99,9 @@ class OutFrame {
 
   size_t bytes() const { return bytes_; }
   const std::vector<iovec>& iov() const { return iov_; }
+  // Keeps `hold` alive as long as the frame: until it is written or
+  // dropped (a server's call slots, released when its answer is out).
+  void Hold(std::shared_ptr<void> hold) { hold_ = std::move(hold); }
 
  private:
   friend std::unique_ptr<OutFrame> Encode(const Header&, const std::string&, const grpc::ByteBuffer&);
@@ -106,6 +109,7 @@ class OutFrame {
   std::vector<grpc::Slice> slices_;  // the payload's, referenced
   std::vector<iovec> iov_;
   size_t bytes_ = 0;
+  std::shared_ptr<void> hold_;
 };
 
 // A request (message empty) or a response frame around `payload`.

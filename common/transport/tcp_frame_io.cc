@@ -161,6 +161,7 @@ bool FrameWriter::Send(std::unique_ptr<OutFrame> frame, bool may_wait) {
     absl::MutexLock lock(&mu_);
     if (closed_ || !broken_.ok()) return false;
     queue_.push_back(std::move(frame));
+    if (queue_.size() == 1) front_deadline_ = FrameDeadline(queue_.front()->bytes());
     if (sending_ || corked_ > 0) return true;
     sending_ = true;
   }
@@ -193,6 +194,10 @@ void FrameWriter::BreakLocked(absl::Status why) {
   sent_of_front_ = 0;
   sending_ = false;
   handed_over_ = false;
+}
+
+absl::Time FrameWriter::FrameDeadline(size_t bytes) const {
+  return absl::Now() + send_timeout_ + absl::Seconds(static_cast<double>(bytes) / kMinSendBytesPerSecond);
 }
 
 void FrameWriter::Drain(bool wait) {
@@ -240,6 +245,7 @@ void FrameWriter::Drain(bool wait) {
           left -= rest;
           queue_.pop_front();
           sent_of_front_ = 0;
+          if (!queue_.empty()) front_deadline_ = FrameDeadline(queue_.front()->bytes());
         } else {
           sent_of_front_ += left;
           left = 0;
@@ -258,12 +264,24 @@ void FrameWriter::Drain(bool wait) {
       }
       const absl::Time now = absl::Now();
       if (stalled_since == absl::InfiniteFuture()) stalled_since = now;
-      if (now - stalled_since > send_timeout_) {
-        {
-          absl::MutexLock lock(&mu_);
-          BreakLocked(absl::DeadlineExceededError(absl::StrCat(
-              what_, " took no bytes for ", absl::FormatDuration(send_timeout_), ": connection given up")));
+      absl::Status late;
+      {
+        absl::MutexLock lock(&mu_);
+        // A peer that reads a little now and then must not hold a frame
+        // (and what it holds) for ever: each frame has a deadline as a
+        // whole, not only between bytes.
+        if (now - stalled_since > send_timeout_) {
+          late = absl::DeadlineExceededError(absl::StrCat(what_, " took no bytes for ",
+                                                          absl::FormatDuration(send_timeout_), ": connection given up"));
+        } else if (!queue_.empty() && now > front_deadline_) {
+          late = absl::DeadlineExceededError(absl::StrCat(
+              what_, " did not take a whole frame of ", queue_.front()->bytes(), " bytes in time (",
+              absl::FormatDuration(send_timeout_), " and a second per ", kMinSendBytesPerSecond >> 10,
+              " KiB; it took ", sent_of_front_, "): connection given up"));
         }
+        if (!late.ok()) BreakLocked(late);
+      }
+      if (!late.ok()) {
         ::shutdown(fd_, SHUT_RDWR);  // its reader wakes and fails what is in flight
         return;
       }

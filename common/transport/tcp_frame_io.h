@@ -94,9 +94,13 @@ class FrameReader {
 
 class FrameWriter {
  public:
+  static constexpr int64_t kMinSendBytesPerSecond = 1 << 20;
   // `fd` (not owned) stays open until Close has returned. `send_timeout`:
   // how long the writer's thread waits for a socket that takes nothing
-  // before it gives up on the connection (a peer that stopped reading).
+  // before it gives up on the connection (a peer that stopped reading); and
+  // each frame must be taken whole within `send_timeout` and a second per
+  // kMinSendBytesPerSecond of it from when it is next to go (a peer that
+  // reads a few bytes now and then is given up too).
   FrameWriter(int fd, std::string what, absl::Duration send_timeout = absl::Seconds(60));
   ~FrameWriter();  // Close()
   FrameWriter(const FrameWriter&) = delete;
@@ -124,6 +128,8 @@ class FrameWriter {
   void Drain(bool wait);
   void Loop();
   void BreakLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When a frame of `bytes` that is next to go from now must be sent.
+  absl::Time FrameDeadline(size_t bytes) const;
 
   const int fd_;
   const std::string what_;
@@ -132,6 +138,7 @@ class FrameWriter {
   // Frames keep their address in the deque while others are added.
   std::deque<std::unique_ptr<OutFrame>> queue_ ABSL_GUARDED_BY(mu_);
   size_t sent_of_front_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of queue_.front() already sent
+  absl::Time front_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // queue_.front()'s, whole
   bool sending_ ABSL_GUARDED_BY(mu_) = false;      // a thread holds the sending turn
   bool handed_over_ ABSL_GUARDED_BY(mu_) = false;  // ...and it is the writer's thread
   int corked_ ABSL_GUARDED_BY(mu_) = 0;

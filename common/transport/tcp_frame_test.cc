@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -295,6 +296,42 @@ TEST(TcpFrameIoTest, AConnectionCutMidFrameIsUnavailable) {
   absl::StatusOr<Header> over = absl::UnknownError("");
   absl::Status s = reader.Next(&body, &over, false);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+}
+
+// A peer that reads a little now and then (16 KiB every 100 ms, as a
+// hostile client trickles) kept a connection, and every answer queued on
+// it, for ever: the send deadline was only between bytes. Now a frame must
+// be taken whole within the deadline and a second per MiB of it: this 2 MiB
+// frame within 1 + 2 s, where the trickle needs more than 3 s.
+TEST(TcpFrameIoTest, APeerThatTricklesIsGivenUpWhenAFrameIsNotTakenWholeInTime) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  net::Fd a(sv[0]), b(sv[1]);
+  FrameWriter writer(a.get(), "peer b", absl::Seconds(1));
+  Header h;
+  h.response = true;
+  pswire::PushArgs push;
+  push.gradients.emplace_back("w", Tensor(DT_FLOAT, TensorShape({512 << 10})));  // 2 MiB
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(writer.Send(Encode(h, "", pswire::EncodePush(push))));
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    std::string buf(16 << 10, '\0');
+    while (!stop.load() && ::read(b.get(), buf.data(), buf.size()) > 0) {
+      absl::SleepFor(absl::Milliseconds(100));  // the attacker's pace, not synchronisation
+    }
+  });
+  absl::Status broken;
+  while ((broken = writer.broken()).ok() && absl::Now() - start < absl::Seconds(20)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const absl::Duration took = absl::Now() - start;
+  stop = true;
+  writer.Close();
+  trickler.join();
+  EXPECT_EQ(broken.code(), absl::StatusCode::kDeadlineExceeded) << broken;
+  EXPECT_NE(broken.message().find("did not take a whole frame of"), absl::string_view::npos) << broken;
+  EXPECT_LT(took, absl::Seconds(6)) << "given up after " << took;
 }
 
 }  // namespace

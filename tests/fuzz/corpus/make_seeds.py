@@ -279,3 +279,70 @@ write("tcp_frame_fuzzer", "answers", b"\1" +
       tcp_frame(0x80, 0, 1, [], b"", [(None, ld(1, named("w", tensor(DT_FLOAT, [2], floats(1, 2)))) + vi(2, 7))]) +
       tcp_frame(0x80 | 9, 11, 2, [], b"generation!", []))
 write("tcp_frame_fuzzer", "short_header", b"\0" + struct.pack("<Q", 5) + b"\1\3\0\0\0")
+
+# checkpoint_reader_fuzzer: byte 0 bit 0 clear, a SnapshotIndex (the harness
+# puts floats 1..4 as the old-format chunk s/<1>/0/value/000000 and floats
+# 1..16 as the data file's first 64 bytes); bit 0 set, a manifest.
+def fixed32(field, value):
+    return varint(field << 3 | 5) + struct.pack("<I", value)
+
+
+def dims(*d):
+    return ld(1, b"".join(varint(x) for x in d))
+
+
+def var_def(name, kind=0, shape=(4,)):
+    return ld(1, name) + (vi(2, kind) if kind else b"") + vi(3, DT_FLOAT) + ld(4, dims(*shape))
+
+
+def snap_tensor(key, dtype, shape, nbytes, crc, chunks=0, offset=0):
+    out = ld(1, key) + vi(2, dtype) + ld(3, dims(*shape)) + vi(4, nbytes)
+    if chunks:
+        out += vi(5, chunks)
+    out += fixed32(6, crc)
+    if offset:
+        out += vi(7, offset)
+    return out
+
+
+CHUNK = floats(1, 2, 3, 4)
+DATA = floats(*range(1, 17))
+DATA_FILE = b"snapshot-00000000000000000001-0000000000000000.data"
+OLD_KEY = b"s/00000000000000000001/0/value"
+
+
+def index_seed(name, variables, data_file=b"", data_bytes=0):
+    body = vi(1, 1) + b"".join(ld(5, v) for v in variables)
+    if data_file:
+        body += ld(8, data_file) + vi(9, data_bytes)
+    write("checkpoint_reader_fuzzer", name, b"\0" + body)
+
+
+index_seed("old_format", [var_def(b"w") + ld(3, snap_tensor(OLD_KEY, DT_FLOAT, [4], 16, crc32c(CHUNK), chunks=1))])
+# 1 TiB named, 16 bytes held.
+index_seed("old_format_huge",
+           [var_def(b"w") + ld(3, snap_tensor(OLD_KEY, DT_FLOAT, [1 << 38], 1 << 40, 0, chunks=1 << 17))])
+index_seed("data_file", [var_def(b"w") + ld(3, snap_tensor(b"0/value", DT_FLOAT, [4], 16, crc32c(DATA[:16]))) +
+                         ld(4, snap_tensor(b"0/slot0", DT_FLOAT, [4], 16, crc32c(DATA[16:32]), offset=16))],
+           DATA_FILE, 64)
+index_seed("hash_table", [var_def(b"h", kind=2, shape=(0, 2)) +
+                          ld(3, snap_tensor(b"0/value", DT_FLOAT, [2, 2], 16, crc32c(DATA[:16]))) +
+                          ld(5, snap_tensor(b"0/ids", DT_INT64, [2], 16, crc32c(DATA[16:32]), offset=16))],
+           DATA_FILE, 64)
+# A 1 TiB tensor in a sparse file of that size.
+index_seed("sparse_huge", [var_def(b"w") + ld(3, snap_tensor(b"0/value", DT_FLOAT, [1 << 38], 1 << 40, 0, offset=64))],
+           DATA_FILE, (1 << 40) + 64)
+index_seed("wrong_dtype", [var_def(b"w") + ld(3, snap_tensor(b"0/value", 3, [4], 16, crc32c(DATA[:16])))],
+           DATA_FILE, 64)
+index_seed("data_file_elsewhere", [var_def(b"w") + ld(3, snap_tensor(b"0/value", DT_FLOAT, [4], 16, 0))],
+           b"../ps-1/" + DATA_FILE, 64)
+
+
+def manifest_seed(name, paths):
+    body = vi(1, 1) + b"".join(ld(3, vi(1, i) + ld(2, p)) for i, p in enumerate(paths))
+    write("checkpoint_reader_fuzzer", name, b"\1" + body)
+
+
+manifest_seed("manifest", [b"ps-0", b"worker-1"])
+manifest_seed("manifest_dotdot", [b"ps-0", b"../../x"])
+manifest_seed("manifest_absolute", [b"/etc"])
