@@ -286,14 +286,56 @@ TEST(OnnxImportTest, AnUnsupportedOpIsRefusedNamingTheNode) {
 }
 
 TEST(OnnxImportTest, UnsupportedAttributesAreRefusedNamingTheNode) {
-  ModelMaker m;
-  m.Input("input", {-1, 4, 6, 6});
-  m.Weight("w", {4, 1, 3, 3});
-  ModelMaker::IntAttr(m.Node("Conv", "depthwise", {"input", "w"}, {"y"}), "group", 4);
-  m.Output("y");
-  absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 6, 6}, RandomBatch(TensorShape({1, 4, 6, 6}), 1), "y");
-  ASSERT_FALSE(y.ok());
-  EXPECT_THAT(y.status().message(), HasSubstr("ONNX node depthwise (Conv): group 4"));
+  {
+    ModelMaker m;
+    m.Input("input", {-1, 4, 6, 6});
+    m.Weight("w", {4, 1, 3, 3});
+    onnx::NodeProto* n = m.Node("Conv", "depthwise", {"input", "w"}, {"y"});
+    ModelMaker::IntAttr(n, "group", 4);
+    auto* a = n->add_attribute();
+    a->set_name("auto_pad");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s("FULL");
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 6, 6}, RandomBatch(TensorShape({1, 4, 6, 6}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node depthwise (Conv): auto_pad FULL is not supported"));
+  }
+  {
+    // 6 + 0 - 3 is not a multiple of 2: ceil_mode would add a window.
+    ModelMaker m;
+    m.Input("input", {-1, 2, 6, 6});
+    onnx::NodeProto* n = m.Node("AveragePool", "pool", {"input"}, {"y"});
+    ModelMaker::IntsAttr(n, "kernel_shape", {3, 3});
+    ModelMaker::IntsAttr(n, "strides", {2, 2});
+    ModelMaker::IntAttr(n, "ceil_mode", 1);
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2, 6, 6}, RandomBatch(TensorShape({1, 2, 6, 6}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node pool (AveragePool): ceil_mode 1 is not supported"));
+  }
+  {
+    ModelMaker m;
+    m.Input("input", {-1, 2, 6, 6});
+    m.Weight("w", {4, 2, 3, 3});
+    ModelMaker::IntAttr(m.Node("Conv", "conv", {"input", "w"}, {"y"}), "group", 3);
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2, 6, 6}, RandomBatch(TensorShape({1, 2, 6, 6}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node conv (Conv): group 3 does not divide"));
+  }
+  {
+    ModelMaker m;
+    m.Input("input", {-1, 3, 4});
+    m.Weight("b", {2, 4});
+    m.Node("Mul", "mul", {"input", "b"}, {"y"});
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 3, 4}, RandomBatch(TensorShape({1, 3, 4}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node mul (Mul): shapes [?,3,4] and [2,4] do not broadcast"));
+  }
 }
 
 // The file as CompileModel reads it: a job with a loss on "logits".

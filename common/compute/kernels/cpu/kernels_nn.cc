@@ -1,4 +1,5 @@
-// CPU kernels: convolution (im2col + matrix product), pooling, embeddings,
+// CPU kernels: convolution (im2col + matrix product; grouped convolutions
+// one product per group), max and average pooling, embeddings,
 // losses and metrics.
 #include <algorithm>
 #include <cmath>
@@ -13,29 +14,47 @@
 namespace psrt {
 namespace {
 
-// The im2col matrix [n*oh*ow, k*k*c]: one row per output position. Within
-// a kernel row (fixed kh) the inside columns are one contiguous run of the
-// NHWC input, so each is a single copy; padding is zeros.
+// The im2col matrix [n*oh*ow, patch]: one row per output position, laid
+// out [group, kh, kw, c / group]. With one group and no dilation along w,
+// a kernel row (fixed kh) is one contiguous run of the NHWC input, so it is
+// a single copy; padding is zeros.
 Tensor Im2Col(const KernelContext& ctx, const ConvGeometry& g, const Tensor& x) {
   Tensor col(DT_FLOAT, TensorShape({g.rows(), g.patch()}));
   float* out = col.data<float>();
   const float* in = x.data<float>();
-  const int64_t run = g.k * g.c;
+  const int64_t cg = g.group_channels();
   auto work = [&](Eigen::Index begin, Eigen::Index end) {
     for (Eigen::Index r = begin; r < end; ++r) {
       const int64_t n = r / (g.oh * g.ow), rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow;
-      const int64_t iw0 = ow * g.s - g.pad_left;
-      const int64_t lo = std::max<int64_t>(0, -iw0), hi = std::min<int64_t>(g.k, g.w - iw0);
+      const int64_t iw0 = ow * g.sw - g.pad_left;
       float* dst = out + r * g.patch();
-      for (int64_t kh = 0; kh < g.k; ++kh, dst += run) {
-        const int64_t ih = oh * g.s - g.pad_top + kh;
-        if (ih < 0 || ih >= g.h || hi <= lo) {
-          std::fill(dst, dst + run, 0.0f);
-          continue;
+      if (g.group == 1 && g.dw == 1) {
+        const int64_t run = g.kw * g.c;
+        const int64_t lo = std::max<int64_t>(0, -iw0), hi = std::min<int64_t>(g.kw, g.w - iw0);
+        for (int64_t kh = 0; kh < g.kh; ++kh, dst += run) {
+          const int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
+          if (ih < 0 || ih >= g.h || hi <= lo) {
+            std::fill(dst, dst + run, 0.0f);
+            continue;
+          }
+          std::fill(dst, dst + lo * g.c, 0.0f);
+          std::memcpy(dst + lo * g.c, in + ((n * g.h + ih) * g.w + iw0 + lo) * g.c, (hi - lo) * g.c * sizeof(float));
+          std::fill(dst + hi * g.c, dst + run, 0.0f);
         }
-        std::fill(dst, dst + lo * g.c, 0.0f);
-        std::memcpy(dst + lo * g.c, in + ((n * g.h + ih) * g.w + iw0 + lo) * g.c, (hi - lo) * g.c * sizeof(float));
-        std::fill(dst + hi * g.c, dst + run, 0.0f);
+        continue;
+      }
+      for (int64_t grp = 0; grp < g.group; ++grp) {
+        for (int64_t kh = 0; kh < g.kh; ++kh) {
+          const int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
+          for (int64_t kw = 0; kw < g.kw; ++kw, dst += cg) {
+            const int64_t iw = iw0 + kw * g.dw;
+            if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) {
+              std::fill(dst, dst + cg, 0.0f);
+            } else {
+              std::memcpy(dst, in + ((n * g.h + ih) * g.w + iw) * g.c + grp * cg, cg * sizeof(float));
+            }
+          }
+        }
       }
     }
   };
@@ -44,19 +63,42 @@ Tensor Im2Col(const KernelContext& ctx, const ConvGeometry& g, const Tensor& x) 
 }
 
 using Dims = Eigen::array<Eigen::IndexPair<int>, 1>;
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Strided = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+
+// A row-major block of `rows` x `cols` at `data` whose rows are `ld` apart:
+// one group's columns of a wider matrix.
+Strided Block(float* data, int64_t rows, int64_t cols, int64_t ld) {
+  return Strided(data, rows, cols, Eigen::OuterStride<>(ld));
+}
+
+// Runs f(group) for every group, in parallel (each group's products are
+// independent blocks of the same matrices).
+template <typename F>
+void ForEachGroup(const KernelContext& c, const ConvGeometry& g, F f) {
+  const double flops = static_cast<double>(g.rows()) * g.group_patch() * (g.f / g.group) * 2;
+  c.device->parallelFor(g.group, Eigen::TensorOpCost(0, 0, flops), [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index grp = begin; grp < end; ++grp) f(grp);
+  });
+}
 
 absl::Status Conv2D(KernelContext& c) {
   Tensor& x = c.inputs[0];
   Tensor& k = c.inputs[1];
-  if (k.shape().rank() != 4 || k.shape().dim(2) != x.shape().dim(x.shape().rank() - 1)) {
-    return c.Error(absl::StrCat("kernel ", k.shape().ToString(), " does not fit input ", x.shape().ToString()));
-  }
   ConvGeometry g;
-  if (auto s = Geometry(c, x.shape(), k.shape().dim(0), k.shape().dim(3), &g); !s.ok()) return s;
+  if (auto s = ConvGeometryOf(c, x.shape(), k.shape(), &g); !s.ok()) return s;
   Tensor col = Im2Col(c, g, x);
   Tensor y(DT_FLOAT, TensorShape({g.n, g.oh, g.ow, g.f}));
-  AsMatrix(y, g.rows(), g.f).device(*c.device) =
-      AsMatrix(col, g.rows(), g.patch()).contract(AsMatrix(k, g.patch(), g.f), Dims{Eigen::IndexPair<int>(1, 0)});
+  if (g.group == 1) {
+    AsMatrix(y, g.rows(), g.f).device(*c.device) =
+        AsMatrix(col, g.rows(), g.patch()).contract(AsMatrix(k, g.patch(), g.f), Dims{Eigen::IndexPair<int>(1, 0)});
+  } else {
+    const int64_t p = g.group_patch(), fg = g.f / g.group;
+    ForEachGroup(c, g, [&](int64_t grp) {
+      Block(y.data<float>() + grp * fg, g.rows(), fg, g.f).noalias() =
+          Block(col.data<float>() + grp * p, g.rows(), p, g.patch()) * Block(k.data<float>() + grp * fg, p, fg, g.f);
+    });
+  }
   c.outputs = {y};
   return absl::OkStatus();
 }
@@ -66,11 +108,21 @@ absl::Status Conv2DBackpropFilter(KernelContext& c) {
   Tensor& k = c.inputs[1];
   Tensor& dy = c.inputs[2];
   ConvGeometry g;
-  if (auto s = Geometry(c, x.shape(), k.shape().dim(0), k.shape().dim(3), &g); !s.ok()) return s;
+  if (auto s = ConvGeometryOf(c, x.shape(), k.shape(), &g); !s.ok()) return s;
+  if (dy.NumElements() != g.rows() * g.f) return c.Error("dy does not match the convolution");
   Tensor col = Im2Col(c, g, x);
   Tensor dk(DT_FLOAT, k.shape());
-  AsMatrix(dk, g.patch(), g.f).device(*c.device) =
-      AsMatrix(col, g.rows(), g.patch()).contract(AsMatrix(dy, g.rows(), g.f), Dims{Eigen::IndexPair<int>(0, 0)});
+  if (g.group == 1) {
+    AsMatrix(dk, g.patch(), g.f).device(*c.device) =
+        AsMatrix(col, g.rows(), g.patch()).contract(AsMatrix(dy, g.rows(), g.f), Dims{Eigen::IndexPair<int>(0, 0)});
+  } else {
+    const int64_t p = g.group_patch(), fg = g.f / g.group;
+    ForEachGroup(c, g, [&](int64_t grp) {
+      Block(dk.data<float>() + grp * fg, p, fg, g.f).noalias() =
+          Block(col.data<float>() + grp * p, g.rows(), p, g.patch()).transpose() *
+          Block(dy.data<float>() + grp * fg, g.rows(), fg, g.f);
+    });
+  }
   c.outputs = {dk};
   return absl::OkStatus();
 }
@@ -80,26 +132,39 @@ absl::Status Conv2DBackpropInput(KernelContext& c) {
   Tensor& k = c.inputs[1];
   Tensor& dy = c.inputs[2];
   ConvGeometry g;
-  if (auto s = Geometry(c, x.shape(), k.shape().dim(0), k.shape().dim(3), &g); !s.ok()) return s;
+  if (auto s = ConvGeometryOf(c, x.shape(), k.shape(), &g); !s.ok()) return s;
+  if (dy.NumElements() != g.rows() * g.f) return c.Error("dy does not match the convolution");
   Tensor dcol(DT_FLOAT, TensorShape({g.rows(), g.patch()}));
-  AsMatrix(dcol, g.rows(), g.patch()).device(*c.device) =
-      AsMatrix(dy, g.rows(), g.f).contract(AsMatrix(k, g.patch(), g.f), Dims{Eigen::IndexPair<int>(1, 1)});
+  if (g.group == 1) {
+    AsMatrix(dcol, g.rows(), g.patch()).device(*c.device) =
+        AsMatrix(dy, g.rows(), g.f).contract(AsMatrix(k, g.patch(), g.f), Dims{Eigen::IndexPair<int>(1, 1)});
+  } else {
+    const int64_t p = g.group_patch(), fg = g.f / g.group;
+    ForEachGroup(c, g, [&](int64_t grp) {
+      Block(dcol.data<float>() + grp * p, g.rows(), p, g.patch()).noalias() =
+          Block(dy.data<float>() + grp * fg, g.rows(), fg, g.f) *
+          Block(k.data<float>() + grp * fg, p, fg, g.f).transpose();
+    });
+  }
   Tensor dx = Tensor::Zeros(DT_FLOAT, x.shape());
   // col2im: overlapping windows add up, so scatter one image per task.
   float* out = dx.data<float>();
   const float* in = dcol.data<float>();
+  const int64_t cg = g.group_channels();
   auto work = [&](Eigen::Index begin, Eigen::Index end) {
     for (Eigen::Index n = begin; n < end; ++n) {
       for (int64_t r = n * g.oh * g.ow; r < (n + 1) * g.oh * g.ow; ++r) {
-        int64_t rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow, p = 0;
-        for (int64_t kh = 0; kh < g.k; ++kh) {
-          int64_t ih = oh * g.s - g.pad_top + kh;
-          for (int64_t kw = 0; kw < g.k; ++kw, p += g.c) {
-            int64_t iw = ow * g.s - g.pad_left + kw;
-            if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
-            float* dst = out + ((n * g.h + ih) * g.w + iw) * g.c;
-            const float* src = in + r * g.patch() + p;
-            for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] += src[ch];
+        const int64_t rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow;
+        const float* src = in + r * g.patch();
+        for (int64_t grp = 0; grp < g.group; ++grp) {
+          for (int64_t kh = 0; kh < g.kh; ++kh) {
+            const int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
+            for (int64_t kw = 0; kw < g.kw; ++kw, src += cg) {
+              const int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
+              if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+              float* dst = out + ((n * g.h + ih) * g.w + iw) * g.c + grp * cg;
+              for (int64_t ch = 0; ch < cg; ++ch) dst[ch] += src[ch];
+            }
           }
         }
       }
@@ -112,8 +177,7 @@ absl::Status Conv2DBackpropInput(KernelContext& c) {
 
 // For each pooled output, the input offset of its maximum.
 absl::Status PoolArgmax(const KernelContext& c, const Tensor& x, ConvGeometry* g, std::vector<int64_t>* arg) {
-  int64_t k = GetAttrI(*c.node, "ksize", 2);
-  if (auto s = Geometry(c, x.shape(), k, x.shape().dim(3), g); !s.ok()) return s;
+  if (auto s = Geometry(c, x.shape(), 0, 0, x.shape().rank() == 4 ? x.shape().dim(3) : 0, g); !s.ok()) return s;
   arg->assign(g->rows() * g->c, -1);
   const float* in = x.data<float>();
   auto work = [&](Eigen::Index begin, Eigen::Index end) {
@@ -122,11 +186,11 @@ absl::Status PoolArgmax(const KernelContext& c, const Tensor& x, ConvGeometry* g
       for (int64_t ch = 0; ch < g->c; ++ch) {
         float best = -std::numeric_limits<float>::infinity();
         int64_t at = -1;
-        for (int64_t kh = 0; kh < g->k; ++kh) {
-          int64_t ih = oh * g->s - g->pad_top + kh;
+        for (int64_t kh = 0; kh < g->kh; ++kh) {
+          int64_t ih = oh * g->sh - g->pad_top + kh * g->dh;
           if (ih < 0 || ih >= g->h) continue;
-          for (int64_t kw = 0; kw < g->k; ++kw) {
-            int64_t iw = ow * g->s - g->pad_left + kw;
+          for (int64_t kw = 0; kw < g->kw; ++kw) {
+            int64_t iw = ow * g->sw - g->pad_left + kw * g->dw;
             if (iw < 0 || iw >= g->w) continue;
             int64_t o = ((n * g->h + ih) * g->w + iw) * g->c + ch;
             if (at < 0 || in[o] > best) {
@@ -139,7 +203,7 @@ absl::Status PoolArgmax(const KernelContext& c, const Tensor& x, ConvGeometry* g
       }
     }
   };
-  c.device->parallelFor(g->rows(), Eigen::TensorOpCost(0, 0, g->k * g->k * g->c * 2), work);
+  c.device->parallelFor(g->rows(), Eigen::TensorOpCost(0, 0, g->kh * g->kw * g->c * 2), work);
   return absl::OkStatus();
 }
 
@@ -148,7 +212,7 @@ absl::Status MaxPool(KernelContext& c) {
   std::vector<int64_t> arg;
   if (auto s = PoolArgmax(c, c.inputs[0], &g, &arg); !s.ok()) return s;
   Tensor y(DT_FLOAT, TensorShape({g.n, g.oh, g.ow, g.c}));
-  for (size_t i = 0; i < arg.size(); ++i) y.data<float>()[i] = c.inputs[0].data<float>()[arg[i]];
+  for (size_t i = 0; i < arg.size(); ++i) y.data<float>()[i] = arg[i] < 0 ? 0.0f : c.inputs[0].data<float>()[arg[i]];
   c.outputs = {y};
   return absl::OkStatus();
 }
@@ -157,9 +221,98 @@ absl::Status MaxPoolGrad(KernelContext& c) {
   ConvGeometry g;
   std::vector<int64_t> arg;
   if (auto s = PoolArgmax(c, c.inputs[0], &g, &arg); !s.ok()) return s;
+  if (c.inputs[2].NumElements() != static_cast<int64_t>(arg.size())) return c.Error("dy does not match the pooled shape");
   Tensor dx = Tensor::Zeros(DT_FLOAT, c.inputs[0].shape());
   const float* dy = c.inputs[2].data<float>();
-  for (size_t i = 0; i < arg.size(); ++i) dx.data<float>()[arg[i]] += dy[i];
+  for (size_t i = 0; i < arg.size(); ++i) {
+    if (arg[i] >= 0) dx.data<float>()[arg[i]] += dy[i];
+  }
+  c.outputs = {dx};
+  return absl::OkStatus();
+}
+
+// The rows [lo, hi) of the window of output row `o` (any axis) that lie on
+// the image, and the divisor: the window's size within the padded image
+// (count_include_pad, PyTorch's default) or its on-image cells only.
+struct AvgSpan {
+  int64_t lo, hi, count;
+};
+inline AvgSpan AvgAxis(int64_t o, int64_t s, int64_t pad_before, int64_t k, int64_t in, int64_t pad_after,
+                       bool include_pad) {
+  const int64_t start = o * s - pad_before;
+  AvgSpan a{start, start + k, 0};
+  const int64_t lo = std::max<int64_t>(a.lo, 0), hi = std::min<int64_t>(a.hi, in);
+  const int64_t padded_hi = std::min<int64_t>(a.hi, in + pad_after);
+  a.count = include_pad ? padded_hi - a.lo : hi - lo;
+  a.lo = lo;
+  a.hi = hi;
+  return a;
+}
+
+// y[n, oh, ow, c] = mean of x over the window (NHWC, dense windows).
+absl::Status AvgPool(KernelContext& c) {
+  const Tensor& x = c.inputs[0];
+  ConvGeometry g;
+  if (auto s = Geometry(c, x.shape(), 0, 0, x.shape().rank() == 4 ? x.shape().dim(3) : 0, &g); !s.ok()) return s;
+  if (g.dh != 1 || g.dw != 1) return c.Error("dilated average pooling is not supported");
+  Tensor y = Tensor::Zeros(DT_FLOAT, TensorShape({g.n, g.oh, g.ow, g.c}));
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  auto work = [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index r = begin; r < end; ++r) {
+      const int64_t n = r / (g.oh * g.ow), rem = r % (g.oh * g.ow), i = rem / g.ow, j = rem % g.ow;
+      const AvgSpan a = AvgAxis(i, g.sh, g.pad_top, g.kh, g.h, g.pad_bottom, g.count_include_pad);
+      const AvgSpan b = AvgAxis(j, g.sw, g.pad_left, g.kw, g.w, g.pad_right, g.count_include_pad);
+      float* dst = out + r * g.c;
+      for (int64_t ih = a.lo; ih < a.hi; ++ih) {
+        for (int64_t iw = b.lo; iw < b.hi; ++iw) {
+          const float* src = in + ((n * g.h + ih) * g.w + iw) * g.c;
+          for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] += src[ch];
+        }
+      }
+      const int64_t count = a.count * b.count;
+      const float scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+      for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] *= scale;
+    }
+  };
+  c.device->parallelFor(g.rows(), Eigen::TensorOpCost(0, 0, g.kh * g.kw * g.c), work);
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+// (dy, x) -> dx: each output spreads dy / count over its window; one image
+// per task, as overlapping windows add up.
+absl::Status AvgPoolGrad(KernelContext& c) {
+  const Tensor& dy = c.inputs[0];
+  const Tensor& x = c.inputs[1];
+  ConvGeometry g;
+  if (auto s = Geometry(c, x.shape(), 0, 0, x.shape().rank() == 4 ? x.shape().dim(3) : 0, &g); !s.ok()) return s;
+  if (g.dh != 1 || g.dw != 1) return c.Error("dilated average pooling is not supported");
+  if (dy.NumElements() != g.rows() * g.c) return c.Error("dy does not match the pooled shape");
+  Tensor dx = Tensor::Zeros(DT_FLOAT, x.shape());
+  const float* in = dy.data<float>();
+  float* out = dx.data<float>();
+  auto work = [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index n = begin; n < end; ++n) {
+      for (int64_t i = 0; i < g.oh; ++i) {
+        const AvgSpan a = AvgAxis(i, g.sh, g.pad_top, g.kh, g.h, g.pad_bottom, g.count_include_pad);
+        for (int64_t j = 0; j < g.ow; ++j) {
+          const AvgSpan b = AvgAxis(j, g.sw, g.pad_left, g.kw, g.w, g.pad_right, g.count_include_pad);
+          const int64_t count = a.count * b.count;
+          if (count <= 0) continue;
+          const float scale = 1.0f / static_cast<float>(count);
+          const float* src = in + ((n * g.oh + i) * g.ow + j) * g.c;
+          for (int64_t ih = a.lo; ih < a.hi; ++ih) {
+            for (int64_t iw = b.lo; iw < b.hi; ++iw) {
+              float* dst = out + ((n * g.h + ih) * g.w + iw) * g.c;
+              for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] += src[ch] * scale;
+            }
+          }
+        }
+      }
+    }
+  };
+  c.device->parallelFor(g.n, Eigen::TensorOpCost(0, 0, g.oh * g.ow * g.kh * g.kw * g.c), work);
   c.outputs = {dx};
   return absl::OkStatus();
 }
@@ -350,6 +503,8 @@ void RegisterCpuNnKernels(KernelRegistry* r) {
   r->Register("Conv2DBackpropInput", Conv2DBackpropInput);
   r->Register("MaxPool", MaxPool);
   r->Register("MaxPoolGrad", MaxPoolGrad);
+  r->Register("AvgPool", AvgPool);
+  r->Register("AvgPoolGrad", AvgPoolGrad);
   r->Register("EmbeddingLookup", EmbeddingLookup);
   r->Register("EmbeddingLookupGrad", EmbeddingLookupGrad);
   r->Register("EmbeddingBag", EmbeddingBag);
