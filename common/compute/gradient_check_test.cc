@@ -220,6 +220,12 @@ TEST(GradientCheckTest, EveryOp) {
   cases.push_back({"Clip (ReLU6)", [](GraphBuilder& b) { return b.Add("Clip", "y", {"x"}, {{"min", AttrF(0)}, {"max", AttrF(0.5f)}}); },
                    {{"x", Tensor::FromVector<float>({-0.9f, -0.3f, 0.2f, 0.3f, 0.4f, 0.6f, 0.8f, -0.1f, 0.1f, 0.45f, 0.55f, 1.2f},
                                                     TensorShape({3, 4}))}}});
+  for (TensorShape shape : {TensorShape({2, 3, 3, 4}), TensorShape({5, 3})}) {
+    const int64_t ch = shape.dim(shape.rank() - 1);
+    cases.push_back({"BatchNorm " + shape.ToString(),
+                     [](GraphBuilder& b) { return b.Add("BatchNorm", "y", {"x", "scale", "offset"}, {{"epsilon", AttrF(1e-3f)}}); },
+                     {{"x", Random(shape, &rng)}, {"scale", Random({ch}, &rng, 0.5f, 1.5f)}, {"offset", Random({ch}, &rng)}}});
+  }
   cases.push_back({"EmbeddingLookup", [](GraphBuilder& b) { return b.Add("EmbeddingLookup", "y", {"rows", "index"}); },
                    {{"rows", Random({5, 3}, &rng)}},
                    {{"index", Tensor::FromVector<int64_t>({4, 0, 4, 2}, TensorShape({4}))}}});

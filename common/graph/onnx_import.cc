@@ -218,6 +218,7 @@ class Importer {
   absl::StatusOr<std::optional<Val>> AsNhwc(const Node& n, Val v);
   absl::Status Reduction(const Node& n);
   absl::Status ClipNode(const Node& n);
+  absl::Status BatchNormNode(const Node& n);
   void Set(const Node& n, int k, Val v) { values_[n.output(k)] = std::move(v); }
 
   const onnx::ModelProto& model_;
@@ -685,6 +686,43 @@ absl::Status Importer::ClipNode(const Node& n) {
   return absl::OkStatus();
 }
 
+// BatchNormalization, normalised with the batch's statistics (training
+// steps and evaluation alike): scale and B are trained variables; the
+// file's running mean and variance are not read and its running-statistics
+// outputs are refused, as psrt keeps no moving statistics yet (README,
+// "Batch normalisation").
+absl::Status Importer::BatchNormNode(const Node& n) {
+  RETURN_IF_ERROR(OnlyAttrs(n, {"epsilon", "momentum", "training_mode", "spatial"}));
+  ASSIGN_OR_RETURN(float eps, Float(n, "epsilon", 1e-5f));
+  if (!(eps > 0 && eps < 1)) return Bad(n, absl::StrCat("epsilon ", eps, " is not in (0, 1)"));
+  ASSIGN_OR_RETURN(float momentum, Float(n, "momentum", 0.9f));
+  if (!std::isfinite(momentum)) return Bad(n, "momentum is not finite");
+  ASSIGN_OR_RETURN(int64_t spatial, Int(n, "spatial", 1));
+  if (spatial != 1) return Unsupported(n, "spatial 0 (statistics per position) is not supported");
+  if (!HasInput(n, 3) || !HasInput(n, 4)) return Bad(n, "needs 5 inputs (X, scale, B, input_mean, input_var)");
+  for (int k = 1; k < n.output_size(); ++k) {
+    if (!n.output(k).empty() && consumed_mask_.count(n.output(k))) {
+      return Unsupported(n, absl::StrCat("output ", k, " (the running statistics) is read; moving statistics are not kept yet"));
+    }
+  }
+  ASSIGN_OR_RETURN(Val x, In(n, 0));
+  if (x.shape.size() != 2 && x.shape.size() != 4) {
+    return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), ": only [N, C] and [N, C, H, W] are supported"));
+  }
+  const int64_t ch = x.shape[1];
+  if (ch < 1) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has an unknown channel count"));
+  ASSIGN_OR_RETURN(Val scale, In(n, 1, /*weight=*/true));
+  ASSIGN_OR_RETURN(Val bias, In(n, 2, /*weight=*/true));
+  for (const Val* v : {&scale, &bias}) {
+    if (v->shape != Shape{ch}) return Bad(n, absl::StrCat(v == &scale ? "scale " : "B ", ShapeString(v->shape), " is not [", ch, "]"));
+  }
+  if (x.shape.size() == 4) {
+    ASSIGN_OR_RETURN(x, Nhwc(n, x));  // channels last, as the kernel normalises
+  }
+  Set(n, 0, Val{b_->Add("BatchNorm", Hint(n), {x.tensor, scale.tensor, bias.tensor}, {{"epsilon", AttrF(eps)}}), x.shape, x.nhwc});
+  return absl::OkStatus();
+}
+
 absl::Status Importer::Convert(const Node& n) {
   const std::string& op = n.op_type();
   if (!n.domain().empty() && n.domain() != "ai.onnx") {
@@ -769,6 +807,7 @@ absl::Status Importer::Convert(const Node& n) {
   }
   if (op == "ReduceMean" || op == "ReduceSum") return Reduction(n);
   if (op == "Clip") return ClipNode(n);
+  if (op == "BatchNormalization") return BatchNormNode(n);
   if (op == "GlobalAveragePool") {
     RETURN_IF_ERROR(OnlyAttrs(n, {}));
     ASSIGN_OR_RETURN(Val x, In(n, 0));
@@ -835,7 +874,7 @@ absl::Status Importer::Convert(const Node& n) {
 }  // namespace
 
 std::vector<std::string> SupportedOnnxOps() {
-  return {"Add",        "AveragePool", "Clip",     "Constant",  "Conv",      "Div",     "Dropout",
+  return {"Add",        "AveragePool", "BatchNormalization", "Clip",     "Constant",  "Conv",      "Div",     "Dropout",
           "Flatten",    "Gemm",        "GlobalAveragePool",    "Identity",  "LogSoftmax", "MatMul",
           "MaxPool",    "Mul",         "ReduceMean", "ReduceSum", "Relu",    "Reshape", "Sigmoid",
           "Softmax",    "Sub",         "Tanh"};

@@ -127,6 +127,48 @@ void RegisterNnOps(OpRegistry* r) {
     r->Register(ShapedLikeInput("AvgPoolGrad", 2, 1));
   }
   {
+    // Batch normalisation over every axis but the last (the channels: NHWC
+    // or [N, C]) with the batch's own statistics, in training steps and
+    // evaluation alike (moving statistics are not kept yet: see README,
+    // "Batch normalisation"). x, scale [C], offset [C] -> y, and the
+    // batch's mean and (biased) variance [C] for the gradient.
+    OpDef d;
+    d.name = "BatchNorm";
+    d.num_inputs = 3;
+    d.num_outputs = 3;
+    d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      if (in[0].size() < 2) return ShapeError(n, absl::StrCat("input ", ShapeString(in[0]), " has no channel axis"));
+      const int64_t c = in[0].back();
+      for (int i = 1; i <= 2; ++i) {
+        if (in[i].size() != 1 || !DimsAgree(in[i][0], c)) {
+          return ShapeError(n, absl::StrCat(i == 1 ? "scale " : "offset ", ShapeString(in[i]), " is not [", c, "]"));
+        }
+      }
+      if (!(GetAttrF(n, "epsilon", 1e-5f) > 0)) return ShapeError(n, "epsilon must be positive");
+      *out = {in[0], {c}, {c}};
+      return absl::OkStatus();
+    };
+    d.grad = [](const GradContext& c) -> Grads {
+      if (!c.dy[1].empty() || !c.dy[2].empty()) {
+        return absl::UnimplementedError(absl::StrCat("node ", c.node->name(), " (BatchNorm): gradients through the batch statistics outputs"));
+      }
+      const std::string g = c.Add("BatchNormGrad", "grad", {c.dy[0], c.in(0), c.in(1), c.out(1), c.out(2)},
+                                  {{"epsilon", AttrF(GetAttrF(*c.node, "epsilon", 1e-5f))}});
+      return std::vector<std::string>{TensorName(g, 0), TensorName(g, 1), TensorName(g, 2)};
+    };
+    r->Register(d);
+    // (dy, x, scale, mean, var) -> dx, dscale, doffset.
+    OpDef g;
+    g.name = "BatchNormGrad";
+    g.num_inputs = 5;
+    g.num_outputs = 3;
+    g.shape = [](const NodeDef&, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      *out = {in[1], in[2], in[2]};
+      return absl::OkStatus();
+    };
+    r->Register(g);
+  }
+  {
     // rows [U, D] (the pulled rows of the unique ids), index [B] into them.
     OpDef d;
     d.name = "EmbeddingLookup";

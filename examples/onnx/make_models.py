@@ -3,7 +3,8 @@
 PyTorch's loss and gradients on a fixed batch for psrt's tests.
 
 For each model (an MLP, a small CNN, "ops" that uses every op of the
-second import slice, and a small ResNet) it writes, beside this script:
+second import slice, a small ResNet, and the same ResNet with batch
+normalisation) it writes, beside this script:
   <model>.onnx            torch.onnx.export (opset 18, dynamic batch, training
                           mode so that Dropout nodes are kept), the initial
                           weights inside;
@@ -13,7 +14,8 @@ second import slice, and a small ResNet) it writes, beside this script:
                           the gradient of every parameter ("grad/<name>",
                           named as the .onnx file's initializers), from the
                           file's own initial weights in eval mode (no
-                          dropout).
+                          dropout; a model with batch normalisation in
+                          train mode: the batch's statistics).
 
 Run with a Python that has torch, onnx and onnxscript:
   /tmp/torchvenv/bin/python examples/onnx/make_models.py
@@ -98,6 +100,34 @@ class Block(nn.Module):
         return torch.relu(y + (x if self.shortcut is None else self.shortcut(x)))
 
 
+class BnBlock(nn.Module):
+    """Block with batch normalisation after each convolution (no conv
+    biases), as torchvision's BasicBlock."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+def resnet_bn():
+    # The ResNet above with batch normalisation (training-mode statistics).
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        BnBlock(16, 16, 1), BnBlock(16, 32, 2), BnBlock(32, 64, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(64, 10))
+
+
 def resnet():
     # A small ResNet for 28x28: conv stem, three residual blocks (two with a
     # strided projection shortcut), global average pool, linear.
@@ -116,11 +146,25 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
+def has_batch_norm(model):
+    return any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+
+
 def export(model, path):
     # In training mode, so that the Dropout layers come along (an eval-mode
     # export leaves them out): psrt applies them in training steps only.
     model.train()
     x = torch.zeros(2, 1, 28, 28)
+    if has_batch_norm(model):
+        # The torch.export-based exporter of this PyTorch (2.15) writes no
+        # BatchNormalization node for a training-mode BatchNorm2d (it is
+        # gone from the graph); the TorchScript exporter writes it with
+        # training_mode=1, the running statistics as initializers.
+        torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["logits"],
+                          opset_version=18, dynamo=False, do_constant_folding=False,
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.TRAINING)
+        return
     torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["logits"],
                       opset_version=18, dynamo=True, external_data=False,
                       dynamic_shapes=({0: torch.export.Dim("batch")},),
@@ -142,7 +186,9 @@ def reference(model_path, images, labels, out_path):
     with torch.no_grad():
         for name, p in state.items():
             p.copy_(torch.from_numpy(weights[name].copy()))
-    model.eval()
+    # Eval mode turns dropout off; batch normalisation runs on the batch's
+    # statistics (train mode), as psrt's does.
+    model.train(has_batch_norm(model))
     x = torch.from_numpy(images.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
     y = torch.from_numpy(labels.astype(np.int64))
     loss = nn.functional.cross_entropy(model(x), y)
@@ -157,7 +203,7 @@ def reference(model_path, images, labels, out_path):
     print(f"{out_path}: loss {loss.item():.6f}, {len(state)} gradients")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet}
+MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn}
 
 
 def main():

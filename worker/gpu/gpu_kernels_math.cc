@@ -1,6 +1,6 @@
 // GPU kernels: broadcasting arithmetic, SumLike / BroadcastLike (their
-// gradients), ReduceSum / ReduceMean and Clip. Shapes are planned on the
-// host exactly as kernels_math.cc plans them (common/compute/kernels/
+// gradients), ReduceSum / ReduceMean, Clip and BatchNorm. Shapes are
+// planned on the host exactly as kernels_math.cc plans them (common/compute/kernels/
 // broadcast.h), so both devices accept the same inputs.
 #include <cmath>
 
@@ -115,6 +115,54 @@ absl::Status ClipGradOp(GpuKernelContext& c) {  // (dy, x)
   return absl::OkStatus();
 }
 
+absl::Status ChannelRows(const GpuKernelContext& c, const Tensor& x, int64_t* rows, int64_t* ch) {
+  if (x.shape().rank() < 2) return c.Error(absl::StrCat("input ", x.shape().ToString(), " has no channel axis"));
+  *ch = x.shape().dim(x.shape().rank() - 1);
+  *rows = *ch == 0 ? 0 : x.NumElements() / *ch;
+  if (*rows == 0) return c.Error("batch normalisation of an empty batch");
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormOp(GpuKernelContext& c) {  // (x, scale, offset) -> y, mean, var
+  const Tensor& x = c.inputs[0];
+  int64_t rows, ch;
+  RETURN_IF_ERROR(ChannelRows(c, x, &rows, &ch));
+  if (c.inputs[1].NumElements() != ch || c.inputs[2].NumElements() != ch) return c.Error("scale or offset does not match the channels");
+  ASSIGN_OR_RETURN(Tensor y, c.Output(x.shape()));
+  ASSIGN_OR_RETURN(Tensor mean, c.Output(TensorShape({ch})));
+  ASSIGN_OR_RETURN(Tensor var, c.Output(TensorShape({ch})));
+  const float eps = GetAttrF(*c.node, "epsilon", 1e-5f);
+  PSRT_GPU_CHECK(c, BatchNormStats(c.stream(), x.data<float>(), rows, ch, mean.data<float>(), var.data<float>()));
+  PSRT_GPU_CHECK(c, BatchNormApply(c.stream(), x.data<float>(), c.inputs[1].data<float>(), c.inputs[2].data<float>(),
+                                   mean.data<float>(), var.data<float>(), eps, rows, ch, y.data<float>()));
+  c.outputs = {y, mean, var};
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormGradOp(GpuKernelContext& c) {  // (dy, x, scale, mean, var) -> dx, dscale, doffset
+  const Tensor& dy = c.inputs[0];
+  const Tensor& x = c.inputs[1];
+  int64_t rows, ch;
+  RETURN_IF_ERROR(ChannelRows(c, x, &rows, &ch));
+  if (dy.NumElements() != x.NumElements()) return c.Error("dy and x differ in size");
+  for (int i = 2; i <= 4; ++i) {
+    if (c.inputs[i].NumElements() != ch) return c.Error("scale, mean or var does not match the channels");
+  }
+  const float eps = GetAttrF(*c.node, "epsilon", 1e-5f);
+  ASSIGN_OR_RETURN(Tensor dx, c.Output(x.shape()));
+  ASSIGN_OR_RETURN(Tensor dscale, c.Output(TensorShape({ch})));
+  ASSIGN_OR_RETURN(Tensor doffset, c.Output(TensorShape({ch})));
+  const float* mean = c.inputs[3].data<float>();
+  const float* var = c.inputs[4].data<float>();
+  PSRT_GPU_CHECK(c, BatchNormGradSums(c.stream(), dy.data<float>(), x.data<float>(), mean, var, eps, rows, ch,
+                                      dscale.data<float>(), doffset.data<float>()));
+  PSRT_GPU_CHECK(c, BatchNormGradInput(c.stream(), dy.data<float>(), x.data<float>(), c.inputs[2].data<float>(), mean,
+                                       var, dscale.data<float>(), doffset.data<float>(), eps, rows, ch,
+                                       dx.data<float>()));
+  c.outputs = {dx, dscale, doffset};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterGpuMathKernels(GpuKernelRegistry* r) {
@@ -128,6 +176,8 @@ void RegisterGpuMathKernels(GpuKernelRegistry* r) {
   r->Register("ReduceMean", ReduceOp(true));
   r->Register("Clip", ClipOp);
   r->Register("ClipGrad", ClipGradOp);
+  r->Register("BatchNorm", BatchNormOp);
+  r->Register("BatchNormGrad", BatchNormGradOp);
 }
 
 }  // namespace gpu

@@ -256,6 +256,8 @@ TEST(GpuKernelsTest, GroupedConvAvgPoolBroadcastReduceClipMatchCpu) {
   }
   cases.push_back({"Clip", [](GraphBuilder& b) { return b.Add("Clip", "y", {"x"}, {{"min", AttrF(-0.5f)}, {"max", AttrF(0.5f)}}); },
                    {{"x", Random({4, 6}, &rng)}}});
+  cases.push_back({"BatchNorm", [](GraphBuilder& b) { return b.Add("BatchNorm", "y", {"x", "scale", "offset"}); },
+                   {{"x", Random({4, 5, 5, 6}, &rng)}, {"scale", Random({6}, &rng, 0.5f, 1.5f)}, {"offset", Random({6}, &rng)}}});
   for (const Case& c : cases) Compare(c);
 }
 

@@ -102,6 +102,20 @@ GpuError Clip(void* stream, const float* d_x, float* d_y, int64_t n, float lo, f
 // dx = dy where lo < x < hi, else 0.
 GpuError ClipGrad(void* stream, const float* d_dy, const float* d_x, float* d_dx, int64_t n, float lo, float hi);
 
+// Batch normalisation of x [rows, ch] (channels last) with the batch's
+// statistics, as the CPU kernel: mean and biased var per channel (one
+// thread per channel, sums in double), then y = (x - mean) * rsqrt(var +
+// eps) * scale + offset.
+GpuError BatchNormStats(void* stream, const float* d_x, int64_t rows, int64_t ch, float* d_mean, float* d_var);
+GpuError BatchNormApply(void* stream, const float* d_x, const float* d_scale, const float* d_offset,
+                        const float* d_mean, const float* d_var, float eps, int64_t rows, int64_t ch, float* d_y);
+// doffset = sum(dy), dscale = sum(dy * xhat) per channel; then dx.
+GpuError BatchNormGradSums(void* stream, const float* d_dy, const float* d_x, const float* d_mean, const float* d_var,
+                           float eps, int64_t rows, int64_t ch, float* d_dscale, float* d_doffset);
+GpuError BatchNormGradInput(void* stream, const float* d_dy, const float* d_x, const float* d_scale,
+                            const float* d_mean, const float* d_var, const float* d_dscale, const float* d_doffset,
+                            float eps, int64_t rows, int64_t ch, float* d_dx);
+
 // --- convolution, pooling, embeddings, losses (gpu_nn.cu) ---
 struct ConvDims {  // as ConvGeometry in the CPU kernels: NHWC input
   int64_t n, h, w, c, kh, kw, sh, sw, dh, dw, oh, ow, pad_top, pad_left, pad_bottom, pad_right, group;

@@ -1,5 +1,5 @@
 // CPU kernels: convolution (im2col + matrix product; grouped convolutions
-// one product per group), max and average pooling, embeddings,
+// one product per group), max and average pooling, batch normalisation, embeddings,
 // losses and metrics.
 #include <algorithm>
 #include <cmath>
@@ -317,6 +317,104 @@ absl::Status AvgPoolGrad(KernelContext& c) {
   return absl::OkStatus();
 }
 
+// x seen as [rows, channels] (every axis but the last is a row).
+absl::Status ChannelRows(const KernelContext& c, const Tensor& x, int64_t* rows, int64_t* channels) {
+  if (x.shape().rank() < 2) return c.Error(absl::StrCat("input ", x.shape().ToString(), " has no channel axis"));
+  *channels = x.shape().dim(x.shape().rank() - 1);
+  *rows = *channels == 0 ? 0 : x.NumElements() / *channels;
+  if (*rows == 0) return c.Error("batch normalisation of an empty batch");
+  return absl::OkStatus();
+}
+
+// y = (x - mean) / sqrt(var + epsilon) * scale + offset with the batch's
+// per-channel mean and biased variance (sums in double: a batch of images
+// is tens of thousands of rows per channel).
+absl::Status BatchNorm(KernelContext& c) {
+  const Tensor& x = c.inputs[0];
+  int64_t rows, ch;
+  if (auto s = ChannelRows(c, x, &rows, &ch); !s.ok()) return s;
+  if (c.inputs[1].NumElements() != ch || c.inputs[2].NumElements() != ch) return c.Error("scale or offset does not match the channels");
+  const float eps = GetAttrF(*c.node, "epsilon", 1e-5f);
+  Tensor y(DT_FLOAT, x.shape()), mean(DT_FLOAT, TensorShape({ch})), var(DT_FLOAT, TensorShape({ch}));
+  std::vector<double> sum(ch, 0.0), sq(ch, 0.0);
+  const float* in = x.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = in + r * ch;
+    for (int64_t j = 0; j < ch; ++j) sum[j] += row[j];
+  }
+  for (int64_t j = 0; j < ch; ++j) mean.data<float>()[j] = static_cast<float>(sum[j] / rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = in + r * ch;
+    for (int64_t j = 0; j < ch; ++j) {
+      const double d = row[j] - mean.data<float>()[j];
+      sq[j] += d * d;
+    }
+  }
+  std::vector<float> a(ch), b(ch);  // y = x * a + b
+  for (int64_t j = 0; j < ch; ++j) {
+    var.data<float>()[j] = static_cast<float>(sq[j] / rows);
+    a[j] = c.inputs[1].data<float>()[j] / std::sqrt(var.data<float>()[j] + eps);
+    b[j] = c.inputs[2].data<float>()[j] - mean.data<float>()[j] * a[j];
+  }
+  float* out = y.data<float>();
+  c.device->parallelFor(rows, Eigen::TensorOpCost(ch * 4, ch * 4, ch * 2), [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index r = begin; r < end; ++r) {
+      for (int64_t j = 0; j < ch; ++j) out[r * ch + j] = in[r * ch + j] * a[j] + b[j];
+    }
+  });
+  c.outputs = {y, mean, var};
+  return absl::OkStatus();
+}
+
+// (dy, x, scale, mean, var) -> dx, dscale, doffset, with xhat the
+// normalised x: doffset = sum(dy), dscale = sum(dy * xhat),
+// dx = scale / sqrt(var + eps) * (dy - (doffset + xhat * dscale) / rows).
+absl::Status BatchNormGrad(KernelContext& c) {
+  const Tensor& dy = c.inputs[0];
+  const Tensor& x = c.inputs[1];
+  int64_t rows, ch;
+  if (auto s = ChannelRows(c, x, &rows, &ch); !s.ok()) return s;
+  if (dy.NumElements() != x.NumElements()) return c.Error("dy and x differ in size");
+  for (int i = 2; i <= 4; ++i) {
+    if (c.inputs[i].NumElements() != ch) return c.Error("scale, mean or var does not match the channels");
+  }
+  const float eps = GetAttrF(*c.node, "epsilon", 1e-5f);
+  const float* g = dy.data<float>();
+  const float* in = x.data<float>();
+  const float* mean = c.inputs[3].data<float>();
+  std::vector<float> rstd(ch);
+  for (int64_t j = 0; j < ch; ++j) rstd[j] = 1.0f / std::sqrt(c.inputs[4].data<float>()[j] + eps);
+  std::vector<double> sum(ch, 0.0), dot(ch, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < ch; ++j) {
+      const int64_t i = r * ch + j;
+      sum[j] += g[i];
+      dot[j] += static_cast<double>(g[i]) * (in[i] - mean[j]) * rstd[j];
+    }
+  }
+  Tensor dx(DT_FLOAT, x.shape()), dscale(DT_FLOAT, TensorShape({ch})), doffset(DT_FLOAT, TensorShape({ch}));
+  std::vector<float> k(ch), mean_g(ch), mean_gx(ch);
+  for (int64_t j = 0; j < ch; ++j) {
+    doffset.data<float>()[j] = static_cast<float>(sum[j]);
+    dscale.data<float>()[j] = static_cast<float>(dot[j]);
+    k[j] = c.inputs[2].data<float>()[j] * rstd[j];
+    mean_g[j] = static_cast<float>(sum[j] / rows);
+    mean_gx[j] = static_cast<float>(dot[j] / rows);
+  }
+  float* out = dx.data<float>();
+  c.device->parallelFor(rows, Eigen::TensorOpCost(ch * 8, ch * 4, ch * 6), [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index r = begin; r < end; ++r) {
+      for (int64_t j = 0; j < ch; ++j) {
+        const int64_t i = r * ch + j;
+        const float xhat = (in[i] - mean[j]) * rstd[j];
+        out[i] = k[j] * (g[i] - mean_g[j] - xhat * mean_gx[j]);
+      }
+    }
+  });
+  c.outputs = {dx, dscale, doffset};
+  return absl::OkStatus();
+}
+
 absl::Status CheckIndex(const KernelContext& c, const Tensor& index, int64_t rows) {
   if (index.dtype() != DT_INT64) return c.Error("index must be int64");
   for (int64_t i : index.span<int64_t>()) {
@@ -505,6 +603,8 @@ void RegisterCpuNnKernels(KernelRegistry* r) {
   r->Register("MaxPoolGrad", MaxPoolGrad);
   r->Register("AvgPool", AvgPool);
   r->Register("AvgPoolGrad", AvgPoolGrad);
+  r->Register("BatchNorm", BatchNorm);
+  r->Register("BatchNormGrad", BatchNormGrad);
   r->Register("EmbeddingLookup", EmbeddingLookup);
   r->Register("EmbeddingLookupGrad", EmbeddingLookupGrad);
   r->Register("EmbeddingBag", EmbeddingBag);
