@@ -71,7 +71,7 @@ TEST(JobPlannerTest, EveryExampleJobParses) {
   for (const char* name : {"fashion_mnist_cnn", "fashion_mnist_mlp", "fashion_mnist_mlp_central_storage",
                            "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",
                            "sparse_libsvm_hybrid", "fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn",
-                           "fashion_mnist_onnx_resnet"}) {
+                           "fashion_mnist_onnx_resnet", "fashion_mnist_onnx_resnet_bn"}) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     EXPECT_TRUE(job.ok()) << job.status();
   }
@@ -81,7 +81,8 @@ TEST(JobPlannerTest, EveryExampleJobParses) {
 // the job, imported, differentiated and placed on 2 PS.
 TEST(JobPlannerTest, OnnxExampleJobsPlan) {
   const std::map<std::string, size_t> variables = {
-      {"fashion_mnist_onnx_mlp", 6}, {"fashion_mnist_onnx_cnn", 8}, {"fashion_mnist_onnx_resnet", 20}};
+      {"fashion_mnist_onnx_mlp", 6}, {"fashion_mnist_onnx_cnn", 8}, {"fashion_mnist_onnx_resnet", 20},
+      {"fashion_mnist_onnx_resnet_bn", 29}};
   for (const auto& [name, count] : variables) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     ASSERT_TRUE(job.ok()) << job.status();
