@@ -7,6 +7,7 @@
 #include "absl/strings/strip.h"
 #include "common/graph/graph_analysis.h"
 #include "common/graph/graph_builder.h"
+#include "common/graph/window.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -172,9 +173,7 @@ absl::Status OnnxBuilder::Translate(const NodeDef& n) {
   }
   if (op == "Conv2D" || op == "MaxPool") {
     ASSIGN_OR_RETURN(std::string x, in(0));
-    const bool same = GetAttrS(n, "padding", "VALID") == "SAME";
-    const int64_t stride = GetAttrI(n, "stride", 1);
-    int64_t k = GetAttrI(n, "ksize", 2);
+    int64_t kh = 0, kw = 0;
     std::vector<std::string> more;
     if (op == "Conv2D") {
       ASSIGN_OR_RETURN(std::string w, in(1, /*kernel=*/true));
@@ -182,14 +181,30 @@ absl::Status OnnxBuilder::Translate(const NodeDef& n) {
       if (v == values_.end() || v->second.shape().rank() != 4) {
         return absl::InvalidArgumentError(absl::StrCat("node ", n.name(), ": its kernel is no 4-D variable"));
       }
-      k = v->second.shape().dim(0);
+      kh = v->second.shape().dim(0);
+      kw = v->second.shape().dim(1);
       more.push_back(w);
     }
+    Window2D win;
+    if (absl::Status s = ReadWindow(n, kh, kw, &win); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("node ", n.name(), ": ", s.message()));
+    }
     onnx::NodeProto* core = Nchw(op == "Conv2D" ? "Conv" : "MaxPool", n.name(), x, more, n.name());
-    Ints(core, "kernel_shape", {k, k});
-    Ints(core, "strides", {stride, stride});
-    // TensorFlow's SAME puts the odd padding at the end: ONNX's SAME_UPPER.
-    Str(core, "auto_pad", same ? "SAME_UPPER" : "VALID");
+    Ints(core, "kernel_shape", {win.kh, win.kw});
+    Ints(core, "strides", {win.sh, win.sw});
+    if (win.dh != 1 || win.dw != 1) Ints(core, "dilations", {win.dh, win.dw});
+    if (win.group != 1) {
+      onnx::AttributeProto* a = core->add_attribute();
+      a->set_name("group");
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(win.group);
+    }
+    if (win.padding == "EXPLICIT") {
+      Ints(core, "pads", {win.pad_top, win.pad_left, win.pad_bottom, win.pad_right});
+    } else {
+      // TensorFlow's SAME puts the odd padding at the end: ONNX's SAME_UPPER.
+      Str(core, "auto_pad", win.padding == "SAME" ? "SAME_UPPER" : "VALID");
+    }
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(

@@ -1,5 +1,6 @@
 // Every differentiable op's gradient (autodiff + CPU kernels) against
 // central finite differences of the same kernels.
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,17 @@ Tensor AwayFromZero(TensorShape shape, std::mt19937* rng) {
   for (int64_t i = 0; i < t.NumElements(); ++i) {
     if (sign(*rng)) t.data<float>()[i] = -t.data<float>()[i];
   }
+  return t;
+}
+
+// Distinct values at least 0.04 apart, shuffled: max-pool windows that
+// overlap have no near-ties a finite difference could flip.
+Tensor Spread(TensorShape shape, std::mt19937* rng) {
+  Tensor t(DT_FLOAT, std::move(shape));
+  std::vector<float> v(t.NumElements());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = -1.0f + 0.04f * static_cast<float>(i);
+  std::shuffle(v.begin(), v.end(), *rng);
+  std::copy(v.begin(), v.end(), t.data<float>());
   return t;
 }
 
@@ -135,6 +147,85 @@ TEST(GradientCheckTest, EveryOp) {
                      return b.Add("MaxPool", "y", {"x"}, {{"ksize", AttrI(2)}, {"stride", AttrI(2)}, {"padding", AttrS("SAME")}});
                    },
                    {{"x", Random({2, 5, 5, 3}, &rng)}}});
+  // Convolutions past SAME/VALID: explicit uneven pads, unequal strides,
+  // dilations, non-square kernels, groups, depthwise with a multiplier.
+  struct ConvCase {
+    std::string name;
+    Attrs attrs;
+    TensorShape x, k;
+  };
+  std::vector<ConvCase> convs = {
+      {"explicit pads, strides 2x1", {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({1, 0, 2, 1})}, {"strides", AttrInts({2, 1})}},
+       {2, 5, 6, 2}, {3, 2, 2, 3}},
+      {"dilations 2", {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({2, 2, 2, 2})}, {"dilations", AttrInts({2, 2})}},
+       {1, 5, 5, 2}, {3, 3, 2, 2}},
+      {"2 groups, SAME stride 2", {{"padding", AttrS("SAME")}, {"stride", AttrI(2)}, {"group", AttrI(2)}},
+       {2, 5, 5, 4}, {3, 3, 2, 6}},
+      {"depthwise", {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({1, 1, 1, 1})}, {"group", AttrI(3)}},
+       {2, 4, 4, 3}, {3, 3, 1, 3}},
+      {"depthwise multiplier 2, stride 2", {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({1, 1, 1, 1})}, {"group", AttrI(2)}, {"stride", AttrI(2)}},
+       {1, 5, 5, 2}, {3, 3, 1, 4}},
+  };
+  for (const ConvCase& cc : convs) {
+    Attrs attrs = cc.attrs;
+    cases.push_back({"Conv2D " + cc.name, [attrs](GraphBuilder& b) { return b.Add("Conv2D", "y", {"x", "k"}, attrs); },
+                     {{"x", Random(cc.x, &rng)}, {"k", Random(cc.k, &rng)}}});
+  }
+  cases.push_back({"MaxPool explicit pads", [](GraphBuilder& b) {
+                     return b.Add("MaxPool", "y", {"x"}, {{"ksize", AttrI(3)}, {"stride", AttrI(2)}, {"padding", AttrS("EXPLICIT")},
+                                                          {"pads", AttrInts({1, 1, 1, 1})}});
+                   },
+                   {{"x", Spread({2, 5, 5, 2}, &rng)}}});
+  for (bool include : {false, true}) {
+    cases.push_back({absl::StrCat("AvgPool explicit pads, count_include_pad ", include), [include](GraphBuilder& b) {
+                       return b.Add("AvgPool", "y", {"x"}, {{"ksizes", AttrInts({3, 2})}, {"strides", AttrInts({2, 1})},
+                                                            {"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({1, 0, 1, 1})},
+                                                            {"count_include_pad", AttrB(include)}});
+                     },
+                     {{"x", Random({2, 5, 4, 3}, &rng)}}});
+  }
+  cases.push_back({"AvgPool SAME", [](GraphBuilder& b) {
+                     return b.Add("AvgPool", "y", {"x"}, {{"ksize", AttrI(2)}, {"stride", AttrI(2)}, {"padding", AttrS("SAME")}});
+                   },
+                   {{"x", Random({1, 5, 5, 2}, &rng)}}});
+  // Broadcasting arithmetic: every way an input can repeat.
+  struct BcastCase {
+    TensorShape a, b;
+  };
+  for (const BcastCase& bc : std::vector<BcastCase>{{{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 1, 4}, {3, 1}},
+                                                    {{1, 3, 1}, {2, 1, 4}}, {{2, 3}, {}}, {{2, 4, 3, 2}, {1, 4, 1, 1}}}) {
+    for (const char* op : {"BroadcastAdd", "BroadcastSub", "BroadcastMul", "BroadcastDiv"}) {
+      std::string o = op;
+      const bool div = o == "BroadcastDiv";
+      Tensor b = div ? Random(bc.b, &rng, 0.5f, 2.0f) : Random(bc.b, &rng);
+      cases.push_back({absl::StrCat(o, " ", bc.a.ToString(), " ", bc.b.ToString()),
+                       [o](GraphBuilder& g) { return g.Add(o, "y", {"a", "b"}); },
+                       {{"a", Random(bc.a, &rng)}, {"b", b}}});
+    }
+  }
+  for (const char* op : {"ReduceSum", "ReduceMean"}) {
+    std::string o = op;
+    for (bool keep : {false, true}) {
+      for (std::vector<int64_t> axes : std::vector<std::vector<int64_t>>{{1, 2}, {0}, {-1}, {}, {0, 2}}) {
+        cases.push_back({absl::StrCat(o, " axes ", axes.size(), " keep_dims ", keep),
+                         [o, keep, axes](GraphBuilder& g) {
+                           return g.Add(o, "y", {"x"}, {{"axes", AttrInts(axes)}, {"keep_dims", AttrB(keep)}});
+                         },
+                         {{"x", Random({2, 3, 4}, &rng)}},
+                         {},
+                         /*scalar_output=*/axes.empty() && !keep});
+      }
+    }
+  }
+  cases.push_back({"Clip (ReLU6)", [](GraphBuilder& b) { return b.Add("Clip", "y", {"x"}, {{"min", AttrF(0)}, {"max", AttrF(0.5f)}}); },
+                   {{"x", Tensor::FromVector<float>({-0.9f, -0.3f, 0.2f, 0.3f, 0.4f, 0.6f, 0.8f, -0.1f, 0.1f, 0.45f, 0.55f, 1.2f},
+                                                    TensorShape({3, 4}))}}});
+  for (TensorShape shape : {TensorShape({2, 3, 3, 4}), TensorShape({5, 3})}) {
+    const int64_t ch = shape.dim(shape.rank() - 1);
+    cases.push_back({"BatchNorm " + shape.ToString(),
+                     [](GraphBuilder& b) { return b.Add("BatchNorm", "y", {"x", "scale", "offset"}, {{"epsilon", AttrF(1e-3f)}}); },
+                     {{"x", Random(shape, &rng)}, {"scale", Random({ch}, &rng, 0.5f, 1.5f)}, {"offset", Random({ch}, &rng)}}});
+  }
   cases.push_back({"EmbeddingLookup", [](GraphBuilder& b) { return b.Add("EmbeddingLookup", "y", {"rows", "index"}); },
                    {{"rows", Random({5, 3}, &rng)}},
                    {{"index", Tensor::FromVector<int64_t>({4, 0, 4, 2}, TensorShape({4}))}}});

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -210,9 +212,13 @@ class Importer {
   absl::StatusOr<Val> Nhwc(const Node& n, Val v);
   absl::Status Bind(const onnx::ValueInfoProto& input, const OnnxFeed& feed);
   absl::Status Convert(const Node& n);
-  absl::StatusOr<Val> Window(const Node& n, bool conv);
+  absl::StatusOr<Val> Window(const Node& n, const std::string& op);
   absl::StatusOr<Val> Reshaped(const Node& n, const Val& x, std::vector<int64_t> target);
-  absl::StatusOr<Val> AddValues(const Node& n, Val a, Val c);
+  absl::StatusOr<Val> Arithmetic(const Node& n, const std::string& op, Val a, Val c);
+  absl::StatusOr<std::optional<Val>> AsNhwc(const Node& n, Val v);
+  absl::Status Reduction(const Node& n);
+  absl::Status ClipNode(const Node& n);
+  absl::Status BatchNormNode(const Node& n);
   void Set(const Node& n, int k, Val v) { values_[n.output(k)] = std::move(v); }
 
   const onnx::ModelProto& model_;
@@ -401,96 +407,120 @@ absl::StatusOr<Val> Importer::Reshaped(const Node& n, const Val& in, std::vector
   return Val{b_->Add("Reshape", Hint(n), {x.tensor}, {{"shape", AttrInts(target)}}), target, false};
 }
 
-// Conv (with its bias) or MaxPool on the NHWC kernels: square window, equal
-// strides, no dilation, and pads that are VALID's or SAME's.
-absl::StatusOr<Val> Importer::Window(const Node& n, bool conv) {
+// Conv (with its bias), MaxPool or AveragePool on the NHWC kernels:
+// strides, dilations (not AveragePool's), pads (explicit or auto_pad) and
+// groups, as common/graph/window.h takes them.
+absl::StatusOr<Val> Importer::Window(const Node& n, const std::string& op) {
+  const bool conv = op == "Conv";
   ASSIGN_OR_RETURN(Val x, In(n, 0));
   if (x.shape.size() != 4) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " is not 4-D NCHW (only 2-D windows are supported)"));
   for (int i = 1; i < 4; ++i) {
     if (x.shape[i] < 0) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has unknown dims past the batch"));
   }
+  constexpr int64_t kMaxWindow = 1024;
   Val w;
-  int64_t kh, kw, filters = x.shape[1];
+  int64_t kh, kw, filters = x.shape[1], group = 1;
   if (conv) {
     RETURN_IF_ERROR(OnlyAttrs(n, {"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"}));
     ASSIGN_OR_RETURN(w, In(n, 1, /*weight=*/true));
-    if (w.shape.size() != 4) return Bad(n, absl::StrCat("weight ", ShapeString(w.shape), " is not [out, in, kh, kw]"));
-    ASSIGN_OR_RETURN(int64_t group, Int(n, "group", 1));
-    if (group != 1) return Unsupported(n, absl::StrCat("group ", group, " (grouped and depthwise convolutions) is not supported yet"));
-    if (w.shape[1] != x.shape[1]) {
-      return Bad(n, absl::StrCat("weight ", ShapeString(w.shape), " does not fit input ", ShapeString(x.shape)));
+    if (w.shape.size() != 4) return Bad(n, absl::StrCat("weight ", ShapeString(w.shape), " is not [out, in/group, kh, kw]"));
+    ASSIGN_OR_RETURN(group, Int(n, "group", 1));
+    if (group < 1 || group > x.shape[1] || x.shape[1] % group != 0 || w.shape[0] % group != 0) {
+      return Bad(n, absl::StrCat("group ", group, " does not divide the input channels ", x.shape[1], " and the ",
+                                 w.shape[0], " filters"));
+    }
+    if (w.shape[1] * group != x.shape[1]) {
+      return Bad(n, absl::StrCat("weight ", ShapeString(w.shape), " does not fit input ", ShapeString(x.shape), " in ",
+                                 group, " groups"));
     }
     filters = w.shape[0];
     kh = w.shape[2];
     kw = w.shape[3];
   } else {
-    RETURN_IF_ERROR(OnlyAttrs(n, {"kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode", "storage_order"}));
+    if (op == "MaxPool") {
+      RETURN_IF_ERROR(OnlyAttrs(n, {"kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode", "storage_order"}));
+      ASSIGN_OR_RETURN(int64_t storage, Int(n, "storage_order", 0));
+      if (storage != 0) return Unsupported(n, "storage_order 1 is not supported");
+      if (n.output_size() > 1 && !n.output(1).empty() && consumed_mask_.count(n.output(1))) {
+        return Unsupported(n, "the Indices output is not supported");
+      }
+    } else {
+      RETURN_IF_ERROR(OnlyAttrs(n, {"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"}));
+    }
     ASSIGN_OR_RETURN(std::vector<int64_t> ks, Ints(n, "kernel_shape", {}));
     if (ks.size() != 2) return Bad(n, "kernel_shape must have 2 values");
     kh = ks[0];
     kw = ks[1];
-    ASSIGN_OR_RETURN(int64_t storage, Int(n, "storage_order", 0));
-    if (storage != 0) return Unsupported(n, "storage_order 1 is not supported");
-    if (n.output_size() > 1 && !n.output(1).empty() && consumed_mask_.count(n.output(1))) {
-      return Unsupported(n, "the Indices output is not supported");
-    }
   }
   ASSIGN_OR_RETURN(std::vector<int64_t> ks, Ints(n, "kernel_shape", {kh, kw}));
   if (ks != std::vector<int64_t>{kh, kw}) return Bad(n, "kernel_shape does not match the weight");
-  if (kh != kw) return Unsupported(n, absl::StrCat("kernel ", kh, "x", kw, " is not square"));
-  if (kh < 1 || kh > x.shape[2] + 64) return Bad(n, absl::StrCat("kernel size ", kh));
+  if (kh < 1 || kw < 1 || kh > kMaxWindow || kw > kMaxWindow) return Bad(n, absl::StrCat("kernel size ", kh, "x", kw));
   ASSIGN_OR_RETURN(std::vector<int64_t> strides, Ints(n, "strides", {1, 1}));
-  if (strides.size() != 2 || strides[0] != strides[1] || strides[0] < 1 || strides[0] > 1024) {
-    return Unsupported(n, absl::StrCat("strides [", absl::StrJoin(strides, ","), "]: only equal positive strides are supported"));
-  }
-  const int64_t s = strides[0];
   ASSIGN_OR_RETURN(std::vector<int64_t> dil, Ints(n, "dilations", {1, 1}));
-  if (dil != std::vector<int64_t>{1, 1}) return Unsupported(n, "dilations other than 1 are not supported yet");
-  ASSIGN_OR_RETURN(std::string auto_pad, String(n, "auto_pad", "NOTSET"));
-  ASSIGN_OR_RETURN(std::vector<int64_t> pads, Ints(n, "pads", {0, 0, 0, 0}));
-  ASSIGN_OR_RETURN(int64_t ceil_mode, Int(n, "ceil_mode", 0));
-  std::string padding;
-  if (auto_pad == "VALID") {
-    padding = "VALID";
-  } else if (auto_pad == "SAME_UPPER") {
-    padding = "SAME";
-  } else if (auto_pad != "NOTSET") {
-    return Unsupported(n, absl::StrCat("auto_pad ", auto_pad, " is not supported"));
-  } else {
-    if (pads.size() != 4) return Bad(n, "pads must have 4 values");
-    // Our SAME pads (before, after) per spatial dim, as the kernels place them.
-    auto same = [&](int64_t in) {
-      const int64_t out = (in + s - 1) / s, total = std::max<int64_t>(0, (out - 1) * s + kh - in);
-      return std::make_pair(total / 2, total - total / 2);
-    };
-    auto [t, bo] = same(x.shape[2]);
-    auto [l, r] = same(x.shape[3]);
-    if (pads == std::vector<int64_t>{0, 0, 0, 0}) {
-      padding = "VALID";
-    } else if (pads == std::vector<int64_t>{t, l, bo, r}) {
-      padding = "SAME";
-    } else {
-      return Unsupported(n, absl::StrCat("pads [", absl::StrJoin(pads, ","), "] on a ", x.shape[2], "x", x.shape[3],
-                                         " input are neither VALID's nor SAME's ([", t, ",", l, ",", bo, ",", r,
-                                         "]); explicit padding is not supported yet"));
+  for (const auto* v : {&strides, &dil}) {
+    if (v->size() != 2 || (*v)[0] < 1 || (*v)[1] < 1 || (*v)[0] > kMaxWindow || (*v)[1] > kMaxWindow) {
+      return Bad(n, absl::StrCat(v == &strides ? "strides" : "dilations", " [", absl::StrJoin(*v, ","),
+                                 "] must be 2 values in [1, ", kMaxWindow, "]"));
     }
   }
-  const bool same = padding == "SAME";
-  auto out_dim = [&](int64_t in) { return same ? (in + s - 1) / s : (in - kh + s) / s; };
-  const int64_t oh = out_dim(x.shape[2]), ow = out_dim(x.shape[3]);
-  if (oh <= 0 || ow <= 0) return Bad(n, absl::StrCat("window ", kh, " does not fit input ", ShapeString(x.shape)));
-  if (ceil_mode != 0 && !same && ((x.shape[2] - kh) % s != 0 || (x.shape[3] - kw) % s != 0)) {
+  const int64_t ext_h = dil[0] * (kh - 1) + 1, ext_w = dil[1] * (kw - 1) + 1;
+  ASSIGN_OR_RETURN(std::string auto_pad, String(n, "auto_pad", "NOTSET"));
+  ASSIGN_OR_RETURN(std::vector<int64_t> pads, Ints(n, "pads", {0, 0, 0, 0}));
+  // ONNX's pads are [top, left, bottom, right], as ours.
+  if (auto_pad == "VALID") {
+    pads = {0, 0, 0, 0};
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const bool lower = auto_pad == "SAME_LOWER";
+    auto same = [&](int64_t in, int64_t ext, int64_t s) {
+      const int64_t total = std::max<int64_t>(0, ((in + s - 1) / s - 1) * s + ext - in);
+      const int64_t small = total / 2, big = total - small;
+      return lower ? std::make_pair(big, small) : std::make_pair(small, big);
+    };
+    auto [t, bo] = same(x.shape[2], ext_h, strides[0]);
+    auto [l, r] = same(x.shape[3], ext_w, strides[1]);
+    pads = {t, l, bo, r};
+  } else if (auto_pad != "NOTSET") {
+    return Unsupported(n, absl::StrCat("auto_pad ", auto_pad, " is not supported"));
+  }
+  if (pads.size() != 4) return Bad(n, "pads must have 4 values");
+  for (int64_t p : pads) {
+    if (p < 0 || p > kMaxWindow) return Bad(n, absl::StrCat("pad ", p, " is out of range [0, ", kMaxWindow, "]"));
+  }
+  auto out_dim = [](int64_t in, int64_t before, int64_t after, int64_t ext, int64_t s, bool ceil) {
+    const int64_t span = in + before + after - ext;
+    if (span < 0) return int64_t{0};
+    int64_t o = (ceil ? (span + s - 1) / s : span / s) + 1;
+    // A ceil window must start inside the input or its leading pad.
+    if (ceil && (o - 1) * s >= in + before) --o;
+    return o;
+  };
+  const int64_t oh = out_dim(x.shape[2], pads[0], pads[2], ext_h, strides[0], false);
+  const int64_t ow = out_dim(x.shape[3], pads[1], pads[3], ext_w, strides[1], false);
+  if (oh <= 0 || ow <= 0) return Bad(n, absl::StrCat("window ", kh, "x", kw, " does not fit input ", ShapeString(x.shape)));
+  ASSIGN_OR_RETURN(int64_t ceil_mode, Int(n, "ceil_mode", 0));
+  if (ceil_mode != 0 && (out_dim(x.shape[2], pads[0], pads[2], ext_h, strides[0], true) != oh ||
+                         out_dim(x.shape[3], pads[1], pads[3], ext_w, strides[1], true) != ow)) {
     return Unsupported(n, "ceil_mode 1 is not supported where it changes the output");
   }
+  Attrs attrs = {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts(pads)}, {"strides", AttrInts(strides)}};
+  if (pads == std::vector<int64_t>{0, 0, 0, 0}) attrs = {{"padding", AttrS("VALID")}, {"strides", AttrInts(strides)}};
+  if (dil != std::vector<int64_t>{1, 1}) attrs["dilations"] = AttrInts(dil);
   ASSIGN_OR_RETURN(x, Nhwc(n, x));
   Val y{"", {x.shape[0], filters, oh, ow}, true};
   if (!conv) {
-    y.tensor = b_->Add("MaxPool", Hint(n), {x.tensor},
-                       {{"ksize", AttrI(kh)}, {"stride", AttrI(s)}, {"padding", AttrS(padding)}});
+    attrs["ksizes"] = AttrInts({kh, kw});
+    if (op == "AveragePool") {
+      ASSIGN_OR_RETURN(int64_t include_pad, Int(n, "count_include_pad", 0));
+      if (include_pad != 0) attrs["count_include_pad"] = AttrB(true);
+    }
+    y.tensor = b_->Add(op == "MaxPool" ? "MaxPool" : "AvgPool", Hint(n), {x.tensor}, attrs);
     return y;
   }
+  if (group > 1) attrs["group"] = AttrI(group);
+  // [out, in/group, kh, kw] -> [kh, kw, in/group, out]: group j's filters
+  // stay columns [j*out/group, (j+1)*out/group), as the kernels take them.
   std::string k = b_->Add("Transpose", Hint(n, "/kernel_hwio"), {w.tensor}, {{"perm", AttrInts({2, 3, 1, 0})}});
-  y.tensor = b_->Add("Conv2D", Hint(n), {x.tensor, k}, {{"stride", AttrI(s)}, {"padding", AttrS(padding)}});
+  y.tensor = b_->Add("Conv2D", Hint(n), {x.tensor, k}, attrs);
   if (HasInput(n, 2)) {
     ASSIGN_OR_RETURN(Val bias, In(n, 2, /*weight=*/true));
     if (bias.shape != Shape{filters}) return Bad(n, absl::StrCat("bias ", ShapeString(bias.shape), " is not [", filters, "]"));
@@ -499,28 +529,198 @@ absl::StatusOr<Val> Importer::Window(const Node& n, bool conv) {
   return y;
 }
 
-// a + c where both have one shape, or one is a bias along the other's last
-// axis ([N], or [1, N] and the like): ONNX's broadcasting, those cases.
-absl::StatusOr<Val> Importer::AddValues(const Node& n, Val a, Val c) {
-  if (a.nhwc && c.nhwc && a.shape == c.shape) {
+// NumPy broadcasting of ONNX shapes (-1: the batch, unknown); false where
+// two known dims differ and neither is 1.
+bool BroadcastOnnx(const Shape& a, const Shape& b, Shape* out) {
+  const size_t rank = std::max(a.size(), b.size());
+  out->assign(rank, 1);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da == 1 || da == db) {
+      (*out)[i] = db;
+    } else if (db == 1) {
+      (*out)[i] = da;
+    } else if (da < 0 || db < 0) {
+      (*out)[i] = std::max(da, db);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// v as a 4-D NHWC value for broadcasting against one: a 4-D NCHW value is
+// transposed, a lower-rank one with known dims gets leading 1s first (ONNX
+// aligns trailing axes). Null where neither applies.
+absl::StatusOr<std::optional<Val>> Importer::AsNhwc(const Node& n, Val v) {
+  if (v.nhwc) return std::optional<Val>(v);
+  if (v.shape.size() > 4) return std::optional<Val>();
+  if (v.shape.size() < 4) {
+    for (int64_t d : v.shape) {
+      if (d < 0) return std::optional<Val>();
+    }
+    Shape four(4 - v.shape.size(), 1);
+    four.insert(four.end(), v.shape.begin(), v.shape.end());
+    v.tensor = b_->Add("Reshape", Hint(n, "/rank4"), {v.tensor}, {{"shape", AttrInts(four)}});
+    v.shape = four;
+  }
+  ASSIGN_OR_RETURN(v, Nhwc(n, v));
+  return std::optional<Val>(v);
+}
+
+// a (op) c for Add, Sub, Mul, Div with ONNX's broadcasting. Same shapes and
+// a bias along the last axis keep their fused ops (AddN, BiasAdd); values
+// carried NHWC stay so when the other operand can be laid out alike.
+absl::StatusOr<Val> Importer::Arithmetic(const Node& n, const std::string& op, Val a, Val c) {
+  Shape shape;
+  if (!BroadcastOnnx(a.shape, c.shape, &shape)) {
+    return Bad(n, absl::StrCat("shapes ", ShapeString(a.shape), " and ", ShapeString(c.shape), " do not broadcast"));
+  }
+  const std::string ours = "Broadcast" + op;
+  if (op == "Add" && a.nhwc && c.nhwc && a.shape == c.shape) {
     return Val{b_->Add("AddN", Hint(n), {a.tensor, c.tensor}), a.shape, true};
+  }
+  if ((a.nhwc || c.nhwc) && shape.size() == 4) {
+    ASSIGN_OR_RETURN(std::optional<Val> a4, AsNhwc(n, a));
+    ASSIGN_OR_RETURN(std::optional<Val> c4, AsNhwc(n, c));
+    if (a4 && c4) {
+      if (op == "Add" && a4->shape == c4->shape) return Val{b_->Add("AddN", Hint(n), {a4->tensor, c4->tensor}), shape, true};
+      return Val{b_->Add(ours, Hint(n), {a4->tensor, c4->tensor}), shape, true};
+    }
   }
   ASSIGN_OR_RETURN(a, Nchw(a, Hint(n, "/a")));
   ASSIGN_OR_RETURN(c, Nchw(c, Hint(n, "/b")));
-  if (a.shape == c.shape) return Val{b_->Add("AddN", Hint(n), {a.tensor, c.tensor}), a.shape, false};
-  auto bias_of = [](const Val& x, const Val& b) {
-    Shape s = b.shape;
-    while (s.size() > 1 && s[0] == 1) s.erase(s.begin());
-    return s.size() == 1 && !x.shape.empty() && b.shape.size() <= x.shape.size() && s[0] == x.shape.back() && s[0] >= 0;
-  };
-  if (!bias_of(a, c)) std::swap(a, c);
-  if (!bias_of(a, c)) {
-    return Unsupported(n, absl::StrCat("broadcasting ", ShapeString(a.shape), " with ", ShapeString(c.shape),
-                                       " is not supported (same shapes, or a bias along the last axis)"));
+  if (op == "Add") {
+    if (a.shape == c.shape) return Val{b_->Add("AddN", Hint(n), {a.tensor, c.tensor}), a.shape, false};
+    auto bias_of = [](const Val& x, const Val& b) {
+      Shape s = b.shape;
+      while (s.size() > 1 && s[0] == 1) s.erase(s.begin());
+      return s.size() == 1 && !x.shape.empty() && b.shape.size() <= x.shape.size() && s[0] == x.shape.back() && s[0] >= 0;
+    };
+    for (int swap = 0; swap < 2; ++swap, std::swap(a, c)) {
+      if (!bias_of(a, c)) continue;
+      std::string bias = c.tensor;
+      if (c.shape.size() != 1) bias = b_->Add("Reshape", Hint(n, "/bias"), {bias}, {{"shape", AttrInts({a.shape.back()})}});
+      return Val{b_->Add("BiasAdd", Hint(n), {a.tensor, bias}), a.shape, false};
+    }
   }
-  std::string bias = c.tensor;
-  if (c.shape.size() != 1) bias = b_->Add("Reshape", Hint(n, "/bias"), {bias}, {{"shape", AttrInts({a.shape.back()})}});
-  return Val{b_->Add("BiasAdd", Hint(n), {a.tensor, bias}), a.shape, false};
+  return Val{b_->Add(ours, Hint(n), {a.tensor, c.tensor}), shape, false};
+}
+
+// ReduceMean / ReduceSum: axes as an attribute (before opsets 13 and 18)
+// or a constant input (since), keepdims, noop_with_empty_axes.
+absl::Status Importer::Reduction(const Node& n) {
+  RETURN_IF_ERROR(OnlyAttrs(n, {"axes", "keepdims", "noop_with_empty_axes"}));
+  ASSIGN_OR_RETURN(Val x, In(n, 0));
+  ASSIGN_OR_RETURN(std::vector<int64_t> axes, Ints(n, "axes", {}));
+  if (Attr(n, "axes") == nullptr && HasInput(n, 1)) {
+    ASSIGN_OR_RETURN(Tensor t, Static(n, 1));
+    if (t.dtype() != DT_INT64 || t.shape().rank() != 1 || t.NumElements() > kMaxRank) {
+      return Bad(n, "axes must be a 1-D int64 constant");
+    }
+    axes.assign(t.data<int64_t>(), t.data<int64_t>() + t.NumElements());
+  }
+  ASSIGN_OR_RETURN(int64_t keepdims, Int(n, "keepdims", 1));
+  ASSIGN_OR_RETURN(int64_t noop, Int(n, "noop_with_empty_axes", 0));
+  if (axes.empty() && noop != 0) {
+    Set(n, 0, x);
+    return absl::OkStatus();
+  }
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  std::vector<bool> reduced(rank, axes.empty());
+  for (int64_t a : axes) {
+    const int64_t k = a < 0 ? a + rank : a;
+    if (k < 0 || k >= rank || reduced[k]) return Bad(n, absl::StrCat("axis ", a, " is out of range or repeated for ", ShapeString(x.shape)));
+    reduced[k] = true;
+  }
+  Shape out;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (!reduced[i]) {
+      out.push_back(x.shape[i]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
+  }
+  // Reduced in NHWC where the kept axes stay in NCHW's order there: always
+  // with keepdims, otherwise unless channels and a spatial axis both stay.
+  if (x.nhwc && !keepdims && !reduced[1] && (!reduced[2] || !reduced[3])) {
+    ASSIGN_OR_RETURN(x, Nchw(x, Hint(n)));
+  }
+  std::vector<int64_t> ours;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (reduced[i]) ours.push_back(x.nhwc ? std::vector<int64_t>{0, 3, 1, 2}[i] : i);
+  }
+  std::sort(ours.begin(), ours.end());
+  const bool nhwc = x.nhwc && keepdims;
+  Set(n, 0, Val{b_->Add(n.op_type(), Hint(n), {x.tensor}, {{"axes", AttrInts(ours)}, {"keep_dims", AttrB(keepdims != 0)}}),
+                out, nhwc});
+  return absl::OkStatus();
+}
+
+// Clip: bounds as attributes (before opset 11) or constant inputs (since);
+// ReLU6 is Clip(0, 6).
+absl::Status Importer::ClipNode(const Node& n) {
+  RETURN_IF_ERROR(OnlyAttrs(n, {"min", "max"}));
+  ASSIGN_OR_RETURN(Val x, In(n, 0));
+  Attrs attrs;
+  for (int i = 1; i <= 2; ++i) {
+    const char* name = i == 1 ? "min" : "max";
+    float v;
+    if (Attr(n, name) != nullptr) {
+      ASSIGN_OR_RETURN(v, Float(n, name, 0));
+    } else if (HasInput(n, i)) {
+      ASSIGN_OR_RETURN(Tensor t, Static(n, i));
+      if (t.dtype() != DT_FLOAT || t.NumElements() != 1) return Unsupported(n, absl::StrCat(name, " must be a float scalar"));
+      v = t.data<float>()[0];
+    } else {
+      continue;
+    }
+    if (std::isnan(v)) return Bad(n, absl::StrCat(name, " is NaN"));
+    attrs[name] = AttrF(v);
+  }
+  if (attrs.count("min") && attrs.count("max") && attrs["min"].f() > attrs["max"].f()) {
+    return Bad(n, absl::StrCat("min ", attrs["min"].f(), " is above max ", attrs["max"].f()));
+  }
+  Set(n, 0, Val{b_->Add("Clip", Hint(n), {x.tensor}, attrs), x.shape, x.nhwc});
+  return absl::OkStatus();
+}
+
+// BatchNormalization, normalised with the batch's statistics (training
+// steps and evaluation alike): scale and B are trained variables; the
+// file's running mean and variance are not read and its running-statistics
+// outputs are refused, as psrt keeps no moving statistics yet (README,
+// "Batch normalisation").
+absl::Status Importer::BatchNormNode(const Node& n) {
+  RETURN_IF_ERROR(OnlyAttrs(n, {"epsilon", "momentum", "training_mode", "spatial"}));
+  ASSIGN_OR_RETURN(float eps, Float(n, "epsilon", 1e-5f));
+  if (!(eps > 0 && eps < 1)) return Bad(n, absl::StrCat("epsilon ", eps, " is not in (0, 1)"));
+  ASSIGN_OR_RETURN(float momentum, Float(n, "momentum", 0.9f));
+  if (!std::isfinite(momentum)) return Bad(n, "momentum is not finite");
+  ASSIGN_OR_RETURN(int64_t spatial, Int(n, "spatial", 1));
+  if (spatial != 1) return Unsupported(n, "spatial 0 (statistics per position) is not supported");
+  if (!HasInput(n, 3) || !HasInput(n, 4)) return Bad(n, "needs 5 inputs (X, scale, B, input_mean, input_var)");
+  for (int k = 1; k < n.output_size(); ++k) {
+    if (!n.output(k).empty() && consumed_mask_.count(n.output(k))) {
+      return Unsupported(n, absl::StrCat("output ", k, " (the running statistics) is read; moving statistics are not kept yet"));
+    }
+  }
+  ASSIGN_OR_RETURN(Val x, In(n, 0));
+  if (x.shape.size() != 2 && x.shape.size() != 4) {
+    return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), ": only [N, C] and [N, C, H, W] are supported"));
+  }
+  const int64_t ch = x.shape[1];
+  if (ch < 1) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has an unknown channel count"));
+  ASSIGN_OR_RETURN(Val scale, In(n, 1, /*weight=*/true));
+  ASSIGN_OR_RETURN(Val bias, In(n, 2, /*weight=*/true));
+  for (const Val* v : {&scale, &bias}) {
+    if (v->shape != Shape{ch}) return Bad(n, absl::StrCat(v == &scale ? "scale " : "B ", ShapeString(v->shape), " is not [", ch, "]"));
+  }
+  if (x.shape.size() == 4) {
+    ASSIGN_OR_RETURN(x, Nhwc(n, x));  // channels last, as the kernel normalises
+  }
+  Set(n, 0, Val{b_->Add("BatchNorm", Hint(n), {x.tensor, scale.tensor, bias.tensor}, {{"epsilon", AttrF(eps)}}), x.shape, x.nhwc});
+  return absl::OkStatus();
 }
 
 absl::Status Importer::Convert(const Node& n) {
@@ -590,17 +790,31 @@ absl::Status Importer::Convert(const Node& n) {
     Val y{b_->Add("MatMul", Hint(n, op == "Gemm" ? "/matmul" : ""), {a.tensor, bm.tensor}, attrs), {m, cols}, false};
     if (op == "Gemm" && HasInput(n, 2)) {
       ASSIGN_OR_RETURN(Val c, In(n, 2, true));
-      ASSIGN_OR_RETURN(y, AddValues(n, y, c));
+      ASSIGN_OR_RETURN(y, Arithmetic(n, "Add", y, c));
     }
     Set(n, 0, y);
     return absl::OkStatus();
   }
-  if (op == "Add") {
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+    // An initializer here is a trained parameter (a bias, a scale):
+    // PyTorch writes literal constants as Constant nodes.
     RETURN_IF_ERROR(OnlyAttrs(n, {}));
     ASSIGN_OR_RETURN(Val a, In(n, 0, true));
     ASSIGN_OR_RETURN(Val c, In(n, 1, true));
-    ASSIGN_OR_RETURN(Val y, AddValues(n, a, c));
+    ASSIGN_OR_RETURN(Val y, Arithmetic(n, op, a, c));
     Set(n, 0, y);
+    return absl::OkStatus();
+  }
+  if (op == "ReduceMean" || op == "ReduceSum") return Reduction(n);
+  if (op == "Clip") return ClipNode(n);
+  if (op == "BatchNormalization") return BatchNormNode(n);
+  if (op == "GlobalAveragePool") {
+    RETURN_IF_ERROR(OnlyAttrs(n, {}));
+    ASSIGN_OR_RETURN(Val x, In(n, 0));
+    if (x.shape.size() != 4) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " is not 4-D NCHW"));
+    ASSIGN_OR_RETURN(x, Nhwc(n, x));
+    Set(n, 0, Val{b_->Add("ReduceMean", Hint(n), {x.tensor}, {{"axes", AttrInts({1, 2})}, {"keep_dims", AttrB(true)}}),
+                  {x.shape[0], x.shape[1], 1, 1}, true});
     return absl::OkStatus();
   }
   if (op == "Flatten") {
@@ -649,8 +863,8 @@ absl::Status Importer::Convert(const Node& n) {
     constants_[n.output(0)] = t;
     return absl::OkStatus();
   }
-  if (op == "Conv" || op == "MaxPool") {
-    ASSIGN_OR_RETURN(Val y, Window(n, op == "Conv"));
+  if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
+    ASSIGN_OR_RETURN(Val y, Window(n, op));
     Set(n, 0, y);
     return absl::OkStatus();
   }
@@ -660,8 +874,10 @@ absl::Status Importer::Convert(const Node& n) {
 }  // namespace
 
 std::vector<std::string> SupportedOnnxOps() {
-  return {"Add", "Constant", "Conv", "Dropout", "Flatten", "Gemm", "Identity", "LogSoftmax",
-          "MatMul", "MaxPool", "Relu", "Reshape", "Sigmoid", "Softmax", "Tanh"};
+  return {"Add",        "AveragePool", "BatchNormalization", "Clip",     "Constant",  "Conv",      "Div",     "Dropout",
+          "Flatten",    "Gemm",        "GlobalAveragePool",    "Identity",  "LogSoftmax", "MatMul",
+          "MaxPool",    "Mul",         "ReduceMean", "ReduceSum", "Relu",    "Reshape", "Sigmoid",
+          "Softmax",    "Sub",         "Tanh"};
 }
 
 absl::StatusOr<onnx::ModelProto> ReadOnnxModel(const std::string& path, int64_t max_bytes) {

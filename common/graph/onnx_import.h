@@ -16,9 +16,11 @@
 //
 // Dim 0 of every bound input is the batch, whatever the file declares.
 // Convolutions run on our NHWC kernels: an NCHW value is carried
-// transposed (NHWC) between Conv, MaxPool and element-wise ops and turned
-// back into NCHW only where another op reads it (Flatten, Reshape, an
-// output), so results equal ONNX's NCHW semantics. Weights keep the file's
+// transposed (NHWC) between Conv, the pools, BatchNormalization,
+// element-wise ops (a lower-rank operand broadcast against it is laid out
+// alike) and reductions that keep its axes, and turned back into NCHW only
+// where another op reads it (Flatten, Reshape, an output), so results
+// equal ONNX's NCHW semantics. Weights keep the file's
 // layout (Gemm [out, in], Conv OIHW), so gradients and checkpoints read as
 // PyTorch's do.
 //

@@ -286,14 +286,101 @@ TEST(OnnxImportTest, AnUnsupportedOpIsRefusedNamingTheNode) {
 }
 
 TEST(OnnxImportTest, UnsupportedAttributesAreRefusedNamingTheNode) {
-  ModelMaker m;
-  m.Input("input", {-1, 4, 6, 6});
-  m.Weight("w", {4, 1, 3, 3});
-  ModelMaker::IntAttr(m.Node("Conv", "depthwise", {"input", "w"}, {"y"}), "group", 4);
-  m.Output("y");
-  absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 6, 6}, RandomBatch(TensorShape({1, 4, 6, 6}), 1), "y");
-  ASSERT_FALSE(y.ok());
-  EXPECT_THAT(y.status().message(), HasSubstr("ONNX node depthwise (Conv): group 4"));
+  {
+    ModelMaker m;
+    m.Input("input", {-1, 4, 6, 6});
+    m.Weight("w", {4, 1, 3, 3});
+    onnx::NodeProto* n = m.Node("Conv", "depthwise", {"input", "w"}, {"y"});
+    ModelMaker::IntAttr(n, "group", 4);
+    auto* a = n->add_attribute();
+    a->set_name("auto_pad");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s("FULL");
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 6, 6}, RandomBatch(TensorShape({1, 4, 6, 6}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node depthwise (Conv): auto_pad FULL is not supported"));
+  }
+  {
+    // 6 + 0 - 3 is not a multiple of 2: ceil_mode would add a window.
+    ModelMaker m;
+    m.Input("input", {-1, 2, 6, 6});
+    onnx::NodeProto* n = m.Node("AveragePool", "pool", {"input"}, {"y"});
+    ModelMaker::IntsAttr(n, "kernel_shape", {3, 3});
+    ModelMaker::IntsAttr(n, "strides", {2, 2});
+    ModelMaker::IntAttr(n, "ceil_mode", 1);
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2, 6, 6}, RandomBatch(TensorShape({1, 2, 6, 6}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node pool (AveragePool): ceil_mode 1 is not supported"));
+  }
+  {
+    ModelMaker m;
+    m.Input("input", {-1, 2, 6, 6});
+    m.Weight("w", {4, 2, 3, 3});
+    ModelMaker::IntAttr(m.Node("Conv", "conv", {"input", "w"}, {"y"}), "group", 3);
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2, 6, 6}, RandomBatch(TensorShape({1, 2, 6, 6}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node conv (Conv): group 3 does not divide"));
+  }
+  {
+    ModelMaker m;
+    m.Input("input", {-1, 3, 4});
+    m.Weight("b", {2, 4});
+    m.Node("Mul", "mul", {"input", "b"}, {"y"});
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 3, 4}, RandomBatch(TensorShape({1, 3, 4}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node mul (Mul): shapes [?,3,4] and [2,4] do not broadcast"));
+  }
+}
+
+// BatchNormalization normalises with the batch's statistics; a graph that
+// reads the running statistics it would update is refused, naming them.
+TEST(OnnxImportTest, BatchNormUsesTheBatchAndRefusesRunningStatistics) {
+  for (bool read_running : {false, true}) {
+    ModelMaker m;
+    m.Input("input", {-1, 2, 3, 3});
+    m.Init("scale", {2}, {2.0f, 0.5f});
+    m.Init("B", {2}, {1.0f, -1.0f});
+    m.Init("mean", {2}, {100.0f, 100.0f});  // not used: the batch's mean is
+    m.Init("var", {2}, {100.0f, 100.0f});
+    onnx::NodeProto* n = m.Node("BatchNormalization", "bn", {"input", "scale", "B", "mean", "var"},
+                                {"y", "running_mean", "running_var"});
+    ModelMaker::IntAttr(n, "training_mode", 1);
+    m.Output("y");
+    std::string out = "y";
+    if (read_running) {
+      m.Node("Identity", "read", {"running_mean"}, {"rm"});
+      out = "rm";
+    }
+    const Tensor x = RandomBatch(TensorShape({4, 2, 3, 3}), 3);
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2, 3, 3}, x, out);
+    if (read_running) {
+      ASSERT_FALSE(y.ok());
+      EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
+      EXPECT_THAT(y.status().message(), HasSubstr("ONNX node bn (BatchNormalization): output 1 (the running statistics) is read"));
+      continue;
+    }
+    ASSERT_TRUE(y.ok()) << y.status();
+    // Per channel over batch and positions: mean B, standard deviation |scale|.
+    for (int ch = 0; ch < 2; ++ch) {
+      double sum = 0, sq = 0;
+      for (int b = 0; b < 4; ++b) {
+        for (int p = 0; p < 9; ++p) {
+          const double v = y->data<float>()[(b * 2 + ch) * 9 + p];
+          sum += v;
+          sq += v * v;
+        }
+      }
+      const double mean = sum / 36, sd = std::sqrt(sq / 36 - mean * mean);
+      EXPECT_NEAR(mean, ch == 0 ? 1.0 : -1.0, 1e-5) << ch;
+      EXPECT_NEAR(sd, ch == 0 ? 2.0 : 0.5, 1e-3) << ch;
+    }
+  }
 }
 
 // The file as CompileModel reads it: a job with a loss on "logits".

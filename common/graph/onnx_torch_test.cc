@@ -1,4 +1,4 @@
-// Real exported models: examples/onnx/{mlp,cnn}.onnx, written by
+// Real exported models: examples/onnx/{mlp,cnn,ops,resnet,resnet_bn}.onnx, written by
 // torch.onnx.export (examples/onnx/make_models.py), compiled as a job
 // compiles them, one step's loss and gradients on a fixed batch against
 // PyTorch's autograd from the same initial weights (the script's
@@ -68,8 +68,9 @@ TEST_P(OnnxTorchTest, GradientsMatchPyTorch) {
   for (const NodeDef& n : c->graph.node()) {
     if (n.op() == "Dropout") rates.push_back(GetAttrF(n, "rate"));
   }
-  const std::vector<float> want_rates = model == "mlp" ? std::vector<float>{0.2f, 0.2f} : std::vector<float>{0.3f};
-  EXPECT_EQ(rates, want_rates);
+  const std::map<std::string, std::vector<float>> want_rates = {
+      {"mlp", {0.2f, 0.2f}}, {"cnn", {0.3f}}, {"ops", {}}, {"resnet", {}}, {"resnet_bn", {}}};
+  EXPECT_EQ(rates, want_rates.at(model));
 
   // The batch: PyTorch's NCHW [32, 1, 28, 28] is the same bytes as the
   // feature's [32, 28, 28, 1].
@@ -148,7 +149,11 @@ TEST(OnnxPsTest, TheParameterServersStartFromTheFilesWeights) {
   EXPECT_EQ(checked, 8);  // 6 variables, two of them in two slices
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, OnnxTorchTest, ::testing::Values("mlp", "cnn"));
+// ops: strided, padded, dilated, grouped and depthwise Conv, Clip (ReLU6),
+// AveragePool, broadcasting Mul/Sub/Div against parameters, ReduceMean and
+// ReduceSum; resnet: residual Adds, strided 1x1 projections, a global pool;
+// resnet_bn: the same with BatchNormalization (the batch's statistics).
+INSTANTIATE_TEST_SUITE_P(Models, OnnxTorchTest, ::testing::Values("mlp", "cnn", "ops", "resnet", "resnet_bn"));
 
 }  // namespace
 }  // namespace psrt

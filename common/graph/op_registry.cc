@@ -16,6 +16,7 @@ const OpRegistry& OpRegistry::Global() {
     auto* reg = new OpRegistry();
     RegisterBasicOps(reg);
     RegisterNnOps(reg);
+    RegisterMathOps(reg);
     return reg;
   }();
   return *r;

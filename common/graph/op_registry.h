@@ -68,6 +68,7 @@ class OpRegistry {
 // Registration of each family, called by Global().
 void RegisterBasicOps(OpRegistry* r);
 void RegisterNnOps(OpRegistry* r);
+void RegisterMathOps(OpRegistry* r);
 
 }  // namespace psrt
 

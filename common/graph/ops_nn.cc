@@ -1,6 +1,7 @@
 // Convolution, pooling, embeddings, losses and metrics: shapes and gradients.
 #include "common/graph/op_registry.h"
 #include "common/graph/shape_util.h"
+#include "common/graph/window.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -9,19 +10,30 @@ namespace {
 using Grads = absl::StatusOr<std::vector<std::string>>;
 
 
-absl::Status Window(const NodeDef& n, const Shape& x, int64_t k, int64_t c_out, Shape* out) {
+// Output shape of a window op on NHWC input x with a kh x kw kernel (0:
+// the pool's ksize attrs) and c_out channels.
+absl::Status Window(const NodeDef& n, const Shape& x, int64_t kh, int64_t kw, int64_t c_out, Shape* out) {
   RETURN_IF_ERROR(RequireRank(n, x, 4, "input (NHWC)"));
-  int64_t s = GetAttrI(n, "stride", 1);
-  std::string pad = GetAttrS(n, "padding", "VALID");
-  if (s < 1) return ShapeError(n, "stride must be >= 1");
-  if (pad != "SAME" && pad != "VALID") return ShapeError(n, "padding must be SAME or VALID");
-  bool same = pad == "SAME";
-  int64_t h = WindowOut(x[1], k, s, same), w = WindowOut(x[2], k, s, same);
-  if ((x[1] >= 0 && h <= 0) || (x[2] >= 0 && w <= 0)) {
-    return ShapeError(n, absl::StrCat("window ", k, " does not fit input ", ShapeString(x)));
+  Window2D w;
+  if (absl::Status s = ReadWindow(n, kh, kw, &w); !s.ok()) return ShapeError(n, s.message());
+  int64_t h, wd;
+  WindowOut(&w, x[1], x[2], &h, &wd);
+  if ((x[1] >= 0 && h <= 0) || (x[2] >= 0 && wd <= 0)) {
+    return ShapeError(n, absl::StrCat("window ", w.kh, "x", w.kw, " does not fit input ", ShapeString(x)));
   }
-  *out = {x[0], h, w, c_out};
+  *out = {x[0], h, wd, c_out};
   return absl::OkStatus();
+}
+
+// The window attrs of a node, for its gradient ops.
+Attrs WindowAttrs(const NodeDef& n) {
+  Attrs a;
+  for (const char* k : {"stride", "strides", "dilations", "padding", "pads", "group", "ksize", "ksizes",
+                        "count_include_pad"}) {
+    auto it = n.attr().find(k);
+    if (it != n.attr().end()) a[k] = it->second;
+  }
+  return a;
 }
 
 // A scalar loss of (logits, labels).
@@ -54,23 +66,24 @@ OpDef Loss(const std::string& name, const std::string& grad_op) {
 void RegisterNnOps(OpRegistry* r) {
   {
     OpDef d;
-    d.name = "Conv2D";  // x [N,H,W,C], kernel [k,k,C,F]
+    d.name = "Conv2D";  // x [N,H,W,C], kernel [kh,kw,C/group,F]
     d.num_inputs = 2;
     d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
-      RETURN_IF_ERROR(RequireRank(n, in[1], 4, "kernel [k,k,in,out]"));
-      if (!DimsAgree(in[0].size() == 4 ? in[0][3] : -1, in[1][2])) {
-        return ShapeError(n, absl::StrCat("input channels of ", ShapeString(in[0]),
-                                          " do not match kernel ", ShapeString(in[1])));
+      RETURN_IF_ERROR(RequireRank(n, in[1], 4, "kernel [kh,kw,in/group,out]"));
+      const int64_t group = GetAttrI(n, "group", 1);
+      const int64_t c = in[0].size() == 4 ? in[0][3] : -1;
+      if (group < 1 || (c >= 0 && c % group != 0) || (in[1][3] >= 0 && in[1][3] % group != 0) ||
+          !DimsAgree(c, in[1][2] < 0 ? -1 : in[1][2] * group)) {
+        return ShapeError(n, absl::StrCat("input channels of ", ShapeString(in[0]), " do not match kernel ",
+                                          ShapeString(in[1]), " in ", group, " groups"));
       }
-      if (in[1][0] != in[1][1]) return ShapeError(n, "kernels are square");
       Shape o;
-      RETURN_IF_ERROR(Window(n, in[0], in[1][0], in[1][3], &o));
+      RETURN_IF_ERROR(Window(n, in[0], in[1][0], in[1][1], in[1][3], &o));
       *out = {o};
       return absl::OkStatus();
     };
     d.grad = [](const GradContext& c) -> Grads {
-      Attrs a = {{"stride", AttrI(GetAttrI(*c.node, "stride", 1))},
-                 {"padding", AttrS(GetAttrS(*c.node, "padding", "VALID"))}};
+      Attrs a = WindowAttrs(*c.node);
       return std::vector<std::string>{
           c.Add("Conv2DBackpropInput", "dx", {c.in(0), c.in(1), c.dy[0]}, a),
           c.Add("Conv2DBackpropFilter", "dk", {c.in(0), c.in(1), c.dy[0]}, a)};
@@ -84,20 +97,76 @@ void RegisterNnOps(OpRegistry* r) {
     d.name = "MaxPool";
     d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
       Shape o;
-      int64_t k = GetAttrI(n, "ksize", 2);
-      if (k < 1) return ShapeError(n, "ksize must be >= 1");
-      RETURN_IF_ERROR(Window(n, in[0], k, in[0].size() == 4 ? in[0][3] : -1, &o));
+      RETURN_IF_ERROR(Window(n, in[0], 0, 0, in[0].size() == 4 ? in[0][3] : -1, &o));
       *out = {o};
       return absl::OkStatus();
     };
     d.grad = [](const GradContext& c) -> Grads {
-      Attrs a = {{"ksize", AttrI(GetAttrI(*c.node, "ksize", 2))},
-                 {"stride", AttrI(GetAttrI(*c.node, "stride", 1))},
-                 {"padding", AttrS(GetAttrS(*c.node, "padding", "VALID"))}};
-      return std::vector<std::string>{c.Add("MaxPoolGrad", "dx", {c.in(0), c.out(0), c.dy[0]}, a)};
+      return std::vector<std::string>{c.Add("MaxPoolGrad", "dx", {c.in(0), c.out(0), c.dy[0]}, WindowAttrs(*c.node))};
     };
     r->Register(d);
     r->Register(ShapedLikeInput("MaxPoolGrad", 3, 0));
+  }
+  {
+    // The mean over each window (dense windows; count_include_pad: the
+    // padding counts in the divisor, as PyTorch's default).
+    OpDef d;
+    d.name = "AvgPool";
+    d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      Shape o;
+      RETURN_IF_ERROR(Window(n, in[0], 0, 0, in[0].size() == 4 ? in[0][3] : -1, &o));
+      std::vector<int64_t> dil = GetAttrInts(n, "dilations");
+      if (!dil.empty() && dil != std::vector<int64_t>{1, 1}) return ShapeError(n, "dilated average pooling is not supported");
+      *out = {o};
+      return absl::OkStatus();
+    };
+    d.grad = [](const GradContext& c) -> Grads {
+      return std::vector<std::string>{c.Add("AvgPoolGrad", "dx", {c.dy[0], c.in(0)}, WindowAttrs(*c.node))};
+    };
+    r->Register(d);
+    r->Register(ShapedLikeInput("AvgPoolGrad", 2, 1));
+  }
+  {
+    // Batch normalisation over every axis but the last (the channels: NHWC
+    // or [N, C]) with the batch's own statistics, in training steps and
+    // evaluation alike (moving statistics are not kept yet: see README,
+    // "Batch normalisation"). x, scale [C], offset [C] -> y, and the
+    // batch's mean and (biased) variance [C] for the gradient.
+    OpDef d;
+    d.name = "BatchNorm";
+    d.num_inputs = 3;
+    d.num_outputs = 3;
+    d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      if (in[0].size() < 2) return ShapeError(n, absl::StrCat("input ", ShapeString(in[0]), " has no channel axis"));
+      const int64_t c = in[0].back();
+      for (int i = 1; i <= 2; ++i) {
+        if (in[i].size() != 1 || !DimsAgree(in[i][0], c)) {
+          return ShapeError(n, absl::StrCat(i == 1 ? "scale " : "offset ", ShapeString(in[i]), " is not [", c, "]"));
+        }
+      }
+      if (!(GetAttrF(n, "epsilon", 1e-5f) > 0)) return ShapeError(n, "epsilon must be positive");
+      *out = {in[0], {c}, {c}};
+      return absl::OkStatus();
+    };
+    d.grad = [](const GradContext& c) -> Grads {
+      if (!c.dy[1].empty() || !c.dy[2].empty()) {
+        return absl::UnimplementedError(absl::StrCat("node ", c.node->name(), " (BatchNorm): gradients through the batch statistics outputs"));
+      }
+      const std::string g = c.Add("BatchNormGrad", "grad", {c.dy[0], c.in(0), c.in(1), c.out(1), c.out(2)},
+                                  {{"epsilon", AttrF(GetAttrF(*c.node, "epsilon", 1e-5f))}});
+      return std::vector<std::string>{TensorName(g, 0), TensorName(g, 1), TensorName(g, 2)};
+    };
+    r->Register(d);
+    // (dy, x, scale, mean, var) -> dx, dscale, doffset.
+    OpDef g;
+    g.name = "BatchNormGrad";
+    g.num_inputs = 5;
+    g.num_outputs = 3;
+    g.shape = [](const NodeDef&, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      *out = {in[1], in[2], in[2]};
+      return absl::OkStatus();
+    };
+    r->Register(g);
   }
   {
     // rows [U, D] (the pulled rows of the unique ids), index [B] into them.

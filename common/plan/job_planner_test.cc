@@ -3,6 +3,7 @@
 #include "common/plan/job_planner.h"
 
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -95,7 +96,8 @@ TEST(JobPlannerTest, AJobPastItsBoundsIsRefusedNamingTheFlag) {
 TEST(JobPlannerTest, EveryExampleJobParses) {
   for (const char* name : {"fashion_mnist_cnn", "fashion_mnist_mlp", "fashion_mnist_mlp_central_storage",
                            "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",
-                           "sparse_libsvm_hybrid", "fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn"}) {
+                           "sparse_libsvm_hybrid", "fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn",
+                           "fashion_mnist_onnx_resnet", "fashion_mnist_onnx_resnet_bn"}) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     EXPECT_TRUE(job.ok()) << job.status();
   }
@@ -104,12 +106,15 @@ TEST(JobPlannerTest, EveryExampleJobParses) {
 // The ONNX examples plan as the chief plans them: their models found beside
 // the job, imported, differentiated and placed on 2 PS.
 TEST(JobPlannerTest, OnnxExampleJobsPlan) {
-  for (const char* name : {"fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn"}) {
+  const std::map<std::string, size_t> variables = {
+      {"fashion_mnist_onnx_mlp", 6}, {"fashion_mnist_onnx_cnn", 8}, {"fashion_mnist_onnx_resnet", 20},
+      {"fashion_mnist_onnx_resnet_bn", 29}};
+  for (const auto& [name, count] : variables) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     ASSERT_TRUE(job.ok()) << job.status();
     absl::StatusOr<JobPlan> plan = PlanJob(*job, 2);
     ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
-    EXPECT_EQ(plan->gradient_node.size(), std::string(name) == "fashion_mnist_onnx_mlp" ? 6u : 8u) << name;
+    EXPECT_EQ(plan->gradient_node.size(), count) << name;
   }
 }
 

@@ -2,7 +2,9 @@
 """Exports the Fashion-MNIST example models from PyTorch to ONNX, with
 PyTorch's loss and gradients on a fixed batch for psrt's tests.
 
-For each model (an MLP and a small CNN) it writes, beside this script:
+For each model (an MLP, a small CNN, "ops" that uses every op of the
+second import slice, a small ResNet, and the same ResNet with batch
+normalisation) it writes, beside this script:
   <model>.onnx            torch.onnx.export (opset 18, dynamic batch, training
                           mode so that Dropout nodes are kept), the initial
                           weights inside;
@@ -12,7 +14,8 @@ For each model (an MLP and a small CNN) it writes, beside this script:
                           the gradient of every parameter ("grad/<name>",
                           named as the .onnx file's initializers), from the
                           file's own initial weights in eval mode (no
-                          dropout).
+                          dropout; a model with batch normalisation in
+                          train mode: the batch's statistics).
 
 Run with a Python that has torch, onnx and onnxscript:
   /tmp/torchvenv/bin/python examples/onnx/make_models.py
@@ -52,6 +55,89 @@ def cnn():
         nn.Linear(128, 10))
 
 
+class Ops(nn.Module):
+    """Every op of the second import slice in one small net: strided,
+    padded, dilated, grouped and depthwise convolutions, ReLU6 (Clip),
+    average pooling, broadcasting Add/Sub/Mul/Div against parameters, and
+    ReduceMean / ReduceSum over axes."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 8, 3, stride=2, padding=1)                   # 14x14
+        self.depthwise = nn.Conv2d(8, 16, 3, padding=1, groups=8)             # multiplier 2
+        self.grouped = nn.Conv2d(16, 8, (3, 2), padding=(2, 1), dilation=2, groups=2, stride=(1, 2))
+        self.pool = nn.AvgPool2d(3, stride=2, padding=1)                       # count_include_pad
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 8).reshape(1, 8, 1, 1))
+        self.shift = nn.Parameter(torch.linspace(-0.2, 0.2, 8).reshape(8, 1, 1))
+        self.div = nn.Parameter(torch.linspace(1.0, 2.0, 7))
+        self.fc_pooled = nn.Linear(8, 10)
+        self.fc_rows = nn.Linear(7, 10)
+
+    def forward(self, x):
+        x = nn.functional.relu6(self.stem(x))
+        x = nn.functional.relu6(self.depthwise(x))
+        x = self.grouped(x)                                                     # 14x7
+        x = self.pool(x)                                                        # 7x4
+        x = x * self.scale - self.shift
+        pooled = x.mean(dim=(2, 3))                                             # [N, 8]
+        rows = x.sum(dim=(1, 3), keepdim=True)                                  # [N, 1, 7, 1]
+        rows = rows.flatten(1) / self.div                                       # [N, 7]
+        return self.fc_pooled(pooled) + self.fc_rows(rows)
+
+
+class Block(nn.Module):
+    """A residual block: two 3x3 convolutions, the shortcut a strided 1x1
+    projection where the shape changes."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.shortcut = nn.Conv2d(cin, cout, 1, stride=stride) if stride != 1 or cin != cout else None
+
+    def forward(self, x):
+        y = self.conv2(torch.relu(self.conv1(x)))
+        return torch.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class BnBlock(nn.Module):
+    """Block with batch normalisation after each convolution (no conv
+    biases), as torchvision's BasicBlock."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+def resnet_bn():
+    # The ResNet above with batch normalisation (training-mode statistics).
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        BnBlock(16, 16, 1), BnBlock(16, 32, 2), BnBlock(32, 64, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(64, 10))
+
+
+def resnet():
+    # A small ResNet for 28x28: conv stem, three residual blocks (two with a
+    # strided projection shortcut), global average pool, linear.
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+        Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(64, 10))
+
+
 def read_idx(path):
     with gzip.open(path, "rb") as f:
         data = f.read()
@@ -60,11 +146,25 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
+def has_batch_norm(model):
+    return any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+
+
 def export(model, path):
     # In training mode, so that the Dropout layers come along (an eval-mode
     # export leaves them out): psrt applies them in training steps only.
     model.train()
     x = torch.zeros(2, 1, 28, 28)
+    if has_batch_norm(model):
+        # The torch.export-based exporter of this PyTorch (2.15) writes no
+        # BatchNormalization node for a training-mode BatchNorm2d (it is
+        # gone from the graph); the TorchScript exporter writes it with
+        # training_mode=1, the running statistics as initializers.
+        torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["logits"],
+                          opset_version=18, dynamo=False, do_constant_folding=False,
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.TRAINING)
+        return
     torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["logits"],
                       opset_version=18, dynamo=True, external_data=False,
                       dynamic_shapes=({0: torch.export.Dim("batch")},),
@@ -86,7 +186,9 @@ def reference(model_path, images, labels, out_path):
     with torch.no_grad():
         for name, p in state.items():
             p.copy_(torch.from_numpy(weights[name].copy()))
-    model.eval()
+    # Eval mode turns dropout off; batch normalisation runs on the batch's
+    # statistics (train mode), as psrt's does.
+    model.train(has_batch_norm(model))
     x = torch.from_numpy(images.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
     y = torch.from_numpy(labels.astype(np.int64))
     loss = nn.functional.cross_entropy(model(x), y)
@@ -101,7 +203,7 @@ def reference(model_path, images, labels, out_path):
     print(f"{out_path}: loss {loss.item():.6f}, {len(state)} gradients")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn}
+MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn}
 
 
 def main():
@@ -109,10 +211,12 @@ def main():
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--models", default=",".join(MODELS), help="which to write (comma-separated)")
     args = ap.parse_args()
     images = read_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz"))[:BATCH]
     labels = read_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz"))[:BATCH]
-    for name, make in MODELS.items():
+    for name in args.models.split(","):
+        make = MODELS[name]
         torch.manual_seed(args.seed)
         path = os.path.join(args.out, name + ".onnx")
         export(make(), path)

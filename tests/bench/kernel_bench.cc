@@ -1,5 +1,6 @@
 // Kernel and trainer throughput, printed as a table:
 //   - MatMul and Conv2D (im2col + contraction) GFLOP/s of our CPU kernels,
+//     and depthwise Conv2D's forward and gradients,
 //     beside Eigen's own matrix product (Eigen::Matrix, c = a * b) on the
 //     same shapes in the same run, single-threaded and on every core;
 //   - in-process trainer examples/s on the example jobs.
@@ -109,6 +110,27 @@ void ConvRow(int64_t batch, int64_t hw, int64_t cin, int64_t ksize, int64_t cout
       batch, hw, hw, cin, ksize, ksize, cout, ours1, eigen, ours1 / eigen, all.numThreads(), oursn);
 }
 
+// A depthwise 3x3 convolution (MobileNetV2's middle layers): forward, input
+// and filter gradients, in useful GFLOP/s (2 * outputs * 9 per pass).
+void DepthwiseRow(int64_t batch, int64_t hw, int64_t ch, int64_t stride, const Eigen::ThreadPoolDevice& all) {
+  NodeDef node;
+  node.set_name("depthwise");
+  node.set_op("Conv2D");
+  (*node.mutable_attr())["padding"] = AttrS("EXPLICIT");
+  (*node.mutable_attr())["pads"] = AttrInts({1, 1, 1, 1});
+  (*node.mutable_attr())["stride"] = AttrI(stride);
+  (*node.mutable_attr())["group"] = AttrI(ch);
+  Tensor x = Random(TensorShape({batch, hw, hw, ch})), k = Random(TensorShape({3, 3, 1, ch}));
+  const int64_t out_hw = (hw - 1) / stride + 1;
+  Tensor dy = Random(TensorShape({batch, out_hw, out_hw, ch}));
+  const double flops = 2.0 * batch * out_hw * out_hw * ch * 9;
+  const double fwd = flops / RunKernel("Conv2D", node, {x, k}, all) / 1e9;
+  const double dx = flops / RunKernel("Conv2DBackpropInput", node, {x, k, dy}, all) / 1e9;
+  const double dk = flops / RunKernel("Conv2DBackpropFilter", node, {x, k, dy}, all) / 1e9;
+  std::cout << absl::StrFormat("Depthwise [%d,%d,%d,%d] 3x3 stride %d (%dt)  forward %6.2f  dx %6.2f  dk %6.2f\n", batch, hw,
+                               hw, ch, stride, all.numThreads(), fwd, dx, dk);
+}
+
 void TrainerRow(const std::string& path, int64_t steps) {
   auto job = LoadJob(path);
   if (!job.ok()) {
@@ -167,6 +189,8 @@ int main(int argc, char** argv) {
   psrt::ConvRow(64, 28, 1, 5, 16, one, all);
   psrt::ConvRow(64, 14, 16, 5, 32, one, all);
   psrt::ConvRow(32, 14, 32, 5, 64, one, all);
+  psrt::DepthwiseRow(32, 28, 32, 1, all);
+  psrt::DepthwiseRow(32, 14, 96, 2, all);
   if (const int64_t steps = absl::GetFlag(FLAGS_trainer_steps); steps > 0) {
     std::string root;
     if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY")) root = std::string(ws) + "/";

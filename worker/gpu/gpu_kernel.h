@@ -40,6 +40,7 @@ class GpuKernelRegistry : public KernelTable<GpuKernel> {
 
 void RegisterGpuBasicKernels(GpuKernelRegistry* r);
 void RegisterGpuNnKernels(GpuKernelRegistry* r);
+void RegisterGpuMathKernels(GpuKernelRegistry* r);
 
 }  // namespace gpu
 }  // namespace psrt

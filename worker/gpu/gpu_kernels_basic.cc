@@ -27,6 +27,7 @@ const GpuKernelRegistry& GpuKernelRegistry::Get() {
     auto* reg = new GpuKernelRegistry();
     RegisterGpuBasicKernels(reg);
     RegisterGpuNnKernels(reg);
+    RegisterGpuMathKernels(reg);
     return reg;
   }();
   return *r;

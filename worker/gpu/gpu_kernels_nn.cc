@@ -1,4 +1,5 @@
-// GPU kernels: convolution (im2col + cuBLAS, col2im), max pooling,
+// GPU kernels: convolution (im2col + cuBLAS, one product per group;
+// col2im), max and average pooling,
 // embeddings, losses and accuracy. Shape checks mirror kernels_nn.cc; what
 // the CPU checks by reading ids and labels is checked on the device and
 // reported through the context's error slot.
@@ -13,18 +14,14 @@ namespace gpu {
 namespace {
 
 ConvDims DimsOf(const ConvGeometry& g) {
-  return ConvDims{g.n, g.h, g.w, g.c, g.k, g.s, g.oh, g.ow, g.pad_top, g.pad_left};
+  return ConvDims{g.n,  g.h,  g.w,  g.c,  g.kh, g.kw,      g.sh,       g.sw,        g.dh,
+                  g.dw, g.oh, g.ow, g.pad_top, g.pad_left, g.pad_bottom, g.pad_right, g.group,
+                  g.count_include_pad};
 }
 
 // Geometry of a (x, kernel, ...) conv node, after checking the kernel fits.
 absl::Status ConvInputs(const GpuKernelContext& c, ConvGeometry* g) {
-  const Tensor& x = c.inputs[0];
-  const Tensor& k = c.inputs[1];
-  if (k.shape().rank() != 4 || x.shape().rank() != 4 || k.shape().dim(2) != x.shape().dim(3) ||
-      k.shape().dim(0) != k.shape().dim(1)) {
-    return c.Error(absl::StrCat("kernel ", k.shape().ToString(), " does not fit input ", x.shape().ToString()));
-  }
-  RETURN_IF_ERROR(Geometry(c, x.shape(), k.shape().dim(0), k.shape().dim(3), g));
+  RETURN_IF_ERROR(ConvGeometryOf(c, c.inputs[0].shape(), c.inputs[1].shape(), g));
   if (c.inputs.size() > 2 && c.inputs[2].NumElements() != g->rows() * g->f) {
     return c.Error(absl::StrCat("dy ", c.inputs[2].shape().ToString(), " does not match the convolution"));
   }
@@ -37,14 +34,27 @@ absl::StatusOr<Tensor> Im2ColOf(GpuKernelContext& c, const ConvGeometry& g) {
   return col;
 }
 
+// One cuBLAS product per group: group j's block of col is columns
+// [j*p, (j+1)*p) (row stride patch), of the kernel and of y/dy columns
+// [j*fg, (j+1)*fg) (row stride f); one group is the whole matrices.
+struct GroupBlocks {
+  int64_t p, fg;
+  int64_t col(int64_t j) const { return j * p; }
+  int64_t out(int64_t j) const { return j * fg; }
+};
+GroupBlocks BlocksOf(const ConvGeometry& g) { return GroupBlocks{g.group_patch(), g.f / g.group}; }
+
 absl::Status Conv2DOp(GpuKernelContext& c) {
   ConvGeometry g;
   RETURN_IF_ERROR(ConvInputs(c, &g));
   ASSIGN_OR_RETURN(Tensor col, Im2ColOf(c, g));
   ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape({g.n, g.oh, g.ow, g.f})));
-  // y [rows, f] = col [rows, patch] x kernel [patch, f]
-  PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, false, g.rows(), g.f, g.patch(), col.data<float>(), g.patch(),
-                         c.inputs[1].data<float>(), g.f, 0.0f, y.data<float>(), g.f));
+  const GroupBlocks b = BlocksOf(g);
+  for (int64_t j = 0; j < g.group; ++j) {
+    // y_j [rows, fg] = col_j [rows, p] x kernel_j [p, fg]
+    PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, false, g.rows(), b.fg, b.p, col.data<float>() + b.col(j), g.patch(),
+                           c.inputs[1].data<float>() + b.out(j), g.f, 0.0f, y.data<float>() + b.out(j), g.f));
+  }
   c.outputs = {y};
   return absl::OkStatus();
 }
@@ -54,9 +64,12 @@ absl::Status Conv2DBackpropFilterOp(GpuKernelContext& c) {  // (x, kernel, dy)
   RETURN_IF_ERROR(ConvInputs(c, &g));
   ASSIGN_OR_RETURN(Tensor col, Im2ColOf(c, g));
   ASSIGN_OR_RETURN(Tensor dk, c.Output(c.inputs[1].shape()));
-  // dk [patch, f] = col^T [patch, rows] x dy [rows, f]
-  PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), true, false, g.patch(), g.f, g.rows(), col.data<float>(), g.patch(),
-                         c.inputs[2].data<float>(), g.f, 0.0f, dk.data<float>(), g.f));
+  const GroupBlocks b = BlocksOf(g);
+  for (int64_t j = 0; j < g.group; ++j) {
+    // dk_j [p, fg] = col_j^T [p, rows] x dy_j [rows, fg]
+    PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), true, false, b.p, b.fg, g.rows(), col.data<float>() + b.col(j), g.patch(),
+                           c.inputs[2].data<float>() + b.out(j), g.f, 0.0f, dk.data<float>() + b.out(j), g.f));
+  }
   c.outputs = {dk};
   return absl::OkStatus();
 }
@@ -65,24 +78,26 @@ absl::Status Conv2DBackpropInputOp(GpuKernelContext& c) {  // (x, kernel, dy)
   ConvGeometry g;
   RETURN_IF_ERROR(ConvInputs(c, &g));
   ASSIGN_OR_RETURN(Tensor dcol, c.Output(TensorShape({g.rows(), g.patch()})));
-  // dcol [rows, patch] = dy [rows, f] x kernel^T [f, patch]
-  PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, true, g.rows(), g.patch(), g.f, c.inputs[2].data<float>(), g.f,
-                         c.inputs[1].data<float>(), g.f, 0.0f, dcol.data<float>(), g.patch()));
+  const GroupBlocks b = BlocksOf(g);
+  for (int64_t j = 0; j < g.group; ++j) {
+    // dcol_j [rows, p] = dy_j [rows, fg] x kernel_j^T [fg, p]
+    PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, true, g.rows(), b.p, b.fg, c.inputs[2].data<float>() + b.out(j), g.f,
+                           c.inputs[1].data<float>() + b.out(j), g.f, 0.0f, dcol.data<float>() + b.col(j), g.patch()));
+  }
   ASSIGN_OR_RETURN(Tensor dx, c.Output(c.inputs[0].shape()));
   PSRT_GPU_CHECK(c, Col2Im(c.stream(), DimsOf(g), dcol.data<float>(), dx.data<float>()));
   c.outputs = {dx};
   return absl::OkStatus();
 }
 
-absl::Status PoolGeometry(const GpuKernelContext& c, ConvGeometry* g) {
-  const TensorShape& x = c.inputs[0].shape();
-  if (x.rank() != 4) return c.Error(absl::StrCat("input must be NHWC, got ", x.ToString()));
-  return Geometry(c, x, GetAttrI(*c.node, "ksize", 2), x.dim(3), g);
+absl::Status PoolGeometry(const GpuKernelContext& c, const Tensor& x, ConvGeometry* g) {
+  if (x.shape().rank() != 4) return c.Error(absl::StrCat("input must be NHWC, got ", x.shape().ToString()));
+  return Geometry(c, x.shape(), 0, 0, x.shape().dim(3), g);
 }
 
 absl::Status MaxPoolOp(GpuKernelContext& c) {
   ConvGeometry g;
-  RETURN_IF_ERROR(PoolGeometry(c, &g));
+  RETURN_IF_ERROR(PoolGeometry(c, c.inputs[0], &g));
   ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape({g.n, g.oh, g.ow, g.c})));
   PSRT_GPU_CHECK(c, gpu::MaxPool(c.stream(), DimsOf(g), c.inputs[0].data<float>(), y.data<float>()));
   c.outputs = {y};
@@ -91,11 +106,32 @@ absl::Status MaxPoolOp(GpuKernelContext& c) {
 
 absl::Status MaxPoolGradOp(GpuKernelContext& c) {  // (x, y, dy)
   ConvGeometry g;
-  RETURN_IF_ERROR(PoolGeometry(c, &g));
+  RETURN_IF_ERROR(PoolGeometry(c, c.inputs[0], &g));
   if (c.inputs[2].NumElements() != g.rows() * g.c) return c.Error("dy does not match the pooled shape");
   ASSIGN_OR_RETURN(Tensor dx, c.Output(c.inputs[0].shape()));
   PSRT_GPU_CHECK(c, gpu::MaxPoolGrad(c.stream(), DimsOf(g), c.inputs[0].data<float>(), c.inputs[2].data<float>(),
                                      dx.data<float>()));
+  c.outputs = {dx};
+  return absl::OkStatus();
+}
+
+absl::Status AvgPoolOp(GpuKernelContext& c) {
+  ConvGeometry g;
+  RETURN_IF_ERROR(PoolGeometry(c, c.inputs[0], &g));
+  if (g.dh != 1 || g.dw != 1) return c.Error("dilated average pooling is not supported");
+  ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape({g.n, g.oh, g.ow, g.c})));
+  PSRT_GPU_CHECK(c, gpu::AvgPool(c.stream(), DimsOf(g), c.inputs[0].data<float>(), y.data<float>()));
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status AvgPoolGradOp(GpuKernelContext& c) {  // (dy, x)
+  ConvGeometry g;
+  RETURN_IF_ERROR(PoolGeometry(c, c.inputs[1], &g));
+  if (g.dh != 1 || g.dw != 1) return c.Error("dilated average pooling is not supported");
+  if (c.inputs[0].NumElements() != g.rows() * g.c) return c.Error("dy does not match the pooled shape");
+  ASSIGN_OR_RETURN(Tensor dx, c.Output(c.inputs[1].shape()));
+  PSRT_GPU_CHECK(c, gpu::AvgPoolGrad(c.stream(), DimsOf(g), c.inputs[0].data<float>(), dx.data<float>()));
   c.outputs = {dx};
   return absl::OkStatus();
 }
@@ -220,6 +256,8 @@ void RegisterGpuNnKernels(GpuKernelRegistry* r) {
   r->Register("Conv2DBackpropInput", Conv2DBackpropInputOp);
   r->Register("MaxPool", MaxPoolOp);
   r->Register("MaxPoolGrad", MaxPoolGradOp);
+  r->Register("AvgPool", AvgPoolOp);
+  r->Register("AvgPoolGrad", AvgPoolGradOp);
   r->Register("EmbeddingLookup", EmbeddingLookupOp);
   r->Register("EmbeddingLookupGrad", EmbeddingLookupGradOp);
   r->Register("EmbeddingBag", EmbeddingBagOp);

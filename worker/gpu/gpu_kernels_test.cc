@@ -212,6 +212,55 @@ TEST(GpuKernelsTest, ConvAndPoolMatchCpu) {
   for (const Case& c : cases) Compare(c);
 }
 
+// The second ONNX slice: general convolution windows (explicit pads,
+// strides, dilations, groups, depthwise), average pooling, broadcasting
+// arithmetic and its reductions, Clip.
+TEST(GpuKernelsTest, GroupedConvAvgPoolBroadcastReduceClipMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(3);
+  std::vector<Case> cases;
+  const std::vector<std::pair<std::string, Attrs>> convs = {
+      {"explicit pads, strides 2x1", {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({1, 0, 2, 1})}, {"strides", AttrInts({2, 1})}}},
+      {"dilations 2", {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({2, 2, 2, 2})}, {"dilations", AttrInts({2, 2})}}},
+      {"2 groups", {{"padding", AttrS("SAME")}, {"stride", AttrI(2)}, {"group", AttrI(2)}}},
+  };
+  for (const auto& [name, attrs] : convs) {
+    Attrs a = attrs;
+    const bool grouped = a.count("group") > 0;
+    cases.push_back({"Conv2D " + name, [a](GraphBuilder& b) { return b.Add("Conv2D", "y", {"x", "k"}, a); },
+                     {{"x", Random({2, 9, 8, 4}, &rng)}, {"k", Random(grouped ? TensorShape({3, 2, 2, 6}) : TensorShape({3, 2, 4, 6}), &rng)}}});
+  }
+  cases.push_back({"Conv2D depthwise x2",
+                   [](GraphBuilder& b) {
+                     return b.Add("Conv2D", "y", {"x", "k"}, {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({1, 1, 1, 1})}, {"group", AttrI(4)}});
+                   },
+                   {{"x", Random({2, 7, 7, 4}, &rng)}, {"k", Random({3, 3, 1, 8}, &rng)}}});
+  for (bool include : {false, true}) {
+    cases.push_back({"AvgPool count_include_pad " + std::to_string(include),
+                     [include](GraphBuilder& b) {
+                       return b.Add("AvgPool", "y", {"x"}, {{"ksizes", AttrInts({3, 3})}, {"strides", AttrInts({2, 2})},
+                                                            {"padding", AttrS("EXPLICIT")}, {"pads", AttrInts({1, 1, 1, 1})},
+                                                            {"count_include_pad", AttrB(include)}});
+                     },
+                     {{"x", Random({2, 7, 8, 3}, &rng)}}});
+  }
+  for (const char* op : {"BroadcastAdd", "BroadcastSub", "BroadcastMul", "BroadcastDiv"}) {
+    std::string o = op;
+    cases.push_back({o, [o](GraphBuilder& b) { return b.Add(o, "y", {"a", "c"}); },
+                     {{"a", Random({2, 5, 1, 3}, &rng)}, {"c", Random({4, 1}, &rng, 0.5f, 2.0f)}}});
+  }
+  for (const char* op : {"ReduceSum", "ReduceMean"}) {
+    std::string o = op;
+    cases.push_back({o, [o](GraphBuilder& b) { return b.Add(o, "y", {"x"}, {{"axes", AttrInts({0, 2})}}); },
+                     {{"x", Random({3, 4, 5, 2}, &rng)}}});
+  }
+  cases.push_back({"Clip", [](GraphBuilder& b) { return b.Add("Clip", "y", {"x"}, {{"min", AttrF(-0.5f)}, {"max", AttrF(0.5f)}}); },
+                   {{"x", Random({4, 6}, &rng)}}});
+  cases.push_back({"BatchNorm", [](GraphBuilder& b) { return b.Add("BatchNorm", "y", {"x", "scale", "offset"}); },
+                   {{"x", Random({4, 5, 5, 6}, &rng)}, {"scale", Random({6}, &rng, 0.5f, 1.5f)}, {"offset", Random({6}, &rng)}}});
+  for (const Case& c : cases) Compare(c);
+}
+
 TEST(GpuKernelsTest, EmbeddingsMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(3);

@@ -7,34 +7,37 @@ namespace psrt {
 namespace gpu {
 namespace {
 
-// One thread per col entry; (r, p) = (output position, patch offset).
+// One thread per col entry; (r, p) = (output position, patch offset), the
+// patch laid out [group, kh, kw, c / group] as on the CPU.
 __global__ void Im2ColKernel(ConvDims g, const float* __restrict__ x, float* __restrict__ col) {
-  const int64_t patch = g.k * g.k * g.c, total = g.n * g.oh * g.ow * patch;
+  const int64_t cg = g.c / g.group, patch = g.kh * g.kw * g.c, total = g.n * g.oh * g.ow * patch;
   PSRT_GRID_LOOP(i, total) {
     const int64_t r = i / patch, p = i % patch;
     const int64_t n = r / (g.oh * g.ow), rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow;
-    const int64_t kh = p / (g.k * g.c), kw = (p / g.c) % g.k, ch = p % g.c;
-    const int64_t ih = oh * g.s - g.pad_top + kh, iw = ow * g.s - g.pad_left + kw;
-    col[i] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w ? x[((n * g.h + ih) * g.w + iw) * g.c + ch] : 0.0f;
+    const int64_t grp = p / (g.kh * g.kw * cg), kh = (p / (g.kw * cg)) % g.kh, kw = (p / cg) % g.kw, ch = p % cg;
+    const int64_t ih = oh * g.sh - g.pad_top + kh * g.dh, iw = ow * g.sw - g.pad_left + kw * g.dw;
+    col[i] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w ? x[((n * g.h + ih) * g.w + iw) * g.c + grp * cg + ch] : 0.0f;
   }
 }
 
 // One thread per input entry sums the col entries that read it: output
-// position (oh, ow) reads row ih through kernel row kh = ih + pad - oh * s.
+// position (oh, ow) reads row ih through kernel row kh when
+// ih + pad - kh * dilation = oh * stride.
 __global__ void Col2ImKernel(ConvDims g, const float* __restrict__ col, float* __restrict__ dx) {
-  const int64_t patch = g.k * g.k * g.c, total = g.n * g.h * g.w * g.c;
+  const int64_t cg = g.c / g.group, patch = g.kh * g.kw * g.c, total = g.n * g.h * g.w * g.c;
   PSRT_GRID_LOOP(i, total) {
     const int64_t ch = i % g.c, iw = (i / g.c) % g.w, ih = (i / (g.c * g.w)) % g.h, n = i / (g.c * g.w * g.h);
+    const int64_t grp = ch / cg, cc = ch % cg;
     float s = 0.0f;
-    for (int64_t kh = 0; kh < g.k; ++kh) {
-      const int64_t th = ih + g.pad_top - kh;
-      if (th < 0 || th % g.s != 0 || th / g.s >= g.oh) continue;
-      const int64_t oh = th / g.s;
-      for (int64_t kw = 0; kw < g.k; ++kw) {
-        const int64_t tw = iw + g.pad_left - kw;
-        if (tw < 0 || tw % g.s != 0 || tw / g.s >= g.ow) continue;
-        const int64_t r = (n * g.oh + oh) * g.ow + tw / g.s;
-        s += col[r * patch + (kh * g.k + kw) * g.c + ch];
+    for (int64_t kh = 0; kh < g.kh; ++kh) {
+      const int64_t th = ih + g.pad_top - kh * g.dh;
+      if (th < 0 || th % g.sh != 0 || th / g.sh >= g.oh) continue;
+      const int64_t oh = th / g.sh;
+      for (int64_t kw = 0; kw < g.kw; ++kw) {
+        const int64_t tw = iw + g.pad_left - kw * g.dw;
+        if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.ow) continue;
+        const int64_t r = (n * g.oh + oh) * g.ow + tw / g.sw;
+        s += col[r * patch + ((grp * g.kh + kh) * g.kw + kw) * cg + cc];
       }
     }
     dx[i] = s;
@@ -48,11 +51,11 @@ __device__ int64_t PoolArgmax(const ConvDims& g, const float* x, int64_t out_ind
   const int64_t n = r / (g.oh * g.ow), rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow;
   float best = -INFINITY;
   int64_t at = -1;
-  for (int64_t kh = 0; kh < g.k; ++kh) {
-    const int64_t ih = oh * g.s - g.pad_top + kh;
+  for (int64_t kh = 0; kh < g.kh; ++kh) {
+    const int64_t ih = oh * g.sh - g.pad_top + kh * g.dh;
     if (ih < 0 || ih >= g.h) continue;
-    for (int64_t kw = 0; kw < g.k; ++kw) {
-      const int64_t iw = ow * g.s - g.pad_left + kw;
+    for (int64_t kw = 0; kw < g.kw; ++kw) {
+      const int64_t iw = ow * g.sw - g.pad_left + kw * g.dw;
       if (iw < 0 || iw >= g.w) continue;
       const int64_t o = ((n * g.h + ih) * g.w + iw) * g.c + ch;
       if (at < 0 || x[o] > best) {
@@ -62,6 +65,57 @@ __device__ int64_t PoolArgmax(const ConvDims& g, const float* x, int64_t out_ind
     }
   }
   return at;
+}
+
+// The on-image span [lo, hi) of output o's window along one axis and its
+// divisor, as AvgAxis in the CPU kernels.
+__device__ inline void AvgSpan(int64_t o, int64_t s, int64_t pad_before, int64_t k, int64_t in, int64_t pad_after,
+                               bool include_pad, int64_t* lo, int64_t* hi, int64_t* count) {
+  const int64_t start = o * s - pad_before, end = start + k;
+  *lo = start > 0 ? start : 0;
+  *hi = end < in ? end : in;
+  const int64_t padded_end = end < in + pad_after ? end : in + pad_after;
+  *count = include_pad ? padded_end - start : *hi - *lo;
+}
+
+__global__ void AvgPoolKernel(ConvDims g, const float* __restrict__ x, float* __restrict__ y) {
+  PSRT_GRID_LOOP(i, g.n * g.oh * g.ow * g.c) {
+    const int64_t ch = i % g.c, r = i / g.c;
+    const int64_t n = r / (g.oh * g.ow), rem = r % (g.oh * g.ow), oh = rem / g.ow, ow = rem % g.ow;
+    int64_t h0, h1, ch_count, w0, w1, cw_count;
+    AvgSpan(oh, g.sh, g.pad_top, g.kh, g.h, g.pad_bottom, g.count_include_pad, &h0, &h1, &ch_count);
+    AvgSpan(ow, g.sw, g.pad_left, g.kw, g.w, g.pad_right, g.count_include_pad, &w0, &w1, &cw_count);
+    float s = 0.0f;
+    for (int64_t ih = h0; ih < h1; ++ih) {
+      for (int64_t iw = w0; iw < w1; ++iw) s += x[((n * g.h + ih) * g.w + iw) * g.c + ch];
+    }
+    const int64_t count = ch_count * cw_count;
+    y[i] = count > 0 ? s / static_cast<float>(count) : 0.0f;
+  }
+}
+
+// One thread per input entry gathers dy / count of every window holding it.
+__global__ void AvgPoolGradKernel(ConvDims g, const float* __restrict__ dy, float* __restrict__ dx) {
+  PSRT_GRID_LOOP(i, g.n * g.h * g.w * g.c) {
+    const int64_t ch = i % g.c, iw = (i / g.c) % g.w, ih = (i / (g.c * g.w)) % g.h, n = i / (g.c * g.w * g.h);
+    float s = 0.0f;
+    for (int64_t kh = 0; kh < g.kh; ++kh) {
+      const int64_t th = ih + g.pad_top - kh;
+      if (th < 0 || th % g.sh != 0 || th / g.sh >= g.oh) continue;
+      const int64_t oh = th / g.sh;
+      for (int64_t kw = 0; kw < g.kw; ++kw) {
+        const int64_t tw = iw + g.pad_left - kw;
+        if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.ow) continue;
+        const int64_t ow = tw / g.sw;
+        int64_t h0, h1, ch_count, w0, w1, cw_count;
+        AvgSpan(oh, g.sh, g.pad_top, g.kh, g.h, g.pad_bottom, g.count_include_pad, &h0, &h1, &ch_count);
+        AvgSpan(ow, g.sw, g.pad_left, g.kw, g.w, g.pad_right, g.count_include_pad, &w0, &w1, &cw_count);
+        const int64_t count = ch_count * cw_count;
+        if (count > 0) s += dy[((n * g.oh + oh) * g.ow + ow) * g.c + ch] / static_cast<float>(count);
+      }
+    }
+    dx[i] = s;
+  }
 }
 
 __global__ void MaxPoolKernel(ConvDims g, const float* __restrict__ x, float* __restrict__ y) {
@@ -278,7 +332,7 @@ __global__ void AccuracyKernel(const float* __restrict__ x, Labels labels, int64
 }  // namespace
 
 GpuError Im2Col(void* stream, const ConvDims& g, const float* d_x, float* d_col) {
-  const int64_t total = g.n * g.oh * g.ow * g.k * g.k * g.c;
+  const int64_t total = g.n * g.oh * g.ow * g.kh * g.kw * g.c;
   if (total == 0) return nullptr;
   Im2ColKernel<<<BlocksFor(total), kThreads, 0, S(stream)>>>(g, d_x, d_col);
   return LaunchStatus();
@@ -303,6 +357,20 @@ GpuError MaxPoolGrad(void* stream, const ConvDims& g, const float* d_x, const fl
   const int64_t total = g.n * g.oh * g.ow * g.c;
   if (total == 0) return nullptr;
   MaxPoolGradKernel<<<BlocksFor(total), kThreads, 0, S(stream)>>>(g, d_x, d_dy, d_dx);
+  return LaunchStatus();
+}
+
+GpuError AvgPool(void* stream, const ConvDims& g, const float* d_x, float* d_y) {
+  const int64_t total = g.n * g.oh * g.ow * g.c;
+  if (total == 0) return nullptr;
+  AvgPoolKernel<<<BlocksFor(total), kThreads, 0, S(stream)>>>(g, d_x, d_y);
+  return LaunchStatus();
+}
+
+GpuError AvgPoolGrad(void* stream, const ConvDims& g, const float* d_dy, float* d_dx) {
+  const int64_t total = g.n * g.h * g.w * g.c;
+  if (total == 0) return nullptr;
+  AvgPoolGradKernel<<<BlocksFor(total), kThreads, 0, S(stream)>>>(g, d_dy, d_dx);
   return LaunchStatus();
 }
 

@@ -75,17 +75,63 @@ GpuError Transpose(void* stream, const float* d_x, float* d_y, const TransposeDi
 GpuError Dropout(void* stream, const float* d_x, float* d_y, float* d_mask, int64_t n, float rate,
                  uint64_t seed);
 
-// --- convolution, pooling, embeddings, losses (gpu_nn.cu) ---
-struct ConvDims {  // as in the CPU kernels: NHWC input, k x k window
-  int64_t n, h, w, c, k, s, oh, ow, pad_top, pad_left;
+// --- broadcasting arithmetic, reductions, clip (gpu_math.cu) ---
+// A coalesced broadcast walk (see common/compute/kernels/broadcast.h):
+// output dims and each input's step along them (0: repeated).
+inline constexpr int kMaxBroadcastRank = 8;
+struct BroadcastDims {
+  int rank;
+  int64_t dims[kMaxBroadcastRank];
+  int64_t stride_a[kMaxBroadcastRank];
+  int64_t stride_b[kMaxBroadcastRank];
 };
-// col [n*oh*ow, k*k*c] from x; zeros where the window is off the image.
+enum class BroadcastOp { kAdd, kSub, kMul, kDiv, kFirst };  // kFirst: a alone
+// out[i] = scale * op(a, b) over the n output elements.
+GpuError Broadcast(void* stream, BroadcastOp op, const BroadcastDims& d, const float* d_a, const float* d_b,
+                   float* d_out, int64_t n, float scale);
+// Coalesced input dims, whether each is reduced; out holds the kept ones.
+struct ReduceDims {
+  int rank;
+  int64_t dims[kMaxBroadcastRank];
+  bool reduced[kMaxBroadcastRank];
+};
+// out[o] = scale * sum of the in cells of output o (one thread each).
+GpuError Reduce(void* stream, const ReduceDims& d, const float* d_in, float* d_out, int64_t out_size,
+                float scale);
+GpuError Clip(void* stream, const float* d_x, float* d_y, int64_t n, float lo, float hi);
+// dx = dy where lo < x < hi, else 0.
+GpuError ClipGrad(void* stream, const float* d_dy, const float* d_x, float* d_dx, int64_t n, float lo, float hi);
+
+// Batch normalisation of x [rows, ch] (channels last) with the batch's
+// statistics, as the CPU kernel: mean and biased var per channel (one
+// thread per channel, sums in double), then y = (x - mean) * rsqrt(var +
+// eps) * scale + offset.
+GpuError BatchNormStats(void* stream, const float* d_x, int64_t rows, int64_t ch, float* d_mean, float* d_var);
+GpuError BatchNormApply(void* stream, const float* d_x, const float* d_scale, const float* d_offset,
+                        const float* d_mean, const float* d_var, float eps, int64_t rows, int64_t ch, float* d_y);
+// doffset = sum(dy), dscale = sum(dy * xhat) per channel; then dx.
+GpuError BatchNormGradSums(void* stream, const float* d_dy, const float* d_x, const float* d_mean, const float* d_var,
+                           float eps, int64_t rows, int64_t ch, float* d_dscale, float* d_doffset);
+GpuError BatchNormGradInput(void* stream, const float* d_dy, const float* d_x, const float* d_scale,
+                            const float* d_mean, const float* d_var, const float* d_dscale, const float* d_doffset,
+                            float eps, int64_t rows, int64_t ch, float* d_dx);
+
+// --- convolution, pooling, embeddings, losses (gpu_nn.cu) ---
+struct ConvDims {  // as ConvGeometry in the CPU kernels: NHWC input
+  int64_t n, h, w, c, kh, kw, sh, sw, dh, dw, oh, ow, pad_top, pad_left, pad_bottom, pad_right, group;
+  bool count_include_pad;
+};
+// col [n*oh*ow, kh*kw*c] from x, each row [group, kh, kw, c / group];
+// zeros where the window is off the image.
 GpuError Im2Col(void* stream, const ConvDims& g, const float* d_x, float* d_col);
 // dx [n,h,w,c] = sum of every col entry that reads it (a gather: no atomics).
 GpuError Col2Im(void* stream, const ConvDims& g, const float* d_col, float* d_dx);
 GpuError MaxPool(void* stream, const ConvDims& g, const float* d_x, float* d_y);
 // dx = 0, then each dy adds to its window's first maximum.
 GpuError MaxPoolGrad(void* stream, const ConvDims& g, const float* d_x, const float* d_dy, float* d_dx);
+// Dense windows (no dilation); the divisor as the CPU kernel's.
+GpuError AvgPool(void* stream, const ConvDims& g, const float* d_x, float* d_y);
+GpuError AvgPoolGrad(void* stream, const ConvDims& g, const float* d_dy, float* d_dx);
 
 // Bad ids or row splits cannot be seen on the host without a copy, so the
 // kernels skip them and store `code` in *d_error (first one wins); the

@@ -57,6 +57,7 @@ class KernelRegistry : public KernelTable<Kernel> {
 
 void RegisterCpuBasicKernels(KernelRegistry* r);
 void RegisterCpuNnKernels(KernelRegistry* r);
+void RegisterCpuMathKernels(KernelRegistry* r);
 
 // Row-major Eigen tensor views of our tensors.
 template <int Rank>

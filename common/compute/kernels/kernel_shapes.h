@@ -1,7 +1,7 @@
 // Run-time shape logic shared by the CPU and GPU kernels, so both devices
 // accept the same inputs and lay out results alike: matrix-product sizes,
-// concat axes, and the window geometry of Conv2D and MaxPool (NHWC, square
-// k x k window, stride, SAME or VALID padding).
+// concat axes, and the window geometry of Conv2D and the pools (NHWC; see
+// common/graph/window.h for the attrs).
 #ifndef PSRT_COMMON_COMPUTE_KERNELS_KERNEL_SHAPES_H_
 #define PSRT_COMMON_COMPUTE_KERNELS_KERNEL_SHAPES_H_
 
@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/graph/graph_builder.h"
+#include "common/graph/window.h"
 #include "common/compute/kernels/kernel.h"
 
 namespace psrt {
@@ -47,29 +48,62 @@ inline void AxisSplit(const TensorShape& s, int axis, int64_t* outer, int64_t* i
 inline int NormAxis(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
 
 struct ConvGeometry {
-  int64_t n, h, w, c, k, f, s, oh, ow, pad_top, pad_left;
+  int64_t n, h, w, c, f, oh, ow;
+  int64_t kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right, group;
+  bool count_include_pad;  // AvgPool
   int64_t rows() const { return n * oh * ow; }
-  int64_t patch() const { return k * k * c; }
+  // One im2col row: for each group, the kh x kw window of its c / group
+  // channels ([group, kh, kw, c / group]; with one group, TF's layout).
+  int64_t patch() const { return kh * kw * c; }
+  int64_t group_channels() const { return c / group; }
+  int64_t group_patch() const { return kh * kw * (c / group); }
 };
 
-// From the input shape, the window size k, the output channels f and the
-// node's stride and padding attrs.
-inline absl::Status Geometry(const KernelContext& ctx, const TensorShape& x, int64_t k, int64_t f,
+// From the input shape, the kernel size kh x kw (0: a pool's ksize attrs),
+// the output channels f and the node's window attrs (common/graph/window.h).
+inline absl::Status Geometry(const KernelContext& ctx, const TensorShape& x, int64_t kh, int64_t kw, int64_t f,
                              ConvGeometry* g) {
   if (x.rank() != 4) return ctx.Error(absl::StrCat("input must be NHWC, got ", x.ToString()));
+  Window2D win;
+  if (absl::Status s = ReadWindow(*ctx.node, kh, kw, &win); !s.ok()) return ctx.Error(s.message());
   g->n = x.dim(0);
   g->h = x.dim(1);
   g->w = x.dim(2);
   g->c = x.dim(3);
-  g->k = k;
   g->f = f;
-  g->s = GetAttrI(*ctx.node, "stride", 1);
-  bool same = GetAttrS(*ctx.node, "padding", "VALID") == "SAME";
-  g->oh = same ? (g->h + g->s - 1) / g->s : (g->h - k + g->s) / g->s;
-  g->ow = same ? (g->w + g->s - 1) / g->s : (g->w - k + g->s) / g->s;
-  if (g->oh <= 0 || g->ow <= 0) return ctx.Error(absl::StrCat("window ", k, " does not fit ", x.ToString()));
-  g->pad_top = same ? std::max<int64_t>(0, (g->oh - 1) * g->s + k - g->h) / 2 : 0;
-  g->pad_left = same ? std::max<int64_t>(0, (g->ow - 1) * g->s + k - g->w) / 2 : 0;
+  WindowOut(&win, g->h, g->w, &g->oh, &g->ow);
+  if (g->oh <= 0 || g->ow <= 0) {
+    return ctx.Error(absl::StrCat("window ", win.kh, "x", win.kw, " does not fit ", x.ToString()));
+  }
+  if (g->c % win.group != 0 || f % win.group != 0) {
+    return ctx.Error(absl::StrCat("group ", win.group, " does not divide the channels ", g->c, " and ", f));
+  }
+  g->kh = win.kh;
+  g->kw = win.kw;
+  g->sh = win.sh;
+  g->sw = win.sw;
+  g->dh = win.dh;
+  g->dw = win.dw;
+  g->pad_top = win.pad_top;
+  g->pad_left = win.pad_left;
+  g->pad_bottom = win.pad_bottom;
+  g->pad_right = win.pad_right;
+  g->group = win.group;
+  g->count_include_pad = GetAttrB(*ctx.node, "count_include_pad");
+  return absl::OkStatus();
+}
+
+// The kernel of a (x, kernel, ...) convolution: [kh, kw, c / group, f].
+inline absl::Status ConvGeometryOf(const KernelContext& ctx, const TensorShape& x, const TensorShape& k,
+                                   ConvGeometry* g) {
+  if (k.rank() != 4 || x.rank() != 4) {
+    return ctx.Error(absl::StrCat("kernel ", k.ToString(), " or input ", x.ToString(), " is not 4-D"));
+  }
+  if (absl::Status s = Geometry(ctx, x, k.dim(0), k.dim(1), k.dim(3), g); !s.ok()) return s;
+  if (k.dim(2) * g->group != g->c) {
+    return ctx.Error(absl::StrCat("kernel ", k.ToString(), " does not fit input ", x.ToString(), " in ", g->group,
+                                  " groups"));
+  }
   return absl::OkStatus();
 }
 

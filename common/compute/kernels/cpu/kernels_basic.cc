@@ -20,6 +20,7 @@ const KernelRegistry& KernelRegistry::Cpu() {
     auto* reg = new KernelRegistry();
     RegisterCpuBasicKernels(reg);
     RegisterCpuNnKernels(reg);
+    RegisterCpuMathKernels(reg);
     return reg;
   }();
   return *r;

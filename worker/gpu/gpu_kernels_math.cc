@@ -1,0 +1,184 @@
+// GPU kernels: broadcasting arithmetic, SumLike / BroadcastLike (their
+// gradients), ReduceSum / ReduceMean, Clip and BatchNorm. Shapes are
+// planned on the host exactly as kernels_math.cc plans them (common/compute/kernels/
+// broadcast.h), so both devices accept the same inputs.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/compute/kernels/broadcast.h"
+#include "common/graph/graph_builder.h"
+#include "common/status_macros.h"
+#include "worker/gpu/gpu_kernel.h"
+
+namespace psrt {
+namespace gpu {
+namespace {
+
+absl::StatusOr<BroadcastDims> DimsOf(const GpuKernelContext& c, const BroadcastPlan& p) {
+  if (p.dims.size() > static_cast<size_t>(kMaxBroadcastRank)) {
+    return c.Error(absl::StrCat("broadcast of ", p.dims.size(), " alternating axes (at most ", kMaxBroadcastRank, ")"));
+  }
+  BroadcastDims d{static_cast<int>(p.dims.size()), {}, {}, {}};
+  for (size_t i = 0; i < p.dims.size(); ++i) {
+    d.dims[i] = p.dims[i];
+    d.stride_a[i] = p.stride_a[i];
+    d.stride_b[i] = p.stride_b[i];
+  }
+  return d;
+}
+
+GpuKernel BroadcastBinary(BroadcastOp op) {
+  return [op](GpuKernelContext& c) -> absl::Status {
+    BroadcastPlan p;
+    if (absl::Status s = PlanBroadcast(c.inputs[0].shape().dims(), c.inputs[1].shape().dims(), &p); !s.ok()) {
+      return c.Error(s.message());
+    }
+    ASSIGN_OR_RETURN(BroadcastDims d, DimsOf(c, p));
+    ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(p.out_shape)));
+    PSRT_GPU_CHECK(c, Broadcast(c.stream(), op, d, c.inputs[0].data<float>(), c.inputs[1].data<float>(),
+                                out.data<float>(), p.size, 1.0f));
+    c.outputs = {out};
+    return absl::OkStatus();
+  };
+}
+
+absl::Status ReduceTo(GpuKernelContext& c, const Tensor& in, const std::vector<bool>& reduced, float scale,
+                      Tensor* out) {
+  std::vector<int64_t> dims;
+  std::vector<bool> red;
+  CoalesceReduction(in.shape().dims(), reduced, &dims, &red);
+  if (dims.size() > static_cast<size_t>(kMaxBroadcastRank)) {
+    return c.Error(absl::StrCat("reduction over ", dims.size(), " alternating axes (at most ", kMaxBroadcastRank, ")"));
+  }
+  ReduceDims d{static_cast<int>(dims.size()), {}, {}};
+  for (size_t i = 0; i < dims.size(); ++i) {
+    d.dims[i] = dims[i];
+    d.reduced[i] = red[i];
+  }
+  return c.Check(Reduce(c.stream(), d, in.data<float>(), out->data<float>(), out->NumElements(), scale));
+}
+
+absl::Status SumLikeOp(GpuKernelContext& c) {  // (dy, like)
+  const Tensor& dy = c.inputs[0];
+  std::vector<bool> reduced;
+  if (absl::Status s = SumLikeAxes(dy.shape(), c.inputs[1].shape(), &reduced); !s.ok()) return c.Error(s.message());
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[1].shape()));
+  RETURN_IF_ERROR(ReduceTo(c, dy, reduced, GetAttrF(*c.node, "scale", 1.0f), &out));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+GpuKernel ReduceOp(bool mean) {
+  return [mean](GpuKernelContext& c) -> absl::Status {
+    const Tensor& x = c.inputs[0];
+    Reduction r;
+    if (absl::Status s = PlanReduction(*c.node, x.shape(), mean, &r); !s.ok()) return c.Error(s.message());
+    ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(r.out_shape)));
+    RETURN_IF_ERROR(ReduceTo(c, x, r.reduced, r.scale, &out));
+    c.outputs = {out};
+    return absl::OkStatus();
+  };
+}
+
+absl::Status BroadcastLikeOp(GpuKernelContext& c) {  // (dy, like)
+  const Tensor& dy = c.inputs[0];
+  const TensorShape& like = c.inputs[1].shape();
+  BroadcastPlan p;
+  if (absl::Status s = PlanBroadcastLike(dy.shape(), like, GetAttrInts(*c.node, "axes"), &p); !s.ok()) {
+    return c.Error(s.message());
+  }
+  ASSIGN_OR_RETURN(BroadcastDims d, DimsOf(c, p));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(like));
+  PSRT_GPU_CHECK(c, Broadcast(c.stream(), BroadcastOp::kFirst, d, dy.data<float>(), dy.data<float>(), out.data<float>(),
+                              p.size, BroadcastLikeScale(*c.node, dy, like)));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+float Lo(const NodeDef& n) { return GetAttrF(n, "min", -INFINITY); }
+float Hi(const NodeDef& n) { return GetAttrF(n, "max", INFINITY); }
+
+absl::Status ClipOp(GpuKernelContext& c) {
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[0].shape()));
+  PSRT_GPU_CHECK(c, Clip(c.stream(), c.inputs[0].data<float>(), out.data<float>(), out.NumElements(), Lo(*c.node),
+                         Hi(*c.node)));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status ClipGradOp(GpuKernelContext& c) {  // (dy, x)
+  if (c.inputs[0].NumElements() != c.inputs[1].NumElements()) return c.Error("dy and x differ in size");
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[1].shape()));
+  PSRT_GPU_CHECK(c, ClipGrad(c.stream(), c.inputs[0].data<float>(), c.inputs[1].data<float>(), out.data<float>(),
+                             out.NumElements(), Lo(*c.node), Hi(*c.node)));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status ChannelRows(const GpuKernelContext& c, const Tensor& x, int64_t* rows, int64_t* ch) {
+  if (x.shape().rank() < 2) return c.Error(absl::StrCat("input ", x.shape().ToString(), " has no channel axis"));
+  *ch = x.shape().dim(x.shape().rank() - 1);
+  *rows = *ch == 0 ? 0 : x.NumElements() / *ch;
+  if (*rows == 0) return c.Error("batch normalisation of an empty batch");
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormOp(GpuKernelContext& c) {  // (x, scale, offset) -> y, mean, var
+  const Tensor& x = c.inputs[0];
+  int64_t rows, ch;
+  RETURN_IF_ERROR(ChannelRows(c, x, &rows, &ch));
+  if (c.inputs[1].NumElements() != ch || c.inputs[2].NumElements() != ch) return c.Error("scale or offset does not match the channels");
+  ASSIGN_OR_RETURN(Tensor y, c.Output(x.shape()));
+  ASSIGN_OR_RETURN(Tensor mean, c.Output(TensorShape({ch})));
+  ASSIGN_OR_RETURN(Tensor var, c.Output(TensorShape({ch})));
+  const float eps = GetAttrF(*c.node, "epsilon", 1e-5f);
+  PSRT_GPU_CHECK(c, BatchNormStats(c.stream(), x.data<float>(), rows, ch, mean.data<float>(), var.data<float>()));
+  PSRT_GPU_CHECK(c, BatchNormApply(c.stream(), x.data<float>(), c.inputs[1].data<float>(), c.inputs[2].data<float>(),
+                                   mean.data<float>(), var.data<float>(), eps, rows, ch, y.data<float>()));
+  c.outputs = {y, mean, var};
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormGradOp(GpuKernelContext& c) {  // (dy, x, scale, mean, var) -> dx, dscale, doffset
+  const Tensor& dy = c.inputs[0];
+  const Tensor& x = c.inputs[1];
+  int64_t rows, ch;
+  RETURN_IF_ERROR(ChannelRows(c, x, &rows, &ch));
+  if (dy.NumElements() != x.NumElements()) return c.Error("dy and x differ in size");
+  for (int i = 2; i <= 4; ++i) {
+    if (c.inputs[i].NumElements() != ch) return c.Error("scale, mean or var does not match the channels");
+  }
+  const float eps = GetAttrF(*c.node, "epsilon", 1e-5f);
+  ASSIGN_OR_RETURN(Tensor dx, c.Output(x.shape()));
+  ASSIGN_OR_RETURN(Tensor dscale, c.Output(TensorShape({ch})));
+  ASSIGN_OR_RETURN(Tensor doffset, c.Output(TensorShape({ch})));
+  const float* mean = c.inputs[3].data<float>();
+  const float* var = c.inputs[4].data<float>();
+  PSRT_GPU_CHECK(c, BatchNormGradSums(c.stream(), dy.data<float>(), x.data<float>(), mean, var, eps, rows, ch,
+                                      dscale.data<float>(), doffset.data<float>()));
+  PSRT_GPU_CHECK(c, BatchNormGradInput(c.stream(), dy.data<float>(), x.data<float>(), c.inputs[2].data<float>(), mean,
+                                       var, dscale.data<float>(), doffset.data<float>(), eps, rows, ch,
+                                       dx.data<float>()));
+  c.outputs = {dx, dscale, doffset};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterGpuMathKernels(GpuKernelRegistry* r) {
+  r->Register("BroadcastAdd", BroadcastBinary(BroadcastOp::kAdd));
+  r->Register("BroadcastSub", BroadcastBinary(BroadcastOp::kSub));
+  r->Register("BroadcastMul", BroadcastBinary(BroadcastOp::kMul));
+  r->Register("BroadcastDiv", BroadcastBinary(BroadcastOp::kDiv));
+  r->Register("SumLike", SumLikeOp);
+  r->Register("BroadcastLike", BroadcastLikeOp);
+  r->Register("ReduceSum", ReduceOp(false));
+  r->Register("ReduceMean", ReduceOp(true));
+  r->Register("Clip", ClipOp);
+  r->Register("ClipGrad", ClipGradOp);
+  r->Register("BatchNorm", BatchNormOp);
+  r->Register("BatchNormGrad", BatchNormGradOp);
+}
+
+}  // namespace gpu
+}  // namespace psrt
