@@ -56,13 +56,19 @@ std::vector<bool> Coordinator::PauseWorkers(const std::vector<int>& abandon, boo
   std::vector<bool> paused(NumWorkers(), false);
   ForEachWorker([&](int i) {
     WorkerView& w = workers_[i];
-    if (!w.reachable || w.removed ||
+    // A membership change (mark_unreachable) asks the unreachable too: one
+    // back since the last pass may have pushed past its record, and its
+    // word is the only exact one (found by the simulation, seed 350617).
+    // Not one a restore could not reach (incarnation 0): its word predates
+    // the restore (seed 1142).
+    if ((!w.reachable && (!mark_unreachable || w.incarnation == 0)) || w.removed ||
         (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
       return absl::OkStatus();
     }
     absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2), abandon);
     if (s.ok()) {
       w.step = *s;
+      w.reachable = true;
       paused[i] = true;
     } else if (mark_unreachable) {
       w.reachable = false;

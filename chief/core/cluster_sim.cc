@@ -80,6 +80,9 @@ struct SimCheckpoint {
   Applied applied;
   std::vector<int64_t> worker_next;
   std::map<int, std::vector<StreamPos>> streams;  // CheckpointManifest.stream
+  // SYNC: the PS's step in the copy (a restored PS goes on from it, and
+  // takes the group's pushes of the steps before as duplicates).
+  int64_t sync_step = 0;
 };
 
 class Simulation {
@@ -458,22 +461,26 @@ class Simulation {
       Configure(p, false);
       ps_[p].applied = c.applied;
       ps_[p].worker_next = c.worker_next;
-      ps_[p].sync_step = c.step;
+      ps_[p].sync_step = c.sync_step;
     }
     chief_.last_checkpoint_step = c.step;
     // The restored state and the steps the workers resume at must agree:
     // each member's streams, where its step finds them, at the batches the
     // restored model has applied.
-    CheckStreamsMatch(c.applied, "restored checkpoint of step " + std::to_string(c.step));
+    CheckStreamsMatch(c.applied, "restored checkpoint of step " + std::to_string(c.step), c.sync_step);
     Log(absl::StrCat("restored the checkpoint of step ", c.step, " at generation ", chief_.generation));
     return true;
   }
 
-  void CheckStreamsMatch(const Applied& applied, const std::string& what) {
+  // `sync_step` (SYNC): the PS's own step, past which a member's pushes
+  // count; the steps before it are taken as duplicates (a worker's record
+  // may be behind what the PS applied with its push).
+  void CheckStreamsMatch(const Applied& applied, const std::string& what, int64_t sync_step) {
     for (int i = 0; i < o_.num_workers; ++i) {
       const WorkerRecord& w = chief_.workers[i];
       if (w.streams.empty()) continue;
-      for (const StreamPos& s : PositionsAt(w.streams, w.stream_base, w.step)) {
+      const int64_t step = o_.sync && !w.removed ? std::max(w.step, sync_step) : w.step;
+      for (const StreamPos& s : PositionsAt(w.streams, w.stream_base, step)) {
         if (s.batch != applied[s.index]) {
           Violation(absl::StrCat(what, ": worker:", i, " at step ", w.step, " would read stream ", s.index,
                                  " from batch ", s.batch, ", but the model has applied its batches up to ",
@@ -514,12 +521,12 @@ class Simulation {
   // parked are paused at a step boundary and say their step (a worker
   // answers with its own next step, whatever process it is); returns which
   // paused. One that does not answer is marked unreachable.
-  std::vector<bool> PauseWorkers() {
+  std::vector<bool> PauseWorkers(bool mark_unreachable = false) {
     std::vector<bool> paused(o_.num_workers, false);
     for (int i = 0; i < o_.num_workers; ++i) {
       WorkerRecord& r = chief_.workers[i];
       SimWorker& w = workers_[i];
-      if (!r.reachable || r.removed ||
+      if ((!r.reachable && (!mark_unreachable || r.incarnation == 0)) || r.removed ||
           (r.state != WorkerStatusResponse::RUNNING && r.state != WorkerStatusResponse::PAUSED)) {
         continue;
       }
@@ -530,6 +537,7 @@ class Simulation {
       if (w.state == WorkerStatusResponse::RUNNING) w.state = WorkerStatusResponse::PAUSED;
       w.error.clear();
       r.step = PausedStep(i);
+      r.reachable = true;
       paused[i] = true;
     }
     return paused;
@@ -560,6 +568,7 @@ class Simulation {
     if (ok) {
       c.applied = ps_[0].applied;
       c.worker_next = ps_[0].worker_next;
+      c.sync_step = ps_[0].sync_step;
       for (int p = 1; p < o_.num_ps; ++p) {
         if (ps_[p].applied != c.applied) Violation(absl::StrCat("ps:", p, " and ps:0 hold different states"));
       }
@@ -578,7 +587,7 @@ class Simulation {
     std::vector<int64_t> saved_steps;
     for (WorkerRecord& r : chief_.workers) saved_steps.push_back(r.step);
     for (int i = 0; i < o_.num_workers; ++i) chief_.workers[i].step = c.worker_step[i];
-    CheckStreamsMatch(c.applied, "checkpoint of step " + std::to_string(step));
+    CheckStreamsMatch(c.applied, "checkpoint of step " + std::to_string(step), c.sync_step);
     for (int i = 0; i < o_.num_workers; ++i) chief_.workers[i].step = saved_steps[i];
     c.streams = StreamsAt(chief_.workers, c.worker_step);
     checkpoints_.push_back(c);
@@ -637,7 +646,7 @@ class Simulation {
       w.state = WorkerStatusResponse::PAUSED;
       r.step = std::clamp(w.step, r.step, chief_.end_step);
     }
-    const std::vector<bool> paused = PauseWorkers();
+    const std::vector<bool> paused = PauseWorkers(/*mark_unreachable=*/true);
     for (int i = 0; i < o_.num_workers; ++i) {
       if (!workers_[i].alive || !workers_[i].answering) chief_.workers[i].reachable = false;
     }
