@@ -109,12 +109,16 @@ absl::Status WorkerControl::Start(const WorkerAssignment& assignment) {
 }
 
 absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation, absl::Duration timeout,
-                                             const std::vector<int>& abandon) {
+                                             const std::vector<int>& abandon, uint64_t expected_incarnation) {
   PauseRequest req;
   for (int ps : abandon) req.add_abandon_ps(ps);
   req.set_generation(generation);
   ASSIGN_OR_RETURN(PauseResponse resp,
                    CallUnary(stub_.get(), &Worker::Stub::Pause, req, timeout, name_, "Pause"));
+  if (expected_incarnation != 0 && resp.incarnation() != 0 && resp.incarnation() != expected_incarnation) {
+    return absl::AbortedError(absl::StrCat(name_, " restarted (incarnation ", resp.incarnation(), ", not ",
+                                           expected_incarnation, "): its step says nothing of the old process"));
+  }
   return resp.step();
 }
 

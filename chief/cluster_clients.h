@@ -86,8 +86,10 @@ class WorkerControl {
 
   absl::Status Start(const WorkerAssignment& assignment);
   // `abandon`: PS tasks the worker cancels its calls to first (a failover).
+  // `expected_incarnation` (non-zero): the process the caller believes it
+  // pauses; ABORTED when another answers (its step is not the old one's).
   absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout = absl::Seconds(5),
-                                const std::vector<int>& abandon = {});
+                                const std::vector<int>& abandon = {}, uint64_t expected_incarnation = 0);
   // `route` (epoch > 0): the placement after a failover (replicated shards).
   absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
   // Resume with the placement and PS of `a` (a PS joined or left): the

@@ -168,7 +168,7 @@ absl::Status Coordinator::ChangeMembership(const std::string& why, const std::ve
         registry_->Get(MakeTaskId(kWorkerJob, i)).info.incarnation() != w.incarnation) {
       return absl::OkStatus();
     }
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2), {}, w.incarnation);
     if (s.ok()) w.step = std::clamp(*s, w.step, end_step_);
     return s.status();
   });

@@ -65,7 +65,7 @@ std::vector<bool> Coordinator::PauseWorkers(const std::vector<int>& abandon, boo
         (w.state != WorkerStatusResponse::RUNNING && w.state != WorkerStatusResponse::PAUSED)) {
       return absl::OkStatus();
     }
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2), abandon);
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2), abandon, w.incarnation);
     if (s.ok()) {
       w.step = *s;
       w.reachable = true;

@@ -28,7 +28,7 @@ absl::Status Coordinator::Checkpoint() {
   std::vector<absl::Status> pauses = ForEachWorker([&](int i) {
     WorkerView& w = workers_[i];
     if (!active(w)) return absl::OkStatus();
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_);
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(5), {}, w.incarnation);
     if (s.ok()) w.step = *s;
     return s.status();
   });
@@ -321,7 +321,7 @@ absl::Status Coordinator::Recover(const std::string& why, bool failure) {
     }
     // A healthy worker pauses in milliseconds (its push in flight goes to a
     // dead PS and fails at once); one that does not is left to the fence.
-    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2));
+    absl::StatusOr<int64_t> s = w.control->Pause(generation_, absl::Seconds(2), {}, w.incarnation);
     if (!s.ok()) {
       w.reachable = false;
       return s.status();

@@ -122,6 +122,7 @@ class WorkerRuntime {
   // push until the chief resumes it or starts it anew.
   void Park(const std::string& why);
   WorkerStatusResponse Status() const;
+  uint64_t incarnation() const { return options_.incarnation; }
   Progress progress() const;
   // Stops the loop and joins it.
   void Shutdown();

@@ -65,6 +65,7 @@ grpc::Status WorkerServiceImpl::Pause(grpc::ServerContextBase* ctx, const PauseR
   absl::StatusOr<int64_t> step = worker_->Pause(req->generation(), absl::Seconds(30), abandon);
   if (!step.ok()) return ToGrpcStatus(step.status());
   resp->set_step(*step);
+  resp->set_incarnation(worker_->incarnation());
   return grpc::Status::OK;
 }
 

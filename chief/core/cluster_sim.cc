@@ -534,6 +534,12 @@ class Simulation {
         r.reachable = false;
         continue;
       }
+      if (r.incarnation != 0 && w.incarnation != r.incarnation) {
+        // Another process answers (PauseResponse.incarnation): its step
+        // says nothing of the old one's pushes; the watch restarts it.
+        r.reachable = false;
+        continue;
+      }
       if (w.state == WorkerStatusResponse::RUNNING) w.state = WorkerStatusResponse::PAUSED;
       w.error.clear();
       r.step = PausedStep(i);
