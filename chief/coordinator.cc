@@ -166,7 +166,7 @@ WorkerAssignment Coordinator::AssignmentFor(int i, int64_t step) const {
   return a;
 }
 
-absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
+absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize, bool restoring) {
   CreateVariablesRequest req;
   // Store index NumPsTasks() in the plan is "the worker's replica": every
   // replica holds what is placed there.
@@ -207,6 +207,16 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize) {
   const bool reconfigure = !reinitialize && ps_[ps].incarnation != 0 &&
                            registry_->Get(MakeTaskId(kPsJob, ps)).info.incarnation() == ps_[ps].incarnation;
   ASSIGN_OR_RETURN(CreateVariablesResponse resp, ps_[ps].admin->CreateVariables(req, reconfigure));
+  if (!reinitialize && !restoring && ps_[ps].incarnation != 0 && resp.incarnation() != ps_[ps].incarnation) {
+    // A PS restarted since: what it held is gone, and the variables just
+    // created there hold their initial values. Taking its incarnation here
+    // would hide that from the watch (seen: a membership change adopted a
+    // restarted ps:0 and training went on from fresh values with no
+    // restore); the watch restores it.
+    return absl::UnavailableError(absl::StrCat(ps_[ps].admin->name(), " restarted (incarnation ",
+                                               resp.incarnation(), ", not ", ps_[ps].incarnation,
+                                               "): its state is gone; it is restored from the checkpoint"));
+  }
   ps_[ps].incarnation = resp.incarnation();
   return absl::OkStatus();
 }
@@ -296,7 +306,7 @@ absl::Status Coordinator::Setup() {
     }
     ASSIGN_OR_RETURN(CheckpointManifest m, manifests_.Read(step));
     for (int p = 0; p < NumPs(); ++p) {
-      if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p));
+      if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p, /*reinitialize=*/false, /*restoring=*/true));
     }
     RETURN_IF_ERROR(RestoreAll(m));
     for (int i = 0; i < NumWorkers(); ++i) {

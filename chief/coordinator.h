@@ -134,7 +134,10 @@ class Coordinator {
   absl::Status Setup();
   // Creates this PS's variables (or checks them) and moves it to the
   // current generation; `reinitialize` sets them back to initial values.
-  absl::Status CreateVariablesOn(int ps, bool reinitialize = false);
+  // UNAVAILABLE (nothing recorded) when the PS turns out to be a process
+  // restarted since, unless `restoring` (a restore follows) or
+  // `reinitialize`: a reconfiguration must not hide a lost state.
+  absl::Status CreateVariablesOn(int ps, bool reinitialize = false, bool restoring = false);
   absl::Status StartWorker(int i, int64_t step);
   WorkerAssignment AssignmentFor(int i, int64_t step) const;
   // One pass of watching; sets *done when every worker has finished. The

@@ -484,7 +484,7 @@ absl::Status Coordinator::RestoreAll(const CheckpointManifest& m) {
 
 absl::StatusOr<CheckpointManifest> Coordinator::RestoreNewest() {
   for (int p = 0; p < NumPs(); ++p) {
-    if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p));
+    if (StoreActive(p)) RETURN_IF_ERROR(CreateVariablesOn(p, /*reinitialize=*/false, /*restoring=*/true));
   }
   std::vector<int64_t> steps = manifests_.Steps();
   if (steps.empty()) return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", manifests_.dir()));
