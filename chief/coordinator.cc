@@ -485,7 +485,7 @@ absl::Status Coordinator::RunCommand(const WatchCommand& c) {
     case WatchCommand::kRecover:
       return Recover(c.why, c.failure);
     case WatchCommand::kShrinkGroup:
-      ShrinkGroup(c.index, absl::Milliseconds(c.step));
+      ShrinkGroup(c.index, c.down);
       return Recover(c.why);
     case WatchCommand::kChangeMembership:
       return ChangeMembership(c.why, c.joining);

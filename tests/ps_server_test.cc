@@ -168,24 +168,30 @@ TEST(PsServerTest, SyncWithTwoConcurrentWorkers) {
   }
 }
 
+// A PS of one ASYNC variable w, one push (w = -1), a durable snapshot of
+// step 1 in `dir`, then SIGKILL.
+void SnapshotOneStepThenKill(Ps* ps, const std::string& name, const std::string& dir) {
+  ps->cluster = *testing::MakeTestCluster(1, 1, name);
+  ps->Start();
+  ps->Create("ASYNC", 1);
+  auto client = ps->Client(0);
+  ASSERT_TRUE(client->Push(Id(0, 0), Grad(2), {}).ok());  // w = -1
+  ASSERT_TRUE(ps->admin->Snapshot(1, dir, /*wait_durable=*/true, 3).ok());
+  ps->daemon->Kill(SIGKILL);
+  ASSERT_TRUE(ps->daemon->Wait(absl::Seconds(30)).ok());
+}
+
 TEST(PsServerTest, KilledDuringABackgroundSnapshotRestoresThePreviousOne) {
   std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt";
   Ps ps;
-  ps.cluster = *testing::MakeTestCluster(1, 1, "kill");
-  ps.Start();
-  ps.Create("ASYNC", 1);
-  auto client = ps.Client(0);
-  ASSERT_TRUE(client->Push(Id(0, 0), Grad(2), {}).ok());  // w = -1
-  ASSERT_TRUE(ps.admin->Snapshot(1, dir, /*wait_durable=*/true, 3).ok());
-  ps.daemon->Kill(SIGKILL);
-  ASSERT_TRUE(ps.daemon->Wait(absl::Seconds(30)).ok());
+  ASSERT_NO_FATAL_FAILURE(SnapshotOneStepThenKill(&ps, "kill", dir));
 
   // A second life that stalls inside its next snapshot write, then dies.
   ps.Start({"--fault_pause_snapshot_after_chunks=1"});
   ps.Create("ASYNC", 1);
   RestoreRequest r1;
   ASSERT_TRUE(ps.admin->Restore(1, dir).ok());
-  client = ps.Client(0);
+  auto client = ps.Client(0);
   EXPECT_FLOAT_EQ(W0(client.get()), -1.0f);
   ASSERT_TRUE(client->Push(Id(0, 1), Grad(2), {}).ok());  // w = -2
   auto snap = ps.admin->Snapshot(2, dir, /*wait_durable=*/false, 3);
@@ -238,14 +244,7 @@ int64_t PeakRssKb(pid_t pid) { return ProcStatusKb(pid, "VmHWM:"); }
 TEST(PsServerTest, ARestoreNamingMoreThanTheVariableIsRefusedBeforeAllocating) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/huge";
   Ps ps;
-  ps.cluster = *testing::MakeTestCluster(1, 1, "huge");
-  ps.Start();
-  ps.Create("ASYNC", 1);
-  auto client = ps.Client(0);
-  ASSERT_TRUE(client->Push(Id(0, 0), Grad(2), {}).ok());  // w = -1
-  ASSERT_TRUE(ps.admin->Snapshot(1, dir, /*wait_durable=*/true, 3).ok());
-  ps.daemon->Kill(SIGKILL);
-  ASSERT_TRUE(ps.daemon->Wait(absl::Seconds(30)).ok());
+  ASSERT_NO_FATAL_FAILURE(SnapshotOneStepThenKill(&ps, "huge", dir));
 
   const std::string store = StoreDirOf("huge");
   ASSERT_FALSE(store.empty());
@@ -275,7 +274,7 @@ TEST(PsServerTest, ARestoreNamingMoreThanTheVariableIsRefusedBeforeAllocating) {
   const int64_t after_kb = PeakRssKb(ps.daemon->process()->pid());
   std::cout << "PS peak RSS before the restore " << before_kb << " kB, after " << after_kb << " kB\n";
   EXPECT_LT(after_kb - before_kb, 256 * 1024) << "the restore allocated the tensor the index named";
-  client = ps.Client(0);
+  auto client = ps.Client(0);
   EXPECT_FLOAT_EQ(W0(client.get()), 0.0f);  // nothing changed
   EXPECT_TRUE(ps.admin->Status().ok());
 }

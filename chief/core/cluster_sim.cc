@@ -349,7 +349,6 @@ class Simulation {
       chief_.workers[i].name = absl::StrCat("worker:", i);
       chief_.workers[i].down_since = absl::InfiniteFuture();
     }
-    next_checkpoint_failures_ = 0;
     // Generations go on from the job's record and from what the tasks that
     // answer hold, never from a clock.
     int64_t floor = saved_generation_;
@@ -542,15 +541,12 @@ class Simulation {
       }
       if (w.state == WorkerStatusResponse::RUNNING) w.state = WorkerStatusResponse::PAUSED;
       w.error.clear();
-      r.step = PausedStep(i);
+      r.step = w.step;  // its answer: the step it stopped before
       r.reachable = true;
       paused[i] = true;
     }
     return paused;
   }
-
-  // The step a worker's Pause answer gives the chief.
-  int64_t PausedStep(int i) { return workers_[i].step; }
 
   bool TryCheckpoint() {
     if (now_ < chief_.next_checkpoint_try) return false;
@@ -834,7 +830,6 @@ class Simulation {
   std::vector<SimWorker> workers_;
   // The chief's memory (lost when it restarts) ...
   WatchState chief_;
-  int next_checkpoint_failures_ = 0;
   std::vector<int> redealt_;  // the last restore changed their streams
   // ... and what it keeps on disk (the manifests, the job state).
   std::vector<SimCheckpoint> checkpoints_;

@@ -88,7 +88,7 @@ PsPass WatchCore::DecideStores(const std::vector<std::optional<PsProbe>>& probes
       ps.down_since = absl::InfiniteFuture();
       WatchCommand c = Command(WatchCommand::kShrinkGroup, p,
                                absl::StrCat(ps.name, " is gone: re-forming the collective group without it"));
-      c.step = absl::ToInt64Milliseconds(down);
+      c.down = down;
       out.commands.push_back(std::move(c));
       return out;
     }

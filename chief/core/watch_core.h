@@ -135,6 +135,7 @@ struct WatchCommand {
   Kind kind = kSay;
   int index = -1;
   int64_t step = 0;
+  absl::Duration down;  // kShrinkGroup: how long the replica has been silent
   bool failure = true;
   absl::StatusCode code = absl::StatusCode::kOk;
   std::vector<int> joining;
