@@ -250,6 +250,33 @@ TEST(GradientCheckTest, EveryOp) {
                    [](GraphBuilder& b) { return b.Add("MeanSquaredError", "loss", {"pred", "labels"}); },
                    {{"pred", Random({4, 2}, &rng)}},
                    {{"labels", Random({4, 2}, &rng)}}, true});
+  // The sequence-model ops.
+  for (bool ax : {false, true}) {
+    for (bool ay : {false, true}) {
+      Attrs attrs = {{"adj_x", AttrB(ax)}, {"adj_y", AttrB(ay)}};
+      cases.push_back({absl::StrCat("BatchMatMul adj_x ", ax, " adj_y ", ay),
+                       [attrs](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}, attrs); },
+                       {{"a", Random(ax ? TensorShape({2, 3, 4, 3}) : TensorShape({2, 3, 3, 4}), &rng)},
+                        {"b", Random(ay ? TensorShape({2, 3, 5, 4}) : TensorShape({2, 3, 4, 5}), &rng)}}});
+    }
+  }
+  cases.push_back({"LayerNorm", [](GraphBuilder& b) { return b.Add("LayerNorm", "y", {"x", "gamma", "beta"}, {{"epsilon", AttrF(1e-3f)}}); },
+                   {{"x", Random({2, 3, 5}, &rng)}, {"gamma", Random({5}, &rng, 0.5f, 1.5f)}, {"beta", Random({5}, &rng)}}});
+  cases.push_back({"Slice", [](GraphBuilder& b) {
+                     return b.Add("Slice", "y", {"x"}, {{"begin", AttrInts({0, 1, 2})}, {"size", AttrInts({-1, 1, 2})}});
+                   },
+                   {{"x", Random({2, 3, 5}, &rng)}}});
+  cases.push_back({"BroadcastTo", [](GraphBuilder& b) {
+                     return b.Add("BroadcastTo", "y", {"x", "ref"}, {{"shape", AttrInts({-2, 3, 4})}});
+                   },
+                   {{"x", Random({1, 1, 4}, &rng)}},
+                   {{"ref", Random({2, 7}, &rng)}}});
+  cases.push_back({"Erf", [](GraphBuilder& b) { return b.Add("Erf", "y", {"x"}); }, {{"x", Random({3, 4}, &rng, -2, 2)}}});
+  cases.push_back({"Sqrt", [](GraphBuilder& b) { return b.Add("Sqrt", "y", {"x"}); }, {{"x", Random({3, 4}, &rng, 0.5f, 2)}}});
+  for (float e : {2.0f, 0.5f, -1.5f}) {
+    cases.push_back({absl::StrCat("Pow ", e), [e](GraphBuilder& b) { return b.Add("Pow", "y", {"x"}, {{"exponent", AttrF(e)}}); },
+                     {{"x", Random({3, 4}, &rng, 0.5f, 2)}}});
+  }
   for (const Case& c : cases) Check(c);
 }
 

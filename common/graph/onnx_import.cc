@@ -13,37 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/graph/onnx_importer.h"
 #include "common/graph/shape_util.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 
 namespace psrt {
-namespace {
+namespace onnx_internal {
 
-// No tensor of a model may hold more (a hostile file's dims are checked
-// against its bytes too; this bounds what a shape alone can claim).
-constexpr int64_t kMaxElements = int64_t{1} << 31;
-
-// A value of the ONNX graph as our graph holds it. `shape` is ONNX's
-// (logical) shape; with `nhwc` the tensor holds that 4-D NCHW value
-// transposed to NHWC.
-struct Val {
-  std::string tensor;
-  Shape shape;
-  bool nhwc = false;
-};
-
-int64_t Product(const Shape& s, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t p = 1;
-  for (size_t i = from; i < std::min(to, s.size()); ++i) {
-    if (s[i] < 0) return -1;
-    p *= s[i];  // every dim is checked <= kMaxElements and products below
-  }
-  return p;
-}
-
-// Checks dims from a file: non-negative (or -1 where `unknown_ok`) and an
-// element count of at most kMaxElements.
 absl::Status CheckDims(const Shape& s, bool unknown_ok, const std::string& what) {
   if (s.size() > static_cast<size_t>(kMaxRank)) return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", s.size(), " > ", kMaxRank));
   int64_t n = 1;
@@ -57,7 +34,11 @@ absl::Status CheckDims(const Shape& s, bool unknown_ok, const std::string& what)
   return absl::OkStatus();
 }
 
-}  // namespace
+}  // namespace onnx_internal
+
+using onnx_internal::CheckDims;
+using onnx_internal::Product;
+
 
 absl::StatusOr<Tensor> OnnxTensor(const onnx::TensorProto& t, const std::string& what) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0) {
@@ -117,122 +98,26 @@ absl::StatusOr<Tensor> OnnxTensor(const onnx::TensorProto& t, const std::string&
       }
       return out;
     }
+    case onnx::TensorProto::BOOL: {  // as int64 0 / 1 (Dropout's training_mode)
+      if (t.has_raw_data()) {
+        RETURN_IF_ERROR(count(static_cast<int64_t>(raw.size()), "raw_data"));
+      } else {
+        RETURN_IF_ERROR(count(t.int32_data_size(), "int32_data"));
+      }
+      Tensor out(DT_INT64, TensorShape(dims));
+      for (int64_t i = 0; i < n; ++i) {
+        out.data<int64_t>()[i] = (t.has_raw_data() ? raw[i] : t.int32_data(i)) != 0;
+      }
+      return out;
+    }
     default:
       return absl::UnimplementedError(absl::StrCat(what, ": data type ", t.data_type(),
-                                                   " is not supported (FLOAT, INT64 and INT32 are)"));
+                                                   " is not supported (FLOAT, INT64, INT32 and BOOL are)"));
   }
 }
 
-namespace {
+namespace onnx_internal {
 
-// Our node names: ONNX names may hold ':' (PyTorch's "onnx::Gemm_12"),
-// which our tensor names use for output indices.
-std::string Sanitize(const std::string& name) {
-  std::string s = name.empty() ? "onnx" : name;
-  for (char& c : s) {
-    if (c == ':' || c == '^' || static_cast<unsigned char>(c) < 0x20) c = '_';
-  }
-  return s;
-}
-
-class Importer {
- public:
-  Importer(const onnx::ModelProto& model, const OnnxImportOptions& options, GraphBuilder* b)
-      : model_(model), graph_(model.graph()), options_(options), b_(b) {}
-
-  absl::StatusOr<OnnxImport> Run();
-
- private:
-  using Node = onnx::NodeProto;
-
-  // "ONNX node NAME (OP)" or "ONNX node #INDEX (OP)"; a file's strings
-  // are cut to a readable length.
-  std::string Where(const Node& n) const {
-    auto cut = [](const std::string& s) { return s.size() <= 200 ? s : s.substr(0, 200) + "..."; };
-    return absl::StrCat("ONNX node ", n.name().empty() ? absl::StrCat("#", index_.at(&n)) : cut(n.name()), " (",
-                        cut(n.op_type()), ")");
-  }
-  absl::Status Bad(const Node& n, absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(Where(n), ": ", what));
-  }
-  absl::Status Unsupported(const Node& n, absl::string_view what) const {
-    return absl::UnimplementedError(absl::StrCat(Where(n), ": ", what));
-  }
-  std::string Hint(const Node& n, const std::string& suffix = "") const {
-    return Sanitize(n.name().empty() ? n.output_size() > 0 ? n.output(0) : n.op_type() : n.name()) + suffix;
-  }
-
-  // Attributes, checked against their declared type.
-  const onnx::AttributeProto* Attr(const Node& n, const std::string& name) const {
-    for (const auto& a : n.attribute()) {
-      if (a.name() == name) return &a;
-    }
-    return nullptr;
-  }
-  absl::StatusOr<int64_t> Int(const Node& n, const std::string& name, int64_t fallback) const {
-    const auto* a = Attr(n, name);
-    if (a == nullptr) return fallback;
-    if (a->has_type() && a->type() != onnx::AttributeProto::INT) return Bad(n, absl::StrCat("attribute ", name, " is not an int"));
-    return a->i();
-  }
-  absl::StatusOr<float> Float(const Node& n, const std::string& name, float fallback) const {
-    const auto* a = Attr(n, name);
-    if (a == nullptr) return fallback;
-    if (a->has_type() && a->type() != onnx::AttributeProto::FLOAT) return Bad(n, absl::StrCat("attribute ", name, " is not a float"));
-    return a->f();
-  }
-  absl::StatusOr<std::vector<int64_t>> Ints(const Node& n, const std::string& name, std::vector<int64_t> fallback) const {
-    const auto* a = Attr(n, name);
-    if (a == nullptr) return fallback;
-    if (a->has_type() && a->type() != onnx::AttributeProto::INTS) return Bad(n, absl::StrCat("attribute ", name, " is not a list of ints"));
-    if (a->ints_size() > kMaxRank) return Bad(n, absl::StrCat("attribute ", name, " has ", a->ints_size(), " values"));
-    return std::vector<int64_t>(a->ints().begin(), a->ints().end());
-  }
-  absl::StatusOr<std::string> String(const Node& n, const std::string& name, const std::string& fallback) const {
-    const auto* a = Attr(n, name);
-    if (a == nullptr) return fallback;
-    if (a->has_type() && a->type() != onnx::AttributeProto::STRING) return Bad(n, absl::StrCat("attribute ", name, " is not a string"));
-    return a->s();
-  }
-  // Refuses attributes the converter does not read.
-  absl::Status OnlyAttrs(const Node& n, const std::set<std::string>& known) const {
-    for (const auto& a : n.attribute()) {
-      if (!known.count(a.name())) return Unsupported(n, absl::StrCat("attribute ", a.name(), " is not supported"));
-    }
-    return absl::OkStatus();
-  }
-
-  bool HasInput(const Node& n, int i) const { return i < n.input_size() && !n.input(i).empty(); }
-  // Input i as a tensor of our graph. `weight`: a float initializer there
-  // becomes a variable (it is trained); elsewhere a constant.
-  absl::StatusOr<Val> In(const Node& n, int i, bool weight = false);
-  // Input i's value, known at import time (an initializer or Constant).
-  absl::StatusOr<Tensor> Static(const Node& n, int i);
-  absl::StatusOr<Val> Nchw(Val v, const std::string& hint);
-  absl::StatusOr<Val> Nhwc(const Node& n, Val v);
-  absl::Status Bind(const onnx::ValueInfoProto& input, const OnnxFeed& feed);
-  absl::Status Convert(const Node& n);
-  absl::StatusOr<Val> Window(const Node& n, const std::string& op);
-  absl::StatusOr<Val> Reshaped(const Node& n, const Val& x, std::vector<int64_t> target);
-  absl::StatusOr<Val> Arithmetic(const Node& n, const std::string& op, Val a, Val c);
-  absl::StatusOr<std::optional<Val>> AsNhwc(const Node& n, Val v);
-  absl::Status Reduction(const Node& n);
-  absl::Status ClipNode(const Node& n);
-  absl::Status BatchNormNode(const Node& n);
-  void Set(const Node& n, int k, Val v) { values_[n.output(k)] = std::move(v); }
-
-  const onnx::ModelProto& model_;
-  const onnx::GraphProto& graph_;
-  const OnnxImportOptions& options_;
-  GraphBuilder* const b_;
-  int64_t opset_ = 0;
-  std::map<const Node*, int> index_;
-  std::map<std::string, const onnx::TensorProto*> initializers_;
-  std::map<std::string, Tensor> constants_;  // Constant nodes' values
-  std::map<std::string, Val> values_;        // imported so far
-  std::set<std::string> consumed_mask_;      // outputs something needed reads
-  OnnxImport result_;
-};
 
 absl::StatusOr<Val> Importer::In(const Node& n, int i, bool weight) {
   if (!HasInput(n, i)) return Bad(n, absl::StrCat("input ", i, " is missing"));
@@ -243,7 +128,10 @@ absl::StatusOr<Val> Importer::In(const Node& n, int i, bool weight) {
   const onnx::TensorProto* init = nullptr;
   Tensor t;
   if (c != constants_.end()) {
-    t = c->second;
+    if (c->second.symbolic()) {
+      return Unsupported(n, absl::StrCat("input ", i, " (\"", name, "\") is shape arithmetic on the batch size used as data"));
+    }
+    t = c->second.value;
   } else {
     auto it = initializers_.find(name);
     if (it == initializers_.end()) {
@@ -251,6 +139,11 @@ absl::StatusOr<Val> Importer::In(const Node& n, int i, bool weight) {
     }
     init = it->second;
     ASSIGN_OR_RETURN(t, OnnxTensor(*init, absl::StrCat(Where(n), ": initializer \"", name, "\"")));
+  }
+  if (t.dtype() != DT_FLOAT) {
+    // Our kernels compute in float; an integer value is only read at
+    // import time (shapes, axes, indices).
+    return Unsupported(n, absl::StrCat("input ", i, " (\"", name, "\") is an integer tensor used as data"));
   }
   Val out{"", t.shape().dims(), false};
   if (weight && init != nullptr && t.dtype() == DT_FLOAT) {
@@ -281,7 +174,10 @@ absl::StatusOr<Tensor> Importer::Static(const Node& n, int i) {
   if (!HasInput(n, i)) return Bad(n, absl::StrCat("input ", i, " is missing"));
   const std::string& name = n.input(i);
   auto c = constants_.find(name);
-  if (c != constants_.end()) return c->second;
+  if (c != constants_.end()) {
+    if (c->second.symbolic()) return Unsupported(n, absl::StrCat("input ", i, " (\"", name, "\") depends on the batch size"));
+    return c->second.value;
+  }
   auto it = initializers_.find(name);
   if (it == initializers_.end()) {
     return Unsupported(n, absl::StrCat("input ", i, " (\"", name,
@@ -345,66 +241,6 @@ absl::Status Importer::Bind(const onnx::ValueInfoProto& input, const OnnxFeed& f
   }
   return absl::InvalidArgumentError(absl::StrCat(where, " is ", ShapeString(declared), " but its feature \"", feed.tensor,
                                                  "\" is ", ShapeString(feed.shape)));
-}
-
-// Target shape of a Reshape or Flatten as our Reshape op takes it (one -1
-// at most, the batch's where the input's batch is unknown).
-absl::StatusOr<Val> Importer::Reshaped(const Node& n, const Val& in, std::vector<int64_t> target) {
-  ASSIGN_OR_RETURN(Val x, Nchw(in, Hint(n)));
-  RETURN_IF_ERROR(CheckDims(x.shape, true, Where(n)));
-  int minus = 0;
-  for (size_t i = 0; i < target.size(); ++i) {
-    if (target[i] == 0) {
-      if (i >= x.shape.size()) return Bad(n, absl::StrCat("shape ", ShapeString(target), " copies dim ", i, " the input lacks"));
-      target[i] = x.shape[i];
-      if (target[i] < 0) target[i] = -2;  // the unknown batch, copied
-    } else if (target[i] == -1) {
-      ++minus;
-    } else if (target[i] < 0 || target[i] > kMaxElements) {
-      return Bad(n, absl::StrCat("shape ", ShapeString(target), " has a bad dim"));
-    }
-  }
-  if (minus > 1) return Bad(n, "more than one -1 in the shape");
-  const bool batch_unknown = !x.shape.empty() && x.shape[0] < 0;
-  for (size_t i = 1; i < x.shape.size(); ++i) {
-    if (x.shape[i] < 0) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has an unknown dim past the batch"));
-  }
-  const int64_t rest = Product(x.shape, 1);
-  if (!batch_unknown) {
-    const int64_t total = Product(x.shape);
-    int64_t known = 1;
-    for (int64_t t : target) known = t == -1 ? known : known * t;
-    for (int64_t& t : target) {
-      if (t == -1) t = known == 0 ? -1 : total / known;
-    }
-    if (Product(target) != total) return Bad(n, absl::StrCat("cannot reshape ", ShapeString(x.shape), " to ", ShapeString(target)));
-  } else {
-    // The batch stays dim 0: the shape is [batch or -1, dims of one example].
-    if (target.empty() || (target[0] != -2 && target[0] != -1)) {
-      return Unsupported(n, absl::StrCat("shape ", ShapeString(target),
-                                         " fixes the batch size; export with a dynamic batch dimension (dynamic_axes)"));
-    }
-    int64_t known = 1, unknown_at = -1;
-    for (size_t i = 1; i < target.size(); ++i) {
-      if (target[i] == -1) {
-        unknown_at = static_cast<int64_t>(i);
-      } else if (target[i] == -2) {
-        return Unsupported(n, "the batch dim would move");
-      } else {
-        known *= target[i];
-        if (known > kMaxElements) return Bad(n, "shape has too many elements");
-      }
-    }
-    if (target[0] == -1 && unknown_at >= 0) return Bad(n, "more than one -1 in the shape");
-    if (unknown_at >= 0) {
-      if (known == 0 || rest % known != 0) return Bad(n, absl::StrCat("cannot reshape ", ShapeString(x.shape), " to ", ShapeString(target)));
-      target[unknown_at] = rest / known;
-    } else if (known != rest) {
-      return Bad(n, absl::StrCat("cannot reshape ", ShapeString(x.shape), " to ", ShapeString(target)));
-    }
-    target[0] = -1;
-  }
-  return Val{b_->Add("Reshape", Hint(n), {x.tensor}, {{"shape", AttrInts(target)}}), target, false};
 }
 
 // Conv (with its bias), MaxPool or AveragePool on the NHWC kernels:
@@ -729,6 +565,19 @@ absl::Status Importer::Convert(const Node& n) {
     return Unsupported(n, absl::StrCat("domain \"", n.domain(), "\" is not supported (only ai.onnx)"));
   }
   if (n.output_size() < 1 || n.output(0).empty()) return Bad(n, "has no output");
+  ASSIGN_OR_RETURN(bool folded, Fold(n));
+  if (folded) return absl::OkStatus();
+  if (op == "Shape") return ShapeNode(n);
+  if (op == "Transpose") return TransposeNode(n);
+  if (op == "Concat") return ConcatNode(n);
+  if (op == "Gather") return GatherNode(n);
+  if (op == "Slice") return SliceNode(n);
+  if (op == "Squeeze" || op == "Unsqueeze") return SqueezeNode(n);
+  if (op == "Expand") return ExpandNode(n);
+  if (op == "ConstantOfShape") return ConstantOfShapeNode(n);
+  if (op == "LayerNormalization") return LayerNormNode(n);
+  if (op == "Erf" || op == "Sqrt" || op == "Pow" || op == "Gelu") return MathNode(n);
+  if (op == "Cast" || op == "CastLike") return CastNode(n);
   if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "Identity") {
     RETURN_IF_ERROR(OnlyAttrs(n, {}));
     ASSIGN_OR_RETURN(Val x, In(n, 0));
@@ -754,18 +603,11 @@ absl::Status Importer::Convert(const Node& n) {
     Set(n, 0, Val{rate == 0 ? x.tensor : b_->Add("Dropout", Hint(n), {x.tensor}, {{"rate", AttrF(rate)}}), x.shape, x.nhwc});
     return absl::OkStatus();
   }
-  if (op == "Softmax" || op == "LogSoftmax") {
-    RETURN_IF_ERROR(OnlyAttrs(n, {"axis"}));
-    ASSIGN_OR_RETURN(Val x, In(n, 0));
-    ASSIGN_OR_RETURN(x, Nchw(x, Hint(n)));
-    const int64_t rank = static_cast<int64_t>(x.shape.size());
-    ASSIGN_OR_RETURN(int64_t axis, Int(n, "axis", opset_ >= 13 ? -1 : 1));
-    if (axis < 0) axis += rank;
-    if (rank == 0 || axis != rank - 1) {
-      return Unsupported(n, absl::StrCat("axis ", axis, " of a rank-", rank, " input; only the last axis is supported"));
-    }
-    Set(n, 0, Val{b_->Add(op, Hint(n), {x.tensor}), x.shape, false});
-    return absl::OkStatus();
+  if (op == "Softmax" || op == "LogSoftmax") return SoftmaxNode(n);
+  if (op == "MatMul") {
+    ASSIGN_OR_RETURN(Val a, In(n, 0, true));
+    ASSIGN_OR_RETURN(Val bm, In(n, 1, true));
+    if (a.shape.size() != 2 || bm.shape.size() != 2) return MatMulNode(n);
   }
   if (op == "Gemm" || op == "MatMul") {
     RETURN_IF_ERROR(OnlyAttrs(n, op == "Gemm" ? std::set<std::string>{"transA", "transB", "alpha", "beta"} : std::set<std::string>{}));
@@ -830,15 +672,15 @@ absl::Status Importer::Convert(const Node& n) {
   }
   if (op == "Reshape") {
     RETURN_IF_ERROR(OnlyAttrs(n, {"allowzero"}));
-    ASSIGN_OR_RETURN(Val x, In(n, 0));
-    ASSIGN_OR_RETURN(Tensor shape, Static(n, 1));
-    if (shape.dtype() != DT_INT64 || shape.shape().rank() != 1 || shape.NumElements() > kMaxRank) {
-      return Bad(n, "shape must be a 1-D int64 constant");
+    ASSIGN_OR_RETURN(Val x, In(n, 0, /*weight=*/true));
+    std::optional<Folded> shape = Known(n, 1);
+    if (!shape) return Unsupported(n, "the shape must be known at import time (a constant or arithmetic on an input's Shape)");
+    if (shape->value.dtype() != DT_INT64 || shape->value.shape().rank() != 1 || shape->value.NumElements() > kMaxRank) {
+      return Bad(n, "shape must be a 1-D int64 vector");
     }
     ASSIGN_OR_RETURN(int64_t allowzero, Int(n, "allowzero", 0));
-    std::vector<int64_t> target(shape.data<int64_t>(), shape.data<int64_t>() + shape.NumElements());
-    if (allowzero != 0 && std::count(target.begin(), target.end(), 0) > 0) return Unsupported(n, "allowzero with a 0 dim is not supported");
-    ASSIGN_OR_RETURN(Val y, Reshaped(n, x, target));
+    std::vector<int64_t> target(shape->value.data<int64_t>(), shape->value.data<int64_t>() + shape->value.NumElements());
+    ASSIGN_OR_RETURN(Val y, Reshaped(n, x, target, shape->batch, allowzero != 0));
     Set(n, 0, y);
     return absl::OkStatus();
   }
@@ -860,7 +702,7 @@ absl::Status Importer::Convert(const Node& n) {
     } else {
       return Unsupported(n, absl::StrCat("attribute ", a.name(), " is not supported"));
     }
-    constants_[n.output(0)] = t;
+    constants_[n.output(0)] = Folded{t, {}};
     return absl::OkStatus();
   }
   if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
@@ -871,13 +713,16 @@ absl::Status Importer::Convert(const Node& n) {
   return Unsupported(n, absl::StrCat("op ", op, " is not supported (supported: ", absl::StrJoin(SupportedOnnxOps(), ", "), ")"));
 }
 
-}  // namespace
+}  // namespace onnx_internal
+
 
 std::vector<std::string> SupportedOnnxOps() {
-  return {"Add",        "AveragePool", "BatchNormalization", "Clip",     "Constant",  "Conv",      "Div",     "Dropout",
-          "Flatten",    "Gemm",        "GlobalAveragePool",    "Identity",  "LogSoftmax", "MatMul",
-          "MaxPool",    "Mul",         "ReduceMean", "ReduceSum", "Relu",    "Reshape", "Sigmoid",
-          "Softmax",    "Sub",         "Tanh"};
+  return {"Add",       "AveragePool", "BatchNormalization", "Cast",      "CastLike",  "Clip",      "Concat",
+          "Constant",  "ConstantOfShape", "Conv",           "Div",       "Dropout",   "Erf",       "Expand",
+          "Flatten",   "Gather",      "Gelu",               "Gemm",      "GlobalAveragePool", "Identity",
+          "LayerNormalization", "LogSoftmax", "MatMul",     "MaxPool",   "Mul",       "Pow",       "ReduceMean",
+          "ReduceSum", "Relu",        "Reshape",            "Shape",     "Sigmoid",   "Slice",     "Softmax",
+          "Sqrt",      "Squeeze",     "Sub",                "Tanh",      "Transpose", "Unsqueeze"};
 }
 
 absl::StatusOr<onnx::ModelProto> ReadOnnxModel(const std::string& path, int64_t max_bytes) {
@@ -904,6 +749,8 @@ absl::StatusOr<onnx::ModelProto> ReadOnnxModel(const std::string& path, int64_t 
   if (!model.has_graph()) return absl::InvalidArgumentError(absl::StrCat("ONNX file ", path, " has no graph"));
   return model;
 }
+
+namespace onnx_internal {
 
 absl::StatusOr<OnnxImport> Importer::Run() {
   for (const auto& o : model_.opset_import()) {
@@ -960,6 +807,7 @@ absl::StatusOr<OnnxImport> Importer::Run() {
                                                      "\" is needed but no input feature feeds it (model.onnx.input)"));
     }
     RETURN_IF_ERROR(Bind(in, feed->second));
+    if (batch_ref_.empty()) batch_ref_ = feed->second.tensor;
   }
   for (int i = 0; i < graph_.node_size(); ++i) {
     if (needed.count(&graph_.node(i))) RETURN_IF_ERROR(Convert(graph_.node(i)));
@@ -974,9 +822,11 @@ absl::StatusOr<OnnxImport> Importer::Run() {
   return std::move(result_);
 }
 
+}  // namespace onnx_internal
+
 absl::StatusOr<OnnxImport> ImportOnnx(const onnx::ModelProto& model, const OnnxImportOptions& options,
                                       GraphBuilder* builder) {
-  return Importer(model, options, builder).Run();
+  return onnx_internal::Importer(model, options, builder).Run();
 }
 
 }  // namespace psrt

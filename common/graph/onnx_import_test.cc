@@ -101,7 +101,7 @@ class ModelMaker {
 };
 
 // input [b,1,4,4] -> Flatten -> Gemm(8, transB) -> Relu -> Gemm(3) -> "logits",
-// and a second head from the hidden layer: Gemm(2) -> Erf -> "aux".
+// and a second head from the hidden layer: Gemm(2) -> Einsum -> "aux".
 ModelMaker Mlp() {
   ModelMaker m;
   m.Input("input", {-1, 1, 4, 4});
@@ -115,7 +115,7 @@ ModelMaker Mlp() {
   m.Node("Relu", "/Relu", {"h"}, {"hr"});
   ModelMaker::IntAttr(m.Node("Gemm", "/fc2/Gemm", {"hr", "fc2.weight", "fc2.bias"}, {"logits"}), "transB", 1);
   ModelMaker::IntAttr(m.Node("Gemm", "/aux/Gemm", {"hr", "aux.weight"}, {"a"}), "transB", 1);
-  m.Node("Erf", "/aux/Erf", {"a"}, {"aux"});
+  m.Node("Einsum", "/aux/Einsum", {"a"}, {"aux"});
   m.Output("logits");
   m.Output("aux");
   return m;
@@ -175,7 +175,7 @@ TEST(OnnxImportTest, MlpComputesAsOnnxDefinesAndSkipsTheUnusedHead) {
   OnnxImport imported;
   absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 4, 1}, x, "logits", &imported);
   ASSERT_TRUE(y.ok()) << y.status();
-  // The second head (and its unsupported Erf) is not imported.
+  // The second head (and its unsupported Einsum) is not imported.
   std::vector<std::string> names;
   for (const VariableDef& v : imported.variables) names.push_back(v.name());
   EXPECT_THAT(names, testing::UnorderedElementsAre("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"));
@@ -282,7 +282,93 @@ TEST(OnnxImportTest, AnUnsupportedOpIsRefusedNamingTheNode) {
   absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4, 4, 1}, RandomBatch(TensorShape({1, 4, 4, 1}), 1), "aux");
   ASSERT_FALSE(y.ok());
   EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(y.status().message(), HasSubstr("ONNX node /aux/Erf (Erf): op Erf is not supported"));
+  EXPECT_THAT(y.status().message(), HasSubstr("ONNX node /aux/Einsum (Einsum): op Einsum is not supported"));
+}
+
+// The exporters' shape arithmetic: x.view(B * 2, 6) written as
+// Shape -> Gather -> Mul -> Unsqueeze -> Concat -> Reshape is evaluated at
+// import time with the batch size as a symbol, and runs for any batch.
+TEST(OnnxImportTest, ShapeArithmeticOnTheBatchIsFolded) {
+  ModelMaker m;
+  m.Input("input", {-1, 3, 4});
+  m.Node("Shape", "shape", {"input"}, {"s"});
+  m.InitInt64("zero", {0});
+  m.InitInt64("two", {2});
+  m.InitInt64("six", {6});
+  m.InitInt64("axes0", {0});
+  m.Node("Gather", "batch", {"s", "zero"}, {"b"});  // [B] (a 1-D index keeps the axis)
+  m.Node("Mul", "twice", {"b", "two"}, {"b2"});
+  m.Node("Concat", "target", {"b2", "six"}, {"t"});
+  ModelMaker::IntAttr(m.model().mutable_graph()->mutable_node(3), "axis", 0);
+  m.Node("Reshape", "view", {"input", "t"}, {"v"});
+  // Then a Transpose, a Slice of the last axis and a scalar Gather.
+  ModelMaker::IntsAttr(m.Node("Transpose", "t1", {"v"}, {"vt"}), "perm", {1, 0});  // [6, 2B]
+  m.InitInt64("one", {1});
+  m.InitInt64("four", {4});
+  m.Node("Slice", "rows", {"vt", "one", "four", "axes0"}, {"r"});  // rows 1..3: [3, 2B]
+  m.Output("r");
+  for (int64_t batch : {1, 3}) {
+    Tensor x = RandomBatch(TensorShape({batch, 3, 4}), 7);
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 3, 4}, x, "r");
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ(y->shape(), TensorShape({3, 2 * batch}));
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 2 * batch; ++j) {
+        EXPECT_EQ(y->data<float>()[i * 2 * batch + j], x.data<float>()[j * 6 + i + 1]);
+      }
+    }
+  }
+}
+
+TEST(OnnxImportTest, WhatCannotBeFoldedIsRefusedNamingTheNode) {
+  {
+    // Indices computed at run time (an embedding lookup of token ids).
+    ModelMaker m;
+    m.Input("input", {-1, 4});
+    m.Weight("table", {10, 3});
+    m.Node("Gather", "lookup", {"table", "input"}, {"y"});
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 4}, RandomBatch(TensorShape({1, 4}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node lookup (Gather): indices computed at run time"));
+  }
+  {
+    // A reshape whose size depends on the batch in a way one -1 cannot say.
+    ModelMaker m;
+    m.Input("input", {-1, 6});
+    m.InitInt64("shape", {-1, 4});
+    m.Node("Reshape", "split", {"input", "shape"}, {"y"});
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 6}, RandomBatch(TensorShape({2, 6}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node split (Reshape): reshaping [?,6] to [?,4] splits the batch"));
+  }
+  {
+    // Arithmetic on the batch size other than scaling it.
+    ModelMaker m;
+    m.Input("input", {-1, 6});
+    m.Node("Shape", "shape", {"input"}, {"s"});
+    m.InitInt64("one", {1});
+    m.Node("Add", "plus_one", {"s", "one"}, {"t"});
+    m.Node("Reshape", "view", {"input", "t"}, {"y"});
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 6}, RandomBatch(TensorShape({2, 6}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node plus_one (Add): arithmetic on the batch size"));
+  }
+  {
+    // A hostile ConstantOfShape: 2^40 elements are never allocated.
+    ModelMaker m;
+    m.Input("input", {-1, 2});
+    m.InitInt64("huge", {int64_t{1} << 20, int64_t{1} << 20});
+    m.Node("ConstantOfShape", "fill", {"huge"}, {"c"});
+    m.Node("Add", "add", {"input", "c"}, {"y"});
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2}, RandomBatch(TensorShape({1, 2}), 1), "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_THAT(y.status().message(), HasSubstr("ONNX node fill (ConstantOfShape)"));
+  }
 }
 
 TEST(OnnxImportTest, UnsupportedAttributesAreRefusedNamingTheNode) {
@@ -483,8 +569,8 @@ TEST_F(OnnxJobTest, HostileFilesAreErrors) {
   negative.model().mutable_graph()->mutable_initializer(1)->set_dims(0, -8);
   EXPECT_THAT(compile(negative.model()).message(), HasSubstr("negative dim"));
   ModelMaker dtype = Mlp();
-  dtype.model().mutable_graph()->mutable_initializer(1)->set_data_type(onnx::TensorProto::BOOL);
-  EXPECT_THAT(compile(dtype.model()).message(), HasSubstr("data type 9 is not supported"));
+  dtype.model().mutable_graph()->mutable_initializer(1)->set_data_type(onnx::TensorProto::DOUBLE);
+  EXPECT_THAT(compile(dtype.model()).message(), HasSubstr("data type 11 is not supported"));
   ModelMaker external = Mlp();
   external.model().mutable_graph()->mutable_initializer(0)->set_data_location(onnx::TensorProto::EXTERNAL);
   EXPECT_THAT(compile(external.model()).message(), HasSubstr("external file"));

@@ -69,7 +69,8 @@ TEST_P(OnnxTorchTest, GradientsMatchPyTorch) {
     if (n.op() == "Dropout") rates.push_back(GetAttrF(n, "rate"));
   }
   const std::map<std::string, std::vector<float>> want_rates = {
-      {"mlp", {0.2f, 0.2f}}, {"cnn", {0.3f}}, {"ops", {}}, {"resnet", {}}, {"resnet_bn", {}}};
+      {"mlp", {0.2f, 0.2f}}, {"cnn", {0.3f}}, {"ops", {}}, {"resnet", {}}, {"resnet_bn", {}},
+      {"vit", std::vector<float>(8, 0.1f)}};
   EXPECT_EQ(rates, want_rates.at(model));
 
   // The batch: PyTorch's NCHW [32, 1, 28, 28] is the same bytes as the
@@ -152,8 +153,11 @@ TEST(OnnxPsTest, TheParameterServersStartFromTheFilesWeights) {
 // ops: strided, padded, dilated, grouped and depthwise Conv, Clip (ReLU6),
 // AveragePool, broadcasting Mul/Sub/Div against parameters, ReduceMean and
 // ReduceSum; resnet: residual Adds, strided 1x1 projections, a global pool;
-// resnet_bn: the same with BatchNormalization (the batch's statistics).
-INSTANTIATE_TEST_SUITE_P(Models, OnnxTorchTest, ::testing::Values("mlp", "cnn", "ops", "resnet", "resnet_bn"));
+// resnet_bn: the same with BatchNormalization (the batch's statistics);
+// vit: PyTorch's nn.TransformerEncoderLayer (batched MatMul, Softmax,
+// LayerNormalization, Erf, Expand, Concat, Gather, the exporter's shape
+// arithmetic on the batch size) under a patch embedding and a class token.
+INSTANTIATE_TEST_SUITE_P(Models, OnnxTorchTest, ::testing::Values("mlp", "cnn", "ops", "resnet", "resnet_bn", "vit"));
 
 }  // namespace
 }  // namespace psrt

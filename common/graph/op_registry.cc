@@ -17,6 +17,7 @@ const OpRegistry& OpRegistry::Global() {
     RegisterBasicOps(reg);
     RegisterNnOps(reg);
     RegisterMathOps(reg);
+    RegisterSequenceOps(reg);
     return reg;
   }();
   return *r;

@@ -69,6 +69,7 @@ class OpRegistry {
 void RegisterBasicOps(OpRegistry* r);
 void RegisterNnOps(OpRegistry* r);
 void RegisterMathOps(OpRegistry* r);
+void RegisterSequenceOps(OpRegistry* r);
 
 }  // namespace psrt
 

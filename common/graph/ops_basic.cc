@@ -110,20 +110,7 @@ void RegisterBasicOps(OpRegistry* r) {
     };
     // y = op(a) op(b), op a transpose where the attr says so (ONNX's Gemm
     // with transB, PyTorch's Linear layout [out, in]).
-    d.grad = [](const GradContext& c) -> Grads {
-      const bool ta = GetAttrB(*c.node, "transpose_a"), tb = GetAttrB(*c.node, "transpose_b");
-      auto mm = [&](const std::string& suffix, const std::string& x, const std::string& y, bool tx, bool ty) {
-        Attrs attrs;
-        if (tx) attrs["transpose_a"] = AttrB(true);
-        if (ty) attrs["transpose_b"] = AttrB(true);
-        return c.Add("MatMul", suffix, {x, y}, attrs);
-      };
-      const std::string a = c.in(0), b = c.in(1), dy = c.dy[0];
-      if (!ta && !tb) return std::vector<std::string>{mm("da", dy, b, false, true), mm("db", a, dy, true, false)};
-      if (!ta && tb) return std::vector<std::string>{mm("da", dy, b, false, false), mm("db", dy, a, true, false)};
-      if (ta && !tb) return std::vector<std::string>{mm("da", b, dy, false, true), mm("db", a, dy, false, false)};
-      return std::vector<std::string>{mm("da", b, dy, true, true), mm("db", dy, a, true, true)};
-    };
+    d.grad = [](const GradContext& c) -> Grads { return ProductGrads(c, "MatMul", "transpose_a", "transpose_b"); };
     r->Register(d);
   }
   {

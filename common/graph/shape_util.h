@@ -49,6 +49,25 @@ inline OpDef ShapedLikeInput(const std::string& name, int num_inputs, int like) 
   return d;
 }
 
+// The gradients of y = op(a) x op(b), op a transpose (of the last two
+// axes) where the node's flag attr says so: MatMul (transpose_a/_b) and
+// BatchMatMul (adj_x/_y) share the table.
+inline std::vector<std::string> ProductGrads(const GradContext& c, const std::string& op, const std::string& flag_a,
+                                             const std::string& flag_b) {
+  const bool ta = GetAttrB(*c.node, flag_a), tb = GetAttrB(*c.node, flag_b);
+  auto mm = [&](const std::string& suffix, const std::string& x, const std::string& y, bool tx, bool ty) {
+    Attrs attrs;
+    if (tx) attrs[flag_a] = AttrB(true);
+    if (ty) attrs[flag_b] = AttrB(true);
+    return c.Add(op, suffix, {x, y}, attrs);
+  };
+  const std::string a = c.in(0), b = c.in(1), dy = c.dy[0];
+  if (!ta && !tb) return {mm("da", dy, b, false, true), mm("db", a, dy, true, false)};
+  if (!ta && tb) return {mm("da", dy, b, false, false), mm("db", dy, a, true, false)};
+  if (ta && !tb) return {mm("da", b, dy, false, true), mm("db", a, dy, false, false)};
+  return {mm("da", b, dy, true, true), mm("db", dy, a, true, true)};
+}
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_GRAPH_SHAPE_UTIL_H_

@@ -3,8 +3,8 @@
 PyTorch's loss and gradients on a fixed batch for psrt's tests.
 
 For each model (an MLP, a small CNN, "ops" that uses every op of the
-second import slice, a small ResNet, and the same ResNet with batch
-normalisation) it writes, beside this script:
+second import slice, a small ResNet, the same ResNet with batch
+normalisation, and a small vision transformer) it writes, beside this script:
   <model>.onnx            torch.onnx.export (opset 18, dynamic batch, training
                           mode so that Dropout nodes are kept), the initial
                           weights inside;
@@ -138,6 +138,31 @@ def resnet():
         nn.Linear(64, 10))
 
 
+class Vit(nn.Module):
+    """A small vision transformer (ViT) over Fashion-MNIST: 7x7 patches as a
+    strided convolution (16 tokens of 64), a class token, learned position
+    embeddings, two pre-norm encoder layers of PyTorch's own
+    nn.TransformerEncoderLayer (4 heads, GELU MLP of 128, dropout 0.1), a
+    final LayerNorm and a linear head on the class token."""
+
+    def __init__(self, dim=64, depth=2, heads=4, mlp=128):
+        super().__init__()
+        self.patch = nn.Conv2d(1, dim, 7, stride=7)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos = nn.Parameter(torch.randn(1, 17, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, mlp, dropout=0.1, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)                           # [N, 16, 64]
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        x = self.encoder(x)
+        return self.head(self.norm(x[:, 0]))
+
+
 def read_idx(path):
     with gzip.open(path, "rb") as f:
         data = f.read()
@@ -165,8 +190,12 @@ def export(model, path):
                           dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
                           training=torch.onnx.TrainingMode.TRAINING)
         return
+    # optimize=False: the exporter's optimiser merges initializers that
+    # hold equal values (every LayerNorm's all-ones weight becomes one
+    # tensor, tying parameters PyTorch trains apart) and folds weight
+    # transposes into new, unnamed initializers.
     torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["logits"],
-                      opset_version=18, dynamo=True, external_data=False,
+                      opset_version=18, dynamo=True, external_data=False, optimize=False,
                       dynamic_shapes=({0: torch.export.Dim("batch")},),
                       training=torch.onnx.TrainingMode.TRAINING)
 
@@ -203,7 +232,7 @@ def reference(model_path, images, labels, out_path):
     print(f"{out_path}: loss {loss.item():.6f}, {len(state)} gradients")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn}
+MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn, "vit": Vit}
 
 
 def main():

@@ -58,6 +58,7 @@ class KernelRegistry : public KernelTable<Kernel> {
 void RegisterCpuBasicKernels(KernelRegistry* r);
 void RegisterCpuNnKernels(KernelRegistry* r);
 void RegisterCpuMathKernels(KernelRegistry* r);
+void RegisterCpuSequenceKernels(KernelRegistry* r);
 
 // Row-major Eigen tensor views of our tensors.
 template <int Rank>

@@ -21,6 +21,7 @@ const KernelRegistry& KernelRegistry::Cpu() {
     RegisterCpuBasicKernels(reg);
     RegisterCpuNnKernels(reg);
     RegisterCpuMathKernels(reg);
+    RegisterCpuSequenceKernels(reg);
     return reg;
   }();
   return *r;
