@@ -1,6 +1,9 @@
-// GPU kernels: matrix products (cuBLAS), element-wise ops, softmax,
-// concatenation, dropout. Shape checks mirror kernels_basic.cc.
+// GPU kernels: matrix products (cuBLAS, batched too), element-wise ops,
+// softmax, transpose, concatenation, dropout. Shape checks mirror
+// kernels_basic.cc.
+#include <algorithm>
 #include <functional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/graph/graph_builder.h"
@@ -45,6 +48,45 @@ absl::Status MatMulOp(GpuKernelContext& c) {
   ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape({d.m, d.n})));
   PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), d.ta, d.tb, d.m, d.n, d.k, a.data<float>(), a.shape().dim(1),
                          b.data<float>(), b.shape().dim(1), 0.0f, out.data<float>(), d.n));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// BatchMatMul(a, b) with adj_x / adj_y: a [..., M, K] (its last two axes
+// swapped under adj_x); b [K, N] shared by the batch, or [..., K, N] with
+// a's batch dims (last two swapped under adj_y). Output [..., M, N].
+absl::Status BatchMatMulOp(GpuKernelContext& c) {
+  const Tensor& a = c.inputs[0];
+  const Tensor& b = c.inputs[1];
+  const int r = a.shape().rank(), rb = b.shape().rank();
+  if (r < 2) return c.Error(absl::StrCat("a ", a.shape().ToString(), " has rank below 2"));
+  if (rb != 2 && rb != r) {
+    return c.Error(absl::StrCat("b ", b.shape().ToString(), " is neither a matrix nor of a's rank ", r));
+  }
+  const bool ax = GetAttrB(*c.node, "adj_x"), ay = GetAttrB(*c.node, "adj_y");
+  const int64_t a0 = a.shape().dim(r - 2), a1 = a.shape().dim(r - 1);
+  const int64_t b0 = b.shape().dim(rb - 2), b1 = b.shape().dim(rb - 1);
+  const int64_t m = ax ? a1 : a0, k = ax ? a0 : a1, n = ay ? b0 : b1;
+  if ((ay ? b1 : b0) != k) {
+    return c.Error(absl::StrCat("inner dimensions differ: ", a.shape().ToString(), " x ", b.shape().ToString()));
+  }
+  std::vector<int64_t> dims(a.shape().dims().begin(), a.shape().dims().end() - 2);
+  if (rb == r && rb > 2 && !std::equal(dims.begin(), dims.end(), b.shape().dims().begin())) {
+    return c.Error(absl::StrCat("batch dimensions differ: ", a.shape().ToString(), " x ", b.shape().ToString()));
+  }
+  int64_t batch = 1;
+  for (int64_t d : dims) batch *= d;
+  dims.push_back(m);
+  dims.push_back(n);
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(dims)));
+  if (rb == 2 && !ax) {  // one product over the stacked rows of a
+    PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, ay, batch * m, n, k, a.data<float>(), a1, b.data<float>(), b1, 0.0f,
+                           out.data<float>(), n));
+  } else {
+    const GemmBatch g{batch, m * k, rb == 2 ? 0 : k * n, m * n};
+    PSRT_GPU_CHECK(c, GemmStridedBatched(c.gpu->blas(), ax, ay, m, n, k, a.data<float>(), a1, b.data<float>(), b1,
+                                         out.data<float>(), n, g));
+  }
   c.outputs = {out};
   return absl::OkStatus();
 }
@@ -99,6 +141,32 @@ GpuKernel BinaryKernel(BinaryOp op) {
     c.outputs = {out};
     return absl::OkStatus();
   };
+}
+
+// Pow's exponent attr; a graph without one is refused rather than guessed.
+absl::StatusOr<float> Exponent(const GpuKernelContext& c) {
+  if (c.node->attr().count("exponent") == 0) return c.Error("has no exponent attr");
+  return GetAttrF(*c.node, "exponent");
+}
+
+absl::Status PowOp(GpuKernelContext& c) {
+  ASSIGN_OR_RETURN(float e, Exponent(c));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[0].shape()));
+  PSRT_GPU_CHECK(c, gpu::Pow(c.stream(), In(c, 0), out.data<float>(), out.NumElements(), e));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status PowGradOp(GpuKernelContext& c) {  // (dy, x)
+  ASSIGN_OR_RETURN(float e, Exponent(c));
+  if (c.inputs[0].NumElements() != c.inputs[1].NumElements()) {
+    return c.Error(absl::StrCat("dy ", c.inputs[0].shape().ToString(), " and x ", c.inputs[1].shape().ToString(),
+                                " differ in size"));
+  }
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[1].shape()));
+  PSRT_GPU_CHECK(c, gpu::PowGrad(c.stream(), In(c, 0), In(c, 1), out.data<float>(), out.NumElements(), e));
+  c.outputs = {out};
+  return absl::OkStatus();
 }
 
 // Softmax and LogSoftmax over the last axis, x -> y.
@@ -251,6 +319,7 @@ GpuKernel ShapeOnly(const std::string& op) {
 void RegisterGpuBasicKernels(GpuKernelRegistry* r) {
   for (const char* op : {"Identity", "Reshape", "ReshapeLike"}) r->Register(op, ShapeOnly(op));
   r->Register("MatMul", MatMulOp);
+  r->Register("BatchMatMul", BatchMatMulOp);
   r->Register("BiasAdd", BiasAddOp);
   r->Register("BiasAddGrad", BiasAddGradOp);
   r->Register("Relu", UnaryKernel(UnaryOp::kRelu));
@@ -259,6 +328,12 @@ void RegisterGpuBasicKernels(GpuKernelRegistry* r) {
   r->Register("ReluGrad", BinaryKernel(BinaryOp::kReluGrad));
   r->Register("SigmoidGrad", BinaryKernel(BinaryOp::kSigmoidGrad));
   r->Register("TanhGrad", BinaryKernel(BinaryOp::kTanhGrad));
+  r->Register("Erf", UnaryKernel(UnaryOp::kErf));
+  r->Register("ErfGrad", BinaryKernel(BinaryOp::kErfGrad));
+  r->Register("Sqrt", UnaryKernel(UnaryOp::kSqrt));
+  r->Register("SqrtGrad", BinaryKernel(BinaryOp::kSqrtGrad));
+  r->Register("Pow", PowOp);
+  r->Register("PowGrad", PowGradOp);
   r->Register("Mul", BinaryKernel(BinaryOp::kMul));
   r->Register("Softmax", RowKernel(gpu::Softmax));
   r->Register("SoftmaxGrad", RowGradKernel(gpu::SoftmaxGrad));
