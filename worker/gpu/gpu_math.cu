@@ -33,7 +33,8 @@ __global__ void BroadcastKernel(BroadcastOp op, BroadcastDims d, const float* __
       oa += idx * d.stride_a[k];
       ob += idx * d.stride_b[k];
     }
-    out[i] = scale * ApplyOp(op, a[oa], b[ob]);
+    // kFirst never reads b: its strides may walk past b's end (BroadcastLike, BroadcastTo).
+    out[i] = scale * (op == BroadcastOp::kFirst ? a[oa] : ApplyOp(op, a[oa], b[ob]));
   }
 }
 

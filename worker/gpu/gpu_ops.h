@@ -103,7 +103,7 @@ struct BroadcastDims {
   int64_t stride_a[kMaxBroadcastRank];
   int64_t stride_b[kMaxBroadcastRank];
 };
-enum class BroadcastOp { kAdd, kSub, kMul, kDiv, kFirst };  // kFirst: a alone
+enum class BroadcastOp { kAdd, kSub, kMul, kDiv, kFirst };  // kFirst: a alone, b not read
 // out[i] = scale * op(a, b) over the n output elements.
 GpuError Broadcast(void* stream, BroadcastOp op, const BroadcastDims& d, const float* d_a, const float* d_b,
                    float* d_out, int64_t n, float scale);
