@@ -1,5 +1,5 @@
 // GPU kernels: matrix products (cuBLAS, batched too), element-wise ops,
-// softmax, transpose, concatenation, dropout. Shape checks mirror
+// softmax, transpose, slices, concatenation, dropout. Shape checks mirror
 // kernels_basic.cc.
 #include <algorithm>
 #include <functional>
@@ -219,6 +219,90 @@ absl::Status TransposeOp(GpuKernelContext& c) {
   return absl::OkStatus();
 }
 
+// The window of a Slice / SliceGrad node (begin and size attrs, one per
+// axis of x; size -1: to the end) inside x: its shape, x's cell at its
+// start, and a walk of it with x's strides, coalesced (axes of size 1 go;
+// an axis merges into the one before where it is taken whole).
+struct SliceWindow {
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  TransposeDims walk;
+};
+
+absl::Status PlanSlice(const GpuKernelContext& c, const TensorShape& x, SliceWindow* w) {
+  const std::vector<int64_t> begin = GetAttrInts(*c.node, "begin"), size = GetAttrInts(*c.node, "size");
+  const int r = x.rank();
+  if (begin.size() != static_cast<size_t>(r) || size.size() != static_cast<size_t>(r)) {
+    return c.Error(absl::StrCat("begin (", begin.size(), " values) and size (", size.size(),
+                                " values) need one per axis of x ", x.ToString()));
+  }
+  std::vector<int64_t> stride(r, 1);
+  for (int i = r - 1; i > 0; --i) stride[i - 1] = stride[i] * x.dim(i);
+  std::vector<int64_t> dims, steps;
+  w->shape.clear();
+  w->offset = 0;
+  for (int i = 0; i < r; ++i) {
+    const int64_t b = begin[i], dim = x.dim(i);
+    if (b < 0 || b > dim) return c.Error(absl::StrCat("begin[", i, "] = ", b, " is outside axis ", i, " of x ", x.ToString()));
+    const int64_t s = size[i] == -1 ? dim - b : size[i];
+    if (s < 0 || s > dim - b) {
+      return c.Error(absl::StrCat("size[", i, "] = ", size[i], " from begin ", b, " does not fit axis ", i, " of x ",
+                                  x.ToString()));
+    }
+    w->shape.push_back(s);
+    w->offset += b * stride[i];
+    if (s == 1) continue;
+    if (!steps.empty() && steps.back() == s * stride[i]) {
+      dims.back() *= s;
+      steps.back() = stride[i];
+    } else {
+      dims.push_back(s);
+      steps.push_back(stride[i]);
+    }
+  }
+  if (dims.empty()) {  // one cell (or a scalar)
+    dims.push_back(1);
+    steps.push_back(1);
+  }
+  if (dims.size() > static_cast<size_t>(kMaxTransposeRank)) {
+    return c.Error(absl::StrCat("slice walks ", dims.size(), " axes (at most ", kMaxTransposeRank, ")"));
+  }
+  w->walk.rank = static_cast<int>(dims.size());
+  std::copy(dims.begin(), dims.end(), w->walk.dims);
+  std::copy(steps.begin(), steps.end(), w->walk.strides);
+  return absl::OkStatus();
+}
+
+absl::Status SliceOp(GpuKernelContext& c) {
+  const Tensor& x = c.inputs[0];
+  SliceWindow w;
+  RETURN_IF_ERROR(PlanSlice(c, x.shape(), &w));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(w.shape)));
+  if (out.NumElements() > 0) {
+    PSRT_GPU_CHECK(c, gpu::Transpose(c.stream(), In(c, 0) + w.offset, out.data<float>(), w.walk, out.NumElements()));
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status SliceGradOp(GpuKernelContext& c) {  // (dy, x) -> dx: zeros, dy at begin
+  const Tensor& dy = c.inputs[0];
+  const Tensor& x = c.inputs[1];
+  SliceWindow w;
+  RETURN_IF_ERROR(PlanSlice(c, x.shape(), &w));
+  if (dy.shape().dims() != w.shape) {
+    return c.Error(absl::StrCat("dy ", dy.shape().ToString(), " is not the slice ", TensorShape(w.shape).ToString(),
+                                " of x ", x.shape().ToString()));
+  }
+  ASSIGN_OR_RETURN(Tensor out, c.Output(x.shape()));
+  PSRT_GPU_CHECK(c, Zero(c.stream(), out.data<float>(), out.TotalBytes()));
+  if (dy.NumElements() > 0) {
+    PSRT_GPU_CHECK(c, StridedScatter(c.stream(), In(c, 0), out.data<float>() + w.offset, w.walk, dy.NumElements()));
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
 absl::Status AddNOp(GpuKernelContext& c) {
   const Tensor& first = c.inputs[0];
   for (const Tensor& t : c.inputs) {
@@ -340,6 +424,8 @@ void RegisterGpuBasicKernels(GpuKernelRegistry* r) {
   r->Register("LogSoftmax", RowKernel(gpu::LogSoftmax));
   r->Register("LogSoftmaxGrad", RowGradKernel(gpu::LogSoftmaxGrad));
   r->Register("Transpose", TransposeOp);
+  r->Register("Slice", SliceOp);
+  r->Register("SliceGrad", SliceGradOp);
   r->Register("AddN", AddNOp);
   r->Register("ConcatV2", ConcatOp);
   r->Register("ConcatGrad", ConcatGradOp);
