@@ -1,4 +1,5 @@
-// Element-wise ops, bias, softmax and dropout.
+// Element-wise ops, bias, softmax, strided copies (transpose, slices) and
+// dropout.
 #include "worker/gpu/gpu_launch.h"
 #include "worker/gpu/gpu_ops.h"
 
@@ -13,9 +14,13 @@ __global__ void UnaryKernel(UnaryOp op, const float* __restrict__ x, float* __re
       case UnaryOp::kRelu: y[i] = fmaxf(v, 0.0f); break;
       case UnaryOp::kSigmoid: y[i] = 1.0f / (1.0f + expf(-v)); break;
       case UnaryOp::kTanh: y[i] = tanhf(v); break;
+      case UnaryOp::kErf: y[i] = erff(v); break;
+      case UnaryOp::kSqrt: y[i] = sqrtf(v); break;
     }
   }
 }
+
+constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
 
 // No __restrict__: AddN accumulates in place (out == a).
 __global__ void BinaryKernel(BinaryOp op, const float* a, const float* b, float* out, int64_t n) {
@@ -27,12 +32,27 @@ __global__ void BinaryKernel(BinaryOp op, const float* a, const float* b, float*
       case BinaryOp::kReluGrad: out[i] = v > 0.0f ? u : 0.0f; break;
       case BinaryOp::kSigmoidGrad: out[i] = u * v * (1.0f - v); break;
       case BinaryOp::kTanhGrad: out[i] = u * (1.0f - v * v); break;
+      case BinaryOp::kErfGrad: out[i] = u * kTwoOverSqrtPi * expf(-v * v); break;
+      case BinaryOp::kSqrtGrad: out[i] = u * 0.5f / v; break;
     }
   }
 }
 
 __global__ void FillKernel(float* x, float value, int64_t n) {
   PSRT_GRID_LOOP(i, n) x[i] = value;
+}
+
+__device__ inline float PowOf(float x, float e) { return e == 2.0f ? x * x : e == 1.0f ? x : powf(x, e); }
+
+__global__ void PowKernel(const float* __restrict__ x, float* __restrict__ y, int64_t n, float e) {
+  PSRT_GRID_LOOP(i, n) y[i] = PowOf(x[i], e);
+}
+
+__global__ void PowGradKernel(const float* __restrict__ dy, const float* __restrict__ x, float* __restrict__ dx,
+                              int64_t n, float e) {
+  PSRT_GRID_LOOP(i, n) {
+    dx[i] = e == 2.0f ? dy[i] * 2.0f * x[i] : e == 1.0f ? dy[i] : dy[i] * e * PowOf(x[i], e - 1.0f);
+  }
 }
 
 __global__ void BiasAddKernel(const float* __restrict__ x, const float* __restrict__ b, float* __restrict__ y,
@@ -95,15 +115,21 @@ __global__ void SoftmaxGradKernel(const float* __restrict__ dy, const float* __r
   }
 }
 
-__global__ void TransposeKernel(const float* __restrict__ x, float* __restrict__ y, TransposeDims d, int64_t n) {
-  PSRT_GRID_LOOP(i, n) {
-    int64_t rest = i, offset = 0;
-    for (int k = d.rank - 1; k >= 0; --k) {
-      offset += (rest % d.dims[k]) * d.strides[k];
-      rest /= d.dims[k];
-    }
-    y[i] = x[offset];
+__device__ inline int64_t StridedOffset(const TransposeDims& d, int64_t i) {
+  int64_t rest = i, offset = 0;
+  for (int k = d.rank - 1; k >= 0; --k) {
+    offset += (rest % d.dims[k]) * d.strides[k];
+    rest /= d.dims[k];
   }
+  return offset;
+}
+
+__global__ void TransposeKernel(const float* __restrict__ x, float* __restrict__ y, TransposeDims d, int64_t n) {
+  PSRT_GRID_LOOP(i, n) y[i] = x[StridedOffset(d, i)];
+}
+
+__global__ void StridedScatterKernel(const float* __restrict__ x, float* __restrict__ y, TransposeDims d, int64_t n) {
+  PSRT_GRID_LOOP(i, n) y[StridedOffset(d, i)] = x[i];
 }
 
 // SplitMix64's finaliser: a counter-based generator, so element i's draw
@@ -144,6 +170,18 @@ GpuError Binary(void* stream, BinaryOp op, const float* d_a, const float* d_b, f
 GpuError Fill(void* stream, float* d_x, float value, int64_t n) {
   if (n == 0) return nullptr;
   FillKernel<<<BlocksFor(n), kThreads, 0, S(stream)>>>(d_x, value, n);
+  return LaunchStatus();
+}
+
+GpuError Pow(void* stream, const float* d_x, float* d_y, int64_t n, float exponent) {
+  if (n == 0) return nullptr;
+  PowKernel<<<BlocksFor(n), kThreads, 0, S(stream)>>>(d_x, d_y, n, exponent);
+  return LaunchStatus();
+}
+
+GpuError PowGrad(void* stream, const float* d_dy, const float* d_x, float* d_dx, int64_t n, float exponent) {
+  if (n == 0) return nullptr;
+  PowGradKernel<<<BlocksFor(n), kThreads, 0, S(stream)>>>(d_dy, d_x, d_dx, n, exponent);
   return LaunchStatus();
 }
 
@@ -189,6 +227,13 @@ GpuError Transpose(void* stream, const float* d_x, float* d_y, const TransposeDi
   if (n == 0) return nullptr;
   if (d.rank < 1 || d.rank > kMaxTransposeRank) return "transpose rank out of range";
   TransposeKernel<<<BlocksFor(n), kThreads, 0, S(stream)>>>(d_x, d_y, d, n);
+  return LaunchStatus();
+}
+
+GpuError StridedScatter(void* stream, const float* d_x, float* d_y, const TransposeDims& d, int64_t n) {
+  if (n == 0) return nullptr;
+  if (d.rank < 1 || d.rank > kMaxTransposeRank) return "scatter rank out of range";
+  StridedScatterKernel<<<BlocksFor(n), kThreads, 0, S(stream)>>>(d_x, d_y, d, n);
   return LaunchStatus();
 }
 

@@ -1,6 +1,9 @@
-// GPU kernels: matrix products (cuBLAS), element-wise ops, softmax,
-// concatenation, dropout. Shape checks mirror kernels_basic.cc.
+// GPU kernels: matrix products (cuBLAS, batched too), element-wise ops,
+// softmax, transpose, slices, concatenation, dropout. Shape checks mirror
+// kernels_basic.cc.
+#include <algorithm>
 #include <functional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/graph/graph_builder.h"
@@ -45,6 +48,45 @@ absl::Status MatMulOp(GpuKernelContext& c) {
   ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape({d.m, d.n})));
   PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), d.ta, d.tb, d.m, d.n, d.k, a.data<float>(), a.shape().dim(1),
                          b.data<float>(), b.shape().dim(1), 0.0f, out.data<float>(), d.n));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// BatchMatMul(a, b) with adj_x / adj_y: a [..., M, K] (its last two axes
+// swapped under adj_x); b [K, N] shared by the batch, or [..., K, N] with
+// a's batch dims (last two swapped under adj_y). Output [..., M, N].
+absl::Status BatchMatMulOp(GpuKernelContext& c) {
+  const Tensor& a = c.inputs[0];
+  const Tensor& b = c.inputs[1];
+  const int r = a.shape().rank(), rb = b.shape().rank();
+  if (r < 2) return c.Error(absl::StrCat("a ", a.shape().ToString(), " has rank below 2"));
+  if (rb != 2 && rb != r) {
+    return c.Error(absl::StrCat("b ", b.shape().ToString(), " is neither a matrix nor of a's rank ", r));
+  }
+  const bool ax = GetAttrB(*c.node, "adj_x"), ay = GetAttrB(*c.node, "adj_y");
+  const int64_t a0 = a.shape().dim(r - 2), a1 = a.shape().dim(r - 1);
+  const int64_t b0 = b.shape().dim(rb - 2), b1 = b.shape().dim(rb - 1);
+  const int64_t m = ax ? a1 : a0, k = ax ? a0 : a1, n = ay ? b0 : b1;
+  if ((ay ? b1 : b0) != k) {
+    return c.Error(absl::StrCat("inner dimensions differ: ", a.shape().ToString(), " x ", b.shape().ToString()));
+  }
+  std::vector<int64_t> dims(a.shape().dims().begin(), a.shape().dims().end() - 2);
+  if (rb == r && rb > 2 && !std::equal(dims.begin(), dims.end(), b.shape().dims().begin())) {
+    return c.Error(absl::StrCat("batch dimensions differ: ", a.shape().ToString(), " x ", b.shape().ToString()));
+  }
+  int64_t batch = 1;
+  for (int64_t d : dims) batch *= d;
+  dims.push_back(m);
+  dims.push_back(n);
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(dims)));
+  if (rb == 2 && !ax) {  // one product over the stacked rows of a
+    PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, ay, batch * m, n, k, a.data<float>(), a1, b.data<float>(), b1, 0.0f,
+                           out.data<float>(), n));
+  } else {
+    const GemmBatch g{batch, m * k, rb == 2 ? 0 : k * n, m * n};
+    PSRT_GPU_CHECK(c, GemmStridedBatched(c.gpu->blas(), ax, ay, m, n, k, a.data<float>(), a1, b.data<float>(), b1,
+                                         out.data<float>(), n, g));
+  }
   c.outputs = {out};
   return absl::OkStatus();
 }
@@ -101,6 +143,32 @@ GpuKernel BinaryKernel(BinaryOp op) {
   };
 }
 
+// Pow's exponent attr; a graph without one is refused rather than guessed.
+absl::StatusOr<float> Exponent(const GpuKernelContext& c) {
+  if (c.node->attr().count("exponent") == 0) return c.Error("has no exponent attr");
+  return GetAttrF(*c.node, "exponent");
+}
+
+absl::Status PowOp(GpuKernelContext& c) {
+  ASSIGN_OR_RETURN(float e, Exponent(c));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[0].shape()));
+  PSRT_GPU_CHECK(c, gpu::Pow(c.stream(), In(c, 0), out.data<float>(), out.NumElements(), e));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status PowGradOp(GpuKernelContext& c) {  // (dy, x)
+  ASSIGN_OR_RETURN(float e, Exponent(c));
+  if (c.inputs[0].NumElements() != c.inputs[1].NumElements()) {
+    return c.Error(absl::StrCat("dy ", c.inputs[0].shape().ToString(), " and x ", c.inputs[1].shape().ToString(),
+                                " differ in size"));
+  }
+  ASSIGN_OR_RETURN(Tensor out, c.Output(c.inputs[1].shape()));
+  PSRT_GPU_CHECK(c, gpu::PowGrad(c.stream(), In(c, 0), In(c, 1), out.data<float>(), out.NumElements(), e));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
 // Softmax and LogSoftmax over the last axis, x -> y.
 using RowFn = GpuError (*)(void*, const float*, float*, int64_t, int64_t);
 GpuKernel RowKernel(RowFn f) {
@@ -147,6 +215,90 @@ absl::Status TransposeOp(GpuKernelContext& c) {
   }
   ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(p.dims)));
   PSRT_GPU_CHECK(c, gpu::Transpose(c.stream(), In(c, 0), out.data<float>(), d, out.NumElements()));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+// The window of a Slice / SliceGrad node (begin and size attrs, one per
+// axis of x; size -1: to the end) inside x: its shape, x's cell at its
+// start, and a walk of it with x's strides, coalesced (axes of size 1 go;
+// an axis merges into the one before where it is taken whole).
+struct SliceWindow {
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  TransposeDims walk;
+};
+
+absl::Status PlanSlice(const GpuKernelContext& c, const TensorShape& x, SliceWindow* w) {
+  const std::vector<int64_t> begin = GetAttrInts(*c.node, "begin"), size = GetAttrInts(*c.node, "size");
+  const int r = x.rank();
+  if (begin.size() != static_cast<size_t>(r) || size.size() != static_cast<size_t>(r)) {
+    return c.Error(absl::StrCat("begin (", begin.size(), " values) and size (", size.size(),
+                                " values) need one per axis of x ", x.ToString()));
+  }
+  std::vector<int64_t> stride(r, 1);
+  for (int i = r - 1; i > 0; --i) stride[i - 1] = stride[i] * x.dim(i);
+  std::vector<int64_t> dims, steps;
+  w->shape.clear();
+  w->offset = 0;
+  for (int i = 0; i < r; ++i) {
+    const int64_t b = begin[i], dim = x.dim(i);
+    if (b < 0 || b > dim) return c.Error(absl::StrCat("begin[", i, "] = ", b, " is outside axis ", i, " of x ", x.ToString()));
+    const int64_t s = size[i] == -1 ? dim - b : size[i];
+    if (s < 0 || s > dim - b) {
+      return c.Error(absl::StrCat("size[", i, "] = ", size[i], " from begin ", b, " does not fit axis ", i, " of x ",
+                                  x.ToString()));
+    }
+    w->shape.push_back(s);
+    w->offset += b * stride[i];
+    if (s == 1) continue;
+    if (!steps.empty() && steps.back() == s * stride[i]) {
+      dims.back() *= s;
+      steps.back() = stride[i];
+    } else {
+      dims.push_back(s);
+      steps.push_back(stride[i]);
+    }
+  }
+  if (dims.empty()) {  // one cell (or a scalar)
+    dims.push_back(1);
+    steps.push_back(1);
+  }
+  if (dims.size() > static_cast<size_t>(kMaxTransposeRank)) {
+    return c.Error(absl::StrCat("slice walks ", dims.size(), " axes (at most ", kMaxTransposeRank, ")"));
+  }
+  w->walk.rank = static_cast<int>(dims.size());
+  std::copy(dims.begin(), dims.end(), w->walk.dims);
+  std::copy(steps.begin(), steps.end(), w->walk.strides);
+  return absl::OkStatus();
+}
+
+absl::Status SliceOp(GpuKernelContext& c) {
+  const Tensor& x = c.inputs[0];
+  SliceWindow w;
+  RETURN_IF_ERROR(PlanSlice(c, x.shape(), &w));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(w.shape)));
+  if (out.NumElements() > 0) {
+    PSRT_GPU_CHECK(c, gpu::Transpose(c.stream(), In(c, 0) + w.offset, out.data<float>(), w.walk, out.NumElements()));
+  }
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
+absl::Status SliceGradOp(GpuKernelContext& c) {  // (dy, x) -> dx: zeros, dy at begin
+  const Tensor& dy = c.inputs[0];
+  const Tensor& x = c.inputs[1];
+  SliceWindow w;
+  RETURN_IF_ERROR(PlanSlice(c, x.shape(), &w));
+  if (dy.shape().dims() != w.shape) {
+    return c.Error(absl::StrCat("dy ", dy.shape().ToString(), " is not the slice ", TensorShape(w.shape).ToString(),
+                                " of x ", x.shape().ToString()));
+  }
+  ASSIGN_OR_RETURN(Tensor out, c.Output(x.shape()));
+  PSRT_GPU_CHECK(c, Zero(c.stream(), out.data<float>(), out.TotalBytes()));
+  if (dy.NumElements() > 0) {
+    PSRT_GPU_CHECK(c, StridedScatter(c.stream(), In(c, 0), out.data<float>() + w.offset, w.walk, dy.NumElements()));
+  }
   c.outputs = {out};
   return absl::OkStatus();
 }
@@ -251,6 +403,7 @@ GpuKernel ShapeOnly(const std::string& op) {
 void RegisterGpuBasicKernels(GpuKernelRegistry* r) {
   for (const char* op : {"Identity", "Reshape", "ReshapeLike"}) r->Register(op, ShapeOnly(op));
   r->Register("MatMul", MatMulOp);
+  r->Register("BatchMatMul", BatchMatMulOp);
   r->Register("BiasAdd", BiasAddOp);
   r->Register("BiasAddGrad", BiasAddGradOp);
   r->Register("Relu", UnaryKernel(UnaryOp::kRelu));
@@ -259,12 +412,20 @@ void RegisterGpuBasicKernels(GpuKernelRegistry* r) {
   r->Register("ReluGrad", BinaryKernel(BinaryOp::kReluGrad));
   r->Register("SigmoidGrad", BinaryKernel(BinaryOp::kSigmoidGrad));
   r->Register("TanhGrad", BinaryKernel(BinaryOp::kTanhGrad));
+  r->Register("Erf", UnaryKernel(UnaryOp::kErf));
+  r->Register("ErfGrad", BinaryKernel(BinaryOp::kErfGrad));
+  r->Register("Sqrt", UnaryKernel(UnaryOp::kSqrt));
+  r->Register("SqrtGrad", BinaryKernel(BinaryOp::kSqrtGrad));
+  r->Register("Pow", PowOp);
+  r->Register("PowGrad", PowGradOp);
   r->Register("Mul", BinaryKernel(BinaryOp::kMul));
   r->Register("Softmax", RowKernel(gpu::Softmax));
   r->Register("SoftmaxGrad", RowGradKernel(gpu::SoftmaxGrad));
   r->Register("LogSoftmax", RowKernel(gpu::LogSoftmax));
   r->Register("LogSoftmaxGrad", RowGradKernel(gpu::LogSoftmaxGrad));
   r->Register("Transpose", TransposeOp);
+  r->Register("Slice", SliceOp);
+  r->Register("SliceGrad", SliceGradOp);
   r->Register("AddN", AddNOp);
   r->Register("ConcatV2", ConcatOp);
   r->Register("ConcatGrad", ConcatGradOp);

@@ -1,8 +1,12 @@
 // GPU kernels: broadcasting arithmetic, SumLike / BroadcastLike (their
-// gradients), ReduceSum / ReduceMean, Clip and BatchNorm. Shapes are
-// planned on the host exactly as kernels_math.cc plans them (common/compute/kernels/
-// broadcast.h), so both devices accept the same inputs.
+// gradients), BroadcastTo, ReduceSum / ReduceMean, Clip, BatchNorm and
+// LayerNorm. Shapes are planned on the host exactly as kernels_math.cc
+// plans them (common/compute/kernels/broadcast.h), so both devices accept
+// the same inputs.
 #include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/compute/kernels/broadcast.h"
@@ -95,6 +99,32 @@ absl::Status BroadcastLikeOp(GpuKernelContext& c) {  // (dy, like)
   return absl::OkStatus();
 }
 
+// BroadcastTo(x, ref) with its shape attr: a dim d < 0 stands for
+// (-d) * ref's first dim (ref is read for its shape only).
+absl::Status BroadcastToOp(GpuKernelContext& c) {
+  const Tensor& x = c.inputs[0];
+  const TensorShape& ref = c.inputs[1].shape();
+  std::vector<int64_t> target = GetAttrInts(*c.node, "shape");
+  for (int64_t& d : target) {
+    if (d >= 0) continue;
+    if (ref.rank() == 0) return c.Error(absl::StrCat("shape dim ", d, " needs ref's first dim, but ref is a scalar"));
+    if (ref.dim(0) > 0 && d < -(std::numeric_limits<int64_t>::max() / ref.dim(0))) {
+      return c.Error(absl::StrCat("shape dim ", d, " times ref's first dim ", ref.dim(0), " overflows"));
+    }
+    d = -d * ref.dim(0);
+  }
+  BroadcastPlan p;
+  if (absl::Status s = PlanBroadcast(x.shape().dims(), target, &p); !s.ok() || p.out_shape != target) {
+    return c.Error(absl::StrCat("x ", x.shape().ToString(), " does not broadcast to ", TensorShape(target).ToString()));
+  }
+  ASSIGN_OR_RETURN(BroadcastDims d, DimsOf(c, p));
+  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(target)));
+  PSRT_GPU_CHECK(c, Broadcast(c.stream(), BroadcastOp::kFirst, d, x.data<float>(), x.data<float>(), out.data<float>(),
+                              p.size, 1.0f));
+  c.outputs = {out};
+  return absl::OkStatus();
+}
+
 float Lo(const NodeDef& n) { return GetAttrF(n, "min", -INFINITY); }
 float Hi(const NodeDef& n) { return GetAttrF(n, "max", INFINITY); }
 
@@ -163,6 +193,56 @@ absl::Status BatchNormGradOp(GpuKernelContext& c) {  // (dy, x, scale, mean, var
   return absl::OkStatus();
 }
 
+// x seen as [rows, d] over its last axis; each of the `params` inputs
+// (gamma, beta) must hold d values.
+absl::Status LastAxisRows(const GpuKernelContext& c, const Tensor& x, std::initializer_list<int> params,
+                          int64_t* rows, int64_t* d) {
+  const int r = x.shape().rank();
+  if (r == 0) return c.Error("input is a scalar: no axis to normalise");
+  *d = x.shape().dim(r - 1);
+  *rows = 1;
+  for (int i = 0; i + 1 < r; ++i) *rows *= x.shape().dim(i);
+  for (int i : params) {
+    if (c.inputs[i].NumElements() != *d) {
+      return c.Error(absl::StrCat("input ", i, " ", c.inputs[i].shape().ToString(), " does not match the last axis of ",
+                                  x.shape().ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+float Epsilon(const GpuKernelContext& c) { return GetAttrF(*c.node, "epsilon", 1e-5f); }
+
+absl::Status LayerNormOp(GpuKernelContext& c) {  // (x, gamma, beta) -> y
+  const Tensor& x = c.inputs[0];
+  int64_t rows, d;
+  RETURN_IF_ERROR(LastAxisRows(c, x, {1, 2}, &rows, &d));
+  ASSIGN_OR_RETURN(Tensor y, c.Output(x.shape()));
+  PSRT_GPU_CHECK(c, LayerNorm(c.stream(), x.data<float>(), c.inputs[1].data<float>(), c.inputs[2].data<float>(),
+                              Epsilon(c), rows, d, y.data<float>()));
+  c.outputs = {y};
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormGradOp(GpuKernelContext& c) {  // (dy, x, gamma) -> dx, dgamma, dbeta
+  const Tensor& dy = c.inputs[0];
+  const Tensor& x = c.inputs[1];
+  int64_t rows, d;
+  RETURN_IF_ERROR(LastAxisRows(c, x, {2}, &rows, &d));
+  if (dy.shape() != x.shape()) {
+    return c.Error(absl::StrCat("dy ", dy.shape().ToString(), " and x ", x.shape().ToString(), " differ"));
+  }
+  ASSIGN_OR_RETURN(Tensor dx, c.Output(x.shape()));
+  ASSIGN_OR_RETURN(Tensor dgamma, c.Output(TensorShape({d})));
+  ASSIGN_OR_RETURN(Tensor dbeta, c.Output(TensorShape({d})));
+  ASSIGN_OR_RETURN(Tensor stats, c.Output(TensorShape({rows, 2})));  // scratch: each row's mean and rstd
+  PSRT_GPU_CHECK(c, LayerNormGrad(c.stream(), dy.data<float>(), x.data<float>(), c.inputs[2].data<float>(), Epsilon(c),
+                                  rows, d, stats.data<float>(), dx.data<float>(), dgamma.data<float>(),
+                                  dbeta.data<float>()));
+  c.outputs = {dx, dgamma, dbeta};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterGpuMathKernels(GpuKernelRegistry* r) {
@@ -172,12 +252,15 @@ void RegisterGpuMathKernels(GpuKernelRegistry* r) {
   r->Register("BroadcastDiv", BroadcastBinary(BroadcastOp::kDiv));
   r->Register("SumLike", SumLikeOp);
   r->Register("BroadcastLike", BroadcastLikeOp);
+  r->Register("BroadcastTo", BroadcastToOp);
   r->Register("ReduceSum", ReduceOp(false));
   r->Register("ReduceMean", ReduceOp(true));
   r->Register("Clip", ClipOp);
   r->Register("ClipGrad", ClipGradOp);
   r->Register("BatchNorm", BatchNormOp);
   r->Register("BatchNormGrad", BatchNormGradOp);
+  r->Register("LayerNorm", LayerNormOp);
+  r->Register("LayerNormGrad", LayerNormGradOp);
 }
 
 }  // namespace gpu

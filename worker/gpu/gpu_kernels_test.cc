@@ -2,6 +2,7 @@
 // then (through autodiff and an MSE loss) its gradient ops, run by the
 // GpuExecutor and the CPU Executor and compared within float tolerance.
 // Skipped where there is no GPU or CUDA was not built in.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -259,6 +260,115 @@ TEST(GpuKernelsTest, GroupedConvAvgPoolBroadcastReduceClipMatchCpu) {
   cases.push_back({"BatchNorm", [](GraphBuilder& b) { return b.Add("BatchNorm", "y", {"x", "scale", "offset"}); },
                    {{"x", Random({4, 5, 5, 6}, &rng)}, {"scale", Random({6}, &rng, 0.5f, 1.5f)}, {"offset", Random({6}, &rng)}}});
   for (const Case& c : cases) Compare(c);
+}
+
+// The transformer ops (ONNX imports): batched products, layer norm, the
+// element-wise maths of GELU and friends, slices and BroadcastTo; their
+// gradient ops through autodiff.
+TEST(GpuKernelsTest, TransformerOpsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  std::vector<Case> cases;
+  auto matrix = [](bool adj, int64_t rows, int64_t cols) { return adj ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols}; };
+  for (bool ax : {false, true}) {
+    for (bool ay : {false, true}) {
+      const Attrs attrs = {{"adj_x", AttrB(ax)}, {"adj_y", AttrB(ay)}};
+      const std::string tag = " adj_x " + std::to_string(ax) + " adj_y " + std::to_string(ay);
+      for (const std::vector<int64_t>& batch : {std::vector<int64_t>{3}, std::vector<int64_t>{2, 3}}) {
+        std::vector<int64_t> sa = batch, sb = batch, a_mat = matrix(ax, 5, 7), b_mat = matrix(ay, 7, 6);
+        sa.insert(sa.end(), a_mat.begin(), a_mat.end());
+        sb.insert(sb.end(), b_mat.begin(), b_mat.end());
+        cases.push_back({"BatchMatMul rank " + std::to_string(sa.size()) + tag,
+                         [attrs](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}, attrs); },
+                         {{"a", Random(TensorShape(sa), &rng)}, {"b", Random(TensorShape(sb), &rng)}}});
+        cases.push_back({"BatchMatMul rank " + std::to_string(sa.size()) + " by a shared matrix" + tag,
+                         [attrs](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}, attrs); },
+                         {{"a", Random(TensorShape(sa), &rng)}, {"b", Random(TensorShape(b_mat), &rng)}}});
+      }
+    }
+  }
+  // Empty batches and empty inner sums (zeros): constants, no loss to differentiate.
+  cases.push_back({"BatchMatMul empty batch", [](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}); },
+                   {}, {{"a", Random({0, 3, 4}, &rng)}, {"b", Random({4, 5}, &rng)}}});
+  for (bool ax : {false, true}) {
+    cases.push_back({"BatchMatMul k = 0 adj_x " + std::to_string(ax),
+                     [ax](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}, {{"adj_x", AttrB(ax)}}); },
+                     {}, {{"a", Random(ax ? TensorShape({2, 0, 3}) : TensorShape({2, 3, 0}), &rng)}, {"b", Random({2, 0, 4}, &rng)}}});
+  }
+  for (int64_t d : {40, 300}) {
+    cases.push_back({"LayerNorm d " + std::to_string(d),
+                     [](GraphBuilder& b) { return b.Add("LayerNorm", "y", {"x", "gamma", "beta"}, {{"epsilon", AttrF(1e-5f)}}); },
+                     {{"x", Random({3, 5, d}, &rng, -2, 3)}, {"gamma", Random({d}, &rng, 0.5f, 1.5f)}, {"beta", Random({d}, &rng)}}});
+  }
+  cases.push_back({"Erf", [](GraphBuilder& b) { return b.Add("Erf", "y", {"x"}); }, {{"x", Random({33, 17}, &rng, -2, 2)}}});
+  cases.push_back({"Sqrt", [](GraphBuilder& b) { return b.Add("Sqrt", "y", {"x"}); }, {{"x", Random({33, 17}, &rng, 0.5f, 3)}}});
+  for (float e : {2.0f, 3.0f, 0.5f, 1.0f}) {
+    cases.push_back({"Pow " + std::to_string(e),
+                     [e](GraphBuilder& b) { return b.Add("Pow", "y", {"x"}, {{"exponent", AttrF(e)}}); },
+                     {{"x", Random({20, 30}, &rng, 0.5f, 2)}}});
+  }
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> slices = {
+      {{1, 0, 2}, {2, -1, 3}},   // a box inside
+      {{0, 1, 0}, {-1, 3, -1}},  // whole outer and inner axes
+      {{3, 4, 5}, {1, 1, 1}},    // one cell
+      {{2, 0, 0}, {0, -1, -1}},  // empty: a constant (the mean loss of nothing is NaN)
+  };
+  for (const auto& [begin, size] : slices) {
+    std::vector<int64_t> bg = begin, sz = size;
+    const bool empty = std::count(sz.begin(), sz.end(), 0) > 0;
+    std::map<std::string, Tensor> x = {{"x", Random({4, 5, 6}, &rng)}};
+    cases.push_back({"Slice begin " + TensorShape(bg).ToString() + " size " + TensorShape(sz).ToString(),
+                     [bg, sz](GraphBuilder& b) { return b.Add("Slice", "y", {"x"}, {{"begin", AttrInts(bg)}, {"size", AttrInts(sz)}}); },
+                     empty ? std::map<std::string, Tensor>{} : x, empty ? x : std::map<std::string, Tensor>{}});
+  }
+  cases.push_back({"BroadcastTo from ref's batch",
+                   [](GraphBuilder& b) { return b.Add("BroadcastTo", "y", {"x", "ref"}, {{"shape", AttrInts({-1, 1, 64})}}); },
+                   {{"x", Random({1, 64}, &rng)}}, {{"ref", Random({32, 784}, &rng)}}});
+  cases.push_back({"BroadcastTo fixed",
+                   [](GraphBuilder& b) { return b.Add("BroadcastTo", "y", {"x", "ref"}, {{"shape", AttrInts({3, 5, 4})}}); },
+                   {{"x", Random({5, 1}, &rng)}}, {{"ref", Random({2}, &rng)}}});
+  for (const Case& c : cases) Compare(c);
+}
+
+// Shapes only known at run time (placeholders of unknown dims) that the
+// transformer kernels must refuse, naming the node, rather than crash.
+TEST(GpuKernelsTest, TransformerOpsRefuseBadShapes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  struct Bad {
+    std::string op;
+    std::vector<Tensor> inputs;
+    Attrs attrs;
+  };
+  const std::vector<Bad> bad = {
+      {"BatchMatMul", {Random({2, 3, 4}, &rng), Random({2, 5, 6}, &rng)}, {}},           // inner dims
+      {"BatchMatMul", {Random({2, 3, 4}, &rng), Random({3, 4, 6}, &rng)}, {}},           // batch dims
+      {"BatchMatMul", {Random({4}, &rng), Random({4, 6}, &rng)}, {}},                    // rank 1
+      {"LayerNorm", {Random({3, 4}, &rng), Random({5}, &rng), Random({4}, &rng)}, {}},   // gamma
+      {"LayerNormGrad", {Random({3, 5}, &rng), Random({3, 4}, &rng), Random({4}, &rng)}, {}},  // dy
+      {"Slice", {Random({4, 5}, &rng)}, {{"begin", AttrInts({1, 4})}, {"size", AttrInts({2, 2})}}},
+      {"Slice", {Random({4, 5}, &rng)}, {{"begin", AttrInts({1})}, {"size", AttrInts({2})}}},
+      {"SliceGrad", {Random({2, 2}, &rng), Random({4, 5}, &rng)}, {{"begin", AttrInts({0, 0})}, {"size", AttrInts({2, 3})}}},
+      {"BroadcastTo", {Random({3, 2}, &rng), Random({4}, &rng)}, {{"shape", AttrInts({-1, 3, 4})}}},
+  };
+  for (const Bad& t : bad) {
+    SCOPED_TRACE(t.op);
+    GraphDef g;
+    GraphBuilder b(&g);
+    std::map<std::string, Tensor> feeds;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < t.inputs.size(); ++i) {
+      std::vector<int64_t> unknown(t.inputs[i].shape().rank(), -1);
+      names.push_back(b.Add("Placeholder", "in" + std::to_string(i), {}, {{"shape", AttrShape(unknown)}, {"dtype", AttrType(DT_FLOAT)}}));
+      feeds[names.back()] = t.inputs[i];
+    }
+    std::string y = b.Add(t.op, "bad_node", names, t.attrs);
+    auto gpu = GpuExecutor::Create(g);
+    if (!gpu.ok()) continue;  // refused when the graph was checked: fine too
+    auto r = (*gpu)->Run(feeds, {y}, 1, true);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("bad_node"), std::string::npos) << r.status();
+  }
 }
 
 TEST(GpuKernelsTest, EmbeddingsMatchCpu) {

@@ -35,6 +35,10 @@ __device__ inline int64_t GlobalIndex() { return blockIdx.x * int64_t{blockDim.x
 __device__ inline int64_t GridStride() { return int64_t{blockDim.x} * gridDim.x; }
 
 #define PSRT_GRID_LOOP(i, n) for (int64_t i = GlobalIndex(); i < (n); i += GridStride())
+// One warp per row r: the bound is the same for all lanes of a warp, so the
+// whole warp takes part in every shuffle in the body.
+#define PSRT_WARP_ROW_LOOP(r, rows) \
+  for (int64_t r = GlobalIndex() / kWarp; r < (rows); r += GridStride() / kWarp)
 
 __device__ inline void RecordError(ErrorSlot err) {
   if (err.d_error != nullptr) atomicCAS(err.d_error, 0, err.code);

@@ -1,6 +1,6 @@
 // Broadcasting arithmetic, reductions and clip (one thread per output
 // element over a coalesced walk, so any rank costs a few index divisions),
-// and batch normalisation.
+// and batch and layer normalisation.
 #include "worker/gpu/gpu_launch.h"
 #include "worker/gpu/gpu_ops.h"
 
@@ -33,7 +33,8 @@ __global__ void BroadcastKernel(BroadcastOp op, BroadcastDims d, const float* __
       oa += idx * d.stride_a[k];
       ob += idx * d.stride_b[k];
     }
-    out[i] = scale * ApplyOp(op, a[oa], b[ob]);
+    // kFirst never reads b: its strides may walk past b's end (BroadcastLike, BroadcastTo).
+    out[i] = scale * (op == BroadcastOp::kFirst ? a[oa] : ApplyOp(op, a[oa], b[ob]));
   }
 }
 
@@ -134,7 +135,100 @@ __global__ void BatchNormGradInputKernel(const float* __restrict__ dy, const flo
   }
 }
 
+// Layer normalisation: one warp per row, as the softmax kernels
+// (gpu_elementwise.cu). RowStats: the mean and rsqrt(biased var + eps) of
+// the row x[0, d), in every lane.
+__device__ inline void RowStats(const float* x, int64_t d, float eps, int lane, float* mean, float* rstd) {
+  double s = 0.0;
+  for (int64_t i = lane; i < d; i += kWarp) s += x[i];
+  const double m = WarpSumD(s) / d;
+  double q = 0.0;
+  for (int64_t i = lane; i < d; i += kWarp) {
+    const double t = x[i] - m;
+    q += t * t;
+  }
+  *mean = static_cast<float>(m);
+  *rstd = static_cast<float>(1.0 / sqrt(WarpSumD(q) / d + eps));
+}
+
+__global__ void LayerNormKernel(const float* __restrict__ x, const float* __restrict__ gamma,
+                                const float* __restrict__ beta, float eps, int64_t rows, int64_t d,
+                                float* __restrict__ y) {
+  const int lane = threadIdx.x % kWarp;
+  PSRT_WARP_ROW_LOOP(r, rows) {
+    const float* in = x + r * d;
+    float mean, rstd;
+    RowStats(in, d, eps, lane, &mean, &rstd);
+    for (int64_t i = lane; i < d; i += kWarp) y[r * d + i] = (in[i] - mean) * rstd * gamma[i] + beta[i];
+  }
+}
+
+// dx per row; the row's mean and rstd go to stats[2r], stats[2r + 1] for
+// the column sums.
+__global__ void LayerNormGradRowsKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                        const float* __restrict__ gamma, float eps, int64_t rows, int64_t d,
+                                        float* __restrict__ stats, float* __restrict__ dx) {
+  const int lane = threadIdx.x % kWarp;
+  PSRT_WARP_ROW_LOOP(r, rows) {
+    const float* in = x + r * d;
+    const float* g = dy + r * d;
+    float mean, rstd;
+    RowStats(in, d, eps, lane, &mean, &rstd);
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t i = lane; i < d; i += kWarp) {
+      const float gi = g[i] * gamma[i];
+      sg += gi;
+      sgx += static_cast<double>(gi) * ((in[i] - mean) * rstd);
+    }
+    const float mg = static_cast<float>(WarpSumD(sg) / d), mgx = static_cast<float>(WarpSumD(sgx) / d);
+    for (int64_t i = lane; i < d; i += kWarp) {
+      const float xhat = (in[i] - mean) * rstd;
+      dx[r * d + i] = rstd * (g[i] * gamma[i] - mg - xhat * mgx);
+    }
+    if (lane == 0) {
+      stats[2 * r] = mean;
+      stats[2 * r + 1] = rstd;
+    }
+  }
+}
+
+// One thread per column, as BatchNormGradSumsKernel.
+__global__ void LayerNormGradColumnsKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                           const float* __restrict__ stats, int64_t rows, int64_t d,
+                                           float* __restrict__ dgamma, float* __restrict__ dbeta) {
+  PSRT_GRID_LOOP(j, d) {
+    double s = 0.0, dot = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float g = dy[r * d + j];
+      s += g;
+      dot += static_cast<double>(g) * ((x[r * d + j] - stats[2 * r]) * stats[2 * r + 1]);
+    }
+    dbeta[j] = static_cast<float>(s);
+    dgamma[j] = static_cast<float>(dot);
+  }
+}
+
 }  // namespace
+
+GpuError LayerNorm(void* stream, const float* d_x, const float* d_gamma, const float* d_beta, float eps,
+                   int64_t rows, int64_t d, float* d_y) {
+  if (rows * d == 0) return nullptr;
+  LayerNormKernel<<<BlocksFor(rows * kWarp), kThreads, 0, S(stream)>>>(d_x, d_gamma, d_beta, eps, rows, d, d_y);
+  return LaunchStatus();
+}
+
+GpuError LayerNormGrad(void* stream, const float* d_dy, const float* d_x, const float* d_gamma, float eps,
+                       int64_t rows, int64_t d, float* d_stats, float* d_dx, float* d_dgamma, float* d_dbeta) {
+  if (d == 0) return nullptr;
+  if (rows > 0) {
+    LayerNormGradRowsKernel<<<BlocksFor(rows * kWarp), kThreads, 0, S(stream)>>>(d_dy, d_x, d_gamma, eps, rows, d,
+                                                                                d_stats, d_dx);
+    if (GpuError e = LaunchStatus()) return e;
+  }
+  LayerNormGradColumnsKernel<<<BlocksFor(d), kThreads, 0, S(stream)>>>(d_dy, d_x, d_stats, rows, d, d_dgamma,
+                                                                      d_dbeta);
+  return LaunchStatus();
+}
 
 GpuError BatchNormStats(void* stream, const float* d_x, int64_t rows, int64_t ch, float* d_mean, float* d_var) {
   if (ch == 0) return nullptr;

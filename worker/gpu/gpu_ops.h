@@ -46,13 +46,27 @@ GpuError Zero(void* stream, void* d_ptr, size_t bytes);
 GpuError Gemm(void* blas, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* d_a,
               int64_t lda, const float* d_b, int64_t ldb, float beta, float* d_c, int64_t ldc);
 
+// A batch of row-major products: for i < batch, C_i = op(A_i) op(B_i)
+// with A_i = d_a + i * stride_a (likewise B, C); a stride of 0 shares one
+// matrix across the batch. With k = 0 the C_i are zeroed (C packed:
+// stride_c == m * ldc).
+struct GemmBatch {
+  int64_t batch, stride_a, stride_b, stride_c;
+};
+GpuError GemmStridedBatched(void* blas, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* d_a,
+                            int64_t lda, const float* d_b, int64_t ldb, float* d_c, int64_t ldc, const GemmBatch& g);
+
 // --- element-wise and row ops (gpu_elementwise.cu) ---
-enum class UnaryOp { kRelu, kSigmoid, kTanh };
-enum class BinaryOp { kMul, kAdd, kReluGrad, kSigmoidGrad, kTanhGrad };  // (a, b) = (dy, y) for grads
+enum class UnaryOp { kRelu, kSigmoid, kTanh, kErf, kSqrt };
+// (a, b) = (dy, y) for grads, but (dy, x) for kErfGrad.
+enum class BinaryOp { kMul, kAdd, kReluGrad, kSigmoidGrad, kTanhGrad, kErfGrad, kSqrtGrad };
 
 GpuError Unary(void* stream, UnaryOp op, const float* d_x, float* d_y, int64_t n);
 GpuError Binary(void* stream, BinaryOp op, const float* d_a, const float* d_b, float* d_out, int64_t n);
 GpuError Fill(void* stream, float* d_x, float value, int64_t n);
+// y = x^exponent; dx = dy * exponent * x^(exponent - 1) (2x for 2, dy for 1).
+GpuError Pow(void* stream, const float* d_x, float* d_y, int64_t n, float exponent);
+GpuError PowGrad(void* stream, const float* d_dy, const float* d_x, float* d_dx, int64_t n, float exponent);
 // y[r, j] = x[r, j] + b[j]
 GpuError BiasAdd(void* stream, const float* d_x, const float* d_b, float* d_y, int64_t rows, int64_t n);
 // out[j] = sum_r dy[r, j]
@@ -70,6 +84,10 @@ struct TransposeDims {
   int64_t strides[kMaxTransposeRank];
 };
 GpuError Transpose(void* stream, const float* d_x, float* d_y, const TransposeDims& d, int64_t n);
+// The other direction: y[offset of i] = x[i] for x's n elements (x's dims,
+// and for each the step in y). Slice is a Transpose from its first cell,
+// SliceGrad this into zeros.
+GpuError StridedScatter(void* stream, const float* d_x, float* d_y, const TransposeDims& d, int64_t n);
 // mask[i] = keep ? 1/(1-rate) : 0 from a counter-based hash of (seed, i);
 // y = x * mask.
 GpuError Dropout(void* stream, const float* d_x, float* d_y, float* d_mask, int64_t n, float rate,
@@ -85,7 +103,7 @@ struct BroadcastDims {
   int64_t stride_a[kMaxBroadcastRank];
   int64_t stride_b[kMaxBroadcastRank];
 };
-enum class BroadcastOp { kAdd, kSub, kMul, kDiv, kFirst };  // kFirst: a alone
+enum class BroadcastOp { kAdd, kSub, kMul, kDiv, kFirst };  // kFirst: a alone, b not read
 // out[i] = scale * op(a, b) over the n output elements.
 GpuError Broadcast(void* stream, BroadcastOp op, const BroadcastDims& d, const float* d_a, const float* d_b,
                    float* d_out, int64_t n, float scale);
@@ -115,6 +133,18 @@ GpuError BatchNormGradSums(void* stream, const float* d_dy, const float* d_x, co
 GpuError BatchNormGradInput(void* stream, const float* d_dy, const float* d_x, const float* d_scale,
                             const float* d_mean, const float* d_var, const float* d_dscale, const float* d_doffset,
                             float eps, int64_t rows, int64_t ch, float* d_dx);
+
+// Layer normalisation of x [rows, d] over its last axis (one warp per row,
+// statistics in double): y = (x - mean) * rsqrt(var + eps) * gamma + beta,
+// var biased.
+GpuError LayerNorm(void* stream, const float* d_x, const float* d_gamma, const float* d_beta, float eps,
+                   int64_t rows, int64_t d, float* d_y);
+// Its gradient, mean and rstd recomputed from x. d_stats is scratch for
+// 2 * rows floats. With xhat = (x - mean) * rstd and g = dy * gamma:
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) per row;
+// dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy.
+GpuError LayerNormGrad(void* stream, const float* d_dy, const float* d_x, const float* d_gamma, float eps,
+                       int64_t rows, int64_t d, float* d_stats, float* d_dx, float* d_dgamma, float* d_dbeta);
 
 // --- convolution, pooling, embeddings, losses (gpu_nn.cu) ---
 struct ConvDims {  // as ConvGeometry in the CPU kernels: NHWC input
