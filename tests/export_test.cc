@@ -95,15 +95,21 @@ class ExportTest : public testing::TrainingClusterTest {
     ASSERT_TRUE(std::regex_search(evaluation, examples, std::regex("examples=([0-9.]+)"))) << evaluation;
     EXPECT_GT(std::stod(acc[1]), 0.5) << evaluation;  // trained: chance is 0.1
     WriteRawVariables(dir_ + "/raw");
+    Check("tests/tools/check_export.py",
+          {"--tf_prefix=" + dir_ + "/tf/model", "--onnx=" + dir_ + "/model.onnx", "--raw_dir=" + dir_ + "/raw"},
+          acc[1], examples[1]);
+  }
+
+  // Runs a checker of tests/tools with `flags` and the test split's
+  // (images, labels, scale, examples, psrt's accuracy); it must end "OK".
+  void Check(const std::string& tool, std::vector<std::string> flags, const std::string& accuracy,
+             const std::string& examples) {
     const std::string report = dir_ + "/check.txt";
-    absl::Status s = testing::RunPythonTool(
-        "tests/tools/check_export.py",
-        {"--tf_prefix=" + dir_ + "/tf/model", "--onnx=" + dir_ + "/model.onnx", "--raw_dir=" + dir_ + "/raw",
-         "--images=" + job_.input().test().files(0), "--labels=" + job_.input().test().labels_file(),
-         absl::StrFormat("--scale=%.9g", job_.input().scale()),
-         absl::StrCat("--examples=", static_cast<int>(std::stod(examples[1]))),
-         "--psrt_accuracy=" + std::string(acc[1])},
-        report, testing::kVenvTfPython);
+    flags.insert(flags.end(), {"--images=" + job_.input().test().files(0), "--labels=" + job_.input().test().labels_file(),
+                               absl::StrFormat("--scale=%.9g", job_.input().scale()),
+                               absl::StrCat("--examples=", static_cast<int>(std::stod(examples))),
+                               "--psrt_accuracy=" + accuracy});
+    absl::Status s = testing::RunPythonTool(tool, flags, report, testing::kVenvTfPython);
     std::ifstream in(report);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_TRUE(s.ok()) << s << "\n" << text;
@@ -121,6 +127,21 @@ TEST_F(ExportTest, MlpReadsTheSameInTensorFlowKerasAndOnnxRuntime) {
 TEST_F(ExportTest, CnnReadsTheSameInTensorFlowKerasAndOnnxRuntime) {
   Train("examples/fashion_mnist_cnn.pbtxt", 300);
   ExportAndCheck();
+}
+
+// A model imported from ONNX (PyTorch's vision transformer) goes back out
+// as its own file with the trained values, and ONNX Runtime scores it as
+// psrt does.
+TEST_F(ExportTest, AnImportedModelComesBackAsTheFileItCameIn) {
+  Train("examples/fashion_mnist_onnx_vit.pbtxt", 300);
+  std::string evaluation;
+  ASSERT_EQ(Export({"--format=onnx", "--out=" + dir_ + "/vit.onnx", "--evaluate"}, "psrt evaluation:", &evaluation), 0);
+  std::smatch acc, examples;
+  ASSERT_TRUE(std::regex_search(evaluation, acc, std::regex("accuracy=([0-9.]+)"))) << evaluation;
+  ASSERT_TRUE(std::regex_search(evaluation, examples, std::regex("examples=([0-9.]+)"))) << evaluation;
+  EXPECT_GT(std::stod(acc[1]), 0.5) << evaluation;
+  Check("tests/tools/check_onnx_reexport.py",
+        {"--original=" + job_.model().onnx().path(), "--exported=" + dir_ + "/vit.onnx"}, acc[1], examples[1]);
 }
 
 TEST_F(ExportTest, BadRequestsFailNamingWhatIsWrong) {

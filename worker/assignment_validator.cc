@@ -15,9 +15,17 @@ absl::Status Bad(absl::string_view field, absl::string_view why) {
 }
 
 // A node the step computes: present, and neither fed (a Placeholder, such
-// as the label) nor a parameter (a Variable).
-absl::Status Computed(const std::map<std::string, std::string>& ops, const std::string& node,
+// as the label) nor a parameter (a Variable). `tensor` is "node" or
+// "node:k", output k of a node with several (BatchNormGrad's dscale is
+// "...:1").
+absl::Status Computed(const std::map<std::string, std::string>& ops, const std::string& tensor,
                       absl::string_view field) {
+  std::string node = tensor;
+  const size_t colon = tensor.rfind(':');
+  if (colon != std::string::npos && colon + 1 < tensor.size() && tensor.size() - colon <= 3 &&
+      tensor.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
+    node = tensor.substr(0, colon);
+  }
   auto it = ops.find(node);
   if (it == ops.end()) return Bad(field, absl::StrCat("no node \"", node, "\" in the graph"));
   if (it->second == "Placeholder" || it->second == "Variable") {

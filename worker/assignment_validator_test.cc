@@ -90,6 +90,24 @@ TEST(AssignmentValidatorTest, EachBadFieldIsNamed) {
   EXPECT_THAT(Refusal(a), HasSubstr("\"not_a_variable\" is not a Variable node"));
 }
 
+// A gradient may be output k of a node with several (LayerNormGrad's and
+// BatchNormGrad's dscale and doffset): "node:k" names that node.
+TEST(AssignmentValidatorTest, AGradientMayBeAnOutputOfANodeWithSeveral) {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_onnx_vit.pbtxt");
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<JobPlan> plan = PlanJob(*job, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  WorkerAssignment a = AssignmentOf(*job, *plan);
+  a.set_num_shards(2);
+  a.set_end_step(100);
+  int outputs = 0;
+  for (const auto& [variable, gradient] : a.gradient_node()) outputs += gradient.find(':') != std::string::npos;
+  EXPECT_GT(outputs, 0);
+  EXPECT_TRUE(ValidateAssignment(a, TwoPs()).ok()) << ValidateAssignment(a, TwoPs());
+  (*a.mutable_gradient_node())["norm.bias"] = "no_such_node:2";
+  EXPECT_THAT(Refusal(a), HasSubstr("no node \"no_such_node\" in the graph"));
+}
+
 TEST(AssignmentValidatorTest, RowShardsMustTileTheirVariable) {
   WorkerAssignment a = Mlp();
   VariablePlacement* vp = a.mutable_placement()->mutable_variable(0);

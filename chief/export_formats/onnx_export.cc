@@ -1,5 +1,7 @@
 #include "chief/export_formats/onnx_export.h"
 
+#include "common/graph/onnx_import.h"
+
 #include <set>
 #include <vector>
 
@@ -248,10 +250,60 @@ absl::StatusOr<onnx::ModelProto> OnnxBuilder::Run(const CompiledModel& compiled)
   return model_;
 }
 
+// An imported model goes back out as it came in: the user's own file, its
+// graph untouched, each trained initializer's values replaced by the
+// checkpoint's, and its Dropout nodes told they are not training (PyTorch
+// exports a training-mode graph so that they come along: see
+// examples/onnx/make_models.py).
+absl::StatusOr<onnx::ModelProto> ExportImported(const TrainingJob& job, const CompiledModel& model,
+                                                const std::map<std::string, Tensor>& values) {
+  ASSIGN_OR_RETURN(onnx::ModelProto out, ReadOnnxModel(job.model().onnx().path()));
+  onnx::GraphProto* g = out.mutable_graph();
+  size_t written = 0;
+  for (onnx::TensorProto& t : *g->mutable_initializer()) {
+    auto var = model.onnx_initializers.find(t.name());
+    if (var == model.onnx_initializers.end()) continue;
+    auto v = values.find(var->second);
+    if (v == values.end()) return absl::NotFoundError(absl::StrCat("the checkpoint has no value of ", var->second));
+    const Tensor& value = v->second;
+    const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    if (value.dtype() != DT_FLOAT || value.shape().dims() != dims) {
+      return absl::InvalidArgumentError(absl::StrCat("variable ", var->second, " is ", value.shape().ToString(),
+                                                     ", the model's initializer ", t.name(), " is ",
+                                                     TensorShape(dims).ToString()));
+    }
+    t.clear_float_data();
+    t.set_data_location(onnx::TensorProto::DEFAULT);
+    t.set_raw_data(value.raw_data(), value.TotalBytes());
+    ++written;
+  }
+  if (written != model.onnx_initializers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(model.onnx_initializers.size() - written,
+                                                   " trained variables have no initializer in ", job.model().onnx().path()));
+  }
+  const std::string inference = "psrt_inference_mode";
+  bool dropout = false;
+  for (onnx::NodeProto& n : *g->mutable_node()) {
+    if (n.op_type() != "Dropout") continue;
+    while (n.input_size() < 3) n.add_input("");
+    n.set_input(2, inference);
+    dropout = true;
+  }
+  if (dropout) {
+    onnx::TensorProto* f = g->add_initializer();
+    f->set_name(inference);
+    f->set_data_type(onnx::TensorProto::BOOL);
+    f->set_raw_data(std::string(1, '\0'));
+  }
+  out.set_producer_name("psrt");
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<onnx::ModelProto> ExportOnnx(const TrainingJob& job, const CompiledModel& model,
                                             const std::map<std::string, Tensor>& values) {
+  if (job.model().has_onnx()) return ExportImported(job, model, values);
   return OnnxBuilder(job, values).Run(model);
 }
 

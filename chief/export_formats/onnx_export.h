@@ -13,6 +13,10 @@
 // op, Flatten's reshape included, sees psrt's layout and the weights of the
 // dense layers stay as trained. Conv kernels are stored in ONNX's
 // [filters, in, kh, kw] layout (psrt and Keras hold [kh, kw, in, filters]).
+//
+// A model imported from ONNX (model.onnx) is written back as its own file:
+// the same graph, inputs and outputs, the trained values in its
+// initializers, Dropout turned off.
 #ifndef PSRT_CHIEF_EXPORT_FORMATS_ONNX_EXPORT_H_
 #define PSRT_CHIEF_EXPORT_FORMATS_ONNX_EXPORT_H_
 

@@ -250,6 +250,7 @@ absl::StatusOr<Value> Compiler::Onnx(const OnnxModel& o) {
   absl::StatusOr<OnnxImport> imported = ImportOnnx(*model, options, &b_);
   if (!imported.ok()) return fail(imported.status());
   model_.variables = std::move(imported->variables);
+  model_.onnx_initializers = std::move(imported->variable_of);
   Value out{imported->outputs[output], imported->output_shapes[output]};
   // A last softmax (or sigmoid) belongs to the loss, which takes logits.
   const LossDef::Kind loss = job_.model().loss().kind();

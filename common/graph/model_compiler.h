@@ -36,6 +36,9 @@ struct CompiledModel {
   std::map<std::string, std::string> gradients;  // variable -> tensor
   std::map<std::string, std::string> metrics;    // "accuracy" -> tensor
   std::map<std::string, TableInput> tables;      // table variable -> its input
+  // model.onnx: each initializer that became a variable, by its ONNX name
+  // (what an export back to ONNX writes the trained values into).
+  std::map<std::string, std::string> onnx_initializers;
 };
 
 // The name a layer of a sequential model goes by: its own, or

@@ -162,6 +162,7 @@ absl::StatusOr<Val> Importer::In(const Node& n, int i, bool weight) {
     (*node->mutable_attr())["shape"] = AttrShape(out.shape);
     (*node->mutable_attr())["dtype"] = AttrType(DT_FLOAT);
     out.tensor = def.name();
+    result_.variable_of[name] = def.name();
     result_.variables.push_back(std::move(def));
   } else {
     out.tensor = b_->Add("Const", Sanitize(name), {}, {{"value", AttrTensor(t)}});

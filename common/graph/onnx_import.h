@@ -74,6 +74,7 @@ struct OnnxImport {
   std::map<std::string, std::string> outputs;  // ONNX value -> our tensor
   std::map<std::string, Shape> output_shapes;
   std::vector<VariableDef> variables;          // in the order first used
+  std::map<std::string, std::string> variable_of;  // ONNX initializer -> the variable it became
 };
 
 // Adds the forward nodes to `builder`'s graph. REQUIRES: every graph input

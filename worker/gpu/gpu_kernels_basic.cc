@@ -53,15 +53,17 @@ absl::Status MatMulOp(GpuKernelContext& c) {
 }
 
 // BatchMatMul(a, b) with adj_x / adj_y: a [..., M, K] (its last two axes
-// swapped under adj_x); b [K, N] shared by the batch, or [..., K, N] with
-// a's batch dims (last two swapped under adj_y). Output [..., M, N].
+// swapped under adj_x), b [..., K, N] with a's batch dims (last two
+// swapped under adj_y), rank 3 or more as the CPU kernel takes them (a
+// product by one shared matrix is imported as a MatMul of the flattened
+// rows). Output [..., M, N].
 absl::Status BatchMatMulOp(GpuKernelContext& c) {
   const Tensor& a = c.inputs[0];
   const Tensor& b = c.inputs[1];
   const int r = a.shape().rank(), rb = b.shape().rank();
-  if (r < 2) return c.Error(absl::StrCat("a ", a.shape().ToString(), " has rank below 2"));
-  if (rb != 2 && rb != r) {
-    return c.Error(absl::StrCat("b ", b.shape().ToString(), " is neither a matrix nor of a's rank ", r));
+  if (r < 3 || rb != r) {
+    return c.Error(absl::StrCat("needs two inputs of the same rank >= 3, got ", a.shape().ToString(), " and ",
+                                b.shape().ToString()));
   }
   const bool ax = GetAttrB(*c.node, "adj_x"), ay = GetAttrB(*c.node, "adj_y");
   const int64_t a0 = a.shape().dim(r - 2), a1 = a.shape().dim(r - 1);
@@ -71,7 +73,7 @@ absl::Status BatchMatMulOp(GpuKernelContext& c) {
     return c.Error(absl::StrCat("inner dimensions differ: ", a.shape().ToString(), " x ", b.shape().ToString()));
   }
   std::vector<int64_t> dims(a.shape().dims().begin(), a.shape().dims().end() - 2);
-  if (rb == r && rb > 2 && !std::equal(dims.begin(), dims.end(), b.shape().dims().begin())) {
+  if (!std::equal(dims.begin(), dims.end(), b.shape().dims().begin())) {
     return c.Error(absl::StrCat("batch dimensions differ: ", a.shape().ToString(), " x ", b.shape().ToString()));
   }
   int64_t batch = 1;
@@ -79,14 +81,9 @@ absl::Status BatchMatMulOp(GpuKernelContext& c) {
   dims.push_back(m);
   dims.push_back(n);
   ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape(dims)));
-  if (rb == 2 && !ax) {  // one product over the stacked rows of a
-    PSRT_GPU_CHECK(c, Gemm(c.gpu->blas(), false, ay, batch * m, n, k, a.data<float>(), a1, b.data<float>(), b1, 0.0f,
-                           out.data<float>(), n));
-  } else {
-    const GemmBatch g{batch, m * k, rb == 2 ? 0 : k * n, m * n};
-    PSRT_GPU_CHECK(c, GemmStridedBatched(c.gpu->blas(), ax, ay, m, n, k, a.data<float>(), a1, b.data<float>(), b1,
-                                         out.data<float>(), n, g));
-  }
+  const GemmBatch g{batch, m * k, k * n, m * n};
+  PSRT_GPU_CHECK(c, GemmStridedBatched(c.gpu->blas(), ax, ay, m, n, k, a.data<float>(), a1, b.data<float>(), b1,
+                                       out.data<float>(), n, g));
   c.outputs = {out};
   return absl::OkStatus();
 }

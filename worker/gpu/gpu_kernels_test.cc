@@ -281,15 +281,12 @@ TEST(GpuKernelsTest, TransformerOpsMatchCpu) {
         cases.push_back({"BatchMatMul rank " + std::to_string(sa.size()) + tag,
                          [attrs](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}, attrs); },
                          {{"a", Random(TensorShape(sa), &rng)}, {"b", Random(TensorShape(sb), &rng)}}});
-        cases.push_back({"BatchMatMul rank " + std::to_string(sa.size()) + " by a shared matrix" + tag,
-                         [attrs](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}, attrs); },
-                         {{"a", Random(TensorShape(sa), &rng)}, {"b", Random(TensorShape(b_mat), &rng)}}});
       }
     }
   }
   // Empty batches and empty inner sums (zeros): constants, no loss to differentiate.
   cases.push_back({"BatchMatMul empty batch", [](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}); },
-                   {}, {{"a", Random({0, 3, 4}, &rng)}, {"b", Random({4, 5}, &rng)}}});
+                   {}, {{"a", Random({0, 3, 4}, &rng)}, {"b", Random({0, 4, 5}, &rng)}}});
   for (bool ax : {false, true}) {
     cases.push_back({"BatchMatMul k = 0 adj_x " + std::to_string(ax),
                      [ax](GraphBuilder& b) { return b.Add("BatchMatMul", "y", {"a", "b"}, {{"adj_x", AttrB(ax)}}); },
@@ -344,6 +341,7 @@ TEST(GpuKernelsTest, TransformerOpsRefuseBadShapes) {
       {"BatchMatMul", {Random({2, 3, 4}, &rng), Random({2, 5, 6}, &rng)}, {}},           // inner dims
       {"BatchMatMul", {Random({2, 3, 4}, &rng), Random({3, 4, 6}, &rng)}, {}},           // batch dims
       {"BatchMatMul", {Random({4}, &rng), Random({4, 6}, &rng)}, {}},                    // rank 1
+      {"BatchMatMul", {Random({2, 3, 4}, &rng), Random({4, 6}, &rng)}, {}},              // ranks differ
       {"LayerNorm", {Random({3, 4}, &rng), Random({5}, &rng), Random({4}, &rng)}, {}},   // gamma
       {"LayerNormGrad", {Random({3, 5}, &rng), Random({3, 4}, &rng), Random({4}, &rng)}, {}},  // dy
       {"Slice", {Random({4, 5}, &rng)}, {{"begin", AttrInts({1, 4})}, {"size", AttrInts({2, 2})}}},

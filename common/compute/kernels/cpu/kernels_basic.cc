@@ -201,6 +201,10 @@ absl::Status Transpose(KernelContext& c) {
         rest /= p.dims[i];
       }
       float* dst = o + r * inner;
+      if (inner_stride == 1) {  // the last axis stays last: one run
+        std::memcpy(dst, in + offset, inner * sizeof(float));
+        continue;
+      }
       for (int64_t j = 0; j < inner; ++j) dst[j] = in[offset + j * inner_stride];
     }
   };
