@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "chief/chief_service.h"
+#include "common/job_identity.h"
 #include "chief/coordinator.h"
 #include "chief/http_status.h"
 #include "common/rpc/security.h"
@@ -120,6 +121,7 @@ int Main(int argc, char** argv) {
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
   service.set_authenticator(RequestAuthenticator(rpc.security));
+  service.set_job_identity(MakeJobIdentity(config->job_name, config->cluster));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << "chief serving at " << listen << " (incarnation " << std::hex << incarnation << std::dec << ")";

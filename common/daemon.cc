@@ -23,6 +23,9 @@ ABSL_FLAG(std::string, cluster_spec, "",
 ABSL_FLAG(std::string, task, "",
           "This process's task, JOB:INDEX (e.g. ps:0). Without it, TF_CONFIG's \"task\".");
 
+ABSL_FLAG(std::string, job_name, "",
+          "Name of the job this task belongs to; the chief refuses a PS or worker whose --job_name or cluster "
+          "spec is not its own (\"\" = unnamed: the spec alone is compared).");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM file of the cluster's CA. With --tls_cert and --tls_key: mutual TLS on every "
           "connection this process serves or opens (peers need certificates from this CA).");
@@ -74,8 +77,10 @@ void RaiseDescriptorLimit() {
 }
 
 absl::StatusOr<TaskConfig> TaskConfigFromFlags() {
-  return LoadTaskConfig(absl::GetFlag(FLAGS_cluster_spec), absl::GetFlag(FLAGS_task),
-                        std::getenv("TF_CONFIG"));
+  absl::StatusOr<TaskConfig> config =
+      LoadTaskConfig(absl::GetFlag(FLAGS_cluster_spec), absl::GetFlag(FLAGS_task), std::getenv("TF_CONFIG"));
+  if (config.ok()) config->job_name = absl::GetFlag(FLAGS_job_name);
+  return config;
 }
 
 absl::StatusOr<RpcOptions> RpcOptionsFromFlags() {

@@ -33,7 +33,8 @@ std::vector<char*> InitDaemon(int argc, char** argv, const char* usage);
 // (InitDaemon does, for every daemon).
 void RaiseDescriptorLimit();
 
-// --cluster_spec / --task, falling back to the TF_CONFIG variable.
+// --cluster_spec / --task, falling back to the TF_CONFIG variable, and
+// --job_name.
 absl::StatusOr<TaskConfig> TaskConfigFromFlags();
 
 // RpcOptions from the transport flags every daemon shares: --tls_ca,
