@@ -53,7 +53,8 @@ int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
              "Chief: plans the job, places variables, coordinates workers, checkpoints, recovers.\n"
-             "Usage: main --cluster_spec=FILE --job=JOB.pbtxt [--checkpoint_dir=DIR] [--restore=auto|never|STEP]");
+             "Usage: main --cluster_spec=FILE --job=JOB.pbtxt [--checkpoint_dir=DIR] [--restore=auto|never|STEP]",
+             {{__FILE__, DaemonFlagsFile(), JobFlagsFile()}, {}});
   if (absl::GetFlag(FLAGS_task).empty() && std::getenv("TF_CONFIG") == nullptr) absl::SetFlag(&FLAGS_task, "chief:0");
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());

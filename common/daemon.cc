@@ -43,7 +43,10 @@ ABSL_FLAG(int64_t, max_server_memory_mb, 0,
 
 namespace psrt {
 
-std::vector<char*> InitDaemon(int argc, char** argv, const char* usage) {
+const char* DaemonFlagsFile() { return __FILE__; }
+
+std::vector<char*> InitDaemon(int argc, char** argv, const char* usage, const HelpFlags& help) {
+  HandleHelp(argc, argv, usage, help);
   absl::SetProgramUsageMessage(usage);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;

@@ -40,6 +40,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/flags_help.h"
 #include "common/transport/chief_client.h"
 #include "common/cluster_spec.h"
 #include "common/rpc/channel_cache.h"
@@ -208,9 +209,11 @@ void Scale(Launcher* launcher, std::vector<Child>* children, const std::string& 
 }
 
 int Run(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  constexpr char kUsage[] =
       "Starts a whole cluster (chief, parameter servers, workers) on this machine and trains a job.\n"
-      "Usage: local_cluster [--job=FILE] [--cluster_spec=FILE] [--kill=ps:1@800]");
+      "Usage: local_cluster [--job=FILE] [--cluster_spec=FILE] [--kill=ps:1@800]";
+  HandleHelp(argc, argv, kUsage, {{__FILE__}, {}});
+  absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);
   std::string run_dir = Here(absl::GetFlag(FLAGS_run_dir));
   if (run_dir.empty()) run_dir = absl::StrCat("/tmp/psrt-run-", absl::ToUnixSeconds(absl::Now()));

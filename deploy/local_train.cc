@@ -155,7 +155,8 @@ absl::Status Train() {
 int main(int argc, char** argv) {
   psrt::InitDaemon(argc, argv,
                    "In-process trainer: runs a job file with no cluster.\n"
-                   "Usage: local_train --job=examples/fashion_mnist_mlp.pbtxt [--device=auto|cpu|gpu]");
+                   "Usage: local_train --job=examples/fashion_mnist_mlp.pbtxt [--device=auto|cpu|gpu]",
+                   {{__FILE__}, {}});
   absl::Status s = psrt::Train();
   if (!s.ok()) return psrt::ExitWithError(s);
   return 0;

@@ -135,7 +135,8 @@ int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
              "Parameter server: holds variables, applies the optimizer, snapshots to RocksDB.\n"
-             "Usage: server --cluster_spec=FILE --task=ps:N   (or set TF_CONFIG)");
+             "Usage: server --cluster_spec=FILE --task=ps:N   (or set TF_CONFIG)",
+             {{__FILE__, DaemonFlagsFile()}, {}});
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());
   if (config->task.job() != kPsJob) {

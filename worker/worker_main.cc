@@ -88,7 +88,8 @@ int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
              "Worker: pulls parameters, computes gradients on its data shard, pushes them.\n"
-             "Usage: main --cluster_spec=FILE --task=worker:N [--device=auto|cpu|gpu]");
+             "Usage: main --cluster_spec=FILE --task=worker:N [--device=auto|cpu|gpu]",
+             {{__FILE__, DaemonFlagsFile()}, {}});
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());
   if (config->task.job() != kWorkerJob) {
