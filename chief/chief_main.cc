@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "chief/chief_service.h"
+#include "common/exit_codes.h"
 #include "common/job_identity.h"
 #include "chief/coordinator.h"
 #include "chief/http_status.h"
@@ -66,6 +67,8 @@ int Main(int argc, char** argv) {
   if (!limits.ok()) return ExitWithError(limits.status());
   absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)), *limits);
   if (!job.ok()) return ExitWithError(job.status());
+  // A test split that cannot be read fails the job now, not after training.
+  if (absl::Status test = CheckTestSplit(*job); !test.ok()) return ExitWithError(test);
 
   const uint64_t incarnation = NewIncarnationId();
   absl::Duration timeout = absl::Milliseconds(job->failure().heartbeat_timeout_ms() > 0 ? job->failure().heartbeat_timeout_ms() : 10000);
@@ -167,6 +170,14 @@ int Main(int argc, char** argv) {
             << (acc != summary->metrics.end() ? absl::StrCat(", test accuracy ", acc->second) : "")
             << ", failures survived " << summary->failures_survived << ", checkpoints in "
             << summary->checkpoint_dir << std::endl;
+  if (!summary->final_evaluation_error.empty()) {
+    // Trained and checkpointed, but with no final metric: not a success.
+    std::cerr << "error: training finished at step " << summary->steps
+              << " but its final evaluation failed, so the run has no final metric: "
+              << summary->final_evaluation_error << " (evaluate the final checkpoint with "
+              << "//worker:evaluator or //chief:export --evaluate once the test split reads)" << std::endl;
+    return kExitNoFinalMetric;
+  }
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/protobuf_log_limit.h"
+#include "common/exit_codes.h"
 #include "glog/logging.h"
 
 ABSL_FLAG(std::string, cluster_spec, "",
@@ -109,7 +110,7 @@ absl::StatusOr<RpcOptions> RpcOptionsFromFlags() {
 int ExitWithError(const absl::Status& s) {
   LOG(ERROR) << s;
   std::cerr << "error: " << s.message() << std::endl;
-  return 2;
+  return kExitError;
 }
 
 void BlockTerminationSignals() {

@@ -48,7 +48,8 @@ absl::StatusOr<TaskConfig> TaskConfigFromFlags();
 // --max_concurrent_streams, --max_server_memory_mb. Errors name the flag.
 absl::StatusOr<RpcOptions> RpcOptionsFromFlags();
 
-// Logs `s` as the reason the process stops; returns the exit code 2.
+// Logs `s` as the reason the process stops; returns kExitError (2,
+// common/exit_codes.h).
 int ExitWithError(const absl::Status& s);
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after
