@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/flags_help.h"
 #include "common/checkpoint/checkpoint_manifest.h"
 #include "common/snapshot/snapshot_store.h"
 
@@ -172,8 +173,11 @@ int Show(const ManifestStore& store, int64_t step, const std::string& variable) 
 }  // namespace psrt
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Lists committed checkpoints, or summarizes a variable of one.\n"
-                               "Usage: checkpoints DIR [--verify] [--step=S --variable=V]");
+  constexpr char kUsage[] =
+      "Lists committed checkpoints, or summarizes a variable of one.\n"
+      "Usage: checkpoints DIR [--verify] [--step=S --variable=V]";
+  psrt::HandleHelp(argc, argv, kUsage, {{__FILE__}, {}});
+  absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr, "usage: checkpoints DIR [--verify] [--step=S --variable=V]\n");

@@ -16,6 +16,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "chief/chief_service.h"
+#include "common/exit_codes.h"
+#include "common/job_identity.h"
 #include "chief/coordinator.h"
 #include "chief/http_status.h"
 #include "common/rpc/security.h"
@@ -52,7 +54,8 @@ int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
              "Chief: plans the job, places variables, coordinates workers, checkpoints, recovers.\n"
-             "Usage: main --cluster_spec=FILE --job=JOB.pbtxt [--checkpoint_dir=DIR] [--restore=auto|never|STEP]");
+             "Usage: main --cluster_spec=FILE --job=JOB.pbtxt [--checkpoint_dir=DIR] [--restore=auto|never|STEP]",
+             {{__FILE__, DaemonFlagsFile(), JobFlagsFile()}, {}});
   if (absl::GetFlag(FLAGS_task).empty() && std::getenv("TF_CONFIG") == nullptr) absl::SetFlag(&FLAGS_task, "chief:0");
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());
@@ -64,6 +67,8 @@ int Main(int argc, char** argv) {
   if (!limits.ok()) return ExitWithError(limits.status());
   absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)), *limits);
   if (!job.ok()) return ExitWithError(job.status());
+  // A test split that cannot be read fails the job now, not after training.
+  if (absl::Status test = CheckTestSplit(*job); !test.ok()) return ExitWithError(test);
 
   const uint64_t incarnation = NewIncarnationId();
   absl::Duration timeout = absl::Milliseconds(job->failure().heartbeat_timeout_ms() > 0 ? job->failure().heartbeat_timeout_ms() : 10000);
@@ -120,6 +125,7 @@ int Main(int argc, char** argv) {
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = ListenAddressFor(config->address);
   service.set_authenticator(RequestAuthenticator(rpc.security));
+  service.set_job_identity(MakeJobIdentity(config->job_name, config->cluster));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service});
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << "chief serving at " << listen << " (incarnation " << std::hex << incarnation << std::dec << ")";
@@ -164,6 +170,14 @@ int Main(int argc, char** argv) {
             << (acc != summary->metrics.end() ? absl::StrCat(", test accuracy ", acc->second) : "")
             << ", failures survived " << summary->failures_survived << ", checkpoints in "
             << summary->checkpoint_dir << std::endl;
+  if (!summary->final_evaluation_error.empty()) {
+    // Trained and checkpointed, but with no final metric: not a success.
+    std::cerr << "error: training finished at step " << summary->steps
+              << " but its final evaluation failed, so the run has no final metric: "
+              << summary->final_evaluation_error << " (evaluate the final checkpoint with "
+              << "//worker:evaluator or //chief:export --evaluate once the test split reads)" << std::endl;
+    return kExitNoFinalMetric;
+  }
   return 0;
 }
 

@@ -61,6 +61,19 @@ grpc::Status ChiefServiceImpl::Register(grpc::ServerContextBase* ctx, const Regi
   if (!caller.MayActFor(req->task().task().job(), req->task().task().index())) {
     return Denied(caller, "register", req->task().task());
   }
+  if (identity_.has_value()) {
+    if (req->has_job()) {
+      absl::Status same = CheckSameJob(*identity_, req->job(), req->task().task());
+      if (!same.ok()) {
+        LOG(WARNING) << "refused a registration: " << same.message();
+        return ToGrpcStatus(same);
+      }
+    } else {
+      LOG(WARNING) << PrintableText(TaskName(req->task().task()), 64)
+                   << " registers without a job identity (a psrt older than RegisterRequest.job): "
+                      "its job name and cluster spec are not checked";
+    }
+  }
   absl::StatusOr<TaskRegistry::Registration> r = registry_->Register(req->task());
   if (!r.ok()) return ToGrpcStatus(r.status());
   if (*r != TaskRegistry::Registration::kAgain) {

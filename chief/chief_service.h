@@ -7,10 +7,12 @@
 #define PSRT_CHIEF_CHIEF_SERVICE_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/strings/string_view.h"
 #include "chief/task_registry.h"
+#include "common/job_identity.h"
 #include "common/rpc/security.h"
 #include "proto/chief_service.grpc.pb.h"
 
@@ -60,9 +62,15 @@ class ChiefServiceImpl final : public ChiefServiceBase {
   grpc::Status JobStatus(grpc::ServerContextBase*, const JobStatusRequest* req, JobStatusResponse* resp);
 
   void set_authenticator(RequestAuthenticator auth) { auth_ = std::move(auth); }
+  // This chief's job: a registration carrying another identity is refused
+  // (PERMISSION_DENIED naming both, see CheckSameJob); one carrying none
+  // (a task older than RegisterRequest.job) is registered with a warning.
+  // Unset (tests): nothing is checked.
+  void set_job_identity(JobIdentity identity) { identity_ = std::move(identity); }
 
  private:
   RequestAuthenticator auth_;
+  std::optional<JobIdentity> identity_;
   TaskRegistry* const registry_;
   const uint64_t incarnation_;
 };

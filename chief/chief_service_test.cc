@@ -84,6 +84,62 @@ TEST(ChiefServiceTest, LinksRegisterHeartbeatAndComeBackAfterAChiefRestart) {
   worker.Stop();
 }
 
+// A task of another job (another --job_name, or a spec whose tasks are
+// elsewhere) is refused by name and its link stops for good; the same job
+// registers, and a request without an identity (an older task) registers
+// too, unchecked.
+TEST(ChiefServiceTest, ATaskOfAnotherJobIsRefusedByNameAndItsLinkStops) {
+  std::string address = "127.0.0.1:" + std::to_string(*PickFreePort());
+  auto spec_with = [&](const std::string& ps) {
+    return *ClusterSpec::FromJson(
+        absl::StrCat(R"({"chief": [")", address, R"("], "ps": [")", ps, R"("], "worker": ["127.0.0.1:2"]})"),
+        "test");
+  };
+  ClusterSpec spec = spec_with("127.0.0.1:1");
+  ChiefUnderTest chief(spec, address, 77);
+  chief.service.set_job_identity(MakeJobIdentity("mnist", spec));
+  ChannelCache channels;
+  ChiefLinkOptions o;
+  o.heartbeat_interval = absl::Milliseconds(20);
+
+  ChiefLink other_name(channels.Get(address), address, Self("worker:0", 5), o);
+  other_name.set_job_identity(MakeJobIdentity("cifar", spec));
+  std::atomic<int> refusals{0};
+  other_name.set_on_refused([&](const absl::Status&) { ++refusals; });
+  other_name.Start();
+  EXPECT_FALSE(other_name.WaitRegistered(absl::Seconds(20)));
+  EXPECT_EQ(other_name.refused().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(other_name.refused().message().find(
+                "worker:0 belongs to job 'cifar', but this chief runs job 'mnist'"),
+            std::string::npos)
+      << other_name.refused();
+  other_name.Stop();
+  EXPECT_EQ(refusals.load(), 1);
+
+  ChiefLink other_cluster(channels.Get(address), address, Self("ps:0", 6), o);
+  other_cluster.set_job_identity(MakeJobIdentity("mnist", spec_with("127.0.0.1:3")));
+  other_cluster.Start();
+  EXPECT_FALSE(other_cluster.WaitRegistered(absl::Seconds(20)));
+  EXPECT_NE(other_cluster.refused().message().find(
+                "ps:0 belongs to another cluster: its cluster spec (digest "),
+            std::string::npos)
+      << other_cluster.refused();
+  EXPECT_NE(other_cluster.refused().message().find("has ps:0 at 127.0.0.1:3, this chief's"), std::string::npos);
+  other_cluster.Stop();
+  EXPECT_EQ(chief.registry.Get(*ParseTaskId("worker:0")).info.incarnation(), 0u);
+  EXPECT_EQ(chief.registry.Get(*ParseTaskId("ps:0")).info.incarnation(), 0u);
+
+  ChiefLink same(channels.Get(address), address, Self("worker:0", 7), o);
+  same.set_job_identity(MakeJobIdentity("mnist", spec));
+  same.Start();
+  EXPECT_TRUE(same.WaitRegistered(absl::Seconds(20)));
+  same.Stop();
+  ChiefLink older(channels.Get(address), address, Self("ps:0", 8), o);  // no identity set
+  older.Start();
+  EXPECT_TRUE(older.WaitRegistered(absl::Seconds(20)));
+  older.Stop();
+}
+
 // A peer's failure text cannot forge a log line or markup, a report needs
 // the reporter's registered incarnation, and JobStatus shows no incarnation
 // to a caller that is not the chief's own identity (here: nobody is).

@@ -371,7 +371,12 @@ absl::StatusOr<JobSummary> Coordinator::Run() {
   }
   if (s.ok() && evaluator_) {
     absl::Status e = Evaluate(MinStep());
-    if (!e.ok()) report_(absl::StrCat("final evaluation failed: ", e.message()));
+    if (!e.ok()) {
+      report_(absl::StrCat("final evaluation failed: ", e.message()));
+      // An earlier evaluation's figures are not the final ones.
+      summary_.metrics.clear();
+      summary_.final_evaluation_error = std::string(e.message());
+    }
   }
   summary_.steps = MinStep();
   summary_.final_loss = Status().loss();
@@ -584,13 +589,20 @@ void Coordinator::Report(bool force) {
   if (done_steps > 0) per_step_s = absl::ToDoubleSeconds(now - start_time_) / done_steps;
   int epoch = 0;
   for (const TaskState& t : registry_->All()) epoch = std::max(epoch, t.epoch);
+  // A worker's epoch is its batch's first example's; the last step of each
+  // epoch also reads the next one's first examples, so by the end of an
+  // epochs job a batch starts one pass beyond ("epoch 16" of 15): the
+  // job's last epoch it still is.
+  const int shown_epoch = options_.job.steps() <= 0 && options_.job.epochs() > 0
+                              ? std::min(epoch + 1, options_.job.epochs())
+                              : epoch + 1;
   if (options_.scalar) {
     options_.scalar("loss", step, s.loss());
     options_.scalar("examples_per_sec", step, static_cast<float>(s.examples_per_sec()));
   }
   report_(absl::StrFormat(
       "step %d/%d (%.1f%%) epoch %d loss %.4f examples/s %.0f eta %s checkpoint %d", step,
-      end_step_, 100 * frac, epoch + 1, s.loss(), s.examples_per_sec(),
+      end_step_, 100 * frac, shown_epoch, s.loss(), s.examples_per_sec(),
       FormatEta(per_step_s * (end_step_ - step)), last_checkpoint_step_));
 }
 

@@ -98,6 +98,9 @@ struct JobSummary {
   double examples_per_sec_last_window = 0;  // the workers' last heartbeat figures, summed
   float final_loss = 0;
   std::map<std::string, float> metrics;  // final evaluation
+  // The job has a test split but its final evaluation failed (metrics is
+  // then empty): why. The chief exits 3 (training done, no final metric).
+  std::string final_evaluation_error;
   std::vector<int64_t> checkpoints;
   int failures_survived = 0;
   // Replicated shards: PS failures survived by promoting backups, and the

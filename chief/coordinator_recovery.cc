@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "chief/coordinator.h"
+#include "common/json_string.h"
 #include "common/plan/placement.h"
 #include "common/status_macros.h"
 #include "common/transport/ps_client.h"
@@ -584,7 +585,10 @@ std::string JobSummary::ToJson() const {
       ",\n  \"examples_per_sec_last_window\": ", examples_per_sec_last_window,
       ",\n  \"checkpoints\": [", absl::StrJoin(checkpoints, ", "), "],\n  \"checkpoint_dir\": \"",
       checkpoint_dir, "\",\n  \"failures_survived\": ", failures_survived, ",\n  \"failovers\": ", failovers,
-      ",\n  \"rolled_back_steps\": ", rolled_back_steps, ",\n  \"rebuilds\": ", rebuilds, "\n}\n");
+      ",\n  \"rolled_back_steps\": ", rolled_back_steps, ",\n  \"rebuilds\": ", rebuilds,
+      final_evaluation_error.empty() ? ""
+                                     : absl::StrCat(",\n  \"final_evaluation_error\": ", JsonString(final_evaluation_error)),
+      "\n}\n");
 }
 
 }  // namespace psrt

@@ -21,6 +21,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/flags_help.h"
 #include "common/checkpoint/checkpoint_variables.h"
 #include "chief/export_formats/keras_checkpoint.h"
 #include "chief/export_formats/onnx_export.h"
@@ -117,6 +118,7 @@ absl::Status Export() {
 }  // namespace psrt
 
 int main(int argc, char** argv) {
+  psrt::HandleHelp(argc, argv, psrt::kUsage, {{__FILE__, psrt::JobFlagsFile()}, {}});
   absl::SetProgramUsageMessage(psrt::kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 1) {

@@ -30,6 +30,15 @@ const std::vector<absl::string_view>& KnownJobs() {
   return *jobs;
 }
 
+// Kubeflow's TFJob (and TensorFlow 1.x's estimators) call the chief
+// "master": the same task.
+constexpr absl::string_view kMasterJob = "master";
+
+// `job`, with "master" read as "chief".
+std::string CanonicalJob(absl::string_view job) {
+  return std::string(job == kMasterJob ? kChiefJob : job);
+}
+
 bool IsKnownJob(absl::string_view job) {
   for (absl::string_view j : KnownJobs()) {
     if (j == job) return true;
@@ -54,10 +63,18 @@ absl::StatusOr<Struct> ParseJson(absl::string_view json, absl::string_view sourc
 absl::StatusOr<ClusterDef> ClusterFromStruct(const Struct& cluster, absl::string_view source,
                                              absl::string_view prefix) {
   ClusterDef def;
+  const bool has_master = cluster.fields().count(std::string(kMasterJob)) > 0;
+  if (has_master && cluster.fields().count(std::string(kChiefJob))) {
+    return Invalid(source, absl::StrCat(prefix, kMasterJob),
+                   "both \"chief\" and \"master\" (Kubeflow's name for the chief): a cluster has one chief, "
+                   "keep one of them");
+  }
   for (absl::string_view job : KnownJobs()) {
-    auto it = cluster.fields().find(std::string(job));
+    // A "master" list is the chief's (and named so in messages).
+    const absl::string_view key = job == kChiefJob && has_master ? kMasterJob : job;
+    auto it = cluster.fields().find(std::string(key));
     if (it == cluster.fields().end()) continue;
-    std::string field = absl::StrCat(prefix, job);
+    std::string field = absl::StrCat(prefix, key);
     if (it->second.kind_case() != Value::kListValue) {
       return Invalid(source, field, "must be a list of \"host:port\" strings");
     }
@@ -73,10 +90,10 @@ absl::StatusOr<ClusterDef> ClusterFromStruct(const Struct& cluster, absl::string
     }
   }
   for (const auto& [name, value] : cluster.fields()) {
-    if (!IsKnownJob(name)) {
+    if (!IsKnownJob(CanonicalJob(name))) {
       return Invalid(source, absl::StrCat(prefix, name),
                      absl::StrCat("unknown job (expected one of ",
-                                  absl::StrJoin(KnownJobs(), ", "), ")"));
+                                  absl::StrJoin(KnownJobs(), ", "), "; master means chief)"));
     }
   }
   return def;
@@ -87,9 +104,11 @@ absl::StatusOr<TaskId> TaskFromStruct(const Struct& task, absl::string_view sour
   if (type == task.fields().end() || type->second.kind_case() != Value::kStringValue) {
     return Invalid(source, "task.type", "missing or not a string");
   }
-  if (!IsKnownJob(type->second.string_value())) {
+  const std::string job = CanonicalJob(type->second.string_value());
+  if (!IsKnownJob(job)) {
     return Invalid(source, "task.type",
-                   absl::StrCat("unknown job \"", type->second.string_value(), "\""));
+                   absl::StrCat("unknown job \"", type->second.string_value(), "\" (expected one of ",
+                                absl::StrJoin(KnownJobs(), ", "), "; master means chief)"));
   }
   int index = 0;
   auto idx = task.fields().find("index");
@@ -102,7 +121,7 @@ absl::StatusOr<TaskId> TaskFromStruct(const Struct& task, absl::string_view sour
     }
     index = static_cast<int>(v);
   }
-  return MakeTaskId(type->second.string_value(), index);
+  return MakeTaskId(job, index);
 }
 
 struct ParsedConfig {
@@ -113,6 +132,16 @@ struct ParsedConfig {
 absl::StatusOr<ParsedConfig> ParseConfig(absl::string_view json, absl::string_view source) {
   ASSIGN_OR_RETURN(Struct top, ParseJson(json, source));
   ParsedConfig out;
+  if (top.fields().count("sparseCluster")) {
+    // Kubeflow's enableDynamicWorker: each worker is told only its own
+    // address. The chief needs every task's, and the other tasks need the
+    // chief's, so there is no psrt cluster in it.
+    return Invalid(source, "sparseCluster",
+                   "not supported: psrt needs every task's address. Give a \"cluster\" instead (Kubeflow: "
+                   "leave the TFJob's enableDynamicWorker off) or --cluster_spec=FILE; for workers that join "
+                   "a running job, set job.failure.max_workers and give each joiner a spec that names it "
+                   "(deploy/DEPLOYMENT.md, elastic workers)");
+  }
   auto cluster = top.fields().find("cluster");
   if (cluster == top.fields().end()) {
     // A bare cluster object, unless it looks like a TF_CONFIG missing "cluster".
@@ -182,12 +211,12 @@ absl::StatusOr<TaskId> ParseTaskId(absl::string_view s) {
     return absl::InvalidArgumentError(
         absl::StrCat("task \"", s, "\": expected JOB:INDEX such as ps:0"));
   }
-  if (!IsKnownJob(job)) {
+  if (!IsKnownJob(CanonicalJob(job))) {
     return absl::InvalidArgumentError(absl::StrCat("task \"", s, "\": unknown job \"", job,
                                                    "\" (expected one of ",
-                                                   absl::StrJoin(KnownJobs(), ", "), ")"));
+                                                   absl::StrJoin(KnownJobs(), ", "), "; master means chief)"));
   }
-  return MakeTaskId(job, i);
+  return MakeTaskId(CanonicalJob(job), i);
 }
 
 absl::Status ValidateAddress(absl::string_view address) {

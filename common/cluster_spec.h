@@ -63,6 +63,9 @@ struct TaskConfig {
   ClusterSpec cluster;
   TaskId task;
   std::string address;  // from the spec
+  // The job's name (--job_name; "" unless given), sent with the cluster
+  // spec when the task registers: the chief refuses another job's tasks.
+  std::string job_name;
 };
 
 // The cluster comes from `spec_path` if set, else from `tf_config` (the

@@ -68,7 +68,9 @@ TEST(ClusterSpecTest, RefusesBadSpecsNamingTheField) {
   EXPECT_THAT(ErrorOf(R"({"chief": ["a:1"], "ps": ["::1:5"], "worker": ["c:2"]})"),
               HasSubstr("brackets"));
   EXPECT_THAT(ErrorOf(R"({"chief": ["a:1"], "ps": ["b:2"], "worker": ["c:3"], "master": ["d:4"]})"),
-              HasSubstr("master: unknown job"));
+              HasSubstr("spec.json: master: both \"chief\" and \"master\" (Kubeflow's name for the chief)"));
+  EXPECT_THAT(ErrorOf(R"({"boss": ["a:1"], "ps": ["b:2"], "worker": ["c:3"]})"),
+              HasSubstr("boss: unknown job (expected one of chief, ps, worker, evaluator; master means chief)"));
   EXPECT_THAT(ErrorOf(R"({"chief": "a:1", "ps": ["b:2"], "worker": ["c:3"]})"),
               HasSubstr("chief: must be a list"));
   EXPECT_THAT(ErrorOf(R"({"chief": [1], "ps": ["b:2"], "worker": ["c:3"]})"),
@@ -160,6 +162,45 @@ TEST_F(LoadTaskConfigTest, ErrorsSayWhatIsMissing) {
                              "task": {"type": "boss"}})";
   EXPECT_THAT(std::string(LoadTaskConfig("", "", bad_type.c_str()).status().message()),
               HasSubstr("task.type: unknown job"));
+}
+
+// Kubeflow's TFJob names the chief "master" (its older name, still what a
+// TFJob with a Master replica spec gives): the same task as "chief".
+TEST_F(LoadTaskConfigTest, KubeflowsMasterIsTheChief) {
+  const std::string tf_config = R"({"cluster": {"master": ["m:1"], "ps": ["p:2"], "worker": ["w:3"]},
+                                    "task": {"type": "master", "index": 0}, "environment": "cloud"})";
+  auto config = LoadTaskConfig("", "", tf_config.c_str());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(TaskName(config->task), "chief:0");
+  EXPECT_EQ(config->address, "m:1");
+  EXPECT_EQ(*config->cluster.AddressOf(MakeTaskId("chief", 0)), "m:1");
+  EXPECT_EQ(config->cluster.ToJson(), R"({"chief": ["m:1"], "ps": ["p:2"], "worker": ["w:3"]})");
+  // A worker of that cluster finds the chief.
+  auto worker = LoadTaskConfig("", "worker:0", tf_config.c_str());
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(*worker->cluster.AddressOf(MakeTaskId("chief", 0)), "m:1");
+  // --task=master:0 and TensorFlow's /job:master/task:0 too.
+  EXPECT_EQ(TaskName(*ParseTaskId("master:0")), "chief:0");
+  EXPECT_EQ(TaskName(*ParseTaskId("/job:master/task:0")), "chief:0");
+  EXPECT_THAT(std::string(LoadTaskConfig(WriteSpec(R"({"master": ["m:1", "m:2"], "worker": ["w:3"]})"), "chief:0",
+                                         nullptr)
+                              .status()
+                              .message()),
+              HasSubstr("a cluster has exactly one chief"));
+}
+
+// Kubeflow's enableDynamicWorker gives each worker a "sparseCluster" naming
+// only itself: refused, saying what to give instead.
+TEST_F(LoadTaskConfigTest, SparseClusterIsRefusedSayingWhatToUseInstead) {
+  const std::string tf_config = R"({"sparseCluster": {"chief": ["m:1"], "ps": ["p:2"], "worker": {"1": "w:3"}},
+                                    "task": {"type": "worker", "index": 1}})";
+  absl::StatusOr<TaskConfig> config = LoadTaskConfig("", "", tf_config.c_str());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.status().message(),
+            "TF_CONFIG: sparseCluster: not supported: psrt needs every task's address. Give a \"cluster\" "
+            "instead (Kubeflow: leave the TFJob's enableDynamicWorker off) or --cluster_spec=FILE; for "
+            "workers that join a running job, set job.failure.max_workers and give each joiner a spec that "
+            "names it (deploy/DEPLOYMENT.md, elastic workers)");
 }
 
 }  // namespace

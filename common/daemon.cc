@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/protobuf_log_limit.h"
+#include "common/exit_codes.h"
 #include "glog/logging.h"
 
 ABSL_FLAG(std::string, cluster_spec, "",
@@ -23,6 +24,9 @@ ABSL_FLAG(std::string, cluster_spec, "",
 ABSL_FLAG(std::string, task, "",
           "This process's task, JOB:INDEX (e.g. ps:0). Without it, TF_CONFIG's \"task\".");
 
+ABSL_FLAG(std::string, job_name, "",
+          "Name of the job this task belongs to; the chief refuses a PS or worker whose --job_name or cluster "
+          "spec is not its own (\"\" = unnamed: the spec alone is compared).");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM file of the cluster's CA. With --tls_cert and --tls_key: mutual TLS on every "
           "connection this process serves or opens (peers need certificates from this CA).");
@@ -40,7 +44,10 @@ ABSL_FLAG(int64_t, max_server_memory_mb, 0,
 
 namespace psrt {
 
-std::vector<char*> InitDaemon(int argc, char** argv, const char* usage) {
+const char* DaemonFlagsFile() { return __FILE__; }
+
+std::vector<char*> InitDaemon(int argc, char** argv, const char* usage, const HelpFlags& help) {
+  HandleHelp(argc, argv, usage, help);
   absl::SetProgramUsageMessage(usage);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
@@ -74,8 +81,10 @@ void RaiseDescriptorLimit() {
 }
 
 absl::StatusOr<TaskConfig> TaskConfigFromFlags() {
-  return LoadTaskConfig(absl::GetFlag(FLAGS_cluster_spec), absl::GetFlag(FLAGS_task),
-                        std::getenv("TF_CONFIG"));
+  absl::StatusOr<TaskConfig> config =
+      LoadTaskConfig(absl::GetFlag(FLAGS_cluster_spec), absl::GetFlag(FLAGS_task), std::getenv("TF_CONFIG"));
+  if (config.ok()) config->job_name = absl::GetFlag(FLAGS_job_name);
+  return config;
 }
 
 absl::StatusOr<RpcOptions> RpcOptionsFromFlags() {
@@ -101,7 +110,7 @@ absl::StatusOr<RpcOptions> RpcOptionsFromFlags() {
 int ExitWithError(const absl::Status& s) {
   LOG(ERROR) << s;
   std::cerr << "error: " << s.message() << std::endl;
-  return 2;
+  return kExitError;
 }
 
 void BlockTerminationSignals() {

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/cluster_spec.h"
+#include "common/flags_help.h"
 #include "common/rpc/channel_cache.h"
 
 ABSL_DECLARE_FLAG(std::string, cluster_spec);
@@ -27,13 +28,19 @@ ABSL_DECLARE_FLAG(std::string, task);
 namespace psrt {
 
 // Parses flags (absl), sends glog output to stderr, installs the crash
-// handler. Returns the positional arguments (argv[0] first).
-std::vector<char*> InitDaemon(int argc, char** argv, const char* usage);
+// handler. Returns the positional arguments (argv[0] first). --help prints
+// `usage` and the flags of `help`, one line each, and exits 0
+// (flags_help.h).
+std::vector<char*> InitDaemon(int argc, char** argv, const char* usage, const HelpFlags& help);
+// The file that defines the flags above (--cluster_spec, --task,
+// --job_name, TLS and gRPC limits), for HelpFlags.
+const char* DaemonFlagsFile();
 // Raises this process's soft limit on open descriptors to its hard limit
 // (InitDaemon does, for every daemon).
 void RaiseDescriptorLimit();
 
-// --cluster_spec / --task, falling back to the TF_CONFIG variable.
+// --cluster_spec / --task, falling back to the TF_CONFIG variable, and
+// --job_name.
 absl::StatusOr<TaskConfig> TaskConfigFromFlags();
 
 // RpcOptions from the transport flags every daemon shares: --tls_ca,
@@ -41,7 +48,8 @@ absl::StatusOr<TaskConfig> TaskConfigFromFlags();
 // --max_concurrent_streams, --max_server_memory_mb. Errors name the flag.
 absl::StatusOr<RpcOptions> RpcOptionsFromFlags();
 
-// Logs `s` as the reason the process stops; returns the exit code 2.
+// Logs `s` as the reason the process stops; returns kExitError (2,
+// common/exit_codes.h).
 int ExitWithError(const absl::Status& s);
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after

@@ -40,8 +40,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/flags_help.h"
 #include "common/transport/chief_client.h"
 #include "common/cluster_spec.h"
+#include "common/exit_codes.h"
 #include "common/rpc/channel_cache.h"
 #include "common/subprocess.h"
 
@@ -208,9 +210,11 @@ void Scale(Launcher* launcher, std::vector<Child>* children, const std::string& 
 }
 
 int Run(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  constexpr char kUsage[] =
       "Starts a whole cluster (chief, parameter servers, workers) on this machine and trains a job.\n"
-      "Usage: local_cluster [--job=FILE] [--cluster_spec=FILE] [--kill=ps:1@800]");
+      "Usage: local_cluster [--job=FILE] [--cluster_spec=FILE] [--kill=ps:1@800]";
+  HandleHelp(argc, argv, kUsage, {{__FILE__}, {}});
+  absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);
   std::string run_dir = Here(absl::GetFlag(FLAGS_run_dir));
   if (run_dir.empty()) run_dir = absl::StrCat("/tmp/psrt-run-", absl::ToUnixSeconds(absl::Now()));
@@ -494,6 +498,13 @@ int Run(int argc, char** argv) {
           exit_code = 0;
           break;
         }
+        if (WIFEXITED(*status) && WEXITSTATUS(*status) == kExitNoFinalMetric) {
+          // Trained, but the final evaluation failed: the job is over (a
+          // restarted chief would train nothing), and not a success.
+          launcher.Say("the chief finished training but its final evaluation failed: no final metric");
+          exit_code = kExitNoFinalMetric;
+          break;
+        }
       } else if (clean) {
         c.finished = true;  // a worker the chief shut down at the end
         continue;
@@ -534,15 +545,24 @@ int Run(int argc, char** argv) {
     if (c.process && !c.process->Wait(absl::Seconds(5)).ok()) c.process->Signal(SIGKILL);
   }
   children.clear();
-  if (exit_code == 0) {
+  if (exit_code == 0 || exit_code == kExitNoFinalMetric) {
     std::ifstream in(run_dir + "/summary.json");
     std::stringstream ss;
     ss << in.rdbuf();
     std::smatch m;
     std::string summary = ss.str();
-    std::string accuracy = std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)")) ? m[1].str() : "?";
     std::string failures = std::regex_search(summary, m, std::regex("\"failures_survived\": ([0-9]+)")) ? m[1].str() : "0";
-    std::cout << "\nfinal test accuracy " << accuracy << " (failures survived: " << failures << ")\n"
+    std::string result;
+    if (std::regex_search(summary, m, std::regex("\"final_evaluation_error\": (\"(\\\\.|[^\"\\\\])*\")"))) {
+      result = "error: no final metric: the final evaluation failed: " + m[1].str();
+    } else if (std::regex_search(summary, m, std::regex("\"accuracy\": ([0-9.]+)"))) {
+      result = "final test accuracy " + m[1].str();
+    } else if (std::regex_search(summary, m, std::regex("\"metrics\": \\{([^}]+)\\}"))) {
+      result = "final test metrics " + m[1].str();
+    } else {
+      result = "no final metric: the job has no test split (input.test)";
+    }
+    std::cout << "\n" << result << " (failures survived: " << failures << ")\n"
               << "summary:     " << run_dir << "/summary.json\n"
               << "checkpoints: " << run_dir << "/checkpoints\n"
               << "logs:        " << run_dir << "/cluster.log\n"

@@ -50,6 +50,7 @@ absl::Status Train() {
   }
   if (absl::GetFlag(FLAGS_steps) > 0) job.set_steps(absl::GetFlag(FLAGS_steps));
   ASSIGN_OR_RETURN(JobPlan plan, PlanJob(job, 1));
+  RETURN_IF_ERROR(CheckTestSplit(job));
 
   ASSIGN_OR_RETURN(int64_t examples, CountExamples(job.input(), job.input().train()));
   const int64_t per_epoch = (examples + job.input().batch_size() - 1) / job.input().batch_size();
@@ -124,7 +125,9 @@ absl::Status Train() {
     if ((step + 1) % absl::GetFlag(FLAGS_report_every) == 0) {
       absl::Time now = absl::Now();
       std::printf("step %lld/%lld epoch %d loss %.4f examples/s %.0f elapsed %s\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(steps), batch.epoch + 1,
+                  static_cast<long long>(step + 1), static_cast<long long>(steps),
+                  // the last batch of an epoch starts the next pass (see the chief's progress line)
+                  job.steps() <= 0 && job.epochs() > 0 ? std::min(batch.epoch + 1, job.epochs()) : batch.epoch + 1,
                   loss_avg, window_examples / absl::ToDoubleSeconds(now - window),
                   absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1))).c_str());
       std::fflush(stdout);
@@ -155,7 +158,8 @@ absl::Status Train() {
 int main(int argc, char** argv) {
   psrt::InitDaemon(argc, argv,
                    "In-process trainer: runs a job file with no cluster.\n"
-                   "Usage: local_train --job=examples/fashion_mnist_mlp.pbtxt [--device=auto|cpu|gpu]");
+                   "Usage: local_train --job=examples/fashion_mnist_mlp.pbtxt [--device=auto|cpu|gpu]",
+                   {{__FILE__}, {}});
   absl::Status s = psrt::Train();
   if (!s.ok()) return psrt::ExitWithError(s);
   return 0;

@@ -8,6 +8,7 @@
 // not the chief is up. SIGTERM or SIGINT drains and stops it.
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "common/transport/chief_client.h"
 #include "common/daemon.h"
 #include "common/env.h"
+#include "common/job_identity.h"
 #include "common/rpc/channel_cache.h"
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
@@ -133,7 +135,8 @@ int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
              "Parameter server: holds variables, applies the optimizer, snapshots to RocksDB.\n"
-             "Usage: server --cluster_spec=FILE --task=ps:N   (or set TF_CONFIG)");
+             "Usage: server --cluster_spec=FILE --task=ps:N   (or set TF_CONFIG)",
+             {{__FILE__, DaemonFlagsFile()}, {}});
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());
   if (config->task.job() != kPsJob) {
@@ -211,9 +214,18 @@ int Main(int argc, char** argv) {
   self.set_incarnation(incarnation);
   std::string chief = *config->cluster.AddressOf(MakeTaskId(kChiefJob, 0));
   ChiefLink link(channels.Get(chief), chief, self, ChiefLinkOptions());
+  link.set_job_identity(MakeJobIdentity(config->job_name, config->cluster));
+  // Another job's chief: stop as if signalled, then exit with its error.
+  link.set_on_refused([](const absl::Status&) { ::kill(::getpid(), SIGTERM); });
   link.Start();
 
   int sig = WaitForTerminationSignal();
+  if (absl::Status refused = link.refused(); !refused.ok()) {
+    link.Stop();
+    if (tcp != nullptr) tcp->Shutdown();
+    (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    return ExitWithError(refused);
+  }
   LOG(INFO) << "signal " << sig << ": draining";
   // Stopped by its operator (a scale-down) while it holds variables: it
   // leaves the job, serving until the chief has moved them all off.

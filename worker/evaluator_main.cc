@@ -60,7 +60,8 @@ int Main(int argc, char** argv) {
   InitDaemon(argc, argv,
              "Evaluator: follows the chief's committed checkpoints and evaluates each on the test split.\n"
              "Usage: evaluator --job=JOB.pbtxt --checkpoint_dir=DIR [--snapshot_dir=ROOT] "
-             "[--tensorboard_dir=LOGS] [--http_port=N]");
+             "[--tensorboard_dir=LOGS] [--http_port=N]",
+             {{__FILE__, JobFlagsFile()}, {"cluster_spec", "task"}});
   if (!absl::GetFlag(FLAGS_cluster_spec).empty() || std::getenv("TF_CONFIG") != nullptr) {
     // What TensorFlow and Kubeflow give an evaluator often is no whole
     // training cluster: only {"evaluator": [...]}, or the training tasks

@@ -25,6 +25,7 @@
 #include "common/transport/chief_client.h"
 #include "common/daemon.h"
 #include "common/env.h"
+#include "common/job_identity.h"
 #include "common/rpc/channel_cache.h"
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
@@ -87,7 +88,8 @@ int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
              "Worker: pulls parameters, computes gradients on its data shard, pushes them.\n"
-             "Usage: main --cluster_spec=FILE --task=worker:N [--device=auto|cpu|gpu]");
+             "Usage: main --cluster_spec=FILE --task=worker:N [--device=auto|cpu|gpu]",
+             {{__FILE__, DaemonFlagsFile()}, {}});
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());
   if (config->task.job() != kWorkerJob) {
@@ -250,6 +252,11 @@ int Main(int argc, char** argv) {
             << incarnation << std::dec << ")";
   link.set_progress([&runtime] { return runtime.progress(); });
   link.set_on_chief_lost([&runtime] { runtime.Park("the chief does not answer; waiting for it"); });
+  link.set_job_identity(MakeJobIdentity(config->job_name, config->cluster));
+  // Another job's chief: stop, then exit with its error.
+  link.set_on_refused([&stop](const absl::Status&) {
+    if (!stop.HasBeenNotified()) stop.Notify();
+  });
   link.Start();
 
   std::atomic<bool> signalled{false};
@@ -261,6 +268,12 @@ int Main(int argc, char** argv) {
   });
   signals.detach();
   stop.WaitForNotification();
+  if (absl::Status refused = link.refused(); !refused.ok()) {
+    (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    runtime.Shutdown();
+    link.Stop();
+    return ExitWithError(refused);
+  }
   LOG(INFO) << "stopping";
   // Stopped by its operator (SIGTERM: an orchestrator scaling down) while
   // training: the worker leaves the job for good, telling the chief the

@@ -9,8 +9,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/flags_help.h"
 #include "chief/core/cluster_sim.h"
 
 ABSL_FLAG(int64_t, seeds, 10000, "how many seeds to run, from --first");
@@ -35,6 +37,12 @@ std::string Kind(const std::string& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr char kUsage[] =
+      "The chief's state machine against a simulated cluster, seed after seed; prints how many broke an "
+      "invariant and the first seed of each kind (--seed replays one with its history).\n"
+      "Usage: sim [--seeds=N] [--first=S] | sim --seed=S";
+  psrt::HandleHelp(argc, argv, kUsage, {{__FILE__}, {}});
+  absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_seed) != 0) {
     const psrt::SimOptions o = psrt::SimOptionsForSeed(absl::GetFlag(FLAGS_seed));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/net/socket.h"
 
 namespace psrt {
 namespace {
@@ -121,7 +122,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 128) != 0) {
     int err = errno;
     close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", host, ":", port, ": ", std::strerror(err)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for HTTP on ", host, ":", port, ": ", net::BindErrorText(err)));
   }
   sockaddr_storage bound{};
   socklen_t bound_len = sizeof(bound);

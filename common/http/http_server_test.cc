@@ -167,5 +167,15 @@ TEST(HttpServerTest, RefusesAHostThatIsNotAnAddress) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(HttpServerTest, APortAnotherServerHoldsIsRefusedSayingSo) {
+  auto handler = [](const HttpRequest&) { return HttpResponse(); };
+  auto first = HttpServer::Start("127.0.0.1", 0, handler, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = HttpServer::Start("127.0.0.1", (*first)->port(), handler, {});
+  ASSERT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(second.status().message(), absl::StrCat("cannot listen for HTTP on 127.0.0.1:", (*first)->port(),
+                                                    ": the port is in use by another process"));
+}
+
 }  // namespace
 }  // namespace psrt

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,67 @@ void Fd::Reset() {
 }
 
 std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
+
+std::string BindErrorText(int err) {
+  switch (err) {
+    case EADDRINUSE:
+      return "the port is in use by another process";
+    case EACCES:
+      return "permission denied (a port below 1024 needs privileges)";
+    case EADDRNOTAVAIL:
+      return "the address is not one of this machine's";
+    default:
+      return ErrnoText(err);
+  }
+}
+
+namespace {
+
+std::string HostPortText(const std::string& host, int port) {
+  const std::string h = host.empty() ? "0.0.0.0" : host;
+  return h.find(':') != std::string::npos ? absl::StrCat("[", h, "]:", port) : absl::StrCat(h, ":", port);
+}
+
+using AddrInfo = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
+
+// The addresses to listen on at host:port (host empty: every interface).
+absl::StatusOr<AddrInfo> ResolveToListen(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  AddrInfo owned(res, &::freeaddrinfo);
+  if (gai != 0 || res == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot listen on ", HostPortText(host, port), ": resolve: ", ::gai_strerror(gai)));
+  }
+  return owned;
+}
+
+}  // namespace
+
+absl::Status ProbeListen(const std::string& host, int port) {
+  if (port == 0) return absl::OkStatus();
+  absl::StatusOr<AddrInfo> res = ResolveToListen(host, port);
+  if (!res.ok()) return res.status();
+  absl::Status status;
+  // One address at a time, each probe closed before the next: "::" binds
+  // dual-stack as gRPC's would.
+  for (addrinfo* a = res->get(); a != nullptr && status.ok(); a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) continue;  // a family this machine lacks (no IPv6): nothing to collide with
+    int one = 1;
+    // As gRPC and Listen do: a port left in TIME_WAIT is free to take.
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 1) != 0) {
+      status = absl::UnavailableError(absl::StrCat("cannot listen on ", HostPortText(host, port), ": ",
+                                                   BindErrorText(errno)));
+    }
+  }
+  return status;
+}
 
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& hostport) {
   size_t colon = hostport.rfind(':');
@@ -65,25 +127,19 @@ absl::Status ConfigureSocket(int fd, int buffer_bytes) {
 }
 
 absl::StatusOr<Listener> Listen(const std::string& host, int port, int buffer_bytes) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  int gai = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (gai != 0 || res == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("resolve ", host, ": ", ::gai_strerror(gai)));
-  }
+  absl::StatusOr<AddrInfo> resolved = ResolveToListen(host, port);
+  if (!resolved.ok()) return resolved.status();
+  const addrinfo* res = resolved->get();
   Fd fd(::socket(res->ai_family, SOCK_STREAM, 0));
   int one = 1;
   int rc = fd.valid() ? ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) : -1;
   absl::Status st = fd.valid() ? ConfigureSocket(fd.get(), buffer_bytes) : absl::OkStatus();
   if (rc == 0 && st.ok()) rc = ::bind(fd.get(), res->ai_addr, res->ai_addrlen);
   int err = errno;
-  ::freeaddrinfo(res);
   if (!st.ok()) return st;
   if (rc != 0 || ::listen(fd.get(), 64) != 0) {
-    return absl::UnavailableError(absl::StrCat("bind ", host, ":", port, ": ", ErrnoText(rc != 0 ? err : errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", HostPortText(host, port), ": ", BindErrorText(rc != 0 ? err : errno)));
   }
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
@@ -129,7 +185,6 @@ absl::StatusOr<Fd> ConnectOnce(const std::string& host, int port, int buffer_byt
   absl::Status st = ConfigureSocket(fd.get(), buffer_bytes);
   int rc = st.ok() ? ::connect(fd.get(), res->ai_addr, res->ai_addrlen) : -1;
   int err = errno;
-  ::freeaddrinfo(res);
   if (!st.ok()) return st;
   if (rc != 0 && err != EINPROGRESS) {
     return absl::UnavailableError(absl::StrCat("connect ", what, ": ", ErrnoText(err)));

@@ -43,6 +43,18 @@ class Fd {
 // "strerror(err) (errno err)".
 std::string ErrnoText(int err);
 
+// Why a bind failed, as a sentence for an operator: EADDRINUSE is "the port
+// is in use by another process", EACCES and EADDRNOTAVAIL say what to check;
+// anything else is ErrnoText.
+std::string BindErrorText(int err);
+
+// Whether host:port can be listened on now (host empty: every interface;
+// every address the host resolves to is tried). OK when each could be
+// bound (the probe sockets are closed again); otherwise UNAVAILABLE
+// "cannot listen on HOST:PORT: <BindErrorText>". Port 0 is always OK.
+// Used to say why a server that binds on its own (gRPC) could not.
+absl::Status ProbeListen(const std::string& host, int port);
+
 // Splits "host:port" (or "[v6]:port"); INVALID_ARGUMENT if malformed.
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& hostport);
 
@@ -53,6 +65,9 @@ absl::Status ConfigureSocket(int fd, int buffer_bytes);
 // A listening socket on host:port (host empty: every interface; port 0:
 // any free port), configured as ConfigureSocket does (accepted sockets
 // inherit its buffer sizes). Returns it and the port it is bound to.
+// Never shares a port (no SO_REUSEPORT): a port another process listens on
+// is UNAVAILABLE "cannot listen on HOST:PORT: the port is in use by another
+// process".
 struct Listener {
   Fd fd;
   int port = 0;

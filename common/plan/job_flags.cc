@@ -23,4 +23,6 @@ absl::StatusOr<JobLimits> JobLimitsFromFlags() {
   return limits;
 }
 
+const char* JobFlagsFile() { return __FILE__; }
+
 }  // namespace psrt

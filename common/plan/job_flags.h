@@ -12,6 +12,8 @@ namespace psrt {
 // --max_job_file_mb, --max_model_layers, --max_graph_nodes; INVALID_ARGUMENT
 // naming the flag for a value below 1.
 absl::StatusOr<JobLimits> JobLimitsFromFlags();
+// The file that defines them, for HelpFlags (common/flags_help.h).
+const char* JobFlagsFile();
 
 }  // namespace psrt
 

@@ -314,7 +314,34 @@ absl::StatusOr<std::map<std::string, float>> EvaluateBatch(GraphStepRunner* runn
   return runner->EvaluateRows(variables, rows, batch);
 }
 
+// The test split as the evaluator reads it: once, in order, large batches.
+DatasetOptions TestSplitOptions(const TrainingJob& job) {
+  DatasetOptions o;
+  o.input = job.input();
+  o.split = job.input().test();
+  o.epochs = 1;
+  o.shuffle = false;
+  o.input.set_batch_size(std::max(job.input().batch_size(), 500));
+  return o;
+}
+
 }  // namespace
+
+absl::Status CheckTestSplit(const TrainingJob& job) {
+  if (job.input().test().files_size() == 0) return absl::OkStatus();
+  auto cannot = [](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("input.test: the test split cannot be read, so the job would end with no final metric: ",
+                     why));
+  };
+  absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Create(TestSplitOptions(job));
+  if (!data.ok()) return cannot(data.status().message());
+  Batch b;
+  absl::StatusOr<bool> more = (*data)->Next(&b);
+  if (!more.ok()) return cannot(more.status().message());
+  if (!*more) return cannot("it holds no example");
+  return absl::OkStatus();
+}
 
 Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads) {
   WorkerAssignment a = AssignmentOf(job, plan);
@@ -322,13 +349,7 @@ Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads
              -> absl::StatusOr<std::map<std::string, float>> {
     if (job.input().test().files_size() == 0) return absl::FailedPreconditionError("the job has no test split");
     ASSIGN_OR_RETURN(auto runner, GraphStepRunner::Create(a, threads));
-    DatasetOptions o;
-    o.input = job.input();
-    o.split = job.input().test();
-    o.epochs = 1;
-    o.shuffle = false;
-    o.input.set_batch_size(std::max(job.input().batch_size(), 500));
-    ASSIGN_OR_RETURN(auto data, Dataset::Create(o));
+    ASSIGN_OR_RETURN(auto data, Dataset::Create(TestSplitOptions(job)));
     std::map<std::string, double> sums;
     int64_t n = 0;
     Batch b;

@@ -67,6 +67,13 @@ WorkerAssignment AssignmentOf(const TrainingJob& job, const JobPlan& plan);
 // averaging the loss and metrics over examples.
 Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads = 0);
 
+// Before training: the job's test split (input.test), if it has one, opens
+// and its first batch reads as the evaluator will read it. Otherwise
+// FAILED_PRECONDITION "input.test: the test split cannot be read: WHY", so a
+// job does not train for hours to end with no final metric. OK for a job
+// without a test split.
+absl::Status CheckTestSplit(const TrainingJob& job);
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_PLAN_JOB_PLANNER_H_

@@ -93,6 +93,33 @@ TEST(JobPlannerTest, AJobPastItsBoundsIsRefusedNamingTheFlag) {
 
 // The stricter parse still takes every job users copy (their schedules and
 // inputs included).
+// A test split that cannot be read is found before training, not at the
+// final evaluation (which once ended a whole job with no metric, exit 0).
+TEST(JobPlannerTest, ATestSplitThatCannotBeReadIsRefusedBeforeTraining) {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_mlp.pbtxt");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(CheckTestSplit(*job).ok()) << CheckTestSplit(*job);
+
+  TrainingJob missing = *job;
+  missing.mutable_input()->mutable_test()->set_files(0, "/nonexistent/t10k-images-idx3-ubyte.gz");
+  absl::Status s = CheckTestSplit(missing);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("input.test: the test split cannot be read, so the job would end with no final metric: "));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("/nonexistent/t10k-images-idx3-ubyte.gz"));
+
+  // A file that opens but holds no IDX data.
+  const std::string garbage = ::testing::TempDir() + "/garbage-images.gz";
+  std::ofstream(garbage) << "not an idx file";
+  TrainingJob bad = *job;
+  bad.mutable_input()->mutable_test()->set_files(0, garbage);
+  EXPECT_THAT(std::string(CheckTestSplit(bad).message()), HasSubstr("input.test: the test split cannot be read"));
+
+  TrainingJob none = *job;
+  none.mutable_input()->clear_test();
+  EXPECT_TRUE(CheckTestSplit(none).ok());
+}
+
 TEST(JobPlannerTest, EveryExampleJobParses) {
   for (const char* name : {"fashion_mnist_cnn", "fashion_mnist_mlp", "fashion_mnist_mlp_central_storage",
                            "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",

@@ -75,6 +75,10 @@ grpc::ChannelArguments ClientChannelArguments(const RpcOptions& options) {
 void ConfigureServerBuilder(const RpcOptions& options, grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(options.max_message_bytes);
   builder->SetMaxSendMessageSize(options.max_message_bytes);
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the same port
+  // would then start and share its connections with the first (a second
+  // cluster's tasks registered with the first's chief). Off, its bind fails.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                               static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time) / 2));

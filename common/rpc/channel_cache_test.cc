@@ -79,6 +79,20 @@ TEST(ChannelCacheTest, SameChannelPerAddressAndLargeMessagesPass) {
   server->Shutdown();
 }
 
+// gRPC's default SO_REUSEPORT would let the second server start and share
+// the first one's clients.
+TEST(ChannelCacheTest, ASecondServerOnATakenPortDoesNotStart) {
+  EchoChief service;
+  int port = 0;
+  auto first = Serve(&service, "127.0.0.1:0", &port);
+  ASSERT_NE(first, nullptr);
+  int second_port = 0;
+  auto second = Serve(&service, "127.0.0.1:" + std::to_string(port), &second_port);
+  EXPECT_EQ(second, nullptr);
+  ChannelCache cache;
+  EXPECT_TRUE(CallJobStatus(&cache, "127.0.0.1:" + std::to_string(port)).ok());
+}
+
 TEST(ChannelCacheTest, DeadPeerIsUnavailableAndRetryReachesItWhenBack) {
   EchoChief service;
   int port = 0;

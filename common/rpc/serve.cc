@@ -2,6 +2,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/net/socket.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -29,6 +31,17 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& lis
                     "(a worker could restore a PS). Use per-role tokens (deploy/make_certs.sh, "
                     "OUT/tokens/ROLE) or mutual TLS, whose certificates name each task.";
   }
+  // gRPC's own failure says nothing of why: ask the kernel first (and again
+  // after a failure, for a port taken in between). A port another process
+  // holds is refused, never shared (ConfigureServerBuilder turns
+  // SO_REUSEPORT off).
+  absl::StatusOr<std::pair<std::string, int>> host_port = net::SplitHostPort(listen);
+  if (!host_port.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot listen on '", listen, "': not host:port"));
+  }
+  auto [host, port_wanted] = *host_port;
+  if (host == "0.0.0.0" || host == "::") host.clear();
+  RETURN_IF_ERROR(net::ProbeListen(host, port_wanted));
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(options, &builder);
   int port = 0;
@@ -36,7 +49,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& lis
   for (grpc::Service* s : services) builder.RegisterService(s);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen, " (in use?)"));
+    absl::Status why = net::ProbeListen(host, port_wanted);
+    if (!why.ok()) return why;
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen, ": gRPC refused the address"));
   }
   LOG(INFO) << "serving at " << listen << " (" << sec.Describe() << ")";
   return server;

@@ -1,6 +1,9 @@
 // Starting a daemon's gRPC server: message limits from RpcOptions, a loud
 // warning when plain text is served beyond loopback, an error naming the
 // address when it cannot listen.
+//
+// A port another process listens on is refused, never shared: UNAVAILABLE
+// "cannot listen on HOST:PORT: the port is in use by another process".
 #ifndef PSRT_COMMON_RPC_SERVE_H_
 #define PSRT_COMMON_RPC_SERVE_H_
 

@@ -10,9 +10,10 @@ ChiefClient::ChiefClient(std::shared_ptr<grpc::Channel> channel, std::string add
                          absl::Duration call_timeout)
     : address_(std::move(address)), timeout_(call_timeout), stub_(Chief::NewStub(channel)) {}
 
-absl::StatusOr<RegisterResponse> ChiefClient::Register(const TaskInfo& self) {
+absl::StatusOr<RegisterResponse> ChiefClient::Register(const TaskInfo& self, const JobIdentity* job) {
   RegisterRequest req;
   *req.mutable_task() = self;
+  if (job != nullptr) *req.mutable_job() = *job;
   return CallUnary(stub_.get(), &Chief::Stub::Register, req, timeout_, address_, "Register");
 }
 
@@ -54,6 +55,21 @@ void ChiefLink::set_on_chief_lost(std::function<void()> f) {
   on_chief_lost_ = std::move(f);
 }
 
+void ChiefLink::set_job_identity(JobIdentity job) {
+  absl::MutexLock lock(&mu_);
+  job_ = std::move(job);
+}
+
+void ChiefLink::set_on_refused(std::function<void(const absl::Status&)> f) {
+  absl::MutexLock lock(&mu_);
+  on_refused_ = std::move(f);
+}
+
+absl::Status ChiefLink::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
 void ChiefLink::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void ChiefLink::Stop() {
@@ -71,7 +87,7 @@ bool ChiefLink::registered() const {
 
 bool ChiefLink::WaitRegistered(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_ || stop_; };
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_ || stop_ || !refused_.ok(); };
   mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
   return registered_;
 }
@@ -113,7 +129,12 @@ void ChiefLink::Loop() {
       is_registered = registered_;
     }
     if (!is_registered) {
-      absl::StatusOr<RegisterResponse> r = client_.Register(self_);
+      std::optional<JobIdentity> job;
+      {
+        absl::MutexLock lock(&mu_);
+        job = job_;
+      }
+      absl::StatusOr<RegisterResponse> r = client_.Register(self_, job.has_value() ? &*job : nullptr);
       if (r.ok()) {
         answered();
         LOG(INFO) << "registered with the chief (incarnation " << std::hex << self_.incarnation()
@@ -122,6 +143,19 @@ void ChiefLink::Loop() {
         registered_ = true;
         backoff.Reset();
         continue;
+      }
+      if (r.status().code() == absl::StatusCode::kPermissionDenied) {
+        // Another job's chief, or credentials that may not act for this
+        // task: asking again cannot change the answer.
+        LOG(ERROR) << "the chief refuses this task: " << r.status().message();
+        std::function<void(const absl::Status&)> f;
+        {
+          absl::MutexLock lock(&mu_);
+          refused_ = r.status();
+          f = on_refused_;
+        }
+        if (f) f(r.status());
+        return;
       }
       check_lost();
       if (backoff.attempts() % 20 == 0) LOG(INFO) << "chief not reachable yet: " << r.status();

@@ -4,6 +4,10 @@
 // with backoff while the chief is not up), then heartbeats every interval,
 // registering again whenever the chief does not know this incarnation (a
 // restarted chief). The daemon serves whether or not the chief is there.
+// A chief that refuses the registration for good (PERMISSION_DENIED: the
+// task belongs to another job, or its credentials may not act for it) ends
+// the link: on_refused runs once with the chief's error, and the daemon
+// exits with it.
 //
 //   ChiefLink link(channels.Get(chief_address), self, ChiefLinkOptions());
 //   link.set_progress([&] { return Progress{step, loss, eps, epoch}; });
@@ -15,6 +19,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/status/statusor.h"
@@ -32,7 +37,8 @@ class ChiefClient {
   ChiefClient(std::shared_ptr<grpc::Channel> channel, std::string address,
               absl::Duration call_timeout = absl::Seconds(5));
 
-  absl::StatusOr<RegisterResponse> Register(const TaskInfo& self);
+  // `job` (may be null: an older task's request) is the task's identity.
+  absl::StatusOr<RegisterResponse> Register(const TaskInfo& self, const JobIdentity* job = nullptr);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& beat);
   absl::Status ReportFailure(const ReportFailureRequest& report);
   absl::StatusOr<JobStatusResponse> JobStatus();
@@ -70,12 +76,20 @@ class ChiefLink {
   // Runs on the link's thread when the chief has not answered for
   // options.chief_lost_after (a worker parks: no pushes without a chief).
   void set_on_chief_lost(std::function<void()> f);
+  // The job this task belongs to, sent with every registration. Call
+  // before Start().
+  void set_job_identity(JobIdentity job);
+  // Runs on the link's thread, once, when the chief refuses this task for
+  // good (PERMISSION_DENIED from Register); the link stops registering.
+  void set_on_refused(std::function<void(const absl::Status&)> f);
 
   void Start();
   void Stop();
   bool registered() const;
-  // Blocks until registered or `timeout`; true if registered.
+  // Blocks until registered, refused or `timeout`; true if registered.
   bool WaitRegistered(absl::Duration timeout) const;
+  // The chief's refusal (see set_on_refused); OK while there is none.
+  absl::Status refused() const;
   ChiefClient* client() { return &client_; }
 
  private:
@@ -88,6 +102,9 @@ class ChiefLink {
   std::function<Progress()> progress_ ABSL_GUARDED_BY(mu_);
   std::function<void(HeartbeatResponse::Command)> on_command_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_chief_lost_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const absl::Status&)> on_refused_ ABSL_GUARDED_BY(mu_);
+  std::optional<JobIdentity> job_ ABSL_GUARDED_BY(mu_);
+  absl::Status refused_ ABSL_GUARDED_BY(mu_);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
