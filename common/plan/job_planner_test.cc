@@ -124,7 +124,8 @@ TEST(JobPlannerTest, EveryExampleJobParses) {
   for (const char* name : {"fashion_mnist_cnn", "fashion_mnist_mlp", "fashion_mnist_mlp_central_storage",
                            "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",
                            "sparse_libsvm_hybrid", "fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn",
-                           "fashion_mnist_onnx_resnet", "fashion_mnist_onnx_resnet_bn", "fashion_mnist_onnx_vit"}) {
+                           "fashion_mnist_onnx_resnet", "fashion_mnist_onnx_resnet_bn", "fashion_mnist_onnx_vit",
+                           "fashion_mnist_onnx_vit_mirrored"}) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     EXPECT_TRUE(job.ok()) << job.status();
   }
