@@ -46,15 +46,17 @@
 #include "common/exit_codes.h"
 #include "common/rpc/channel_cache.h"
 #include "common/subprocess.h"
+#include "google/protobuf/text_format.h"
+#include "proto/job.pb.h"
 
 ABSL_FLAG(std::string, job, "", "Training job (default: examples/fashion_mnist_mlp.pbtxt).");
 ABSL_FLAG(std::string, cluster_spec, "", "Cluster spec (default: a chief, --ps PS and --workers workers on free loopback ports).");
-ABSL_FLAG(std::string, strategy, "parameter_server",
+ABSL_FLAG(std::string, strategy, "",
           "parameter_server, multi_worker_mirrored, mirrored, central_storage or hybrid: picks the "
           "default job (examples/fashion_mnist_mlp.pbtxt, _mirrored, _devices, _central_storage; "
           "examples/sparse_libsvm_hybrid.pbtxt, whose data make_sparse_data.py makes) and, without "
           "--cluster_spec, the cluster's shape (mirrored strategies have no ps tasks; mirrored and "
-          "central_storage one worker). With --job, the job's own strategy decides.");
+          "central_storage one worker). Default: the --job's own strategy, else parameter_server.");
 ABSL_FLAG(int, ps, 2, "Parameter servers, without --cluster_spec (none with --strategy=multi_worker_mirrored).");
 ABSL_FLAG(int, workers, 2, "Workers, without --cluster_spec.");
 ABSL_FLAG(std::vector<std::string>, kill, {},
@@ -209,6 +211,31 @@ void Scale(Launcher* launcher, std::vector<Child>* children, const std::string& 
                              stopped.empty() ? "" : absl::StrCat(": stopped (SIGTERM) ", absl::StrJoin(stopped, ", "))));
 }
 
+// The strategy a job file names, for the cluster's shape: a
+// multi_worker_mirrored job gets no ps tasks without being told twice.
+// parameter_server where there is no job or it does not parse (the chief
+// then says why).
+std::string StrategyOfJob(const std::string& path) {
+  if (path.empty()) return "parameter_server";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  TrainingJob job;
+  if (!in || !google::protobuf::TextFormat::ParseFromString(text.str(), &job)) return "parameter_server";
+  switch (job.strategy().kind_case()) {
+    case StrategyDef::kMultiWorkerMirrored:
+      return "multi_worker_mirrored";
+    case StrategyDef::kMirrored:
+      return "mirrored";
+    case StrategyDef::kCentralStorage:
+      return "central_storage";
+    case StrategyDef::kHybrid:
+      return "hybrid";
+    default:
+      return "parameter_server";
+  }
+}
+
 int Run(int argc, char** argv) {
   constexpr char kUsage[] =
       "Starts a whole cluster (chief, parameter servers, workers) on this machine and trains a job.\n"
@@ -221,7 +248,8 @@ int Run(int argc, char** argv) {
   std::system(absl::StrCat("mkdir -p '", run_dir, "'").c_str());
   Launcher launcher(run_dir, absl::GetFlag(FLAGS_verbose));
 
-  const std::string strategy = absl::GetFlag(FLAGS_strategy);
+  std::string strategy = absl::GetFlag(FLAGS_strategy);
+  if (strategy.empty()) strategy = StrategyOfJob(Here(absl::GetFlag(FLAGS_job)));
   const std::map<std::string, std::string> default_jobs = {
       {"parameter_server", "examples/fashion_mnist_mlp.pbtxt"},
       {"multi_worker_mirrored", "examples/fashion_mnist_mlp_mirrored.pbtxt"},
