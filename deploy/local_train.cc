@@ -31,6 +31,8 @@ ABSL_FLAG(std::string, summary, "", "Write a JSON summary here (default: the job
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the training steps run (evaluation stays on the CPU).");
 ABSL_FLAG(int, report_every, 100, "Steps between progress lines.");
+ABSL_FLAG(bool, shuffle, true, "Shuffle the training examples (false: the files' order, to line steps up with another trainer's).");
+ABSL_FLAG(std::string, loss_log, "", "Write each step's training loss here, one per line (a loss curve to compare).");
 
 namespace psrt {
 namespace {
@@ -75,7 +77,13 @@ absl::Status Train() {
   d.input = job.input();
   d.split = job.input().train();
   d.seed = job.seed();
+  d.shuffle = absl::GetFlag(FLAGS_shuffle);
   ASSIGN_OR_RETURN(auto data, Dataset::Create(d));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> loss_log(nullptr, &std::fclose);
+  if (const std::string path = absl::GetFlag(FLAGS_loss_log); !path.empty()) {
+    loss_log.reset(std::fopen(path.c_str(), "w"));
+    if (loss_log == nullptr) return absl::NotFoundError(absl::StrCat("--loss_log: cannot write ", path));
+  }
   Evaluator evaluate = MakeEvaluator(job, plan, threads);
   std::printf("training %s: %lld examples, batch %d, %lld steps (%lld per epoch), %s\n",
               job.name().c_str(), static_cast<long long>(examples), job.input().batch_size(),
@@ -121,6 +129,7 @@ absl::Status Train() {
     id.set_worker_incarnation(1);
     RETURN_IF_ERROR(client.Push(id, r.dense_gradients, r.sparse_gradients));
     loss_avg = step == 0 ? r.loss : 0.98 * loss_avg + 0.02 * r.loss;
+    if (loss_log != nullptr) std::fprintf(loss_log.get(), "%.7g\n", r.loss);
     window_examples += batch.size;
     if ((step + 1) % absl::GetFlag(FLAGS_report_every) == 0) {
       absl::Time now = absl::Now();

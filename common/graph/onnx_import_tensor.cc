@@ -208,10 +208,11 @@ absl::StatusOr<Folded> Importer::FoldOp(const Node& n, const std::vector<Folded>
       if (target[i] == -1) {
         if (infer >= 0) return Bad(n, "more than one -1 in the shape");
         infer = static_cast<int64_t>(i);
-      } else if (target[i] < 0) {
+      } else if (target[i] < 0 || target[i] > kMaxElements) {
         return Bad(n, "bad dim in the shape");
       } else {
         known *= target[i];
+        if (known > kMaxElements) return Bad(n, "the shape has too many elements");
       }
     }
     const int64_t total = static_cast<int64_t>(x.v.size());
@@ -299,7 +300,8 @@ absl::StatusOr<Folded> Importer::FoldOp(const Node& n, const std::vector<Folded>
         // Only "k times the batch" times or over a constant stays a
         // multiple of the batch.
         const double c = ka ? b : a;
-        if (op == "Mul" && !(ka && kb) && c == std::trunc(c) && c > 0) {
+        if (op == "Mul" && !(ka && kb) && c == std::trunc(c) && c > 0 && c <= kMaxElements &&
+            (ka ? ka : kb) * c <= kMaxElements) {
           k = (ka ? ka : kb) * static_cast<int64_t>(c);
         } else if (op == "Div" && ka && !kb && b > 0 && ka % static_cast<int64_t>(b) == 0) {
           k = ka / static_cast<int64_t>(b);
@@ -357,21 +359,26 @@ absl::StatusOr<Val> Importer::Reshaped(const Node& n, const Val& in, std::vector
   ASSIGN_OR_RETURN(Val x, Nchw(in, Hint(n)));
   if (target.size() > static_cast<size_t>(kMaxRank)) return Bad(n, "shape has too many dims");
   target_batch.resize(target.size(), 0);
-  // The input: its constant dims' product and its batch multiple.
+  // The input: its constant dims' product and its batch multiple, each at
+  // most kMaxElements (so their products fit in 64 bits).
   int64_t in_const = 1, in_k = 0;
   for (int64_t d : x.shape) {
+    if (d < -kMaxElements || d > kMaxElements) return Bad(n, absl::StrCat("input dim ", d, " is out of range"));
     if (d < 0) {
       if (in_k) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has two dims that depend on the batch"));
       in_k = -d;
     } else {
       in_const *= d;
+      if (in_const > kMaxElements) return Bad(n, "the input has too many elements");
     }
   }
   Shape out(target.size());
   int64_t out_const = 1, out_k = 0, infer = -1;
   for (size_t i = 0; i < target.size(); ++i) {
     int64_t d = target[i];
-    if (target_batch[i] > 0) {
+    if (target_batch[i] > kMaxElements) {
+      return Bad(n, "a dim of the shape is too many times the batch");
+    } else if (target_batch[i] > 0) {
       d = -target_batch[i];
     } else if (d == 0 && !allowzero) {
       if (i >= x.shape.size()) return Bad(n, absl::StrCat("shape ", ShapeString(target), " copies dim ", i, " the input lacks"));
@@ -410,9 +417,11 @@ absl::StatusOr<Val> Importer::Reshaped(const Node& n, const Val& in, std::vector
       }
       out[infer] = -(in_k * in_const / out_const);
       out_k = -out[infer];
+      if (out_k > kMaxElements) return Bad(n, "the inferred dim is too many times the batch");
     } else if (in_k && out_k) {
       if (out_const == 0 || (in_k * in_const) % (out_k * out_const) != 0) return mismatch();
       out[infer] = in_k * in_const / (out_k * out_const);
+      if (out[infer] > kMaxElements) return mismatch();
       out_const *= out[infer];
     } else if (!in_k && !out_k) {
       if (out_const == 0 || in_const % out_const != 0) return mismatch();
@@ -639,6 +648,7 @@ absl::StatusOr<Shape> Importer::ShapeInput(const Node& n, int i) {
   Shape out;
   for (int64_t j = 0; j < shape->value.NumElements(); ++j) {
     const int64_t k = shape->batch.empty() ? 0 : shape->batch[j];
+    if (k > kMaxElements) return Bad(n, "a dim of the shape is too many times the batch");
     const int64_t d = k > 0 ? -k : shape->value.data<int64_t>()[j];
     if (k == 0 && (d < 0 || d > kMaxElements)) return Bad(n, absl::StrCat("bad dim ", d, " in the shape"));
     out.push_back(d);

@@ -15,6 +15,12 @@ and prints test accuracy and training examples/s side by side, with the
 ratio psrt / PyTorch (examples/s of the training steps; PyTorch's time
 excludes its data shuffling, psrt's includes its input pipeline).
 
+--curve=N instead compares loss curves: N steps of plain SGD (--lr) from
+the same weights on the same batches (the training files' order, no
+shuffling), each step's loss from both, and the largest relative gap of
+the curves smoothed over 10 steps. Dropout draws different masks in
+each, so models with dropout (mlp, cnn, vit) differ by that noise.
+
   bazel build //deploy:local_train
   /tmp/torchvenv/bin/python tests/bench/onnx_torch_bench.py --models=vit --epochs=5 --threads=2
 
@@ -54,11 +60,7 @@ def job_settings(job_path):
 def torch_run(name, settings, epochs, threads, data):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = make_models.MODELS[name]()
-    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(os.path.join(ROOT, "examples", "onnx", name + ".onnx")).graph.initializer}
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            p.copy_(torch.from_numpy(weights[pname].copy()))
+    model = load_model(name)
     x_train, y_train, x_test, y_test = data
     batch = settings["batch"]
     steps_per_epoch = math.ceil(len(x_train) / batch)
@@ -88,6 +90,49 @@ def torch_run(name, settings, epochs, threads, data):
     return correct / len(x_test), total * batch / train_seconds
 
 
+def load_model(name):
+    model = make_models.MODELS[name]()
+    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(os.path.join(ROOT, "examples", "onnx", name + ".onnx")).graph.initializer}
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            p.copy_(torch.from_numpy(weights[pname].copy()))
+    return model
+
+
+def torch_curve(name, batch, steps, lr, threads, data):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = load_model(name)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x_train, y_train = data[0], data[1]
+    model.train()
+    losses = []
+    for s in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x_train[s * batch:(s + 1) * batch]), y_train[s * batch:(s + 1) * batch])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def psrt_curve(name, steps, lr, threads, binary):
+    text = open(os.path.join(ROOT, "examples", f"fashion_mnist_onnx_{name}.pbtxt")).read()
+    text = re.sub(r"\noptimizer \{.*?\n\}", f"\noptimizer {{ sgd {{ learning_rate: {lr} }} }}", text, flags=re.S)
+    text = text.replace('path: "onnx/', f'path: "{ROOT}/examples/onnx/')
+    with tempfile.TemporaryDirectory() as d:
+        job, log = os.path.join(d, "job.pbtxt"), os.path.join(d, "loss.txt")
+        open(job, "w").write(text)
+        subprocess.run([binary, f"--job={job}", f"--steps={steps}", f"--threads={threads}", "--shuffle=false",
+                        f"--loss_log={log}", f"--summary={os.path.join(d, 's.json')}", "--report_every=1000000"],
+                       check=True, stdout=subprocess.DEVNULL)
+        return [float(l) for l in open(log)]
+
+
+def smooth(xs, k=10):
+    return [sum(xs[max(0, i - k + 1):i + 1]) / len(xs[max(0, i - k + 1):i + 1]) for i in range(len(xs))]
+
+
 def psrt_run(name, epochs, threads, binary):
     job = os.path.join(ROOT, "examples", f"fashion_mnist_onnx_{name}.pbtxt")
     with tempfile.TemporaryDirectory() as d:
@@ -105,6 +150,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--local_train", default=os.path.join(ROOT, "bazel-bin", "deploy", "local_train"))
+    ap.add_argument("--curve", type=int, default=0, help="compare N steps' loss curves under plain SGD instead")
+    ap.add_argument("--lr", type=float, default=0.05, help="SGD's rate for --curve")
     args = ap.parse_args()
     def images(split):
         x = make_models.read_idx(os.path.join(args.data, f"{split}-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
@@ -112,6 +159,16 @@ def main():
     def labels(split):
         return torch.from_numpy(make_models.read_idx(os.path.join(args.data, f"{split}-labels-idx1-ubyte.gz")).astype(np.int64))
     data = (images("train"), labels("train"), images("t10k"), labels("t10k"))
+    if args.curve:
+        print(f"{'model':10} {'steps':>5} {'first loss psrt/torch':>22} {'last 10 psrt/torch':>20} {'max gap (10-step mean)':>24}")
+        for name in args.models.split(","):
+            batch = job_settings(os.path.join(ROOT, "examples", f"fashion_mnist_onnx_{name}.pbtxt"))["batch"]
+            p = psrt_curve(name, args.curve, args.lr, args.threads, args.local_train)
+            t = torch_curve(name, batch, args.curve, args.lr, args.threads, data)
+            sp, st = smooth(p), smooth(t)
+            gap = max(abs(a - b) / b for a, b in zip(sp, st))
+            print(f"{name:10} {len(p):5d} {p[0]:10.4f}/{t[0]:<11.4f} {sp[-1]:9.4f}/{st[-1]:<10.4f} {100 * gap:23.2f}%", flush=True)
+        return
     rows = []
     for name in args.models.split(","):
         settings = job_settings(os.path.join(ROOT, "examples", f"fashion_mnist_onnx_{name}.pbtxt"))
