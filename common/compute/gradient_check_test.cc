@@ -272,6 +272,7 @@ TEST(GradientCheckTest, EveryOp) {
                    {{"x", Random({1, 1, 4}, &rng)}},
                    {{"ref", Random({2, 7}, &rng)}}});
   cases.push_back({"Erf", [](GraphBuilder& b) { return b.Add("Erf", "y", {"x"}); }, {{"x", Random({3, 4}, &rng, -2, 2)}}});
+  cases.push_back({"Gelu", [](GraphBuilder& b) { return b.Add("Gelu", "y", {"x"}); }, {{"x", Random({3, 4}, &rng, -3, 3)}}});
   cases.push_back({"Sqrt", [](GraphBuilder& b) { return b.Add("Sqrt", "y", {"x"}); }, {{"x", Random({3, 4}, &rng, 0.5f, 2)}}});
   for (float e : {2.0f, 0.5f, -1.5f}) {
     cases.push_back({absl::StrCat("Pow ", e), [e](GraphBuilder& b) { return b.Add("Pow", "y", {"x"}, {{"exponent", AttrF(e)}}); },

@@ -642,6 +642,11 @@ absl::Status Importer::Convert(const Node& n) {
     // An initializer here is a trained parameter (a bias, a scale):
     // PyTorch writes literal constants as Constant nodes.
     RETURN_IF_ERROR(OnlyAttrs(n, {}));
+    if (std::optional<int> x = GeluInputOf(n)) {
+      ASSIGN_OR_RETURN(Val v, In(n, *x));
+      Set(n, 0, Val{b_->Add("Gelu", Hint(n), {v.tensor}), v.shape, v.nhwc});
+      return absl::OkStatus();
+    }
     ASSIGN_OR_RETURN(Val a, In(n, 0, true));
     ASSIGN_OR_RETURN(Val c, In(n, 1, true));
     ASSIGN_OR_RETURN(Val y, Arithmetic(n, op, a, c));
@@ -758,13 +763,12 @@ absl::StatusOr<OnnxImport> Importer::Run() {
     if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
   }
   if (opset_ < 7) return absl::UnimplementedError(absl::StrCat("ONNX model: opset ", opset_, " (7 or later is supported; PyTorch writes 13+)"));
-  std::map<std::string, const Node*> producer;
   for (int i = 0; i < graph_.node_size(); ++i) {
     const Node& n = graph_.node(i);
     index_[&n] = i;
     for (const std::string& out : n.output()) {
       if (out.empty()) continue;
-      if (!producer.emplace(out, &n).second) return Bad(n, absl::StrCat("output \"", out, "\" is produced twice"));
+      if (!producer_.emplace(out, &n).second) return Bad(n, absl::StrCat("output \"", out, "\" is produced twice"));
     }
   }
   for (const auto& t : graph_.initializer()) {
@@ -781,7 +785,7 @@ absl::StatusOr<OnnxImport> Importer::Run() {
   std::set<const Node*> needed;
   std::deque<std::string> todo;
   for (const std::string& o : options_.outputs) {
-    if (!producer.count(o)) {
+    if (!producer_.count(o)) {
       std::vector<std::string> outs;
       for (const auto& v : graph_.output()) outs.push_back(v.name());
       return absl::InvalidArgumentError(absl::StrCat("ONNX model: output \"", o, "\" is no node's output (graph outputs: ",
@@ -791,9 +795,9 @@ absl::StatusOr<OnnxImport> Importer::Run() {
     consumed_mask_.insert(o);
   }
   while (!todo.empty()) {
-    auto it = producer.find(todo.front());
+    auto it = producer_.find(todo.front());
     todo.pop_front();
-    if (it == producer.end() || !needed.insert(it->second).second) continue;
+    if (it == producer_.end() || !needed.insert(it->second).second) continue;
     for (const std::string& in : it->second->input()) {
       if (in.empty()) continue;
       consumed_mask_.insert(in);

@@ -98,9 +98,10 @@ bool NormAxis(int64_t* axis, int64_t rank) {
 std::optional<Folded> Importer::Known(const Node& n, int i) const {
   if (!HasInput(n, i)) return std::nullopt;
   const std::string& name = n.input(i);
-  if (values_.count(name)) return std::nullopt;
+  // A known value stays known after an op read it as data (a Const node).
   auto c = constants_.find(name);
   if (c != constants_.end()) return c->second;
+  if (values_.count(name)) return std::nullopt;
   auto it = initializers_.find(name);
   // A float initializer is a parameter (trained), never folded away.
   if (it == initializers_.end() || it->second->data_type() == onnx::TensorProto::FLOAT) return std::nullopt;
@@ -816,10 +817,12 @@ absl::Status Importer::MathNode(const Node& n) {
   auto scalar = [&](const std::string& name, float v) {
     return b_->Add("Const", Hint(n, "/" + name), {}, {{"value", AttrTensor(Tensor::Scalar<float>(v))}});
   };
-  std::string inner;
   if (approx == "none") {
-    inner = b_->Add("Erf", Hint(n, "/erf"), {b_->Add("BroadcastMul", Hint(n, "/scaled"), {x.tensor, scalar("rsqrt2", 0.70710678f)})});
-  } else if (approx == "tanh") {
+    Set(n, 0, Val{b_->Add("Gelu", Hint(n), {x.tensor}), x.shape, x.nhwc});
+    return absl::OkStatus();
+  }
+  std::string inner;
+  if (approx == "tanh") {
     // tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
     const std::string cube = b_->Add("Pow", Hint(n, "/cube"), {x.tensor}, {{"exponent", AttrF(3.0f)}});
     const std::string sum = b_->Add("AddN", Hint(n, "/sum"), {x.tensor, b_->Add("BroadcastMul", Hint(n, "/c3"), {cube, scalar("c", 0.044715f)})});
@@ -831,6 +834,49 @@ absl::Status Importer::MathNode(const Node& n) {
   const std::string one_plus = b_->Add("BroadcastAdd", Hint(n, "/one_plus"), {inner, scalar("one", 1.0f)});
   Set(n, 0, Val{b_->Add("BroadcastMul", Hint(n), {half, one_plus}), x.shape, x.nhwc});
   return absl::OkStatus();
+}
+
+std::optional<int> Importer::GeluInputOf(const Node& n) const {
+  // The node producing input i of n if it is `op`; its constant operand
+  // (a float scalar near `value`) is the other input, whose index is
+  // returned in *other.
+  auto made_by = [&](const Node& m, int i, const std::string& op) -> const Node* {
+    auto p = i < m.input_size() ? producer_.find(m.input(i)) : producer_.end();
+    const size_t inputs = op == "Erf" ? 1 : 2;
+    return p != producer_.end() && p->second->op_type() == op && p->second->input_size() == static_cast<int>(inputs)
+               ? p->second
+               : nullptr;
+  };
+  auto scalar = [&](const Node& m, int i, double value) {
+    std::optional<Folded> f = Known(m, i);
+    return f && !f->symbolic() && f->value.dtype() == DT_FLOAT && f->value.NumElements() == 1 &&
+           std::fabs(f->value.data<float>()[0] - value) <= 1e-6 * std::fabs(value);
+  };
+  // With (c, k) one of (0, 1), (1, 0): node m's input c is the constant
+  // `value` and input k what follows.
+  auto other = [&](const Node& m, double value) -> int {
+    if (scalar(m, 1, value)) return 0;
+    if (scalar(m, 0, value)) return 1;
+    return -1;
+  };
+  for (int x = 0; x < 2; ++x) {
+    const Node* half = made_by(n, 1 - x, "Mul");
+    if (half == nullptr) continue;
+    const int a = other(*half, 0.5);
+    const Node* add = a < 0 ? nullptr : made_by(*half, a, "Add");
+    if (add == nullptr) continue;
+    const int e = other(*add, 1.0);
+    const Node* erf = e < 0 ? nullptr : made_by(*add, e, "Erf");
+    if (erf == nullptr) continue;
+    auto d = producer_.find(erf->input(0));
+    if (d == producer_.end() || d->second->input_size() != 2 || d->second->input(0) != n.input(x)) continue;
+    const Node& scale = *d->second;
+    if ((scale.op_type() == "Div" && scalar(scale, 1, std::sqrt(2.0))) ||
+        (scale.op_type() == "Mul" && scalar(scale, 1, std::sqrt(0.5)))) {
+      return x;
+    }
+  }
+  return std::nullopt;
 }
 
 absl::Status Importer::CastNode(const Node& n) {

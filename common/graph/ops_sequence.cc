@@ -168,6 +168,9 @@ void RegisterSequenceOps(OpRegistry* r) {
   }
   r->Register(Elementwise("Erf", "ErfGrad", false));
   r->Register(ShapedLikeInput("ErfGrad", 2, 1));
+  // x * Phi(x), Phi the standard normal's CDF (the exact GELU).
+  r->Register(Elementwise("Gelu", "GeluGrad", false));
+  r->Register(ShapedLikeInput("GeluGrad", 2, 1));
   r->Register(Elementwise("Sqrt", "SqrtGrad", true));
   r->Register(ShapedLikeInput("SqrtGrad", 2, 1));
   r->Register(Elementwise("Pow", "PowGrad", false, {"exponent"}));  // attr exponent

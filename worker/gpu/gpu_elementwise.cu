@@ -16,6 +16,7 @@ __global__ void UnaryKernel(UnaryOp op, const float* __restrict__ x, float* __re
       case UnaryOp::kTanh: y[i] = tanhf(v); break;
       case UnaryOp::kErf: y[i] = erff(v); break;
       case UnaryOp::kSqrt: y[i] = sqrtf(v); break;
+      case UnaryOp::kGelu: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
     }
   }
 }
@@ -34,6 +35,9 @@ __global__ void BinaryKernel(BinaryOp op, const float* a, const float* b, float*
       case BinaryOp::kTanhGrad: out[i] = u * (1.0f - v * v); break;
       case BinaryOp::kErfGrad: out[i] = u * kTwoOverSqrtPi * expf(-v * v); break;
       case BinaryOp::kSqrtGrad: out[i] = u * 0.5f / v; break;
+      case BinaryOp::kGeluGrad:
+        out[i] = u * (0.5f * (1.0f + erff(v * 0.70710678118654752f)) + v * 0.39894228040143268f * expf(-0.5f * v * v));
+        break;
     }
   }
 }

@@ -413,6 +413,8 @@ void RegisterGpuBasicKernels(GpuKernelRegistry* r) {
   r->Register("ErfGrad", BinaryKernel(BinaryOp::kErfGrad));
   r->Register("Sqrt", UnaryKernel(UnaryOp::kSqrt));
   r->Register("SqrtGrad", BinaryKernel(BinaryOp::kSqrtGrad));
+  r->Register("Gelu", UnaryKernel(UnaryOp::kGelu));
+  r->Register("GeluGrad", BinaryKernel(BinaryOp::kGeluGrad));
   r->Register("Pow", PowOp);
   r->Register("PowGrad", PowGradOp);
   r->Register("Mul", BinaryKernel(BinaryOp::kMul));

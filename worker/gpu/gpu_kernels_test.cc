@@ -298,6 +298,7 @@ TEST(GpuKernelsTest, TransformerOpsMatchCpu) {
                      {{"x", Random({3, 5, d}, &rng, -2, 3)}, {"gamma", Random({d}, &rng, 0.5f, 1.5f)}, {"beta", Random({d}, &rng)}}});
   }
   cases.push_back({"Erf", [](GraphBuilder& b) { return b.Add("Erf", "y", {"x"}); }, {{"x", Random({33, 17}, &rng, -2, 2)}}});
+  cases.push_back({"Gelu", [](GraphBuilder& b) { return b.Add("Gelu", "y", {"x"}); }, {{"x", Random({33, 17}, &rng, -3, 3)}}});
   cases.push_back({"Sqrt", [](GraphBuilder& b) { return b.Add("Sqrt", "y", {"x"}); }, {{"x", Random({33, 17}, &rng, 0.5f, 3)}}});
   for (float e : {2.0f, 3.0f, 0.5f, 1.0f}) {
     cases.push_back({"Pow " + std::to_string(e),

@@ -57,9 +57,9 @@ GpuError GemmStridedBatched(void* blas, bool ta, bool tb, int64_t m, int64_t n, 
                             int64_t lda, const float* d_b, int64_t ldb, float* d_c, int64_t ldc, const GemmBatch& g);
 
 // --- element-wise and row ops (gpu_elementwise.cu) ---
-enum class UnaryOp { kRelu, kSigmoid, kTanh, kErf, kSqrt };
-// (a, b) = (dy, y) for grads, but (dy, x) for kErfGrad.
-enum class BinaryOp { kMul, kAdd, kReluGrad, kSigmoidGrad, kTanhGrad, kErfGrad, kSqrtGrad };
+enum class UnaryOp { kRelu, kSigmoid, kTanh, kErf, kSqrt, kGelu };
+// (a, b) = (dy, y) for grads, but (dy, x) for kErfGrad and kGeluGrad.
+enum class BinaryOp { kMul, kAdd, kReluGrad, kSigmoidGrad, kTanhGrad, kErfGrad, kSqrtGrad, kGeluGrad };
 
 GpuError Unary(void* stream, UnaryOp op, const float* d_x, float* d_y, int64_t n);
 GpuError Binary(void* stream, BinaryOp op, const float* d_a, const float* d_b, float* d_out, int64_t n);
