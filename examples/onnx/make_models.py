@@ -23,7 +23,6 @@ The files are checked in: psrt's tests (common/graph:onnx_torch_test) read
 them and need no PyTorch.
 """
 import argparse
-import gzip
 import os
 
 import numpy as np
@@ -32,8 +31,9 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
+from fashion_mnist import BATCH, read_idx
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-BATCH = 32
 
 
 def mlp():
@@ -212,14 +212,6 @@ class MobileNetV2(nn.Module):
         x = nn.functional.pad(x, (2, 2, 2, 2))                                  # 28x28 -> 32x32
         x = self.features(x)
         return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def has_batch_norm(model):
