@@ -320,6 +320,52 @@ TEST(OnnxImportTest, ShapeArithmeticOnTheBatchIsFolded) {
   }
 }
 
+// Known values of any rank slice (along any axis, any step, ONNX's
+// clamping of out-of-range starts and ends, steps up to INT64_MIN/MAX
+// without overflow) and transpose at import time, as PyTorch's pad
+// arithmetic needs: the folded value is read back as a constant added to
+// the input.
+TEST(OnnxImportTest, KnownValuesSliceAndTransposeAtAnyRank) {
+  // `width`: how many elements the slice keeps (2 a row).
+  auto folded = [](int64_t start, int64_t end, int64_t step, int64_t width) -> absl::StatusOr<std::vector<float>> {
+    ModelMaker m;
+    m.Input("input", {-1, width});
+    m.InitInt64("flat", {1, 2, 3, 4, 5, 6});
+    m.InitInt64("rows", {3, 2});
+    m.InitInt64("flat_shape", {-1});
+    m.InitInt64("start", {start});
+    m.InitInt64("end", {end});
+    m.InitInt64("axis", {0});
+    m.InitInt64("step", {step});
+    m.Node("Reshape", "matrix", {"flat", "rows"}, {"mat"});                              // [[1,2],[3,4],[5,6]]
+    m.Node("Slice", "pick", {"mat", "start", "end", "axis", "step"}, {"picked"});       // rows
+    ModelMaker::IntsAttr(m.Node("Transpose", "swap", {"picked"}, {"t"}), "perm", {1, 0});
+    m.Node("Reshape", "back", {"t", "flat_shape"}, {"v"});
+    ModelMaker::IntAttr(m.Node("Cast", "to_float", {"v"}, {"c"}), "to", onnx::TensorProto::FLOAT);
+    m.Node("Add", "add", {"input", "c"}, {"y"});
+    m.Output("y");
+    Tensor zero(DT_FLOAT, TensorShape({1, width}));
+    std::fill(zero.data<float>(), zero.data<float>() + width, 0.0f);
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, width}, zero, "y");
+    if (!y.ok()) return y.status();
+    return std::vector<float>(y->data<float>(), y->data<float>() + y->NumElements());
+  };
+  // PyTorch's: rows reversed (start -1, end "before the start", step -1), transposed.
+  absl::StatusOr<std::vector<float>> reversed = folded(-1, INT64_MIN, -1, 6);
+  ASSERT_TRUE(reversed.ok()) << reversed.status();
+  EXPECT_THAT(*reversed, testing::ElementsAre(5, 3, 1, 6, 4, 2));
+  // One row each: a step past the end, either way.
+  absl::StatusOr<std::vector<float>> first = folded(0, INT64_MAX, INT64_MAX, 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(*first, testing::ElementsAre(1, 2));
+  absl::StatusOr<std::vector<float>> last = folded(INT64_MAX, INT64_MIN, INT64_MIN, 2);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_THAT(*last, testing::ElementsAre(5, 6));
+  absl::StatusOr<std::vector<float>> zero_step = folded(0, 2, 0, 4);
+  ASSERT_FALSE(zero_step.ok());
+  EXPECT_THAT(zero_step.status().message(), HasSubstr("ONNX node pick (Slice): step 0"));
+}
+
 TEST(OnnxImportTest, WhatCannotBeFoldedIsRefusedNamingTheNode) {
   {
     // Indices computed at run time (an embedding lookup of token ids).
