@@ -601,9 +601,11 @@ absl::Status Importer::PadNode(const Node& n) {
     }
     if (HasInput(n, 3)) {
       ASSIGN_OR_RETURN(axes, known_ints(3, "axes"));
+      std::vector<bool> seen(rank, false);
       for (int64_t& a : axes) {
         if (a < 0) a += rank;
-        if (a < 0 || a >= rank) return Bad(n, absl::StrCat("axis out of range for ", ShapeString(x.shape)));
+        if (a < 0 || a >= rank || seen[a]) return Bad(n, absl::StrCat("axis out of range or repeated for ", ShapeString(x.shape)));
+        seen[a] = true;
       }
     }
   }
@@ -612,8 +614,8 @@ absl::Status Importer::PadNode(const Node& n) {
   }
   std::vector<int64_t> begin(rank, 0), end(rank, 0);
   for (size_t j = 0; j < axes.size(); ++j) {
-    begin[axes[j]] += pads[j];
-    end[axes[j]] += pads[j + axes.size()];
+    begin[axes[j]] = pads[j];
+    end[axes[j]] = pads[j + axes.size()];
   }
   if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
     Set(n, 0, x);
