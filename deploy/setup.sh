@@ -76,5 +76,7 @@ make_venv /opt/psrt/venv tensorboard==2.15.1 tfrecord==1.14.6 "numpy<2"
 # 2.21 needs NumPy 2 and a newer tensorboard than the pins above): the
 # readers that check what //chief:export writes and the writers of the
 # TFRecord files our input pipeline must read.
-make_venv /opt/psrt/venv-tf "tensorflow-cpu==2.21.*" "onnxruntime==1.32.*" "onnx==1.23.*"
+# tf2onnx is what Keras 3's model.export(format="onnx") calls on the
+# TensorFlow backend (examples/onnx/make_keras_models.py).
+make_venv /opt/psrt/venv-tf "tensorflow-cpu==2.21.*" "onnxruntime==1.32.*" "onnx==1.23.*" "tf2onnx==1.17.*"
 echo "setup: done"

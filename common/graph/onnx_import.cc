@@ -8,6 +8,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -250,6 +251,7 @@ absl::Status Importer::Bind(const onnx::ValueInfoProto& input, const OnnxFeed& f
 absl::StatusOr<Val> Importer::Window(const Node& n, const std::string& op) {
   const bool conv = op == "Conv";
   ASSIGN_OR_RETURN(Val x, In(n, 0));
+  auto padded = conv_pads_.find(n.input(0));  // x.shape is the padded one
   if (x.shape.size() != 4) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " is not 4-D NCHW (only 2-D windows are supported)"));
   for (int i = 1; i < 4; ++i) {
     if (x.shape[i] < 0) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has unknown dims past the batch"));
@@ -338,6 +340,9 @@ absl::StatusOr<Val> Importer::Window(const Node& n, const std::string& op) {
   if (ceil_mode != 0 && (out_dim(x.shape[2], pads[0], pads[2], ext_h, strides[0], true) != oh ||
                          out_dim(x.shape[3], pads[1], pads[3], ext_w, strides[1], true) != ow)) {
     return Unsupported(n, "ceil_mode 1 is not supported where it changes the output");
+  }
+  if (padded != conv_pads_.end()) {
+    for (int i = 0; i < 4; ++i) pads[i] += padded->second[i];
   }
   Attrs attrs = {{"padding", AttrS("EXPLICIT")}, {"pads", AttrInts(pads)}, {"strides", AttrInts(strides)}};
   if (pads == std::vector<int64_t>{0, 0, 0, 0}) attrs = {{"padding", AttrS("VALID")}, {"strides", AttrInts(strides)}};
@@ -560,6 +565,93 @@ absl::Status Importer::BatchNormNode(const Node& n) {
   return absl::OkStatus();
 }
 
+// Pad, constant mode with zeros on the spatial axes of an NCHW value,
+// becomes the padding of the Convs that read it (a convolution over zeros
+// it pads itself is the same sum): no padded copy of the input, nor of its
+// gradient, is made per step, and no kernel is needed. A Pad read by
+// anything else, or of another mode or value, is refused.
+absl::Status Importer::PadNode(const Node& n) {
+  RETURN_IF_ERROR(OnlyAttrs(n, {"mode", "pads", "value"}));
+  ASSIGN_OR_RETURN(std::string mode, String(n, "mode", "constant"));
+  if (mode != "constant") return Unsupported(n, absl::StrCat("mode ", mode, " is not supported (only constant)"));
+  ASSIGN_OR_RETURN(Val x, In(n, 0));
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  std::vector<int64_t> pads;
+  float value = 0;
+  std::vector<int64_t> axes(rank);
+  std::iota(axes.begin(), axes.end(), 0);
+  auto known_ints = [&](int i, const char* what) -> absl::StatusOr<std::vector<int64_t>> {
+    std::optional<Folded> k = Known(n, i);
+    if (!k || k->symbolic() || k->value.dtype() != DT_INT64 || k->value.shape().rank() != 1 ||
+        k->value.NumElements() > 2 * kMaxRank) {
+      return Unsupported(n, absl::StrCat(what, " must be a constant int64 vector"));
+    }
+    return std::vector<int64_t>(k->value.data<int64_t>(), k->value.data<int64_t>() + k->value.NumElements());
+  };
+  if (opset_ < 11) {
+    ASSIGN_OR_RETURN(pads, Ints(n, "pads", {}));
+    ASSIGN_OR_RETURN(value, Float(n, "value", 0.0f));
+  } else {
+    if (Attr(n, "pads") != nullptr || Attr(n, "value") != nullptr) return Bad(n, "pads and value are inputs since opset 11");
+    ASSIGN_OR_RETURN(pads, known_ints(1, "pads"));
+    if (HasInput(n, 2)) {
+      ASSIGN_OR_RETURN(Tensor v, Static(n, 2));
+      if (v.NumElements() != 1) return Unsupported(n, "constant_value must be a scalar");
+      value = v.dtype() == DT_FLOAT ? v.data<float>()[0] : static_cast<float>(v.data<int64_t>()[0]);
+    }
+    if (HasInput(n, 3)) {
+      ASSIGN_OR_RETURN(axes, known_ints(3, "axes"));
+      std::vector<bool> seen(rank, false);
+      for (int64_t& a : axes) {
+        if (a < 0) a += rank;
+        if (a < 0 || a >= rank || seen[a]) return Bad(n, absl::StrCat("axis out of range or repeated for ", ShapeString(x.shape)));
+        seen[a] = true;
+      }
+    }
+  }
+  if (pads.size() != 2 * axes.size()) {
+    return Bad(n, absl::StrCat(pads.size(), " pads for ", axes.size(), " axes (needs a begin and an end for each)"));
+  }
+  std::vector<int64_t> begin(rank, 0), end(rank, 0);
+  for (size_t j = 0; j < axes.size(); ++j) {
+    begin[axes[j]] = pads[j];
+    end[axes[j]] = pads[j + axes.size()];
+  }
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
+    Set(n, 0, x);
+    return absl::OkStatus();
+  }
+  if (value != 0) return Unsupported(n, absl::StrCat("constant_value ", value, " is not supported (only 0)"));
+  if (rank != 4 || begin[0] || end[0] || begin[1] || end[1]) {
+    return Unsupported(n, absl::StrCat("pads [", absl::StrJoin(pads, ","), "] of ", ShapeString(x.shape),
+                                       ": only the two spatial axes of an NCHW value may be padded"));
+  }
+  constexpr int64_t kMaxPad = 1024;  // as a window's pads
+  Shape shape = x.shape;
+  for (int64_t a = 2; a < 4; ++a) {
+    if (begin[a] < 0 || end[a] < 0 || begin[a] > kMaxPad || end[a] > kMaxPad) {
+      return Unsupported(n, absl::StrCat("pads [", absl::StrJoin(pads, ","), "]: each must be in [0, ", kMaxPad,
+                                         "] (cropping is not supported)"));
+    }
+    if (shape[a] < 0) return Unsupported(n, absl::StrCat("input ", ShapeString(x.shape), " has unknown spatial dims"));
+    shape[a] += begin[a] + end[a];
+  }
+  for (const std::string& o : options_.outputs) {
+    if (o == n.output(0)) return Unsupported(n, "is the model's output; a Pad is only supported before a Conv");
+  }
+  for (const Node* r : readers_[n.output(0)]) {
+    const bool as_data_only = r->op_type() == "Conv" && r->input_size() > 0 && r->input(0) == n.output(0) &&
+                              std::count(r->input().begin(), r->input().end(), n.output(0)) == 1;
+    if (!as_data_only) {
+      return Unsupported(n, absl::StrCat("read by ", Where(*r), "; a Pad is only supported where every reader is a Conv ",
+                                         "taking it as its input X (it becomes the Conv's padding)"));
+    }
+  }
+  conv_pads_[n.output(0)] = {begin[2], begin[3], end[2], end[3]};
+  Set(n, 0, Val{x.tensor, shape, x.nhwc});
+  return absl::OkStatus();
+}
+
 absl::Status Importer::Convert(const Node& n) {
   const std::string& op = n.op_type();
   if (!n.domain().empty() && n.domain() != "ai.onnx") {
@@ -656,6 +748,7 @@ absl::Status Importer::Convert(const Node& n) {
   if (op == "ReduceMean" || op == "ReduceSum") return Reduction(n);
   if (op == "Clip") return ClipNode(n);
   if (op == "BatchNormalization") return BatchNormNode(n);
+  if (op == "Pad") return PadNode(n);
   if (op == "GlobalAveragePool") {
     RETURN_IF_ERROR(OnlyAttrs(n, {}));
     ASSIGN_OR_RETURN(Val x, In(n, 0));
@@ -726,7 +819,7 @@ std::vector<std::string> SupportedOnnxOps() {
   return {"Add",       "AveragePool", "BatchNormalization", "Cast",      "CastLike",  "Clip",      "Concat",
           "Constant",  "ConstantOfShape", "Conv",           "Div",       "Dropout",   "Erf",       "Expand",
           "Flatten",   "Gather",      "Gelu",               "Gemm",      "GlobalAveragePool", "Identity",
-          "LayerNormalization", "LogSoftmax", "MatMul",     "MaxPool",   "Mul",       "Pow",       "ReduceMean",
+          "LayerNormalization", "LogSoftmax", "MatMul",     "MaxPool",   "Mul",       "Pad",       "Pow",       "ReduceMean",
           "ReduceSum", "Relu",        "Reshape",            "Shape",     "Sigmoid",   "Slice",     "Softmax",
           "Sqrt",      "Squeeze",     "Sub",                "Tanh",      "Transpose", "Unsqueeze"};
 }
@@ -800,6 +893,7 @@ absl::StatusOr<OnnxImport> Importer::Run() {
     if (it == producer_.end() || !needed.insert(it->second).second) continue;
     for (const std::string& in : it->second->input()) {
       if (in.empty()) continue;
+      readers_[in].push_back(it->second);
       consumed_mask_.insert(in);
       todo.push_back(in);
     }

@@ -93,6 +93,38 @@ bool NormAxis(int64_t* axis, int64_t rank) {
   return *axis >= 0 && *axis < rank;
 }
 
+// out[i_0, ..., i_r-1] = x[j] where x's index along axis perm[a] is
+// pick[a][i_a] (perm empty: the identity): a slice with perm empty, a
+// transpose with every index picked. The result has pick[a].size() dims.
+Arr Gathered(const Arr& x, const std::vector<std::vector<int64_t>>& pick, std::vector<int64_t> perm) {
+  const size_t rank = x.dims.size();
+  if (perm.empty()) {
+    perm.resize(rank);
+    std::iota(perm.begin(), perm.end(), 0);
+  }
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t a = rank; a-- > 1;) stride[a - 1] = stride[a] * x.dims[a];
+  Arr out;
+  out.is_float = x.is_float;
+  int64_t total = 1;
+  for (const auto& p : pick) {
+    out.dims.push_back(static_cast<int64_t>(p.size()));
+    total *= static_cast<int64_t>(p.size());
+  }
+  std::vector<size_t> i(rank, 0);
+  for (int64_t e = 0; e < total; ++e) {
+    int64_t j = 0;
+    for (size_t a = 0; a < rank; ++a) j += pick[a][i[a]] * stride[perm[a]];
+    out.v.push_back(x.v[j]);
+    out.k.push_back(x.k[j]);
+    for (size_t a = rank; a-- > 0;) {  // the next index, last axis fastest
+      if (++i[a] < pick[a].size()) break;
+      i[a] = 0;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<Folded> Importer::Known(const Node& n, int i) const {
@@ -136,7 +168,8 @@ absl::StatusOr<std::vector<int64_t>> Importer::AxesOf(const Node& n, int64_t ran
 absl::StatusOr<bool> Importer::Fold(const Node& n) {
   static const std::set<std::string> kFoldable = {"Identity", "Cast",  "CastLike", "Squeeze", "Unsqueeze",
                                                   "Reshape",  "Concat", "Gather",  "Slice",   "Mul",
-                                                  "Div",      "Add",   "Sub",      "Sqrt",    "ConstantOfShape"};
+                                                  "Div",      "Add",   "Sub",      "Sqrt",    "ConstantOfShape",
+                                                  "Transpose"};
   if (!kFoldable.count(n.op_type()) || n.input_size() == 0) return false;
   std::vector<Folded> in;
   for (int i = 0; i < n.input_size(); ++i) {
@@ -258,33 +291,59 @@ absl::StatusOr<Folded> Importer::FoldOp(const Node& n, const std::vector<Folded>
     return FromArr(out);
   }
   if (op == "Slice") {
-    if (rank != 1) return Unsupported(n, "slicing a known value of rank other than 1");
+    // Any axes of a known value (PyTorch's pad arithmetic reverses the
+    // rows of a [k, 2] matrix with step -1).
     ASSIGN_OR_RETURN(std::vector<int64_t> starts, ints_of(1, "starts"));
     ASSIGN_OR_RETURN(std::vector<int64_t> ends, ints_of(2, "ends"));
-    std::vector<int64_t> steps = {1};
-    if (in.size() > 3 && in[3].value.NumElements() > 0) {
-      ASSIGN_OR_RETURN(std::vector<int64_t> axes, ints_of(3, "axes"));
-      if (axes.size() != 1 || (axes[0] != 0 && axes[0] != -1)) return Bad(n, "axes of a 1-D slice");
+    std::vector<int64_t> axes(starts.size()), steps(starts.size(), 1);
+    std::iota(axes.begin(), axes.end(), 0);
+    if (in.size() > 3 && !n.input(3).empty()) {
+      ASSIGN_OR_RETURN(axes, ints_of(3, "axes"));
     }
-    if (in.size() > 4 && in[4].value.NumElements() > 0) {
+    if (in.size() > 4 && !n.input(4).empty()) {
       ASSIGN_OR_RETURN(steps, ints_of(4, "steps"));
     }
-    if (starts.size() != 1 || ends.size() != 1 || steps.size() != 1 || steps[0] == 0) return Bad(n, "bad starts, ends or steps");
-    const int64_t dim = x.dims[0], step = steps[0];
-    auto clampi = [&](int64_t v, bool end) {
-      if (v < 0) v += dim;
-      return step > 0 ? std::clamp<int64_t>(v, 0, dim) : std::clamp<int64_t>(v, -1, dim - 1) + (end ? 0 : 0);
-    };
-    int64_t s = clampi(starts[0], false), e = clampi(ends[0], true);
-    Arr out;
-    out.is_float = x.is_float;
-    for (int64_t i = s; step > 0 ? i < e : i > e; i += step) {
-      if (i < 0 || i >= dim) break;
-      out.v.push_back(x.v[i]);
-      out.k.push_back(x.k[i]);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+      return Bad(n, "starts, ends, axes and steps differ in length");
     }
-    out.dims = {static_cast<int64_t>(out.v.size())};
-    return FromArr(out);
+    std::vector<std::vector<int64_t>> pick(rank);
+    for (int64_t a = 0; a < rank; ++a) {
+      pick[a].resize(x.dims[a]);
+      std::iota(pick[a].begin(), pick[a].end(), 0);
+    }
+    std::vector<bool> seen(rank, false);
+    for (size_t j = 0; j < axes.size(); ++j) {
+      int64_t a = axes[j];
+      if (!NormAxis(&a, rank) || seen[a]) return Bad(n, absl::StrCat("axis ", axes[j], " out of range or repeated for rank ", rank));
+      seen[a] = true;
+      const int64_t dim = x.dims[a];
+      int64_t step = steps[j];
+      if (step == 0) return Bad(n, "step 0");
+      // ONNX's clamping: [0, dim] going forward, [-1, dim - 1] backward.
+      auto clampi = [&](int64_t v) {
+        if (v < 0) v += dim;
+        return step > 0 ? std::clamp<int64_t>(v, 0, dim) : std::clamp<int64_t>(v, -1, dim - 1);
+      };
+      step = std::clamp<int64_t>(step, -dim - 1, dim + 1);  // a larger one takes one element, without overflow
+      pick[a].clear();
+      for (int64_t i = clampi(starts[j]), e = clampi(ends[j]); step > 0 ? i < e : i > e; i += step) pick[a].push_back(i);
+    }
+    return FromArr(Gathered(x, pick, {}));
+  }
+  if (op == "Transpose") {
+    std::vector<int64_t> perm(rank);
+    std::iota(perm.rbegin(), perm.rend(), 0);
+    ASSIGN_OR_RETURN(perm, Ints(n, "perm", perm));
+    if (static_cast<int64_t>(perm.size()) != rank) return Bad(n, absl::StrCat("perm has ", perm.size(), " axes for rank ", rank));
+    std::vector<bool> seen(rank, false);
+    std::vector<std::vector<int64_t>> pick(rank);
+    for (int64_t i = 0; i < rank; ++i) {
+      if (perm[i] < 0 || perm[i] >= rank || seen[perm[i]]) return Bad(n, "perm is not a permutation of the input's axes");
+      seen[perm[i]] = true;
+      pick[i].resize(x.dims[perm[i]]);
+      std::iota(pick[i].begin(), pick[i].end(), 0);
+    }
+    return FromArr(Gathered(x, pick, perm));
   }
   if (op == "Mul" || op == "Div" || op == "Add" || op == "Sub") {
     Arr y = ToArr(in[1]);

@@ -320,6 +320,52 @@ TEST(OnnxImportTest, ShapeArithmeticOnTheBatchIsFolded) {
   }
 }
 
+// Known values of any rank slice (along any axis, any step, ONNX's
+// clamping of out-of-range starts and ends, steps up to INT64_MIN/MAX
+// without overflow) and transpose at import time, as PyTorch's pad
+// arithmetic needs: the folded value is read back as a constant added to
+// the input.
+TEST(OnnxImportTest, KnownValuesSliceAndTransposeAtAnyRank) {
+  // `width`: how many elements the slice keeps (2 a row).
+  auto folded = [](int64_t start, int64_t end, int64_t step, int64_t width) -> absl::StatusOr<std::vector<float>> {
+    ModelMaker m;
+    m.Input("input", {-1, width});
+    m.InitInt64("flat", {1, 2, 3, 4, 5, 6});
+    m.InitInt64("rows", {3, 2});
+    m.InitInt64("flat_shape", {-1});
+    m.InitInt64("start", {start});
+    m.InitInt64("end", {end});
+    m.InitInt64("axis", {0});
+    m.InitInt64("step", {step});
+    m.Node("Reshape", "matrix", {"flat", "rows"}, {"mat"});                              // [[1,2],[3,4],[5,6]]
+    m.Node("Slice", "pick", {"mat", "start", "end", "axis", "step"}, {"picked"});       // rows
+    ModelMaker::IntsAttr(m.Node("Transpose", "swap", {"picked"}, {"t"}), "perm", {1, 0});
+    m.Node("Reshape", "back", {"t", "flat_shape"}, {"v"});
+    ModelMaker::IntAttr(m.Node("Cast", "to_float", {"v"}, {"c"}), "to", onnx::TensorProto::FLOAT);
+    m.Node("Add", "add", {"input", "c"}, {"y"});
+    m.Output("y");
+    Tensor zero(DT_FLOAT, TensorShape({1, width}));
+    std::fill(zero.data<float>(), zero.data<float>() + width, 0.0f);
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, width}, zero, "y");
+    if (!y.ok()) return y.status();
+    return std::vector<float>(y->data<float>(), y->data<float>() + y->NumElements());
+  };
+  // PyTorch's: rows reversed (start -1, end "before the start", step -1), transposed.
+  absl::StatusOr<std::vector<float>> reversed = folded(-1, INT64_MIN, -1, 6);
+  ASSERT_TRUE(reversed.ok()) << reversed.status();
+  EXPECT_THAT(*reversed, testing::ElementsAre(5, 3, 1, 6, 4, 2));
+  // One row each: a step past the end, either way.
+  absl::StatusOr<std::vector<float>> first = folded(0, INT64_MAX, INT64_MAX, 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(*first, testing::ElementsAre(1, 2));
+  absl::StatusOr<std::vector<float>> last = folded(INT64_MAX, INT64_MIN, INT64_MIN, 2);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_THAT(*last, testing::ElementsAre(5, 6));
+  absl::StatusOr<std::vector<float>> zero_step = folded(0, 2, 0, 4);
+  ASSERT_FALSE(zero_step.ok());
+  EXPECT_THAT(zero_step.status().message(), HasSubstr("ONNX node pick (Slice): step 0"));
+}
+
 TEST(OnnxImportTest, WhatCannotBeFoldedIsRefusedNamingTheNode) {
   {
     // Indices computed at run time (an embedding lookup of token ids).
@@ -421,6 +467,77 @@ TEST(OnnxImportTest, UnsupportedAttributesAreRefusedNamingTheNode) {
     absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 3, 4}, RandomBatch(TensorShape({1, 3, 4}), 1), "y");
     ASSERT_FALSE(y.ok());
     EXPECT_THAT(y.status().message(), HasSubstr("ONNX node mul (Mul): shapes [?,3,4] and [2,4] do not broadcast"));
+  }
+}
+
+// A zero Pad before a Conv (pads as a constant input, opset 18's axes
+// too) computes as the Conv with that much more padding; every other Pad
+// is refused, naming the node.
+TEST(OnnxImportTest, AZeroPadBeforeAConvIsItsPadding) {
+  auto model = [](bool pad_node, bool axes) {
+    ModelMaker m;
+    m.model().mutable_opset_import(0)->set_version(18);
+    m.Input("input", {-1, 2, 5, 6});
+    m.Weight("w", {3, 2, 3, 3});
+    std::string x = "input";
+    if (pad_node) {
+      // top 1, left 2, bottom 0, right 1
+      if (axes) {
+        m.InitInt64("pads", {1, 2, 0, 1});
+        m.InitInt64("axes", {-2, 3});
+      } else {
+        m.InitInt64("pads", {0, 0, 1, 2, 0, 0, 0, 1});
+      }
+      m.Node("Pad", "pad", axes ? std::vector<std::string>{"input", "pads", "", "axes"} : std::vector<std::string>{"input", "pads"}, {"p"});
+      x = "p";
+    }
+    auto* conv = m.Node("Conv", "conv", {x, "w"}, {"y"});
+    ModelMaker::IntsAttr(conv, "pads", pad_node ? std::vector<int64_t>{1, 0, 1, 1} : std::vector<int64_t>{2, 2, 1, 2});
+    ModelMaker::IntsAttr(conv, "strides", {2, 1});
+    m.Output("y");
+    return m;
+  };
+  Tensor x = RandomBatch(TensorShape({2, 2, 5, 6}), 4);
+  absl::StatusOr<Tensor> want = Forward(model(false, false).model(), {-1, 2, 5, 6}, x, "y");
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(want->shape(), TensorShape({2, 3, 3, 8}));  // (5+3-3)/2+1, 6+4-3+1
+  for (bool axes : {false, true}) {
+    OnnxImport imported;
+    absl::StatusOr<Tensor> y = Forward(model(true, axes).model(), {-1, 2, 5, 6}, x, "y", &imported);
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ(y->shape(), want->shape());
+    for (int64_t i = 0; i < y->NumElements(); ++i) EXPECT_EQ(y->data<float>()[i], want->data<float>()[i]) << i;
+  }
+
+  // Refused: another mode, another value, a reader other than a Conv.
+  struct Case {
+    std::string mode;
+    float value;
+    std::string reader;
+    std::string error;
+  };
+  for (const Case& c : {Case{"reflect", 0, "Conv", "ONNX node pad (Pad): mode reflect is not supported (only constant)"},
+                        Case{"constant", 1, "Conv", "ONNX node pad (Pad): constant_value 1 is not supported (only 0)"},
+                        Case{"constant", 0, "MaxPool", "ONNX node pad (Pad): read by ONNX node reader (MaxPool); a Pad is "
+                                                       "only supported where every reader is a Conv"}}) {
+    SCOPED_TRACE(c.error);
+    ModelMaker m;
+    m.Input("input", {-1, 2, 5, 6});
+    m.Weight("w", {3, 2, 3, 3});
+    m.InitInt64("pads", {0, 0, 1, 1, 0, 0, 1, 1});
+    m.Init("value", {}, {c.value});
+    onnx::NodeProto* pad = m.Node("Pad", "pad", {"input", "pads", "value"}, {"p"});
+    auto* a = pad->add_attribute();
+    a->set_name("mode");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(c.mode);
+    onnx::NodeProto* r = m.Node(c.reader, "reader", c.reader == "Conv" ? std::vector<std::string>{"p", "w"} : std::vector<std::string>{"p"}, {"y"});
+    if (c.reader == "MaxPool") ModelMaker::IntsAttr(r, "kernel_shape", {2, 2});
+    m.Output("y");
+    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2, 5, 6}, x, "y");
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(y.status().message(), HasSubstr(c.error));
   }
 }
 

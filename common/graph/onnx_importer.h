@@ -197,6 +197,8 @@ class Importer {
   absl::Status Reduction(const Node& n);
   absl::Status ClipNode(const Node& n);
   absl::Status BatchNormNode(const Node& n);
+  // Pad with zeros before the Convs it feeds: their own padding.
+  absl::Status PadNode(const Node& n);
   void Set(const Node& n, int k, Val v) { values_[n.output(k)] = std::move(v); }
 
   const onnx::ModelProto& model_;
@@ -211,6 +213,11 @@ class Importer {
   std::string batch_ref_;                    // a tensor whose dim 0 is the batch
   std::map<std::string, Val> values_;        // imported so far
   std::set<std::string> consumed_mask_;      // outputs something needed reads
+  std::map<std::string, std::vector<const Node*>> readers_;  // the needed nodes reading each value
+  // A zero Pad's output -> its [top, left, bottom, right]: its value is
+  // the Pad's input (with the padded shape), which only Convs read; each
+  // adds these to its pads.
+  std::map<std::string, std::vector<int64_t>> conv_pads_;
   OnnxImport result_;
 };
 

@@ -125,7 +125,8 @@ TEST(JobPlannerTest, EveryExampleJobParses) {
                            "fashion_mnist_mlp_devices", "fashion_mnist_mlp_mirrored", "sparse_libsvm",
                            "sparse_libsvm_hybrid", "fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn",
                            "fashion_mnist_onnx_resnet", "fashion_mnist_onnx_resnet_bn", "fashion_mnist_onnx_vit",
-                           "fashion_mnist_onnx_vit_mirrored"}) {
+                           "fashion_mnist_onnx_vit_mirrored", "fashion_mnist_onnx_mobilenetv2",
+                           "fashion_mnist_onnx_keras_cnn"}) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     EXPECT_TRUE(job.ok()) << job.status();
   }
@@ -136,7 +137,8 @@ TEST(JobPlannerTest, EveryExampleJobParses) {
 TEST(JobPlannerTest, OnnxExampleJobsPlan) {
   const std::map<std::string, size_t> variables = {
       {"fashion_mnist_onnx_mlp", 6}, {"fashion_mnist_onnx_cnn", 8}, {"fashion_mnist_onnx_resnet", 20},
-      {"fashion_mnist_onnx_resnet_bn", 29}, {"fashion_mnist_onnx_vit", 32}};
+      {"fashion_mnist_onnx_resnet_bn", 29}, {"fashion_mnist_onnx_vit", 32},
+      {"fashion_mnist_onnx_mobilenetv2", 68}, {"fashion_mnist_onnx_keras_cnn", 8}};
   for (const auto& [name, count] : variables) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     ASSERT_TRUE(job.ok()) << job.status();

@@ -4,7 +4,7 @@ PyTorch's loss and gradients on a fixed batch for psrt's tests.
 
 For each model (an MLP, a small CNN, "ops" that uses every op of the
 second import slice, a small ResNet, the same ResNet with batch
-normalisation, and a small vision transformer) it writes, beside this script:
+normalisation, a small vision transformer and a narrow MobileNetV2) it writes, beside this script:
   <model>.onnx            torch.onnx.export (opset 18, dynamic batch, training
                           mode so that Dropout nodes are kept), the initial
                           weights inside;
@@ -23,7 +23,6 @@ The files are checked in: psrt's tests (common/graph:onnx_torch_test) read
 them and need no PyTorch.
 """
 import argparse
-import gzip
 import os
 
 import numpy as np
@@ -32,8 +31,9 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
+from fashion_mnist import BATCH, read_idx
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-BATCH = 32
 
 
 def mlp():
@@ -163,12 +163,55 @@ class Vit(nn.Module):
         return self.head(self.norm(x[:, 0]))
 
 
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: a 1x1 expansion (skipped at ratio 1), a 3x3
+    depthwise convolution, each with batch normalisation and ReLU6, then a
+    linear 1x1 projection with batch normalisation; the input is added back
+    where stride and width are unchanged."""
+
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hidden = cin * expand
+        layers = []
+        if expand != 1:
+            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
+        layers += [nn.Conv2d(hidden, hidden, 3, stride=stride, padding=1, groups=hidden, bias=False),
+                   nn.BatchNorm2d(hidden), nn.ReLU6(),
+                   nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.conv(x)
+        return x + y if self.residual else y
+
+
+class MobileNetV2(nn.Module):
+    """A narrow MobileNetV2 for Fashion-MNIST padded with zeros to 32x32:
+    stem 3x3/2 to 16x16, then stages (expansion, width, repeats, stride)
+    (1, 8, 1, 1), (6, 8, 2, 2), (6, 8, 2, 2), (6, 16, 2, 2) to 2x2 --
+    torchvision's first four at width 0.25 (rounded up to 8 channels) with
+    fewer repeats (its are 1, 2, 3, 4) -- a 1x1 convolution to 128 (its
+    1280 x 0.25 would be 320), global average pool, linear. No dropout
+    before the classifier (torchvision's 0.2): the reference runs in train
+    mode for the batch statistics, where dropout would draw a mask."""
+
+    def __init__(self):
+        super().__init__()
+        layers = [nn.Conv2d(1, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU6()]
+        cin = 8
+        for expand, cout, repeats, stride in [(1, 8, 1, 1), (6, 8, 2, 2), (6, 8, 2, 2), (6, 16, 2, 2)]:
+            for i in range(repeats):
+                layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand))
+                cin = cout
+        layers += [nn.Conv2d(cin, 128, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU6()]
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = nn.functional.pad(x, (2, 2, 2, 2))                                  # 28x28 -> 32x32
+        x = self.features(x)
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
 def has_batch_norm(model):
@@ -232,7 +275,8 @@ def reference(model_path, images, labels, out_path):
     print(f"{out_path}: loss {loss.item():.6f}, {len(state)} gradients")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn, "vit": Vit}
+MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn, "vit": Vit,
+          "mobilenetv2": MobileNetV2}
 
 
 def main():
