@@ -138,7 +138,8 @@ std::optional<Folded> Importer::Known(const Node& n, int i) const {
   // A float initializer is a parameter (trained), never folded away.
   if (it == initializers_.end() || it->second->data_type() == onnx::TensorProto::FLOAT) return std::nullopt;
   absl::StatusOr<Tensor> t = OnnxTensor(*it->second, name);
-  if (!t.ok()) return std::nullopt;  // In() reports the file's error
+  // In() reports the file's error; a large one is data, not shape arithmetic.
+  if (!t.ok() || t->NumElements() > kMaxFoldedElements) return std::nullopt;
   return Folded{*t, {}};
 }
 
@@ -171,10 +172,21 @@ absl::StatusOr<bool> Importer::Fold(const Node& n) {
                                                   "Div",      "Add",   "Sub",      "Sqrt",    "ConstantOfShape",
                                                   "Transpose"};
   if (!kFoldable.count(n.op_type()) || n.input_size() == 0) return false;
+  // Inputs each op takes (a file may give any number).
+  static const std::map<std::string, std::pair<int, int>> kArity = {
+      {"Identity", {1, 1}}, {"Cast", {1, 1}},   {"Sqrt", {1, 1}},   {"ConstantOfShape", {1, 1}},
+      {"CastLike", {2, 2}}, {"Reshape", {2, 2}}, {"Gather", {2, 2}}, {"Mul", {2, 2}},
+      {"Div", {2, 2}},      {"Add", {2, 2}},     {"Sub", {2, 2}},    {"Squeeze", {1, 2}},
+      {"Unsqueeze", {1, 2}}, {"Slice", {1, 5}},  {"Concat", {1, kMaxRank * 1024}}};
+  if (auto a = kArity.find(n.op_type());
+      a != kArity.end() && (n.input_size() < a->second.first || n.input_size() > a->second.second)) {
+    return Bad(n, absl::StrCat("has ", n.input_size(), " inputs (", a->second.first, " to ", a->second.second, " expected)"));
+  }
   std::vector<Folded> in;
   for (int i = 0; i < n.input_size(); ++i) {
     if (n.input(i).empty()) {
-      in.emplace_back();
+      if (i == 0) return false;  // no data: the converter says what is missing
+      in.push_back(Folded{Tensor::FromVector<int64_t>({}, TensorShape({0})), {}});  // an omitted optional input
       continue;
     }
     std::optional<Folded> f = Known(n, i);
