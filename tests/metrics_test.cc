@@ -88,10 +88,12 @@ TEST_F(MetricsTest, FiguresMoveAsTrainingGoesOn) {
   EXPECT_TRUE(Linted(idle, dir_ + "-ps-idle.txt")) << idle;
   EXPECT_EQ(Get(ps_port_, "/nothing"), "");
 
-  auto worker = StartWorker(0);
+  auto worker = StartWorker(0, {absl::StrCat("--http_port=", worker_port_)});
   auto chief = StartChief();
   ASSERT_NE(worker, nullptr);
   ASSERT_NE(chief, nullptr);
+  ASSERT_TRUE(worker->WaitForLine(absl::StrCat("worker:0: metrics http://localhost:", worker_port_, "/metrics"),
+                                  absl::Minutes(1)));
 
   const std::string push = "psrt_ps_requests_total{task=\"ps:0\",method=\"push\"}";
   std::string first = WaitForSampleAbove(ps_port_, push, 20, absl::Minutes(3));
@@ -114,6 +116,35 @@ TEST_F(MetricsTest, FiguresMoveAsTrainingGoesOn) {
   EXPECT_GT(Sample(later, "process_resident_memory_bytes{task=\"ps:0\"}"), 1 << 20) << later;
   EXPECT_EQ(Sample(later, "psrt_ps_variables{task=\"ps:0\"}"), 6) << later;
   EXPECT_TRUE(Linted(later, dir_ + "-ps.txt")) << later;
+
+  // The worker's page: its step, pulls, pushes and compute move too.
+  const std::string wstep = "psrt_worker_step{task=\"worker:0\"}";
+  std::string w1 = WaitForSampleAbove(worker_port_, wstep, 10, absl::Minutes(2));
+  ASSERT_FALSE(w1.empty());
+  std::string w2 = WaitForSampleAbove(worker_port_, wstep, Sample(w1, wstep) + 20, absl::Minutes(2));
+  ASSERT_FALSE(w2.empty());
+  for (const std::string& series : {std::string("psrt_worker_requests_total{task=\"worker:0\",method=\"pull\"}"),
+                                    std::string("psrt_worker_requests_total{task=\"worker:0\",method=\"push\"}"),
+                                    std::string("psrt_worker_request_bytes_total{task=\"worker:0\",method=\"push\"}"),
+                                    std::string("psrt_worker_request_seconds_count{task=\"worker:0\",method=\"pull\"}"),
+                                    std::string("psrt_worker_compute_seconds_count{task=\"worker:0\"}"),
+                                    std::string("psrt_worker_compute_seconds_sum{task=\"worker:0\"}")}) {
+    EXPECT_GT(Sample(w1, series), 0) << series << "\n" << w1;
+    EXPECT_GT(Sample(w2, series), Sample(w1, series)) << series << "\n" << w2;
+  }
+  // A push carries a gradient of every variable: as many bytes as a pull.
+  const double pushes = Sample(w2, "psrt_worker_requests_total{task=\"worker:0\",method=\"push\"}");
+  EXPECT_EQ(Sample(w2, "psrt_worker_request_bytes_total{task=\"worker:0\",method=\"push\"}"), pushes * 235146 * 4)
+      << w2;
+  EXPECT_EQ(Sample(w2, "psrt_worker_state{task=\"worker:0\",state=\"RUNNING\"}"), 1) << w2;
+  const double loss = Sample(w2, "psrt_worker_loss{task=\"worker:0\"}");
+  EXPECT_GT(loss, 0) << w2;
+  EXPECT_LT(loss, 5) << w2;
+  const double accuracy = Sample(w2, "psrt_worker_train_metric{task=\"worker:0\",name=\"accuracy\"}");
+  EXPECT_GE(accuracy, 0) << w2;
+  EXPECT_LE(accuracy, 1) << w2;
+  EXPECT_GT(Sample(w2, "process_resident_memory_bytes{task=\"worker:0\"}"), 1 << 20) << w2;
+  EXPECT_TRUE(Linted(w2, dir_ + "-worker.txt")) << w2;
 }
 
 // A real Prometheus (Debian's prometheus, which deploy/setup.sh installs)
@@ -121,7 +152,7 @@ TEST_F(MetricsTest, FiguresMoveAsTrainingGoesOn) {
 TEST_F(MetricsTest, PrometheusScrapesTheDaemons) {
   if (!Exists(kPrometheus)) GTEST_SKIP() << kPrometheus << " is not installed (deploy/setup.sh installs it)";
   auto ps = Start("ps/server", "ps:0", {absl::StrCat("--http_port=", ps_port_)});
-  auto worker = StartWorker(0);
+  auto worker = StartWorker(0, {absl::StrCat("--http_port=", worker_port_)});
   auto chief = StartChief();
   ASSERT_TRUE(ps != nullptr && worker != nullptr && chief != nullptr);
   auto web = PickFreePort();
@@ -131,7 +162,7 @@ TEST_F(MetricsTest, PrometheusScrapesTheDaemons) {
                            "scrape_configs:\n"
                            "  - job_name: psrt\n"
                            "    static_configs: [{targets: ['127.0.0.1:"
-                        << ps_port_ << "']}]\n";
+                        << ps_port_ << "', '127.0.0.1:" << worker_port_ << "']}]\n";
   auto prometheus = testing::Daemon::Start(
       "prometheus", {kPrometheus, "--config.file=" + config, "--storage.tsdb.path=" + dir_ + "-tsdb",
                      absl::StrCat("--web.listen-address=127.0.0.1:", *web), "--log.level=warn"});
@@ -139,7 +170,8 @@ TEST_F(MetricsTest, PrometheusScrapesTheDaemons) {
   // Each query answers once the scrapes have seen the figure move.
   for (const std::string& query : {std::string("psrt_ps_requests_total{method=\"push\",task=\"ps:0\"} > 10"),
                                    std::string("psrt_ps_step{task=\"ps:0\"} > 10"),
-                                   std::string("up{job=\"psrt\"} == 1")}) {
+                                   std::string("psrt_worker_step{task=\"worker:0\"} > 10"),
+                                   std::string("rate(psrt_worker_compute_seconds_count{task=\"worker:0\"}[5s]) > 0")}) {
     const absl::Time deadline = absl::Now() + absl::Minutes(2);
     std::string answer;
     while (absl::Now() < deadline) {
@@ -150,8 +182,14 @@ TEST_F(MetricsTest, PrometheusScrapesTheDaemons) {
       absl::SleepFor(absl::Milliseconds(500));  // polling interval
     }
     EXPECT_NE(answer.find("\"result\":[{"), std::string::npos) << query << ": " << answer;
-    EXPECT_NE(answer.find("127.0.0.1:" + std::to_string(ps_port_)), std::string::npos) << query << ": " << answer;
+    const int port = query.find("worker") != std::string::npos ? worker_port_ : ps_port_;
+    EXPECT_NE(answer.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << query << ": " << answer;
   }
+  // Both targets are up.
+  httplib::Client http("127.0.0.1", *web);
+  auto up = http.Get("/api/v1/query", httplib::Params{{"query", "sum(up{job=\"psrt\"})"}}, httplib::Headers{});
+  ASSERT_TRUE(up);
+  EXPECT_NE(up->body.find(",\"2\"]"), std::string::npos) << up->body;
 }
 
 }  // namespace
