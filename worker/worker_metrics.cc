@@ -121,12 +121,6 @@ class MeteredRunner : public StepRunner {
   const std::shared_ptr<WorkerMetrics> m_;
 };
 
-MetricLabels With(const MetricLabels& base, const std::string& name, const std::string& value) {
-  MetricLabels l = base;
-  l.emplace_back(name, value);
-  return l;
-}
-
 }  // namespace
 
 std::unique_ptr<ParameterClient> MeterClient(std::unique_ptr<ParameterClient> client,
@@ -144,7 +138,7 @@ std::string WorkerMetricsText(WorkerMetrics& m, const WorkerStatusResponse& s, c
   AppendFamily(&out, "psrt_worker_state", "gauge", "The worker's state (1 for the current one).");
   for (int i = WorkerStatusResponse::State_MIN; i <= WorkerStatusResponse::State_MAX; ++i) {
     AppendSample(&out, "psrt_worker_state",
-                 With(task, "state", WorkerStatusResponse::State_Name(static_cast<WorkerStatusResponse::State>(i))),
+                 WithLabel(task, "state", WorkerStatusResponse::State_Name(static_cast<WorkerStatusResponse::State>(i))),
                  s.state() == i ? 1 : 0);
   }
   AppendOne(&out, "psrt_worker_generation", "gauge", "The generation (restores) of the assignment it runs.", task,
@@ -157,26 +151,14 @@ std::string WorkerMetricsText(WorkerMetrics& m, const WorkerStatusResponse& s, c
     AppendFamily(&out, "psrt_worker_train_metric", "gauge",
                  "Each training metric of the last step computed, on its batch (accuracy, ...).");
     for (const auto& [name, value] : m.last_metrics) {
-      AppendSample(&out, "psrt_worker_train_metric", With(task, "name", name), value);
+      AppendSample(&out, "psrt_worker_train_metric", WithLabel(task, "name", name), value);
     }
   }
-  const std::pair<const char*, const CallStats*> calls[] = {
-      {"pull", &m.pull}, {"pull_rows", &m.pull_rows}, {"push", &m.push}};
-  AppendFamily(&out, "psrt_worker_requests_total", "counter", "Pulls and pushes to the parameters (every PS at once).");
-  for (const auto& [name, c] : calls) AppendSample(&out, "psrt_worker_requests_total", With(task, "method", name), c->calls);
-  AppendFamily(&out, "psrt_worker_request_errors_total", "counter", "Pulls and pushes that failed.");
-  for (const auto& [name, c] : calls) {
-    AppendSample(&out, "psrt_worker_request_errors_total", With(task, "method", name), c->errors);
-  }
-  AppendFamily(&out, "psrt_worker_request_bytes_total", "counter", "Bytes of tensors pulled and pushed.");
-  for (const auto& [name, c] : calls) {
-    AppendSample(&out, "psrt_worker_request_bytes_total", With(task, "method", name), c->bytes);
-  }
-  AppendFamily(&out, "psrt_worker_request_seconds", "histogram",
-               "How long the worker waited for a pull or push (a SYNC pull's wait for its step included).");
-  for (const auto& [name, c] : calls) {
-    c->seconds.AppendSamples(&out, "psrt_worker_request_seconds", With(task, "method", name));
-  }
+  AppendCallStats(&out, "psrt_worker",
+                  {"Pulls and pushes to the parameters (every PS at once).", "Pulls and pushes that failed.",
+                   "Bytes of tensors pulled and pushed.",
+                   "How long the worker waited for a pull or push (a SYNC pull's wait for its step included)."},
+                  task, {{"pull", &m.pull}, {"pull_rows", &m.pull_rows}, {"push", &m.push}});
   AppendFamily(&out, "psrt_worker_compute_seconds", "histogram", "Forward and backward of one step.");
   m.compute.AppendSamples(&out, "psrt_worker_compute_seconds", task);
   AppendOne(&out, "process_resident_memory_bytes", "gauge", "Resident memory of this process.", task,

@@ -10,6 +10,11 @@
 
 namespace psrt {
 
+MetricLabels WithLabel(MetricLabels labels, const std::string& name, const std::string& value) {
+  labels.emplace_back(name, value);
+  return labels;
+}
+
 std::string PrometheusLabelValue(absl::string_view v) {
   std::string out;
   out.reserve(v.size());
@@ -86,6 +91,21 @@ void CallStats::Record(bool ok, int64_t bytes_moved, absl::Duration took) {
   if (!ok) errors.fetch_add(1, std::memory_order_relaxed);
   bytes.fetch_add(bytes_moved, std::memory_order_relaxed);
   seconds.Observe(took);
+}
+
+void AppendCallStats(std::string* out, absl::string_view prefix, const CallStatsHelp& help, const MetricLabels& labels,
+                     const std::vector<std::pair<std::string, const CallStats*>>& by_method) {
+  auto with_method = [&labels](const std::string& method) { return WithLabel(labels, "method", method); };
+  const std::string calls = absl::StrCat(prefix, "_requests_total"), errors = absl::StrCat(prefix, "_request_errors_total"),
+                    bytes = absl::StrCat(prefix, "_request_bytes_total"), seconds = absl::StrCat(prefix, "_request_seconds");
+  AppendFamily(out, calls, "counter", help.calls);
+  for (const auto& [m, c] : by_method) AppendSample(out, calls, with_method(m), c->calls.load());
+  AppendFamily(out, errors, "counter", help.errors);
+  for (const auto& [m, c] : by_method) AppendSample(out, errors, with_method(m), c->errors.load());
+  AppendFamily(out, bytes, "counter", help.bytes);
+  for (const auto& [m, c] : by_method) AppendSample(out, bytes, with_method(m), c->bytes.load());
+  AppendFamily(out, seconds, "histogram", help.seconds);
+  for (const auto& [m, c] : by_method) c->seconds.AppendSamples(out, seconds, with_method(m));
 }
 
 int64_t ProcessResidentBytes() {

@@ -35,6 +35,8 @@ namespace psrt {
 // names (ours are literals); values are escaped when rendered.
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
+// `labels` and name="value".
+MetricLabels WithLabel(MetricLabels labels, const std::string& name, const std::string& value);
 // `v` escaped for a label value: backslash, double quote and newline.
 std::string PrometheusLabelValue(absl::string_view v);
 // {a="x",b="y"}, or "" for no labels.
@@ -77,6 +79,17 @@ struct CallStats {
   LatencyHistogram seconds;
   void Record(bool ok, int64_t bytes_moved, absl::Duration took);
 };
+
+// What the four families of AppendCallStats say of themselves.
+struct CallStatsHelp {
+  absl::string_view calls, errors, bytes, seconds;
+};
+// PREFIX_requests_total, PREFIX_request_errors_total,
+// PREFIX_request_bytes_total (counters) and PREFIX_request_seconds (a
+// histogram), one sample each per entry of `by_method`, labelled with
+// `labels` and method="NAME".
+void AppendCallStats(std::string* out, absl::string_view prefix, const CallStatsHelp& help, const MetricLabels& labels,
+                     const std::vector<std::pair<std::string, const CallStats*>>& by_method);
 
 // This process's resident set size in bytes (/proc/self/statm), or -1
 // where it cannot be read.
