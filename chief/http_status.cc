@@ -1,5 +1,7 @@
 #include "chief/http_status.h"
 
+#include <map>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -96,6 +98,23 @@ std::string PrometheusMetrics(const JobStatusResponse& s, int64_t total_steps) {
     absl::StrAppend(&out, "psrt_task_registered{task=\"", PrometheusLabelValue(TaskName(t.task())), "\"} ", t.incarnation() != 0 ? 1 : 0, "\n");
   }
   AppendReplicaMetrics(s, &out);
+  Gauge(&out, "psrt_eval_step", "Step of the last evaluation on the test split (-1: none yet).", s.eval_step());
+  absl::StrAppend(&out, "# HELP psrt_eval_metric Each test metric of the last evaluation (accuracy, loss, ...).\n"
+                        "# TYPE psrt_eval_metric gauge\n");
+  for (const auto& [name, value] : std::map<std::string, float>(s.eval_metric().begin(), s.eval_metric().end())) {
+    absl::StrAppend(&out, "psrt_eval_metric{name=\"", PrometheusLabelValue(name), "\"} ", absl::StrFormat("%.9g", value),
+                    "\n");
+  }
+  absl::StrAppend(&out, "# HELP psrt_train_metric Each training metric of the workers' last steps, on their batches "
+                        "(their mean).\n# TYPE psrt_train_metric gauge\n");
+  for (const auto& [name, value] : std::map<std::string, float>(s.train_metric().begin(), s.train_metric().end())) {
+    absl::StrAppend(&out, "psrt_train_metric{name=\"", PrometheusLabelValue(name), "\"} ", absl::StrFormat("%.9g", value),
+                    "\n");
+  }
+  Gauge(&out, "psrt_loss_step", "The step psrt_loss and psrt_train_metric are from (the workers' mean; -1: none yet).",
+        s.loss_step());
+  Gauge(&out, "psrt_learning_rate", "The learning rate the PS apply now (the job's schedule at their update count).",
+        s.learning_rate());
   return out;
 }
 

@@ -4,13 +4,17 @@
 // pages pass Prometheus' own linter (promtool), and a real Prometheus
 // server scrapes both and answers queries on them (skipped where Debian's
 // prometheus package is not installed).
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <vector>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
+#include "common/testing/python_tool.h"
 #include "gtest/gtest.h"
 #include "tests/harness/training_cluster.h"
 // After Eigen (through the harness): <resolv.h>, which httplib includes,
@@ -190,6 +194,68 @@ TEST_F(MetricsTest, PrometheusScrapesTheDaemons) {
   auto up = http.Get("/api/v1/query", httplib::Params{{"query", "sum(up{job=\"psrt\"})"}}, httplib::Headers{});
   ASSERT_TRUE(up);
   EXPECT_NE(up->body.find(",\"2\"]"), std::string::npos) << up->body;
+}
+
+// The chief's TensorBoard scalars, read back with TensorBoard's own
+// EventAccumulator: each training point (loss, train/accuracy,
+// learning_rate) is labelled with the step its loss came from, a step the
+// worker had pushed when the point was written (the point at "step 0" was
+// once a later step's loss); learning_rate follows the job's cosine
+// schedule at that step.
+TEST_F(MetricsTest, TensorBoardLabelsEachPointWithItsStep) {
+  constexpr int64_t kSteps = 3000;
+  job_.set_steps(kSteps);
+  job_.set_log_dir(dir_ + "/logs");
+  WriteJob();
+  const std::string data_log = dir_ + "-pushed.txt";
+  auto ps = StartPs(0);
+  auto worker = StartWorker(0, {"--data_log=" + data_log});
+  auto chief = StartChief();
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  // When each step was pushed: "generation step stream batch unix_ms".
+  std::map<int64_t, double> pushed_at;
+  {
+    std::ifstream in(data_log);
+    int64_t generation, step, stream, batch, ms;
+    while (in >> generation >> step >> stream >> batch >> ms) pushed_at[step] = ms / 1e3;
+  }
+  ASSERT_EQ(pushed_at.size(), kSteps);
+  const std::string scalars = dir_ + "-scalars.txt";
+  ASSERT_TRUE(testing::RunPythonTool("tests/tools/read_events.py", {dir_ + "/logs", "--wall_time"}, scalars).ok());
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> points;  // tag -> (step, value)
+  std::ifstream in(scalars);
+  std::string tag;
+  int64_t step;
+  double value, wall;
+  while (in >> tag >> step >> value >> wall) {
+    points[tag].emplace_back(step, value);
+    if (tag == "loss" || tag == "learning_rate" || tag.rfind("train/", 0) == 0) {
+      ASSERT_TRUE(pushed_at.count(step)) << tag << " at step " << step << ": no such step was pushed";
+      // Written after the step it names was pushed (10 ms for the clocks' rounding).
+      EXPECT_LE(pushed_at[step], wall + 0.01) << tag << " at step " << step << " was written before that step was pushed";
+    }
+  }
+  for (const char* t : {"loss", "train/accuracy", "learning_rate", "examples_per_sec", "eval/accuracy"}) {
+    EXPECT_FALSE(points[t].empty()) << "no " << t << " scalar";
+  }
+  ASSERT_GE(points["loss"].size(), 2u);
+  EXPECT_LT(points["loss"].back().first, kSteps);  // the last step is kSteps - 1
+  for (size_t i = 1; i < points["loss"].size(); ++i) {
+    EXPECT_GT(points["loss"][i].first, points["loss"][i - 1].first) << "loss points out of step order";
+  }
+  EXPECT_EQ(points["train/accuracy"].size(), points["loss"].size());
+  for (const auto& [s, accuracy] : points["train/accuracy"]) {
+    EXPECT_GE(accuracy, 0);
+    EXPECT_LE(accuracy, 1);
+  }
+  // The job's schedule: 0.001 cosine-decayed over the run's kSteps updates,
+  // at the PS's update count when the step's loss was reported (the PS and
+  // the worker are asked one after the other: a few updates apart).
+  auto cosine = [](double t) { return 0.001 * 0.5 * (1 + std::cos(M_PI * std::clamp(t, 0.0, 1.0 * kSteps) / kSteps)); };
+  for (const auto& [s, lr] : points["learning_rate"]) {
+    EXPECT_LE(lr, cosine(s - 50.0) * 1.001) << "learning_rate at step " << s;
+    EXPECT_GE(lr, cosine(s + 50.0) * 0.999 - 1e-9) << "learning_rate at step " << s;
+  }
 }
 
 }  // namespace
