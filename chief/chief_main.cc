@@ -26,6 +26,7 @@
 #include "common/daemon.h"
 #include "common/env.h"
 #include "common/io/event_writer.h"
+#include "common/metrics/metrics_http.h"
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -37,12 +38,6 @@ ABSL_FLAG(std::string, restore, "auto",
 ABSL_FLAG(std::string, summary, "", "Write the JSON summary here (default: the job's summary_path).");
 ABSL_FLAG(std::string, tensorboard_dir, "", "TensorBoard event files go here (default: the job's log_dir).");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: the chief's address in the spec).");
-ABSL_FLAG(int, http_port, 0, "Serve /metrics (Prometheus) and a status page on this port (0 = off).");
-ABSL_FLAG(std::string, http_listen, "127.0.0.1",
-          "IP address the status page listens on (0.0.0.0: every interface; then consider --http_token_file).");
-ABSL_FLAG(std::string, http_token_file, "",
-          "File whose first line is a token the status page and /metrics require "
-          "(Authorization: Bearer TOKEN; Prometheus: bearer_token_file).");
 ABSL_FLAG(int, threads, 0, "Threads for evaluation kernels (0 = one per core).");
 ABSL_FLAG(int, fault_kill_before_commit, 0,
           "Fault injection for tests: SIGKILL the chief just before it commits its Nth checkpoint.");
@@ -55,7 +50,7 @@ int Main(int argc, char** argv) {
   InitDaemon(argc, argv,
              "Chief: plans the job, places variables, coordinates workers, checkpoints, recovers.\n"
              "Usage: main --cluster_spec=FILE --job=JOB.pbtxt [--checkpoint_dir=DIR] [--restore=auto|never|STEP]",
-             {{__FILE__, DaemonFlagsFile(), JobFlagsFile()}, {}});
+             {{__FILE__, DaemonFlagsFile(), JobFlagsFile(), HttpFlagsFile()}, {}});
   if (absl::GetFlag(FLAGS_task).empty() && std::getenv("TF_CONFIG") == nullptr) absl::SetFlag(&FLAGS_task, "chief:0");
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());
@@ -63,6 +58,8 @@ int Main(int argc, char** argv) {
     return ExitWithError(absl::InvalidArgumentError(absl::StrCat("--task=", TaskName(config->task), ": this is the chief")));
   }
   if (absl::GetFlag(FLAGS_job).empty()) return ExitWithError(absl::InvalidArgumentError("--job=FILE is required"));
+  absl::StatusOr<HttpFlags> http_flags = HttpFlagsFromFlags();
+  if (!http_flags.ok()) return ExitWithError(http_flags.status());
   absl::StatusOr<JobLimits> limits = JobLimitsFromFlags();
   if (!limits.ok()) return ExitWithError(limits.status());
   absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)), *limits);
@@ -135,18 +132,11 @@ int Main(int argc, char** argv) {
     for (const TaskState& t : registry.All()) *s.add_task() = t.info;
     return s;
   });
-  if (absl::GetFlag(FLAGS_http_port) > 0) {
-    std::string token;
-    if (!absl::GetFlag(FLAGS_http_token_file).empty()) {
-      absl::StatusOr<std::string> t = ReadTokenFile(absl::GetFlag(FLAGS_http_token_file), "http_token_file");
-      if (!t.ok()) return ExitWithError(t.status());
-      token = *t;
-    }
-    const std::string host = absl::GetFlag(FLAGS_http_listen);
-    absl::Status s = http.Start(host, absl::GetFlag(FLAGS_http_port), token);
+  if (http_flags->port > 0) {
+    absl::Status s = http.Start(http_flags->host, http_flags->port, http_flags->token);
     if (!s.ok()) return ExitWithError(s);
-    std::cout << "status page http://" << (host == "127.0.0.1" || host == "0.0.0.0" ? "localhost" : host) << ":"
-              << http.port() << "/ and /metrics" << (token.empty() ? "" : " (token required)") << std::endl;
+    std::cout << "status page " << HttpBaseUrl(http_flags->host, http.port()) << "/ and /metrics"
+              << (http_flags->token.empty() ? "" : " (token required)") << std::endl;
   }
 
   std::thread signals([] {

@@ -96,6 +96,8 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry,
   }
   absl::MutexLock lock(&mu_);
   status_.set_state(JobStatusResponse::WAITING_FOR_TASKS);
+  status_.set_eval_step(-1);
+  status_.set_loss_step(-1);
 }
 
 JobStatusResponse Coordinator::Status() const {
@@ -176,7 +178,7 @@ absl::Status Coordinator::CreateVariablesOn(int ps, bool reinitialize, bool rest
   // A schedule over "the whole job" in updates of a variable: every
   // worker's pushes in ASYNC, one a step in SYNC (all workers of the spec,
   // so the definition stays the same when a SYNC group shrinks).
-  *req.mutable_optimizer() = ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : options_.cluster.NumTasks(kWorkerJob)));
+  *req.mutable_optimizer() = StoreOptimizer();
   *req.mutable_consistency() = options_.job.consistency();
   req.set_num_workers(ActiveWorkers());
   if (IsReplica(ps)) {
@@ -502,11 +504,23 @@ absl::Status Coordinator::RunCommand(const WatchCommand& c) {
   return absl::InternalError(absl::StrCat("unknown watch command ", static_cast<int>(c.kind)));
 }
 
+OptimizerDef Coordinator::StoreOptimizer() const {
+  return ResolveSchedule(options_.job.optimizer(), end_step_ * (Sync() ? 1 : options_.cluster.NumTasks(kWorkerJob)));
+}
+
 absl::Status Coordinator::Watch(bool* done) {
   // Parameter stores first: a lost one means a restore (or a failover),
   // and the workers' state is moot until it is done.
   WatchState state = CoreState();
-  const PsPass stores = core_.DecideStores(ProbeStores(), ChiefNow(), &state);
+  std::vector<std::optional<PsProbe>> probes = ProbeStores();
+  // Updates applied (a variable's count, which its learning rate follows):
+  // the most of any store that answered (after a restore, the restored).
+  int64_t applied = -1;
+  for (const std::optional<PsProbe>& p : probes) {
+    if (p.has_value() && p->error.ok()) applied = std::max(applied, p->answer.global_step());
+  }
+  if (applied >= 0) stores_global_step_ = applied;
+  const PsPass stores = core_.DecideStores(std::move(probes), ChiefNow(), &state);
   AdoptCoreState(state);
   {
     absl::MutexLock lock(&mu_);
@@ -540,9 +554,29 @@ absl::Status Coordinator::Watch(bool* done) {
     absl::MutexLock lock(&mu_);
     status_.set_step(MinStep());
     status_.set_examples_per_sec(workers.examples_per_sec);
+    // The mean of the losses and training metrics of the workers' last
+    // pushed steps, and the (mean) step they are from: a worker that has
+    // pushed nothing since it started has none to give.
     float loss = 0;
-    for (const WorkerView& w : workers_) loss += w.removed ? 0 : w.loss / ActiveWorkers();
-    status_.set_loss(loss);
+    int64_t loss_step = 0;
+    int contributors = 0;
+    std::map<std::string, float> train_metric;
+    for (const WorkerView& w : workers_) {
+      if (w.removed || w.loss_step < 0) continue;
+      ++contributors;
+      loss += w.loss;
+      loss_step += w.loss_step;
+      for (const auto& [name, value] : w.train_metric) train_metric[name] += value;
+    }
+    status_.set_loss(contributors > 0 ? loss / contributors : 0);
+    status_.set_loss_step(contributors > 0 ? loss_step / contributors : -1);
+    status_.clear_train_metric();
+    for (const auto& [name, sum] : train_metric) (*status_.mutable_train_metric())[name] = sum / contributors;
+    if (!lr_schedule_) {
+      absl::StatusOr<std::unique_ptr<Optimizer>> o = Optimizer::Create(StoreOptimizer());
+      if (o.ok()) lr_schedule_ = *std::move(o);
+    }
+    if (lr_schedule_) status_.set_learning_rate(lr_schedule_->LearningRate(std::max<int64_t>(1, stores_global_step_)));
     status_.set_last_checkpoint_step(last_checkpoint_step_);
     status_.set_failures_survived(summary_.failures_survived);
     status_.set_checkpoint_failures(checkpoint_failures_);
@@ -597,7 +631,15 @@ void Coordinator::Report(bool force) {
                               ? std::min(epoch + 1, options_.job.epochs())
                               : epoch + 1;
   if (options_.scalar) {
-    options_.scalar("loss", step, s.loss());
+    // Each training scalar at the step its loss is from, once a step (a
+    // report with no newer step writes none; after a restore the steps
+    // go back and are written again).
+    if (s.loss_step() >= 0 && s.loss_step() != last_scalar_step_) {
+      last_scalar_step_ = s.loss_step();
+      options_.scalar("loss", s.loss_step(), s.loss());
+      for (const auto& [name, value] : s.train_metric()) options_.scalar("train/" + name, s.loss_step(), value);
+      if (lr_schedule_) options_.scalar("learning_rate", s.loss_step(), s.learning_rate());
+    }
     options_.scalar("examples_per_sec", step, static_cast<float>(s.examples_per_sec()));
   }
   report_(absl::StrFormat(

@@ -58,6 +58,7 @@
 #include "chief/task_registry.h"
 #include "common/cluster_spec.h"
 #include "common/input/streams.h"
+#include "common/optimizer.h"
 #include "common/rpc/channel_cache.h"
 #include "proto/chief_service.pb.h"
 #include "proto/job.pb.h"
@@ -206,6 +207,10 @@ class Coordinator {
   std::vector<absl::Status> ForEachWorker(const std::function<absl::Status(int)>& fn);
   absl::Status Evaluate(int64_t step);
   void Report(bool force);
+  // The optimizer as the stores apply it: the job's, its schedule over the
+  // whole run in updates of a variable (every worker's pushes in ASYNC,
+  // one a step in SYNC and for replicas).
+  OptimizerDef StoreOptimizer() const;
   int64_t MinStep() const { return MinStepOf(workers_, end_step_); }
   int NumPs() const { return static_cast<int>(ps_.size()); }
   int NumWorkers() const { return static_cast<int>(workers_.size()); }
@@ -385,6 +390,12 @@ class Coordinator {
   int64_t last_checkpoint_step_ = -1;
   absl::Time last_checkpoint_time_;
   int64_t last_eval_step_ = 0;
+  // The most updates any store has applied (its global step), as last
+  // probed: the job's schedule gives the learning rate there (status,
+  // TensorBoard).
+  int64_t stores_global_step_ = 0;
+  std::unique_ptr<Optimizer> lr_schedule_;  // made on first use
+  int64_t last_scalar_step_ = -1;  // the step of the last training scalars written
   int checkpoint_failures_ = 0;  // in a row
   absl::Time next_checkpoint_try_ = absl::InfinitePast();
   absl::Time start_time_;

@@ -565,6 +565,14 @@ absl::Status Coordinator::Evaluate(int64_t step) {
   ASSIGN_OR_RETURN(auto metrics, evaluator_(variables, read_rows));
   summary_.metrics = metrics;
   last_eval_step_ = step;
+  {
+    absl::MutexLock lock(&mu_);
+    status_.set_eval_step(step);
+    status_.clear_eval_metric();
+    for (const auto& [k, v] : metrics) {
+      if (k != "examples") (*status_.mutable_eval_metric())[k] = v;
+    }
+  }
   std::vector<std::string> parts;
   for (const auto& [k, v] : metrics) {
     parts.push_back(absl::StrCat(k, " ", v));

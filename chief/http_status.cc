@@ -1,10 +1,14 @@
 #include "chief/http_status.h"
 
+#include <map>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/cluster_spec.h"
+#include "common/metrics/metrics_http.h"
+#include "common/metrics/prometheus_text.h"
 #include "common/rpc/security.h"
 
 namespace psrt {
@@ -13,20 +17,6 @@ namespace {
 void Gauge(std::string* out, const std::string& name, const std::string& help, double value) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ",
                   absl::StrFormat("%.17g", value), "\n");
-}
-
-// A Prometheus label value: backslash, quote and newline escaped.
-std::string LabelValue(absl::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 std::string ReplicaStateName(JobStatusResponse::Replica::State s) {
@@ -48,8 +38,8 @@ void AppendReplicaMetrics(const JobStatusResponse& s, std::string* out) {
                   "primary and backup task (\"\": none).\n# TYPE psrt_replica_state gauge\n");
   for (const JobStatusResponse::Replica& r : s.replica()) {
     for (int i = JobStatusResponse::Replica::State_MIN; i <= JobStatusResponse::Replica::State_MAX; ++i) {
-      absl::StrAppend(out, "psrt_replica_state{store=\"", r.store(), "\",primary=\"", LabelValue(r.primary()),
-                      "\",backup=\"", LabelValue(r.backup()), "\",state=\"",
+      absl::StrAppend(out, "psrt_replica_state{store=\"", r.store(), "\",primary=\"", PrometheusLabelValue(r.primary()),
+                      "\",backup=\"", PrometheusLabelValue(r.backup()), "\",state=\"",
                       ReplicaStateName(static_cast<JobStatusResponse::Replica::State>(i)), "\"} ",
                       r.state() == i ? 1 : 0, "\n");
     }
@@ -105,9 +95,26 @@ std::string PrometheusMetrics(const JobStatusResponse& s, int64_t total_steps) {
   }
   absl::StrAppend(&out, "# HELP psrt_task_registered Whether a task of the spec is registered.\n# TYPE psrt_task_registered gauge\n");
   for (const TaskInfo& t : s.task()) {
-    absl::StrAppend(&out, "psrt_task_registered{task=\"", LabelValue(TaskName(t.task())), "\"} ", t.incarnation() != 0 ? 1 : 0, "\n");
+    absl::StrAppend(&out, "psrt_task_registered{task=\"", PrometheusLabelValue(TaskName(t.task())), "\"} ", t.incarnation() != 0 ? 1 : 0, "\n");
   }
   AppendReplicaMetrics(s, &out);
+  Gauge(&out, "psrt_eval_step", "Step of the last evaluation on the test split (-1: none yet).", s.eval_step());
+  absl::StrAppend(&out, "# HELP psrt_eval_metric Each test metric of the last evaluation (accuracy, loss, ...).\n"
+                        "# TYPE psrt_eval_metric gauge\n");
+  for (const auto& [name, value] : std::map<std::string, float>(s.eval_metric().begin(), s.eval_metric().end())) {
+    absl::StrAppend(&out, "psrt_eval_metric{name=\"", PrometheusLabelValue(name), "\"} ", absl::StrFormat("%.9g", value),
+                    "\n");
+  }
+  absl::StrAppend(&out, "# HELP psrt_train_metric Each training metric of the workers' last steps, on their batches "
+                        "(their mean).\n# TYPE psrt_train_metric gauge\n");
+  for (const auto& [name, value] : std::map<std::string, float>(s.train_metric().begin(), s.train_metric().end())) {
+    absl::StrAppend(&out, "psrt_train_metric{name=\"", PrometheusLabelValue(name), "\"} ", absl::StrFormat("%.9g", value),
+                    "\n");
+  }
+  Gauge(&out, "psrt_loss_step", "The step psrt_loss and psrt_train_metric are from (the workers' mean; -1: none yet).",
+        s.loss_step());
+  Gauge(&out, "psrt_learning_rate", "The learning rate the PS apply now (the job's schedule at their update count).",
+        s.learning_rate());
   return out;
 }
 
@@ -140,16 +147,8 @@ HttpStatusServer::HttpStatusServer(std::function<JobStatusResponse()> status, in
 HttpStatusServer::~HttpStatusServer() { Stop(); }
 
 HttpResponse HttpStatusServer::Serve(const HttpRequest& req) const {
+  if (std::optional<HttpResponse> refused = RefuseWithoutToken(req, bearer_)) return *refused;
   HttpResponse res;
-  if (!bearer_.empty()) {
-    const std::string* auth = req.Header("authorization");
-    if (auth == nullptr || !SecretsEqual(*auth, bearer_)) {
-      res.status = 401;
-      res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"psrt\"");
-      res.body = auth == nullptr ? "this page requires a token (Authorization: Bearer TOKEN)\n" : "wrong token\n";
-      return res;
-    }
-  }
   if (req.path == "/metrics") {
     res.content_type = "text/plain; version=0.0.4";
     res.body = PrometheusMetrics(status_(), total_steps_);

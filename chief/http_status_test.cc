@@ -26,6 +26,12 @@ JobStatusResponse Sample() {
   t->mutable_task()->set_job("ps");
   t->set_address("127.0.0.1:1");
   t->set_incarnation(5);
+  s.set_eval_step(1200);
+  (*s.mutable_eval_metric())["accuracy"] = 0.875f;
+  (*s.mutable_eval_metric())["loss"] = 0.5f;
+  (*s.mutable_train_metric())["accuracy"] = 0.75f;
+  s.set_loss_step(1233);
+  s.set_learning_rate(0.0005f);
   return s;
 }
 
@@ -42,6 +48,13 @@ TEST(HttpStatusTest, ServesMetricsThatPromtoolAcceptsAndAStatusPage) {
   EXPECT_THAT(metrics->body, HasSubstr("psrt_membership_changes_total 3\n"));
   EXPECT_THAT(metrics->body, HasSubstr("psrt_job_state{state=\"RECOVERING\"} 1\n"));
   EXPECT_THAT(metrics->body, HasSubstr("psrt_task_registered{task=\"ps:0\"} 1\n"));
+  // The last evaluation, the training metrics and the learning rate.
+  EXPECT_THAT(metrics->body, HasSubstr("psrt_eval_step 1200\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("psrt_eval_metric{name=\"accuracy\"} 0.875\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("psrt_eval_metric{name=\"loss\"} 0.5\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("psrt_train_metric{name=\"accuracy\"} 0.75\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("psrt_loss_step 1233\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("psrt_learning_rate 0.0005"));
 
   // Prometheus' own linter (Debian's prometheus package) accepts the text.
   std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/metrics.txt";

@@ -14,8 +14,10 @@ PACKAGES=(
   libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev
   libssl-dev libgloo-dev libleveldb-dev
-  # tools the tests use (openssl: deploy/make_certs.sh; faketime: a chief
-  # whose clock is off, tests/recovery_test)
+  # tools the tests use (prometheus: promtool lints every /metrics page and
+  # tests/metrics_test has a real Prometheus scrape a PS and a worker;
+  # openssl: deploy/make_certs.sh; faketime: a chief whose clock is off,
+  # tests/recovery_test)
   prometheus openssl faketime
   # data
   dataset-fashion-mnist

@@ -20,9 +20,11 @@
 #include "common/env.h"
 #include "common/job_identity.h"
 #include "common/rpc/channel_cache.h"
+#include "common/metrics/metrics_http.h"
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
+#include "common/store/ps_metrics.h"
 #include "common/store/ps_service.h"
 #include "common/store/ps_tcp_server.h"
 #include "common/store/replica_router.h"
@@ -136,13 +138,15 @@ int Main(int argc, char** argv) {
   InitDaemon(argc, argv,
              "Parameter server: holds variables, applies the optimizer, snapshots to RocksDB.\n"
              "Usage: server --cluster_spec=FILE --task=ps:N   (or set TF_CONFIG)",
-             {{__FILE__, DaemonFlagsFile()}, {}});
+             {{__FILE__, DaemonFlagsFile(), HttpFlagsFile()}, {}});
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());
   if (config->task.job() != kPsJob) {
     return ExitWithError(absl::InvalidArgumentError(
         absl::StrCat("--task=", TaskName(config->task), ": this is the ps daemon")));
   }
+  absl::StatusOr<HttpFlags> http_flags = HttpFlagsFromFlags();
+  if (!http_flags.ok()) return ExitWithError(http_flags.status());
   const uint64_t incarnation = NewIncarnationId();
   ServerCoreOptions o;
   o.task_index = config->task.index();
@@ -195,6 +199,8 @@ int Main(int argc, char** argv) {
   ChannelCache channels(rpc);
   ReplicaRouter router(&core, o, &channels);
   service.set_router(&router);
+  auto metrics = std::make_shared<PsMetrics>();
+  service.set_metrics(metrics);
   // The TCP data plane: the same calls, checks and core, without gRPC.
   absl::StatusOr<std::unique_ptr<PsTcpServer>> tcp_started =
       StartDataPlane(&service, listen, rpc.security.tls(), o.max_request_bytes);
@@ -207,6 +213,23 @@ int Main(int argc, char** argv) {
             << (tcp != nullptr ? absl::StrCat(", TCP data plane on port ", tcp->port(),
                                               rpc.security.tls() ? " (NOT encrypted)" : "")
                                : std::string());
+
+  // /metrics (--http_port): what this PS serves, as Prometheus scrapes it.
+  std::unique_ptr<HttpServer> http;
+  if (http_flags->port > 0) {
+    const MetricLabels task = {{"task", TaskName(config->task)}};
+    absl::StatusOr<std::unique_ptr<HttpServer>> h = ServeMetrics(
+        *http_flags, [&core, &router, metrics, task] { return PsMetricsText(*metrics, core.Status(), router.Roles(), task); },
+        absl::StrCat("psrt parameter server ", TaskName(config->task)));
+    if (!h.ok()) {
+      if (tcp != nullptr) tcp->Shutdown();
+      (*server)->Shutdown(std::chrono::system_clock::now());
+      return ExitWithError(h.status());
+    }
+    http = *std::move(h);
+    std::cout << TaskName(config->task) << ": metrics " << HttpBaseUrl(http_flags->host, http->port()) << "/metrics"
+              << (http_flags->token.empty() ? "" : " (token required)") << std::endl;
+  }
 
   TaskInfo self;
   *self.mutable_task() = config->task;
@@ -246,6 +269,7 @@ int Main(int argc, char** argv) {
     }
   }
   link.Stop();
+  if (http != nullptr) http->Stop();
   if (tcp != nullptr) tcp->Shutdown();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   LOG(INFO) << "stopped";

@@ -165,5 +165,82 @@ TEST(DeployManifestsTest, ExampleSpecsAndSystemdUnits) {
   }
 }
 
+std::string FileText(const std::string& rel) {
+  std::ifstream in(testing::RunfilePath(rel));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Every pod of every manifest serves /metrics on the port its
+// prometheus.io annotations name, on every interface, and declares it.
+TEST(DeployManifestsTest, EveryPodIsScrapedOnItsMetricsPort) {
+  std::vector<std::pair<std::string, YAML::Node>> templates;  // file, pod template
+  for (const char* rel : {"deploy/k8s/statefulset.yaml", "deploy/k8s/tfjob.yaml", "deploy/k8s/tfjob_mirrored.yaml"}) {
+    for (const YAML::Node& d : Documents(rel)) {
+      if (d["kind"].as<std::string>() == "StatefulSet") templates.emplace_back(rel, d["spec"]["template"]);
+      if (d["kind"].as<std::string>() == "TFJob") {
+        for (const auto& spec : d["spec"]["tfReplicaSpecs"]) templates.emplace_back(rel, spec.second["template"]);
+      }
+    }
+  }
+  ASSERT_EQ(templates.size(), 9u);  // 3 StatefulSets, 4 + 2 TFJob replica types
+  for (const auto& [rel, t] : templates) {
+    const YAML::Node& c = t["spec"]["containers"][0];
+    std::string command;
+    for (const auto& part : c["command"]) command += part.as<std::string>() + " ";
+    const YAML::Node a = t["metadata"]["annotations"];
+    ASSERT_TRUE(a && a["prometheus.io/scrape"] && a["prometheus.io/port"]) << rel << ": " << command;
+    EXPECT_EQ(a["prometheus.io/scrape"].as<std::string>(), "true") << rel;
+    EXPECT_EQ(a["prometheus.io/path"].as<std::string>(), "/metrics") << rel;
+    const int port = std::stoi(a["prometheus.io/port"].as<std::string>());
+    EXPECT_NE(command.find(absl::StrCat("--http_port=", port)), std::string::npos) << rel << ": " << command;
+    EXPECT_NE(command.find("--http_listen=0.0.0.0"), std::string::npos) << rel << ": " << command;
+    bool declared = false;
+    for (const auto& p : c["ports"]) declared = declared || p["containerPort"].as<int>() == port;
+    EXPECT_TRUE(declared) << rel << ": port " << port << " is not declared: " << command;
+  }
+  // The scrape job of deploy/prometheus reads those annotations.
+  std::vector<YAML::Node> config = YAML::LoadAllFromFile(testing::RunfilePath("deploy/prometheus/kubernetes-pods.yml"));
+  ASSERT_EQ(config.size(), 1u);
+  std::string sources;
+  for (const auto& r : config[0]["scrape_configs"][0]["relabel_configs"]) {
+    for (const auto& l : r["source_labels"]) sources += l.as<std::string>() + " ";
+  }
+  for (const char* a : {"scrape", "port", "path"}) {
+    EXPECT_NE(sources.find(absl::StrCat("__meta_kubernetes_pod_annotation_prometheus_io_", a, " ")), std::string::npos)
+        << sources;
+  }
+}
+
+// The systemd units serve /metrics (the chief on 9090, ps:N on 930N,
+// worker:N on 940N), and deploy/prometheus/hosts.yml scrapes exactly those
+// for the three-host spec; promtool accepts it where it is installed.
+TEST(DeployManifestsTest, SystemdUnitsServeWhatHostsYmlScrapes) {
+  EXPECT_NE(FileText("deploy/systemd/psrt-chief.service").find("--http_port=9090 --http_listen=0.0.0.0"),
+            std::string::npos);
+  EXPECT_NE(FileText("deploy/systemd/psrt-ps@.service").find("--http_port=930%i --http_listen=0.0.0.0"),
+            std::string::npos);
+  EXPECT_NE(FileText("deploy/systemd/psrt-worker@.service").find("--http_port=940%i --http_listen=0.0.0.0"),
+            std::string::npos);
+  auto spec = ClusterSpec::FromJsonFile(testing::RunfilePath("deploy/specs/three_hosts.json"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::set<std::string> want;
+  for (const auto& [job, base] : std::map<std::string, std::string>{{"chief", "909"}, {"ps", "930"}, {"worker", "940"}}) {
+    for (int i = 0; i < spec->NumTasks(job); ++i) {
+      std::string address = *spec->AddressOf(MakeTaskId(job, i));
+      want.insert(absl::StrCat(address.substr(0, address.rfind(':')), ":", base, i));
+    }
+  }
+  std::set<std::string> got;
+  YAML::Node config = YAML::LoadFile(testing::RunfilePath("deploy/prometheus/hosts.yml"));
+  for (const auto& group : config["scrape_configs"][0]["static_configs"]) {
+    for (const auto& t : group["targets"]) got.insert(t.as<std::string>());
+  }
+  EXPECT_EQ(got, want);
+  if (!std::ifstream("/usr/bin/promtool").good()) GTEST_SKIP() << "no /usr/bin/promtool (deploy/setup.sh installs it)";
+  EXPECT_EQ(std::system(absl::StrCat("/usr/bin/promtool check config ",
+                                     testing::RunfilePath("deploy/prometheus/hosts.yml")).c_str()),
+            0);
+}
+
 }  // namespace
 }  // namespace psrt

@@ -58,8 +58,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Binary{"chief/main", Plus(Plus({"job", "checkpoint_dir", "restore", "http_port", "listen"}, kDaemonFlags),
                                   kJobFlags)},
-        Binary{"ps/server", Plus({"snapshot_dir", "data_port", "tcp_data_plane", "max_memory_mb"}, kDaemonFlags)},
-        Binary{"worker/main", Plus({"device", "collective_port", "ps_transport", "threads"}, kDaemonFlags)},
+        Binary{"ps/server", Plus({"snapshot_dir", "data_port", "tcp_data_plane", "max_memory_mb", "http_port",
+                                  "http_listen", "http_token_file"},
+                                 kDaemonFlags)},
+        Binary{"worker/main", Plus({"device", "collective_port", "ps_transport", "threads", "http_port"}, kDaemonFlags)},
         // It makes no RPC: the TLS flags it links do nothing there.
         Binary{"worker/evaluator", Plus({"job", "checkpoint_dir", "http_port", "cluster_spec", "task"}, kJobFlags),
                {"tls_ca", "auth_token_file"}},

@@ -27,6 +27,7 @@
 #include "absl/strings/match.h"
 #include "chief/cluster_clients.h"
 #include "common/plan/job_planner.h"
+#include "common/subprocess.h"
 #include "common/transport/chief_client.h"
 #include "common/transport/ps_client.h"
 #include "gmock/gmock.h"
@@ -34,6 +35,9 @@
 #include "gtest/gtest.h"
 #include "tests/harness/netns_partition.h"
 #include "tests/harness/training_cluster.h"
+// After Eigen (through the harness): <resolv.h>, which httplib includes,
+// defines a macro `_res` that Eigen uses as a parameter name.
+#include "httplib.h"
 
 namespace psrt {
 namespace {
@@ -317,7 +321,15 @@ void ReplicatedCluster::FailOverPs0(Fault fault) {
   } else {
     ps0 = StartPs(0);
   }
-  auto ps1 = StartPs(1);
+  // ps:1's /metrics shows the role of each store it holds.
+  const absl::StatusOr<int> http_port = PickFreePort();
+  ASSERT_TRUE(http_port.ok()) << http_port.status();
+  auto ps1 = Start("ps/server", "ps:1", {absl::StrCat("--http_port=", *http_port)});
+  auto metrics = [port = *http_port] {
+    httplib::Client http("127.0.0.1", port);
+    auto r = http.Get("/metrics");
+    return r && r->status == 200 ? r->body : std::string();
+  };
   auto w0 = StartWorker(0);
   auto w1 = StartWorker(1);
   auto chief = StartChief();
@@ -340,6 +352,11 @@ void ReplicatedCluster::FailOverPs0(Fault fault) {
   EXPECT_EQ(health->replica(1).backup(), "ps:0");
   EXPECT_EQ(health->replica(0).epoch(), before->epoch());
   EXPECT_EQ(health->failovers(), 0);
+  std::string page = metrics();
+  EXPECT_NE(page.find("psrt_ps_store_role{task=\"ps:1\",store=\"1\",role=\"primary\"} 1\n"), std::string::npos) << page;
+  EXPECT_NE(page.find("psrt_ps_store_role{task=\"ps:1\",store=\"0\",role=\"backup\"} 1\n"), std::string::npos) << page;
+  EXPECT_EQ(page.find("psrt_ps_requests_total{task=\"ps:1\",method=\"replicate\"} 0\n"), std::string::npos)
+      << "ps:0's forwarded pushes are not counted: " << page;
   const absl::Time killed = absl::Now();
   if (fault == Fault::kCut) {
     ASSERT_TRUE(partition->Cut().ok());
@@ -361,6 +378,9 @@ void ReplicatedCluster::FailOverPs0(Fault fault) {
     EXPECT_GT(health->replica(store).epoch(), before->epoch()) << "store " << store;
   }
   EXPECT_EQ(health->failovers(), 1);
+  page = metrics();
+  EXPECT_NE(page.find("psrt_ps_store_role{task=\"ps:1\",store=\"0\",role=\"primary\"} 1\n"), std::string::npos)
+      << "the promoted store: " << page;
   const bool split_brain = fault != Fault::kKill;
   if (split_brain) {
     // Training goes on while ps:0 is still stopped or cut off: nothing

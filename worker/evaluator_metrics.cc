@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/metrics/prometheus_text.h"
 
 namespace psrt {
 namespace {
@@ -10,18 +11,6 @@ void Metric(std::string* out, const std::string& name, const char* type, const s
             double value) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", name, " ",
                   absl::StrFormat("%.9g", value), "\n");
-}
-
-// A metric name as a label value. The names come from our own evaluator,
-// but escaping costs nothing and keeps the text well-formed whatever they are.
-std::string LabelValue(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    out += c == '\n' ? 'n' : c;
-    if (c == '\n') out.insert(out.size() - 1, "\\");
-  }
-  return out;
 }
 
 }  // namespace
@@ -33,7 +22,7 @@ std::string EvaluatorMetricsText(const EvaluatorStatus& s) {
                   "# HELP psrt_evaluator_metric Each test metric of the last evaluated checkpoint.\n"
                   "# TYPE psrt_evaluator_metric gauge\n");
   for (const auto& [name, value] : s.metrics) {
-    absl::StrAppend(&out, "psrt_evaluator_metric{name=\"", LabelValue(name), "\"} ",
+    absl::StrAppend(&out, "psrt_evaluator_metric{name=\"", PrometheusLabelValue(name), "\"} ",
                     absl::StrFormat("%.9g", value), "\n");
   }
   Metric(&out, "psrt_evaluator_evaluated_total", "counter", "Checkpoints evaluated.", s.evaluated);

@@ -27,6 +27,7 @@
 #include "common/env.h"
 #include "common/job_identity.h"
 #include "common/rpc/channel_cache.h"
+#include "common/metrics/metrics_http.h"
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -39,6 +40,7 @@
 #include "worker/mirrored_client.h"
 #include "common/compute/graph_step_runner.h"
 #include "common/compute/mirrored_devices_runner.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_runtime.h"
 #include "worker/worker_service.h"
 
@@ -89,12 +91,14 @@ int Main(int argc, char** argv) {
   InitDaemon(argc, argv,
              "Worker: pulls parameters, computes gradients on its data shard, pushes them.\n"
              "Usage: main --cluster_spec=FILE --task=worker:N [--device=auto|cpu|gpu]",
-             {{__FILE__, DaemonFlagsFile()}, {}});
+             {{__FILE__, DaemonFlagsFile(), HttpFlagsFile()}, {}});
   absl::StatusOr<TaskConfig> config = TaskConfigFromFlags();
   if (!config.ok()) return ExitWithError(config.status());
   if (config->task.job() != kWorkerJob) {
     return ExitWithError(absl::InvalidArgumentError(absl::StrCat("--task=", TaskName(config->task), ": this is the worker daemon")));
   }
+  absl::StatusOr<HttpFlags> http_flags = HttpFlagsFromFlags();
+  if (!http_flags.ok()) return ExitWithError(http_flags.status());
   absl::StatusOr<DeviceChoice> device = ChooseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return ExitWithError(device.status());
   absl::StatusOr<PsTransport> transport_flag = ParsePsTransport(absl::GetFlag(FLAGS_ps_transport));
@@ -148,8 +152,10 @@ int Main(int argc, char** argv) {
   }
   const int index = config->task.index();
   const int threads = absl::GetFlag(FLAGS_threads);
+  // Every pull, push and step's compute is counted for /metrics (worker_metrics.h).
+  auto metrics = std::make_shared<WorkerMetrics>();
   WorkerDeps deps;
-  deps.make_client = [&](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
+  auto make_client = [&](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
     if (a.has_collective()) {
       TcpRingOptions o;
       o.rank = a.collective().rank();
@@ -188,7 +194,12 @@ int Main(int argc, char** argv) {
     if (a.route().epoch() > 0) client->SetRoute(a.route());  // replicated shards: where each store is now
     return std::unique_ptr<ParameterClient>(std::move(client));
   };
-  deps.make_runner = [threads, device = *device](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+  deps.make_client = [&, make_client](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
+    absl::StatusOr<std::unique_ptr<ParameterClient>> c = make_client(a);
+    if (!c.ok()) return c.status();
+    return MeterClient(*std::move(c), metrics);
+  };
+  auto make_runner = [threads, device = *device](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
     const int devices = std::max(1, a.local_devices());
     // Device replicas share the kernel threads: one each at least.
     const int cores = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -208,6 +219,11 @@ int Main(int argc, char** argv) {
         MirroredDevicesRunner::Create(a, devices, make_device, nccl);
     if (!r.ok()) return r.status();
     return std::unique_ptr<StepRunner>(std::move(*r));
+  };
+  deps.make_runner = [make_runner, metrics](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
+    absl::StatusOr<std::unique_ptr<StepRunner>> r = make_runner(a);
+    if (!r.ok()) return r.status();
+    return MeterRunner(*std::move(r), metrics);
   };
   deps.report_failure = [&](const absl::Status& s, int64_t step) {
     ReportFailureRequest req;
@@ -250,6 +266,21 @@ int Main(int argc, char** argv) {
   if (!server.ok()) return ExitWithError(server.status());
   LOG(INFO) << TaskName(config->task) << " serving at " << listen << " (incarnation " << std::hex
             << incarnation << std::dec << ")";
+  // /metrics (--http_port): this worker's steps, pulls, pushes and compute.
+  std::unique_ptr<HttpServer> http;
+  if (http_flags->port > 0) {
+    const MetricLabels task = {{"task", TaskName(config->task)}};
+    absl::StatusOr<std::unique_ptr<HttpServer>> h =
+        ServeMetrics(*http_flags, [&runtime, metrics, task] { return WorkerMetricsText(*metrics, runtime.Status(), task); },
+                     absl::StrCat("psrt worker ", TaskName(config->task)));
+    if (!h.ok()) {
+      (*server)->Shutdown(std::chrono::system_clock::now());
+      return ExitWithError(h.status());
+    }
+    http = *std::move(h);
+    std::cout << TaskName(config->task) << ": metrics " << HttpBaseUrl(http_flags->host, http->port()) << "/metrics"
+              << (http_flags->token.empty() ? "" : " (token required)") << std::endl;
+  }
   link.set_progress([&runtime] { return runtime.progress(); });
   link.set_on_chief_lost([&runtime] { runtime.Park("the chief does not answer; waiting for it"); });
   link.set_job_identity(MakeJobIdentity(config->job_name, config->cluster));
@@ -282,6 +313,7 @@ int Main(int argc, char** argv) {
   // first, then the loop, and the step is read after the last push.
   const WorkerStatusResponse::State state = runtime.Status().state();
   const bool leave = signalled && (state == WorkerStatusResponse::RUNNING || state == WorkerStatusResponse::PAUSED);
+  if (http != nullptr) http->Stop();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   runtime.Shutdown();
   link.Stop();

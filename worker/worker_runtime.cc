@@ -118,6 +118,8 @@ absl::Status WorkerRuntime::Start(const WorkerAssignment& assignment) {
   assignment_ = assignment;
   generation_ = assignment.generation();
   next_step_ = assignment.start_step();
+  loss_step_ = -1;  // no loss of this assignment yet
+  metrics_.clear();
   state_ = WorkerStatusResponse::RUNNING;
   pause_requested_ = false;
   stop_ = false;
@@ -406,7 +408,7 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
     std::cerr << "FAULT: stopping before the push of step " << step << std::endl;
     ::raise(SIGSTOP);
   }
-  PushDone done{step, seen, batch.size, start, absl::Now(), result.loss, batch.epoch};
+  PushDone done{step, seen, batch.size, start, absl::Now(), result.loss, batch.epoch, std::move(result.metrics)};
   done.generation = generation;
   if (parts != nullptr) {
     FinishPush(done, parts->Finish(result.sparse_gradients));
@@ -456,6 +458,8 @@ void WorkerRuntime::FinishPush(const PushDone& p, const absl::Status& status) {
       const double eps = dt > 0 ? p.examples / dt : 0;
       examples_per_sec_ = examples_per_sec_ == 0 ? eps : 0.9 * examples_per_sec_ + 0.1 * eps;
       loss_ = p.loss;
+      loss_step_ = p.step;
+      metrics_ = p.metrics;
       epoch_ = p.epoch;
       return;
     }
@@ -513,6 +517,8 @@ WorkerStatusResponse WorkerRuntime::Status() const {
   r.set_device(device_);
   r.set_error(error_);
   r.set_generation(generation_);
+  r.set_loss_step(loss_step_);
+  for (const auto& [name, value] : metrics_) (*r.mutable_train_metric())[name] = value;
   return r;
 }
 

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <functional>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -147,6 +148,7 @@ class WorkerRuntime {
     absl::Time start, left;
     float loss;
     int epoch;
+    std::map<std::string, float> metrics;  // the step's training metrics
     bool pause_agreed = false;
     bool behind = false;
     int64_t generation = 0;  // for options_.data_log
@@ -190,6 +192,8 @@ class WorkerRuntime {
   std::string error_ ABSL_GUARDED_BY(mu_);
   std::string device_ ABSL_GUARDED_BY(mu_);
   float loss_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t loss_step_ ABSL_GUARDED_BY(mu_) = -1;  // the step of loss_ and metrics_ (-1: none this run)
+  std::map<std::string, float> metrics_ ABSL_GUARDED_BY(mu_);
   double examples_per_sec_ ABSL_GUARDED_BY(mu_) = 0;
   int epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool behind_failed_ ABSL_GUARDED_BY(mu_) = false;  // see JoinPushBehind

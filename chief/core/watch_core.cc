@@ -174,6 +174,9 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
     w.state = st.state();
     w.step = st.step();
     w.loss = st.loss();
+    w.loss_step = st.loss_step();
+    w.train_metric.clear();
+    for (const auto& [name, value] : st.train_metric()) w.train_metric[name] = value;
     w.examples_per_sec = st.examples_per_sec();
     out.examples_per_sec += w.examples_per_sec;
     if (w.state == WorkerStatusResponse::FAILED) {

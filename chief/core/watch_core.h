@@ -58,6 +58,8 @@ struct WorkerRecord {
   WorkerStatusResponse::State state = WorkerStatusResponse::IDLE;
   bool reachable = false;
   float loss = 0;
+  int64_t loss_step = -1;  // the step `loss` is from (-1: none since it started)
+  std::map<std::string, float> train_metric;  // of that step
   double examples_per_sec = 0;
   absl::Time down_since = absl::InfiniteFuture();
   // Gone long enough that training went on without it (ASYNC), the SYNC

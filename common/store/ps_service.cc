@@ -140,6 +140,16 @@ absl::Status Busy(absl::string_view method, int64_t limit) {
       absl::StartsWith(method, "Pull") ? "pulls" : "pushes", " (--max_inflight_requests); retry later"));
 }
 
+// `apply()`, its time observed in `metrics` (may be null).
+template <typename Apply>
+absl::StatusOr<PushResponse> TimedApply(PsMetrics* metrics, Apply apply) {
+  if (metrics == nullptr) return apply();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<PushResponse> r = apply();
+  metrics->apply.Observe(absl::Now() - start);
+  return r;
+}
+
 // A push's rows first, as a PushRows of the same id would be (its own
 // retry record), then the dense part.
 absl::StatusOr<PushResponse> ApplyPush(ParameterServerCore* core, const pswire::PushArgs& args) {
@@ -230,7 +240,7 @@ void PsServiceImpl::ServePush(const DataCaller& who, const grpc::ByteBuffer& req
   CallerSlot mine(push_callers_, CallerKey(who), max_per_caller_);
   if (!mine.held()) return done(ToGrpcStatus(CallerBusy("Push", mine, max_per_caller_)), {}, nullptr);
   if (router_ == nullptr) {
-    absl::StatusOr<PushResponse> r = ApplyPush(core_, *args);
+    absl::StatusOr<PushResponse> r = TimedApply(metrics_.get(), [&] { return ApplyPush(core_, *args); });
     grpc::ByteBuffer resp;
     if (r.ok()) resp = pswire::EncodePushResult(*r);
     return done(ToGrpcStatus(r.status()), std::move(resp), HoldSlots(std::move(slot), std::move(mine)));
@@ -241,7 +251,10 @@ void PsServiceImpl::ServePush(const DataCaller& who, const grpc::ByteBuffer& req
   auto pushed = std::make_shared<pswire::PushArgs>(*std::move(args));
   auto raw = std::make_shared<grpc::ByteBuffer>(req);  // slice references, not a copy of the bytes
   router_->Push(
-      *header, raw.get(), [pushed](ParameterServerCore* core) { return ApplyPush(core, *pushed); },
+      *header, raw.get(),
+      [pushed, metrics = metrics_](ParameterServerCore* core) {
+        return TimedApply(metrics.get(), [&] { return ApplyPush(core, *pushed); });
+      },
       [done = std::move(done), raw, hold = HoldSlots(std::move(slot), std::move(mine))](
           absl::StatusOr<PushResponse> r) mutable {
         grpc::ByteBuffer resp;
@@ -264,7 +277,7 @@ void PsServiceImpl::ServePushRows(const DataCaller& who, const grpc::ByteBuffer&
                     "PushRows is not replicated: with job.replication, rows travel in Push")),
                 {}, nullptr);
   }
-  absl::StatusOr<PushResponse> r = core_->PushRows(args->id, args->rows);
+  absl::StatusOr<PushResponse> r = TimedApply(metrics_.get(), [&] { return core_->PushRows(args->id, args->rows); });
   grpc::ByteBuffer resp;
   if (r.ok()) resp = pswire::EncodePushResult(*r);
   done(ToGrpcStatus(r.status()), std::move(resp), HoldSlots(std::move(slot), std::move(mine)));
@@ -281,6 +294,18 @@ void PsServiceImpl::ServeData(const grpc::ServerContextBase& ctx, psframe::Metho
 
 void PsServiceImpl::ServeDataAs(const DataCaller& who, psframe::Method method, const grpc::ByteBuffer& req,
                                 absl::Time deadline, DataDone done) {
+  if (metrics_ != nullptr) {
+    // Counted when answered, whatever the path: bytes of a pull's answer,
+    // of a push's request.
+    const bool pull = method == psframe::Method::kPull || method == psframe::Method::kPullRows;
+    CallStats* stats = metrics_->For(method, who.header.ok() && who.header->replica);
+    done = [stats, metrics = metrics_, pulled = !pull ? static_cast<int64_t>(req.Length()) : -1,
+            start = absl::Now(), done = std::move(done)](grpc::Status s, grpc::ByteBuffer b,
+                                                         std::shared_ptr<void> hold) {
+      stats->Record(s.ok(), pulled >= 0 ? pulled : static_cast<int64_t>(b.Length()), absl::Now() - start);
+      done(std::move(s), std::move(b), std::move(hold));
+    };
+  }
   switch (method) {
     case psframe::Method::kPull:
       return ServePull(who, req, deadline, Rpc::kPsPull, "Pull", pswire::DecodePull,

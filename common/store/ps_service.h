@@ -19,6 +19,7 @@
 #include "common/rpc/security.h"
 #include "common/transport/ps_frame.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "common/store/ps_metrics.h"
 #include "common/store/replica_router.h"
 #include "common/store/server_core.h"
 
@@ -96,6 +97,11 @@ class PsServiceImpl final : public PsServiceBase {
   // The TCP data plane that OpenDataPlane issues tickets for; not owned.
   // Unset: OpenDataPlane answers port 0 (callers stay on gRPC).
   void set_tcp_server(PsTcpServer* tcp) { tcp_ = tcp; }
+  // Counts every data call (however it arrived) and each push's apply into
+  // `metrics` (ps_metrics.h); unset: nothing is counted (set before the
+  // server starts). Shared: a parked pull's answer may come after this
+  // object is gone.
+  void set_metrics(std::shared_ptr<PsMetrics> metrics) { metrics_ = std::move(metrics); }
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
@@ -158,6 +164,7 @@ class PsServiceImpl final : public PsServiceBase {
   ReplicaRouter* router_ = nullptr;
   PsTcpServer* tcp_ = nullptr;
   RequestAuthenticator auth_;
+  std::shared_ptr<PsMetrics> metrics_;  // may be null
   int64_t max_inflight_ = 4096;
   int64_t max_per_caller_ = 1024;
   int64_t max_unread_answer_bytes_ = int64_t{1} << 30;

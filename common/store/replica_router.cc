@@ -29,6 +29,13 @@ ReplicaRouter::ReplicaRouter(ParameterServerCore* own, ServerCoreOptions base, C
   stores_[base_.task_index] = std::move(s);
 }
 
+std::vector<ReplicaRouter::StoreRole> ReplicaRouter::Roles() const {
+  std::vector<StoreRole> roles;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [n, s] : stores_) roles.push_back(StoreRole{n, s->backup.load()});
+  return roles;
+}
+
 absl::Status ReplicaRouter::CheckEpoch(int64_t epoch, absl::string_view what) const {
   const int64_t mine = epoch_.load();
   if (epoch == mine) return absl::OkStatus();

@@ -44,6 +44,7 @@
 #include <thread>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -85,6 +86,15 @@ class ReplicaRouter {
   void Push(const ReplicaHeader& h, const grpc::ByteBuffer* raw, Apply apply, PushDone done);
 
   int64_t epoch() const { return epoch_.load(); }
+  // Each store this PS holds a copy of, as what it serves it as: its own
+  // (store == task index, a primary unless the chief said otherwise) and
+  // any backups or promoted backups. For /metrics; any thread, and it never
+  // waits for a push (a store's lock is held across a forward).
+  struct StoreRole {
+    int store = 0;
+    bool backup = false;
+  };
+  std::vector<StoreRole> Roles() const;
   int64_t stale_refused() const { return stale_refused_.load(); }
 
  private:
