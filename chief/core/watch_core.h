@@ -45,7 +45,7 @@ struct PsRecord {
   int probes_timed_out = 0;  // in a row (replicated: see FailOverNow)
   // Not one of the job's PS (yet, or any more): a PS beyond the spec until
   // its share is moved there, one that left once it is moved off
-  // (coordinator_ps_move.cc). Not watched, checkpointed nor restored.
+  // (ps_membership.cc). Not watched, checkpointed nor restored.
   bool left = false;
   uint64_t refused = 0;  // the incarnation whose join or leave was refused (said once)
 };
@@ -72,7 +72,7 @@ struct WorkerRecord {
   // The incarnation a leave was claimed for while it still answered
   // (StillServing): said once.
   uint64_t leave_disbelieved = 0;
-  // The data streams it reads (coordinator_elastic.cc): where each stood
+  // The data streams it reads (worker_membership.cc): where each stood
   // at step stream_base, read in turn one batch a step from there.
   std::vector<StreamPos> streams;
   int64_t stream_base = 0;

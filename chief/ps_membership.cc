@@ -18,69 +18,48 @@
 // the switch the sources keep their variables, so a failure before it
 // (a copy or load refused, a target gone) puts the old placement back at
 // yet another generation and loses nothing.
+#include "chief/ps_membership.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "chief/coordinator.h"
 #include "common/plan/placement.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace psrt {
 
-std::string Coordinator::ElasticPsRefusal() const {
-  if (Collective()) return "PS join and leave only under the parameter-server strategy";
-  if (Replicated()) return "PS join and leave are not built with job.replication.factor 2";
-  if (options_.job.consistency().mode() != ConsistencyDef::ASYNC) {
-    return "PS join and leave need ASYNC consistency (a new PS has no SYNC step counters)";
-  }
-  return "";
-}
-
-std::vector<int> Coordinator::LivePs() const {
+std::vector<int> PsMembership::LivePs() const {
   std::vector<int> out;
-  for (int p = 0; p < NumPs(); ++p) {
-    if (!IsReplica(p) && !ps_[p].left) out.push_back(p);
+  for (int p = 0; p < cluster_.NumPs(); ++p) {
+    if (!cluster_.shape.IsReplica(p) && !cluster_.ps[p].left) out.push_back(p);
   }
   return out;
 }
 
-bool Coordinator::SamePlacement(const CheckpointManifest& m) const {
-  bool recorded = false;
-  for (const CheckpointManifest::Shard& shard : m.shard()) recorded |= shard.variable_size() > 0;
-  if (!recorded) return true;  // written before the field: the first placement
-  for (const CheckpointManifest::Shard& shard : m.shard()) {
-    const int p = shard.ps_task();
-    if (p < 0 || p >= NumPs() || IsReplica(p)) continue;
-    std::vector<std::string> now, then(shard.variable().begin(), shard.variable().end());
-    for (const VariableDef& v : VariablesOnStore(plan_.placement, p)) now.push_back(v.name());
-    std::sort(now.begin(), now.end());
-    std::sort(then.begin(), then.end());
-    if (now != then) return false;
-  }
-  return true;
-}
-
-absl::StatusOr<bool> Coordinator::WatchPsMembership() {
+absl::StatusOr<bool> PsMembership::Watch() {
   for (auto it = pending_drops_.begin(); it != pending_drops_.end();) {
     MoveVariablesRequest r;
     for (const std::string& n : it->second) r.add_drop(n);
-    it = ps_[it->first].admin->MoveVariables(r).ok() ? pending_drops_.erase(it) : std::next(it);
+    it = cluster_.ps[it->first].admin->MoveVariables(r).ok() ? pending_drops_.erase(it) : std::next(it);
   }
   // PS registered beyond the views: one each, live once its share moved.
-  for (int n = registry_->NumPs(); NumPs() < n;) {
-    const TaskId t = MakeTaskId(kPsJob, NumPs());
+  for (int n = cluster_.registry->NumPs(); cluster_.NumPs() < n;) {
+    const TaskId t = MakeTaskId(kPsJob, cluster_.NumPs());
     PsView v;
     v.name = TaskName(t);
-    v.admin = std::make_unique<PsAdmin>(channels_->Get(registry_->Get(t).info.address()), v.name);
+    v.admin = std::make_unique<PsAdmin>(cluster_.channels->Get(cluster_.registry->Get(t).info.address()), v.name);
     v.left = true;
-    ps_.push_back(std::move(v));
+    cluster_.ps.push_back(std::move(v));
   }
-  for (int p = 0; p < NumPs(); ++p) {
-    PsView& ps = ps_[p];
-    const TaskState t = registry_->Get(MakeTaskId(kPsJob, p));
+  for (int p = 0; p < cluster_.NumPs(); ++p) {
+    PsView& ps = cluster_.ps[p];
+    const TaskState t = cluster_.registry->Get(MakeTaskId(kPsJob, p));
     const uint64_t inc = t.info.incarnation();
     std::string why;
     absl::StatusOr<PsMovePlan> plan;
@@ -88,29 +67,28 @@ absl::StatusOr<bool> Coordinator::WatchPsMembership() {
     if (ps.left && inc != 0 && !t.left && inc != ps.incarnation && inc != ps.refused) {
       why = ps.admin->name() + " joins";
       joining = p;
-      plan = PlanPsJoin(plan_.placement, LivePs(), p);
+      plan = PlanPsJoin(cluster_.plan.placement, LivePs(), p);
     } else if (!ps.left && t.left && inc == ps.incarnation && inc != ps.refused) {
       why = ps.admin->name() + " leaves";
       leaving = p;
-      plan = PlanPsLeave(plan_.placement, LivePs(), p);
+      plan = PlanPsLeave(cluster_.plan.placement, LivePs(), p);
     } else {
       continue;
     }
     absl::Status s = plan.status();
-    if (s.ok()) s = MovePsVariables(*plan, why, joining, leaving);
+    if (s.ok()) s = MoveVariables(*plan, why, joining, leaving);
     if (!s.ok()) {
       ps.refused = inc;
-      report_(absl::StrCat("ps membership: ", why, ", refused: ", s.message()));
+      cluster_.report(absl::StrCat("ps membership: ", why, ", refused: ", s.message()));
     }
     return true;
   }
   return false;
 }
 
-absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::string& why, int joining,
-                                          int leaving) {
+absl::Status PsMembership::MoveVariables(const PsMovePlan& plan, const std::string& why, int joining, int leaving) {
   const absl::Time start = ChiefNow();
-  const PlacementMap before = plan_.placement;
+  const PlacementMap before = cluster_.plan.placement;
   std::map<int, std::vector<std::string>> from;  // source PS -> variables
   std::map<std::string, int> to;
   std::set<int> targets;
@@ -128,24 +106,24 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
     for (const auto& [src, names] : from) {
       MoveVariablesRequest r;
       for (const std::string& n : names) r.add_copy(n);
-      r.set_generation(generation_);
-      ASSIGN_OR_RETURN(MoveVariablesResponse resp, ps_[src].admin->MoveVariables(r));
+      r.set_generation(cluster_.generation);
+      ASSIGN_OR_RETURN(MoveVariablesResponse resp, cluster_.ps[src].admin->MoveVariables(r));
       if (resp.state_size() != static_cast<int>(names.size())) {
-        return absl::InternalError(absl::StrCat(ps_[src].admin->name(), " answered ", resp.state_size(),
+        return absl::InternalError(absl::StrCat(cluster_.ps[src].admin->name(), " answered ", resp.state_size(),
                                                 " variables' state for ", names.size(), " asked"));
       }
       bytes += resp.bytes();
       for (int k = 0; k < resp.state_size(); ++k) {
         if (resp.state(k).def().name() != names[k]) {
-          return absl::InternalError(absl::StrCat(ps_[src].admin->name(), " answered the state of \"",
+          return absl::InternalError(absl::StrCat(cluster_.ps[src].admin->name(), " answered the state of \"",
                                                   resp.state(k).def().name().substr(0, 128), "\" for ", names[k]));
         }
         *loads[to[names[k]]].add_load() = std::move(*resp.mutable_state(k));
       }
     }
     for (auto& [dst, r] : loads) {
-      r.set_generation(generation_);
-      RETURN_IF_ERROR(ps_[dst].admin->MoveVariables(r).status());
+      r.set_generation(cluster_.generation);
+      RETURN_IF_ERROR(cluster_.ps[dst].admin->MoveVariables(r).status());
     }
     return bytes;
   };
@@ -154,12 +132,12 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
   auto drop = [this](int p, const std::vector<std::string>& names) {
     MoveVariablesRequest r;
     for (const std::string& n : names) r.add_drop(n);
-    absl::Status d = ps_[p].admin->MoveVariables(r).status();
+    absl::Status d = cluster_.ps[p].admin->MoveVariables(r).status();
     if (d.ok()) return;
     std::vector<std::string>& pending = pending_drops_[p];
     pending.insert(pending.end(), names.begin(), names.end());
-    report_(absl::StrCat("dropping moved variables from ", ps_[p].admin->name(), " (tried again later): ",
-                         d.message()));
+    cluster_.report(absl::StrCat("dropping moved variables from ", cluster_.ps[p].admin->name(),
+                                 " (tried again later): ", d.message()));
   };
   // A move abandoned: what live targets made for it goes (a joiner is not
   // live: nothing reads or snapshots it).
@@ -172,15 +150,15 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
   };
   // Phase one, training going on: the targets make what they take (at the
   // current generation; nothing routes there yet) and load a first copy.
-  plan_.placement = plan.placement;
+  cluster_.plan.placement = plan.placement;
   absl::Status created;
   for (int t : targets) {
-    absl::Status c = CreateVariablesOn(t);
+    absl::Status c = cluster_.CreateVariablesOn(t);
     if (!c.ok() && created.ok()) created = c;
   }
   absl::StatusOr<int64_t> warm = created.ok() ? copy() : absl::StatusOr<int64_t>(created);
   if (!warm.ok()) {
-    plan_.placement = before;
+    cluster_.plan.placement = before;
     undo_targets();
     return absl::Status(warm.status().code(), absl::StrCat("copying while training: ", warm.status().message()));
   }
@@ -189,14 +167,14 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
   // Phase two: workers stopped at a step boundary, every PS fenced at a new
   // generation with the new placement, the last copy, the switch.
   const absl::Time pause_start = ChiefNow();
-  const std::vector<bool> paused_here = PauseWorkers({}, /*mark_unreachable=*/true);
+  const std::vector<bool> paused_here = cluster_.PauseWorkers({}, /*mark_unreachable=*/true);
   const absl::Duration stopping = ChiefNow() - pause_start;
   std::vector<int> live = LivePs();
   if (joining >= 0) live.push_back(joining);
-  NewGeneration();
+  cluster_.NewGeneration();
   absl::Status fenced;
   for (int p : live) {
-    absl::Status c = CreateVariablesOn(p);
+    absl::Status c = cluster_.CreateVariablesOn(p);
     if (!c.ok() && fenced.ok()) fenced = c;
   }
   const absl::Time last_copy_start = ChiefNow();
@@ -205,34 +183,38 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
   const absl::Duration last_copy = ChiefNow() - last_copy_start;
   if (!last.ok()) {
     // Nothing switched: the sources still hold every acknowledged push.
-    plan_.placement = before;
-    NewGeneration();
+    cluster_.plan.placement = before;
+    cluster_.NewGeneration();
     for (int p : LivePs()) {
-      absl::Status c = CreateVariablesOn(p);
-      if (!c.ok()) report_(absl::StrCat("putting the placement back on ", ps_[p].admin->name(), ": ", c.message()));
+      absl::Status c = cluster_.CreateVariablesOn(p);
+      if (!c.ok()) {
+        cluster_.report(
+            absl::StrCat("putting the placement back on ", cluster_.ps[p].admin->name(), ": ", c.message()));
+      }
     }
     undo_targets();
   } else {
-    if (joining >= 0) ps_[joining].left = false;
-    if (leaving >= 0) ps_[leaving].left = true;
+    if (joining >= 0) cluster_.ps[joining].left = false;
+    if (leaving >= 0) cluster_.ps[leaving].left = true;
     for (const auto& [src, names] : from) drop(src, names);
   }
   const absl::Time starting = ChiefNow();
   // Each worker paused here goes on with the new placement (only its PS
   // client is made again); any other is started anew.
-  std::vector<absl::Status> started = ForEachWorker([&](int i) {
-    WorkerView& w = workers_[i];
+  std::vector<absl::Status> started = cluster_.ForEachWorker([&](int i) {
+    WorkerView& w = cluster_.workers[i];
     if (w.removed || !w.reachable) return absl::OkStatus();
-    if (paused_here[i] && w.control->ResumePlaced(w.step, generation_, AssignmentFor(i, w.step)).ok()) {
+    if (paused_here[i] &&
+        w.control->ResumePlaced(w.step, cluster_.generation, cluster_.AssignmentFor(i, w.step)).ok()) {
       w.state = WorkerStatusResponse::RUNNING;
       return absl::OkStatus();
     }
-    return StartWorker(i, w.step);
+    return cluster_.StartWorker(i, w.step);
   });
-  for (int i = 0; i < NumWorkers(); ++i) {
+  for (int i = 0; i < cluster_.NumWorkers(); ++i) {
     if (started[i].ok()) continue;
-    report_(absl::StrCat("starting ", workers_[i].control->name(), ": ", started[i].message()));
-    workers_[i].incarnation = 0;  // the watch starts it when it answers
+    cluster_.report(absl::StrCat("starting ", cluster_.workers[i].control->name(), ": ", started[i].message()));
+    cluster_.workers[i].incarnation = 0;  // the watch starts it when it answers
   }
   const absl::Duration paused = ChiefNow() - pause_start;
   if (!last.ok()) {
@@ -240,17 +222,16 @@ absl::Status Coordinator::MovePsVariables(const PsMovePlan& plan, const std::str
                         absl::StrCat("the last copy failed, the old placement put back (training paused for ",
                                      absl::ToInt64Milliseconds(paused), " ms): ", last.status().message()));
   }
-  ++ps_moves_;
+  ++moves_;
   std::vector<std::string> moves;
   for (const ShardMove& m : plan.moves) moves.push_back(absl::StrCat(m.variable, " ps:", m.from, "->ps:", m.to));
-  report_(absl::StrCat("ps membership: ", why, "; ", LivePs().size(), " PS; moved ", plan.moves.size(),
-                       " variables (", *last, " bytes: ", absl::StrJoin(moves, ", "), "); copied while training in ",
-                       absl::ToInt64Milliseconds(warm_time), " ms, then training paused for ",
-                       absl::ToInt64Milliseconds(paused), " ms (stopping the workers ",
-                       absl::ToInt64Milliseconds(stopping), " ms, every PS to the new generation ",
-                       absl::ToInt64Milliseconds(fencing), " ms, the last copy ", absl::ToInt64Milliseconds(last_copy),
-                       " ms, starting the workers ", absl::ToInt64Milliseconds(ChiefNow() - starting),
-                       " ms) at generation ", generation_));
+  cluster_.report(absl::StrCat(
+      "ps membership: ", why, "; ", LivePs().size(), " PS; moved ", plan.moves.size(), " variables (", *last,
+      " bytes: ", absl::StrJoin(moves, ", "), "); copied while training in ", absl::ToInt64Milliseconds(warm_time),
+      " ms, then training paused for ", absl::ToInt64Milliseconds(paused), " ms (stopping the workers ",
+      absl::ToInt64Milliseconds(stopping), " ms, every PS to the new generation ", absl::ToInt64Milliseconds(fencing),
+      " ms, the last copy ", absl::ToInt64Milliseconds(last_copy), " ms, starting the workers ",
+      absl::ToInt64Milliseconds(ChiefNow() - starting), " ms) at generation ", cluster_.generation));
   return absl::OkStatus();
 }
 
