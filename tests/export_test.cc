@@ -1,10 +1,12 @@
 // //chief:export against the real readers: a cluster of real processes
 // trains the Fashion-MNIST MLP and CNN briefly, the exporter turns the
-// committed checkpoint into a TensorFlow checkpoint and an ONNX model, and
-// TensorFlow 2.21 / Keras 3 / ONNX Runtime (the test-only venv-tf) read
-// them: every variable bit-identical, a Keras model of the same layer list
-// restored, ONNX Runtime's predictions equal to Keras' within float
-// tolerance and its accuracy equal to psrt's evaluation of the weights.
+// committed checkpoint into a TensorFlow checkpoint, an ONNX model, a
+// Keras .weights.h5 and a .keras file, and TensorFlow 2.21 / Keras 3 /
+// ONNX Runtime (the test-only venv-tf) read them: every variable
+// bit-identical, Keras models of the same layer list (Sequential and
+// Functional) restored by load_weights and load_model, ONNX Runtime's
+// predictions equal to Keras' within float tolerance and the accuracies
+// equal to psrt's evaluation of the weights.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -39,6 +41,7 @@ class ExportTest : public testing::TrainingClusterTest {
     job_.set_name(job->name());
     job_.mutable_eval()->set_max_examples(0);  // the whole test split, for the accuracy comparison
     WriteJob();
+    example_ = testing::RunfilePath(example);
     std::vector<std::unique_ptr<Daemon>> servers;
     for (int i = 0; i < ps; ++i) servers.push_back(StartPs(i));
     auto worker = StartWorker(0);
@@ -98,6 +101,16 @@ class ExportTest : public testing::TrainingClusterTest {
     Check("tests/tools/check_export.py",
           {"--tf_prefix=" + dir_ + "/tf/model", "--onnx=" + dir_ + "/model.onnx", "--raw_dir=" + dir_ + "/raw"},
           acc[1], examples[1]);
+    // Keras 3's own formats, read by Keras' own loaders.
+    ASSERT_EQ(Export({"--format=weights_h5", "--out=" + dir_ + "/model.weights.h5"}), 0);
+    ASSERT_EQ(Export({"--format=keras", "--out=" + dir_ + "/model.keras"}), 0);
+    auto shape = KerasInputShape(job_);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    Check("tests/tools/check_keras_saving.py",
+          {"--job=" + example_, "--input_shape=" + absl::StrJoin(*shape, ","),
+           "--weights_h5=" + dir_ + "/model.weights.h5", "--keras=" + dir_ + "/model.keras",
+           "--raw_dir=" + dir_ + "/raw"},
+          acc[1], examples[1]);
   }
 
   // Runs a checker of tests/tools with `flags` and the test split's
@@ -116,6 +129,8 @@ class ExportTest : public testing::TrainingClusterTest {
     EXPECT_NE(text.find("\nOK"), std::string::npos) << text;
     std::cout << text;
   }
+
+  std::string example_;  // the example job file Train() took the model from
 };
 
 // Two PS: each variable is assembled from the store that holds it.
@@ -151,7 +166,7 @@ TEST_F(ExportTest, BadRequestsFailNamingWhatIsWrong) {
   EXPECT_NE(line.find("no committed checkpoint at step 7"), std::string::npos) << line;
   EXPECT_NE(line.find("200)"), std::string::npos) << line;  // the steps it has
   EXPECT_EQ(Export({"--format=pb", "--out=" + dir_ + "/m"}, "error:", &line), 1);
-  EXPECT_NE(line.find("--format must be tf or onnx"), std::string::npos) << line;
+  EXPECT_NE(line.find("--format must be weights_h5, keras, tf or onnx"), std::string::npos) << line;
   std::vector<std::string> argv = {testing::RunfilePath("chief/export"), "--job=" + job_path_,
                                    "--checkpoint_dir=" + dir_ + "/nowhere", "--format=onnx", "--out=" + dir_ + "/m"};
   auto d = Daemon::Start("export", argv);
