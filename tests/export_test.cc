@@ -8,6 +8,7 @@
 // predictions equal to Keras' within float tolerance and the accuracies
 // equal to psrt's evaluation of the weights.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -173,6 +174,33 @@ TEST_F(ExportTest, BadRequestsFailNamingWhatIsWrong) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(ExitCode(d->get()), 1);
   EXPECT_NE((*d)->WaitForMatch("no checkpoint directory .*/nowhere", absl::Seconds(10)), "");
+}
+
+// A job whose model is not the checkpoint's is refused naming the variable
+// that differs, whichever way it differs; no file is written.
+TEST_F(ExportTest, AJobThatDoesNotFitTheCheckpointIsRefusedNamingTheVariable) {
+  Train("examples/fashion_mnist_mlp.pbtxt", 200);
+  const TrainingJob trained = job_;
+  auto refused = [&](const std::string& what, const std::function<void(SequentialModel*)>& change,
+                     const std::string& variable) {
+    job_ = trained;
+    change(job_.mutable_model()->mutable_sequential());
+    WriteJob();
+    for (const char* format : {"weights_h5", "keras"}) {
+      const std::string out = absl::StrCat(dir_, "/", format, ".out");
+      std::string line;
+      EXPECT_EQ(Export({absl::StrCat("--format=", format), "--out=" + out}, "error:", &line), 1) << what;
+      EXPECT_NE(line.find(variable), std::string::npos) << what << ": " << line;
+      EXPECT_FALSE(std::filesystem::exists(out)) << what;
+    }
+  };
+  // A layer of other units: its kernel and bias have other shapes.
+  refused("units", [](SequentialModel* m) { m->mutable_layer(3)->mutable_dense()->set_units(64); }, "variable dense_3/");
+  // One more layer: the checkpoint has none of its variables.
+  refused("extra layer", [](SequentialModel* m) { m->add_layer()->mutable_dense()->set_units(10); },
+          "the checkpoint has no variable dense_6/");
+  // The last layer under another name: the checkpoint's variables are not the job's.
+  refused("renamed", [](SequentialModel* m) { m->mutable_layer(5)->set_name("logits"); }, "variable dense_5/");
 }
 
 }  // namespace
