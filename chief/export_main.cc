@@ -2,8 +2,11 @@
 // runtimes read.
 //
 //   bazel run //chief:export -- --job=JOB.pbtxt --checkpoint_dir=DIR [--step=S]
-//           --format=tf|onnx --out=PATH [--evaluate]
+//           --format=weights_h5|keras|tf|onnx --out=PATH [--evaluate]
 //
+// --format=weights_h5 writes the .weights.h5 file Keras 3's
+// model.load_weights takes, and --format=keras the .keras file
+// keras.models.load_model opens (chief/export_formats/keras_saving.h).
 // --format=tf writes a TensorFlow checkpoint, PATH.index and
 // PATH.data-00000-of-00001 (tf.train.load_checkpoint reads every variable
 // bit for bit), laid out for a Keras 3 model built from the job's layer
@@ -24,6 +27,7 @@
 #include "common/flags_help.h"
 #include "common/checkpoint/checkpoint_variables.h"
 #include "chief/export_formats/keras_checkpoint.h"
+#include "chief/export_formats/keras_saving.h"
 #include "chief/export_formats/onnx_export.h"
 #include "common/plan/job_flags.h"
 #include "common/plan/job_planner.h"
@@ -32,26 +36,40 @@
 ABSL_FLAG(std::string, job, "", "The job file (.pbtxt) the checkpoint was trained with: its model's layer list. Required.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "The job's checkpoint directory (checkpoint.dir). Required.");
 ABSL_FLAG(int64_t, step, -1, "The committed step to export (default: the newest that verifies).");
-ABSL_FLAG(std::string, format, "", "tf (a TensorFlow checkpoint for Keras) or onnx. Required.");
+ABSL_FLAG(std::string, format, "",
+          "weights_h5 (Keras 3's model.load_weights), keras (keras.models.load_model), "
+          "tf (a TensorFlow checkpoint) or onnx. Required.");
 ABSL_FLAG(std::string, out, "",
-          "tf: the checkpoint prefix (writes PATH.index, PATH.data-00000-of-00001, PATH.keras.json); "
-          "onnx: the model file. Required.");
+          "weights_h5, keras, onnx: the file (Keras wants the names to end .weights.h5 and .keras); "
+          "tf: the checkpoint prefix (writes PATH.index, PATH.data-00000-of-00001, PATH.keras.json). Required.");
 ABSL_FLAG(bool, evaluate, false, "Also print psrt's metrics of the exported weights on the job's test split.");
 
 namespace psrt {
 namespace {
 
 constexpr char kUsage[] =
-    "Exports a committed psrt checkpoint as a TensorFlow checkpoint or an ONNX model.\n"
-    "Usage: export --job=JOB.pbtxt --checkpoint_dir=DIR [--step=S] --format=tf|onnx --out=PATH [--evaluate]\n"
+    "Exports a committed psrt checkpoint for Keras 3, TensorFlow or ONNX Runtime.\n"
+    "Usage: export --job=JOB.pbtxt --checkpoint_dir=DIR [--step=S] --format=weights_h5|keras|tf|onnx\n"
+    "              --out=PATH [--evaluate]\n"
     "\n"
+    "weights_h5: PATH (name it *.weights.h5), the file Keras 3's model.save_weights writes, for a model\n"
+    "      built from the job's layer list, Sequential or Functional, any layer names:\n"
+    "        model = keras.Sequential([keras.Input(INPUT_SHAPE), keras.layers.Dense(256, \"relu\"), ...])\n"
+    "        model.load_weights(\"PATH\")   # raises naming the layer if anything does not fit\n"
+    "keras: PATH (name it *.keras), the file model.save writes: config.json (a keras.Sequential of the\n"
+    "      job's layers), metadata.json and model.weights.h5 (as weights_h5). No code of yours needed:\n"
+    "        model = keras.models.load_model(\"PATH\")\n"
+    "      Layers exported (both formats): dense, conv2d, max_pool2d, flatten, dropout, activation; an\n"
+    "      embedding (a sum or mean over variable-length ids) or a layer with named inputs is refused,\n"
+    "      naming it. A checkpoint variable no layer has, or one a layer lacks, is an error naming it.\n"
     "tf:   PATH.index + PATH.data-00000-of-00001, TensorFlow's checkpoint format, and PATH.keras.json.\n"
     "      tf.train.load_checkpoint(PATH) reads every variable as trained, under the keys a Keras 3 model\n"
     "      (TensorFlow 2.21) built from the same layer list saves:\n"
     "        model = keras.Sequential([keras.Input(INPUT_SHAPE)] + [the job's layers, in order])\n"
     "        tf.train.Checkpoint(model=model).read(PATH).assert_consumed()\n"
-    "      (Keras 3's model.load_weights takes only .weights.h5/.keras files.) PATH.keras.json holds the\n"
-    "      input shape and each layer's Keras class and config (keras.layers.deserialize).\n"
+    "      (a Functional model of the same layers restores too; restore before compile()).\n"
+    "      (Keras 3's model.load_weights refuses this format: use weights_h5 or keras for it.)\n"
+    "      PATH.keras.json holds the input shape and each layer's Keras class and config.\n"
     "onnx: PATH, an ONNX model (opset 13) of the inference graph (dropout removed) with the trained\n"
     "      weights; input: the job's dense feature (e.g. \"image\", [batch, 28, 28, 1]); output: \"output\",\n"
     "      the last layer's result. Layers exported: dense, conv2d, max_pool2d, flatten, dropout, activation.";
@@ -63,13 +81,19 @@ std::string UserPath(std::string path) {
   return path;
 }
 
-absl::Status WriteOnnx(const onnx::ModelProto& model, const std::string& path) {
+// Writes `bytes` to PATH.tmp, then renames it to `path`: a reader sees the
+// old file or the whole new one.
+absl::Status WriteFileAtomically(const std::string& bytes, const std::string& path) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !model.SerializeToOstream(&out)) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    out.close();
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -83,8 +107,9 @@ absl::Status Export() {
                     format = absl::GetFlag(FLAGS_format), out = UserPath(absl::GetFlag(FLAGS_out));
   if (job_path.empty()) return absl::InvalidArgumentError("--job=FILE is required (the model's layer list)");
   if (dir.empty()) return absl::InvalidArgumentError("--checkpoint_dir=DIR is required");
-  if (format != "tf" && format != "onnx") {
-    return absl::InvalidArgumentError(absl::StrCat("--format must be tf or onnx, not \"", format, "\""));
+  if (format != "tf" && format != "onnx" && format != "weights_h5" && format != "keras") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format must be weights_h5, keras, tf or onnx, not \"", format, "\""));
   }
   if (out.empty()) return absl::InvalidArgumentError("--out=PATH is required");
   ASSIGN_OR_RETURN(JobLimits limits, JobLimitsFromFlags());
@@ -98,9 +123,15 @@ absl::Status Export() {
     RETURN_IF_ERROR(WriteKerasCheckpoint(job, ckpt.values, out));
     std::printf("step %lld: %zu variables -> %s (+ .data-00000-of-00001, .keras.json)\n",
                 static_cast<long long>(ckpt.step), ckpt.values.size(), (out + ".index").c_str());
+  } else if (format == "weights_h5" || format == "keras") {
+    ASSIGN_OR_RETURN(std::string bytes,
+                     format == "keras" ? KerasArchive(job, ckpt.values) : KerasWeightsH5(job, ckpt.values));
+    RETURN_IF_ERROR(WriteFileAtomically(bytes, out));
+    std::printf("step %lld: %zu variables -> %s (%zu bytes)\n", static_cast<long long>(ckpt.step),
+                ckpt.values.size(), out.c_str(), bytes.size());
   } else {
     ASSIGN_OR_RETURN(onnx::ModelProto model, ExportOnnx(job, ckpt.model, ckpt.values));
-    RETURN_IF_ERROR(WriteOnnx(model, out));
+    RETURN_IF_ERROR(WriteFileAtomically(model.SerializeAsString(), out));
     std::printf("step %lld: %d nodes, %d initializers -> %s\n", static_cast<long long>(ckpt.step),
                 model.graph().node_size(), model.graph().initializer_size(), out.c_str());
   }

@@ -14,6 +14,8 @@ PACKAGES=(
   libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev
   libssl-dev libgloo-dev libleveldb-dev
+  # HDF5 (serial): the .weights.h5 files //chief:export writes for Keras 3
+  libhdf5-dev
   # tools the tests use (prometheus: promtool lints every /metrics page and
   # tests/metrics_test has a real Prometheus scrape a PS and a worker;
   # openssl: deploy/make_certs.sh; faketime: a chief whose clock is off,

@@ -1,11 +1,14 @@
 // //chief:export against the real readers: a cluster of real processes
 // trains the Fashion-MNIST MLP and CNN briefly, the exporter turns the
-// committed checkpoint into a TensorFlow checkpoint and an ONNX model, and
-// TensorFlow 2.21 / Keras 3 / ONNX Runtime (the test-only venv-tf) read
-// them: every variable bit-identical, a Keras model of the same layer list
-// restored, ONNX Runtime's predictions equal to Keras' within float
-// tolerance and its accuracy equal to psrt's evaluation of the weights.
+// committed checkpoint into a TensorFlow checkpoint, an ONNX model, a
+// Keras .weights.h5 and a .keras file, and TensorFlow 2.21 / Keras 3 /
+// ONNX Runtime (the test-only venv-tf) read them: every variable
+// bit-identical, Keras models of the same layer list (Sequential and
+// Functional) restored by load_weights and load_model, ONNX Runtime's
+// predictions equal to Keras' within float tolerance and the accuracies
+// equal to psrt's evaluation of the weights.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -39,6 +42,7 @@ class ExportTest : public testing::TrainingClusterTest {
     job_.set_name(job->name());
     job_.mutable_eval()->set_max_examples(0);  // the whole test split, for the accuracy comparison
     WriteJob();
+    example_ = testing::RunfilePath(example);
     std::vector<std::unique_ptr<Daemon>> servers;
     for (int i = 0; i < ps; ++i) servers.push_back(StartPs(i));
     auto worker = StartWorker(0);
@@ -98,6 +102,16 @@ class ExportTest : public testing::TrainingClusterTest {
     Check("tests/tools/check_export.py",
           {"--tf_prefix=" + dir_ + "/tf/model", "--onnx=" + dir_ + "/model.onnx", "--raw_dir=" + dir_ + "/raw"},
           acc[1], examples[1]);
+    // Keras 3's own formats, read by Keras' own loaders.
+    ASSERT_EQ(Export({"--format=weights_h5", "--out=" + dir_ + "/model.weights.h5"}), 0);
+    ASSERT_EQ(Export({"--format=keras", "--out=" + dir_ + "/model.keras"}), 0);
+    auto shape = KerasInputShape(job_);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    Check("tests/tools/check_keras_saving.py",
+          {"--job=" + example_, "--input_shape=" + absl::StrJoin(*shape, ","),
+           "--weights_h5=" + dir_ + "/model.weights.h5", "--keras=" + dir_ + "/model.keras",
+           "--raw_dir=" + dir_ + "/raw"},
+          acc[1], examples[1]);
   }
 
   // Runs a checker of tests/tools with `flags` and the test split's
@@ -116,6 +130,8 @@ class ExportTest : public testing::TrainingClusterTest {
     EXPECT_NE(text.find("\nOK"), std::string::npos) << text;
     std::cout << text;
   }
+
+  std::string example_;  // the example job file Train() took the model from
 };
 
 // Two PS: each variable is assembled from the store that holds it.
@@ -151,13 +167,40 @@ TEST_F(ExportTest, BadRequestsFailNamingWhatIsWrong) {
   EXPECT_NE(line.find("no committed checkpoint at step 7"), std::string::npos) << line;
   EXPECT_NE(line.find("200)"), std::string::npos) << line;  // the steps it has
   EXPECT_EQ(Export({"--format=pb", "--out=" + dir_ + "/m"}, "error:", &line), 1);
-  EXPECT_NE(line.find("--format must be tf or onnx"), std::string::npos) << line;
+  EXPECT_NE(line.find("--format must be weights_h5, keras, tf or onnx"), std::string::npos) << line;
   std::vector<std::string> argv = {testing::RunfilePath("chief/export"), "--job=" + job_path_,
                                    "--checkpoint_dir=" + dir_ + "/nowhere", "--format=onnx", "--out=" + dir_ + "/m"};
   auto d = Daemon::Start("export", argv);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(ExitCode(d->get()), 1);
   EXPECT_NE((*d)->WaitForMatch("no checkpoint directory .*/nowhere", absl::Seconds(10)), "");
+}
+
+// A job whose model is not the checkpoint's is refused naming the variable
+// that differs, whichever way it differs; no file is written.
+TEST_F(ExportTest, AJobThatDoesNotFitTheCheckpointIsRefusedNamingTheVariable) {
+  Train("examples/fashion_mnist_mlp.pbtxt", 200);
+  const TrainingJob trained = job_;
+  auto refused = [&](const std::string& what, const std::function<void(SequentialModel*)>& change,
+                     const std::string& variable) {
+    job_ = trained;
+    change(job_.mutable_model()->mutable_sequential());
+    WriteJob();
+    for (const char* format : {"weights_h5", "keras"}) {
+      const std::string out = absl::StrCat(dir_, "/", format, ".out");
+      std::string line;
+      EXPECT_EQ(Export({absl::StrCat("--format=", format), "--out=" + out}, "error:", &line), 1) << what;
+      EXPECT_NE(line.find(variable), std::string::npos) << what << ": " << line;
+      EXPECT_FALSE(std::filesystem::exists(out)) << what;
+    }
+  };
+  // A layer of other units: its kernel and bias have other shapes.
+  refused("units", [](SequentialModel* m) { m->mutable_layer(3)->mutable_dense()->set_units(64); }, "variable dense_3/");
+  // One more layer: the checkpoint has none of its variables.
+  refused("extra layer", [](SequentialModel* m) { m->add_layer()->mutable_dense()->set_units(10); },
+          "the checkpoint has no variable dense_6/");
+  // The last layer under another name: the checkpoint's variables are not the job's.
+  refused("renamed", [](SequentialModel* m) { m->mutable_layer(5)->set_name("logits"); }, "variable dense_5/");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "chief/export_formats/keras_checkpoint.h"
 #include "chief/export_formats/onnx_export.h"
+#include "chief/export_formats/testing.h"
 #include "common/graph/model_compiler.h"
 #include "common/plan/job_planner.h"
 #include "gtest/gtest.h"
@@ -12,23 +13,9 @@
 namespace psrt {
 namespace {
 
-TrainingJob Load(const std::string& path) {
-  auto job = LoadJob(path);
-  EXPECT_TRUE(job.ok()) << job.status();
-  return job.ok() ? *job : TrainingJob();
-}
+using testing::Counting;
 
-// Every variable of `m`, filled with its element index.
-std::map<std::string, Tensor> Counting(const CompiledModel& m) {
-  std::map<std::string, Tensor> out;
-  for (const VariableDef& v : m.variables) {
-    std::vector<int64_t> dims(v.shape().dim().begin(), v.shape().dim().end());
-    Tensor t = Tensor::Zeros(DT_FLOAT, TensorShape(dims));
-    for (int64_t i = 0; i < t.NumElements(); ++i) t.data<float>()[i] = static_cast<float>(i);
-    out[v.name()] = t;
-  }
-  return out;
-}
+TrainingJob Load(const std::string& path) { return testing::LoadExample(path); }
 
 // ExportOnnx of `job` with Counting weights, which go to *values if given.
 absl::StatusOr<onnx::ModelProto> Onnx(const TrainingJob& job, std::map<std::string, Tensor>* values = nullptr) {

@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "chief/export_formats/tf_bundle_writer.h"
@@ -60,12 +61,19 @@ absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job) {
     auto fail = [&](absl::string_view why) {
       return absl::InvalidArgumentError(absl::StrCat("model.sequential.layer[", i, "] (", name, "): ", why));
     };
+    if (l.kind_case() == LayerDef::kEmbedding || l.kind_case() == LayerDef::kEmbeddingBag) {
+      return fail("sums or averages the embeddings of a variable-length id list per example, which no "
+                  "built-in Keras layer computes; not exported (dense, conv2d, max_pool2d, flatten, dropout "
+                  "and activation are)");
+    }
     if (l.inputs_size() > 0) return fail("reads named inputs; a Keras Sequential model is a plain chain");
+    if (absl::StrContains(name, '/')) return fail("has a '/' in its name, which Keras refuses in layer names");
     KerasLayer k;
     std::string config = absl::StrCat("\"name\": ", JsonString(name));
     switch (l.kind_case()) {
       case LayerDef::kDense:
         k.class_name = "Dense";
+        k.saving_name = "dense";
         absl::StrAppend(&config, ", \"units\": ", l.dense().units(), ", \"activation\": \"",
                         ActivationName(l.dense().activation()), "\", \"use_bias\": ",
                         l.dense().no_bias() ? "false" : "true");
@@ -75,6 +83,7 @@ absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job) {
       case LayerDef::kConv2D: {
         const Conv2DLayer& c = l.conv2d();
         k.class_name = "Conv2D";
+        k.saving_name = "conv2d";
         absl::StrAppend(&config, ", \"filters\": ", c.filters(), ", \"kernel_size\": ", Pair(c.kernel_size()),
                         ", \"strides\": ", Pair(c.stride() > 0 ? c.stride() : 1), ", \"padding\": ",
                         Padding2(c.padding()), ", \"activation\": \"", ActivationName(c.activation()), "\"");
@@ -86,19 +95,23 @@ absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job) {
         const MaxPool2DLayer& p = l.max_pool2d();
         int64_t size = p.pool_size() > 0 ? p.pool_size() : 2;
         k.class_name = "MaxPooling2D";
+        k.saving_name = "max_pooling2d";
         absl::StrAppend(&config, ", \"pool_size\": ", Pair(size), ", \"strides\": ",
                         Pair(p.stride() > 0 ? p.stride() : size), ", \"padding\": ", Padding2(p.padding()));
         break;
       }
       case LayerDef::kFlatten:
         k.class_name = "Flatten";
+        k.saving_name = "flatten";
         break;
       case LayerDef::kDropout:
         k.class_name = "Dropout";
+        k.saving_name = "dropout";
         absl::StrAppend(&config, ", \"rate\": ", l.dropout().rate());
         break;
       case LayerDef::kActivation:
         k.class_name = "Activation";
+        k.saving_name = "activation";
         absl::StrAppend(&config, ", \"activation\": \"", ActivationName(l.activation().activation()), "\"");
         break;
       default:
@@ -108,6 +121,13 @@ absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job) {
     out.push_back(std::move(k));
   }
   return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> KerasInputShape(const TrainingJob& job) {
+  for (const FeatureDef& f : job.input().feature()) {
+    if (f.kind() == FeatureDef::DENSE) return std::vector<int64_t>(f.shape().begin(), f.shape().end());
+  }
+  return absl::InvalidArgumentError("the job's input has no DENSE feature for a Keras model's input");
 }
 
 absl::Status WriteKerasCheckpoint(const TrainingJob& job, const std::map<std::string, Tensor>& values,
@@ -121,6 +141,10 @@ absl::Status WriteKerasCheckpoint(const TrainingJob& job, const std::map<std::st
   AddChild(&graph, root, model, "model");
   AddChild(&graph, model, functional, "_functional");
   AddChild(&graph, functional, operations, "_operations");
+  // A Functional model (keras.Model(inputs, outputs)) holds the same
+  // operations directly, model/_operations/<k>: the second path to the same
+  // node lets either kind of model restore every value.
+  AddChild(&graph, model, operations, "_operations");
   TfBundleWriter writer;
   for (int i = 0; i < static_cast<int>(layers.size()); ++i) {
     if (layers[i].variables.empty()) continue;
@@ -143,13 +167,7 @@ absl::Status WriteKerasCheckpoint(const TrainingJob& job, const std::map<std::st
   RETURN_IF_ERROR(writer.Finish(prefix));
 
   // The model's description, for rebuilding it in Keras.
-  std::vector<int64_t> shape;
-  for (const FeatureDef& f : job.input().feature()) {
-    if (f.kind() == FeatureDef::DENSE) {
-      shape.assign(f.shape().begin(), f.shape().end());
-      break;
-    }
-  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, KerasInputShape(job));
   std::vector<std::string> items;
   for (const KerasLayer& k : layers) {
     items.push_back(absl::StrCat("    {\"module\": \"keras.layers\", \"class_name\": \"", k.class_name,

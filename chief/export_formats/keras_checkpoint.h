@@ -4,6 +4,12 @@
 //   model = keras.Sequential([keras.Input(shape), <the job's layers in order>])
 //   tf.train.Checkpoint(model=model).read(PREFIX).assert_consumed()
 //
+// or a Functional model of the same layers (keras.Model(inputs, outputs)),
+// whose operations sit at model/_operations instead of
+// model/_functional/_operations: the object graph holds both paths to the
+// same nodes. Restore before compile(): a compiled model's optimizer is no
+// object of the checkpoint, and assert_consumed() says so.
+//
 // Keras 3 no longer loads TensorFlow-format checkpoints with
 // model.load_weights (it takes .weights.h5 and .keras files only), but its
 // layers are still trackable, so tf.train.Checkpoint matches them through
@@ -35,6 +41,9 @@ namespace psrt {
 // The Keras counterpart of one layer of the job.
 struct KerasLayer {
   std::string class_name;   // "Dense"
+  // Keras' saving_lib files a layer of a model under its class name in
+  // snake case ("max_pooling2d"; a second one of the class "_1", ...).
+  std::string saving_name;
   std::string config_json;  // {"name": "dense_1", "units": 128, ...}
   // (Keras attribute, psrt variable): ("_kernel", "dense_1/kernel").
   std::vector<std::pair<std::string, std::string>> variables;
@@ -42,8 +51,14 @@ struct KerasLayer {
 
 // The job's sequential model as Keras layers, in order. INVALID_ARGUMENT
 // naming the layer (index and name) for one Keras' Sequential cannot hold:
-// a layer that reads named inputs, or an embedding (not exported yet).
+// a layer that reads named inputs, a name with '/', or an embedding (psrt's
+// embeddings sum or average variable-length id lists, which no built-in
+// Keras layer does).
 absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job);
+
+// The per-example shape of the job's first DENSE input feature, which the
+// first layer reads ([28, 28, 1]). INVALID_ARGUMENT if it has none.
+absl::StatusOr<std::vector<int64_t>> KerasInputShape(const TrainingJob& job);
 
 // The key under which Keras saves attribute `attribute` of the layer at
 // `layer_index` of the job.

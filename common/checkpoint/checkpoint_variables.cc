@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint/checkpoint_manifest.h"
@@ -72,7 +73,11 @@ absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& d
     const std::string shard_dir = absl::StrCat(stores_dir.empty() ? dir : stores_dir, "/", shard.path());
     ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> snapshots, SnapshotStore::OpenReadOnly(shard_dir));
     absl::StatusOr<PsSnapshot> snap = snapshots->Read(manifest.step(), read_options);
-    if (!snap.ok()) return absl::Status(snap.status().code(), absl::StrCat(shard_dir, ": ", snap.status().message()));
+    if (!snap.ok()) {
+      // The store's errors may already name its directory.
+      if (absl::StartsWith(snap.status().message(), shard_dir)) return snap.status();
+      return absl::Status(snap.status().code(), absl::StrCat(shard_dir, ": ", snap.status().message()));
+    }
     sources.push_back(*std::move(snap));
   }
   // Whole variables: the job's definitions with no row range; hash tables

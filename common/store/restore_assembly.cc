@@ -157,6 +157,11 @@ absl::StatusOr<std::vector<VariableState>> AssembleVariables(const std::vector<V
         }
       }
     }
+    if (missing > 0 && missing == end - begin) {
+      // Not one row anywhere: the variable is not the checkpoint's at all.
+      return absl::DataLossError(
+          absl::StrCat("the checkpoint has no variable ", def.name(), " (another model's checkpoint?)"));
+    }
     if (missing > 0) {
       int64_t r = 0;
       while (covered[r]) ++r;

@@ -20,7 +20,8 @@
 namespace psrt {
 
 // One VariableState per entry of `wanted`, in order. DATA_LOSS naming the
-// variable and the rows no piece covers; FAILED_PRECONDITION for a piece
+// variable and the rows no piece covers (a variable no piece has at all is
+// said to be missing, another model's checkpoint); FAILED_PRECONDITION for a piece
 // whose shape, dtype or slot count does not fit (another model or
 // optimizer). `sources` are read, not changed.
 absl::StatusOr<std::vector<VariableState>> AssembleVariables(const std::vector<VariableDef>& wanted,

@@ -308,6 +308,10 @@ TEST(AssembleVariablesTest, RefusesOtherOptimizersShapesAndMissingTables) {
   auto as_table = AssembleVariables({Def(R"(name: "w" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 2 })")},
                                     1, {snap});
   EXPECT_EQ(as_table.status().code(), absl::StatusCode::kFailedPrecondition);
+  // A variable no piece has at all: the checkpoint is another model's.
+  auto absent = AssembleVariables({Def(R"(name: "v" dtype: DT_FLOAT shape { dim: 2 })")}, 1, {snap});
+  EXPECT_EQ(absent.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(absent.status().message()), HasSubstr("the checkpoint has no variable v (another model"));
   auto ok = AssembleVariables({st.def}, 1, {snap});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ((*ok)[0].value.shape(), TensorShape({2}));

@@ -1,9 +1,9 @@
 """Checks psrt's exported model files with the real readers.
 
 TensorFlow: tf.train.load_checkpoint reads every variable bit for bit as
-psrt holds it (the raw files the C++ test wrote), and a Keras 3 model built
-from PREFIX.keras.json restores through tf.train.Checkpoint with every
-value consumed. ONNX: onnx's checker accepts the model, and ONNX Runtime's
+psrt holds it (the raw files the C++ test wrote), and Keras 3 models built
+from PREFIX.keras.json, Sequential and Functional, restore through
+tf.train.Checkpoint with every value consumed. ONNX: onnx's checker accepts the model, and ONNX Runtime's
 outputs on the first test examples match the Keras model's within float
 tolerance, with an accuracy equal to psrt's own evaluation of the same
 weights (up to a few near-ties). Exits non-zero, saying why, on a mismatch.
@@ -97,6 +97,21 @@ def main():
     if restored != len(expected):
         fail("Keras model restored %d of %d variables" % (restored, len(expected)))
     print("keras: %s restored %d variables" % ([l.__class__.__name__ for l in model.layers], restored))
+
+    # 2b. So does a Functional model of the same layers (with Keras' own
+    # default names), every value in the same order.
+    inputs = x = keras.Input(tuple(desc["input_shape"]))
+    for l in desc["layers"]:
+        config = dict(l, config={k: v for k, v in l["config"].items() if k != "name"})
+        x = keras.layers.deserialize(config)(x)
+    functional = keras.Model(inputs, x)
+    tf.train.Checkpoint(model=functional).read(a.tf_prefix).assert_consumed()
+    if len(functional.weights) != len(model.weights):
+        fail("Functional model has %d weights, Sequential %d" % (len(functional.weights), len(model.weights)))
+    for f, s in zip(functional.weights, model.weights):
+        if np.asarray(f.numpy()).tobytes() != np.asarray(s.numpy()).tobytes():
+            fail("Functional weight %s differs from Sequential %s" % (f.path, s.path))
+    print("keras: a Functional model restored the same %d variables" % len(functional.weights))
 
     # 3. ONNX Runtime against Keras and psrt on the first test examples.
     images = read_idx(a.images, a.examples).astype(np.float32) * np.float32(a.scale)
