@@ -105,6 +105,7 @@ absl::Status CheckpointCycle::Checkpoint() {
   m.set_commit_time_unix_ms(absl::ToUnixMillis(absl::Now()));  // wall clock: for people
   m.set_job_name(cluster_.options.job.name());
   m.set_failures_survived(cluster_.summary.failures_survived);
+  *m.mutable_job() = cluster_.options.job;
   for (int64_t s : steps) m.add_worker_step(s);
   if (cluster_.shape.elastic) {
     for (const auto& [worker, streams] : StreamsAt(cluster_.workers, steps)) {

@@ -1,8 +1,12 @@
 // The checkpoint exporter: a committed psrt checkpoint to the formats other
 // runtimes read.
 //
-//   bazel run //chief:export -- --job=JOB.pbtxt --checkpoint_dir=DIR [--step=S]
+//   bazel run //chief:export -- --checkpoint_dir=DIR [--step=S] [--job=JOB.pbtxt]
 //           --format=weights_h5|keras|tf|onnx --out=PATH [--evaluate]
+//
+// A checkpoint records the job that wrote it (CheckpointManifest.job), so
+// --job is needed only for checkpoints from before it did; a --job whose
+// model is not the recorded one is refused saying so.
 //
 // --format=weights_h5 writes the .weights.h5 file Keras 3's
 // model.load_weights takes, and --format=keras the .keras file
@@ -30,10 +34,11 @@
 #include "chief/export_formats/keras_saving.h"
 #include "chief/export_formats/onnx_export.h"
 #include "common/plan/job_flags.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "common/plan/job_planner.h"
 #include "common/status_macros.h"
 
-ABSL_FLAG(std::string, job, "", "The job file (.pbtxt) the checkpoint was trained with: its model's layer list. Required.");
+ABSL_FLAG(std::string, job, "", "The job file (.pbtxt) the checkpoint was trained with. Optional: a checkpoint records its job, and a --job whose model differs from it is refused.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "The job's checkpoint directory (checkpoint.dir). Required.");
 ABSL_FLAG(int64_t, step, -1, "The committed step to export (default: the newest that verifies).");
 ABSL_FLAG(std::string, format, "",
@@ -49,8 +54,10 @@ namespace {
 
 constexpr char kUsage[] =
     "Exports a committed psrt checkpoint for Keras 3, TensorFlow or ONNX Runtime.\n"
-    "Usage: export --job=JOB.pbtxt --checkpoint_dir=DIR [--step=S] --format=weights_h5|keras|tf|onnx\n"
+    "Usage: export --checkpoint_dir=DIR [--step=S] [--job=JOB.pbtxt] --format=weights_h5|keras|tf|onnx\n"
     "              --out=PATH [--evaluate]\n"
+    "(the checkpoint records its job; --job only for checkpoints older than that, and refused when its\n"
+    "model differs from the recorded one)\n"
     "\n"
     "weights_h5: PATH (name it *.weights.h5), the file Keras 3's model.save_weights writes, for a model\n"
     "      built from the job's layer list, Sequential or Functional, any layer names:\n"
@@ -105,7 +112,6 @@ absl::Status WriteFileAtomically(const std::string& bytes, const std::string& pa
 absl::Status Export() {
   const std::string job_path = UserPath(absl::GetFlag(FLAGS_job)), dir = UserPath(absl::GetFlag(FLAGS_checkpoint_dir)),
                     format = absl::GetFlag(FLAGS_format), out = UserPath(absl::GetFlag(FLAGS_out));
-  if (job_path.empty()) return absl::InvalidArgumentError("--job=FILE is required (the model's layer list)");
   if (dir.empty()) return absl::InvalidArgumentError("--checkpoint_dir=DIR is required");
   if (format != "tf" && format != "onnx" && format != "weights_h5" && format != "keras") {
     return absl::InvalidArgumentError(
@@ -113,8 +119,32 @@ absl::Status Export() {
   }
   if (out.empty()) return absl::InvalidArgumentError("--out=PATH is required");
   ASSIGN_OR_RETURN(JobLimits limits, JobLimitsFromFlags());
-  ASSIGN_OR_RETURN(TrainingJob job, LoadJob(job_path, limits));
-  ASSIGN_OR_RETURN(CheckpointVariables ckpt, ReadCheckpointVariables(dir, absl::GetFlag(FLAGS_step), job));
+  // The checkpoint's own job (manifests record it), or --job; a --job
+  // whose model is not the recorded one is refused saying so.
+  const int64_t step = absl::GetFlag(FLAGS_step);
+  absl::StatusOr<TrainingJob> recorded = RecordedJob(dir, step);
+  if (!recorded.ok() && recorded.status().code() != absl::StatusCode::kNotFound) return recorded.status();
+  TrainingJob job;
+  if (job_path.empty()) {
+    if (!recorded.ok()) return recorded.status();  // no checkpoint, or one from before manifests held the job
+    job = *recorded;
+  } else {
+    ASSIGN_OR_RETURN(job, LoadJob(job_path, limits));
+  }
+  const bool mismatch = !job_path.empty() && recorded.ok() &&
+                        !google::protobuf::util::MessageDifferencer::Equals(recorded->model(), job.model());
+  const std::string mismatch_said =
+      mismatch ? absl::StrCat("--job=", job_path, " does not match this checkpoint: its model is not the one job \"",
+                              recorded->name(), "\" trained, which the checkpoint records (leave --job out to export "
+                              "that one)")
+               : "";
+  absl::StatusOr<CheckpointVariables> read = ReadCheckpointVariables(dir, step, job);
+  if (!read.ok()) {
+    if (!mismatch) return read.status();
+    return absl::Status(read.status().code(), absl::StrCat(mismatch_said, ": ", read.status().message()));
+  }
+  if (mismatch) return absl::FailedPreconditionError(mismatch_said);
+  CheckpointVariables ckpt = *std::move(read);
   if (!ckpt.job_name.empty() && ckpt.job_name != job.name()) {
     std::fprintf(stderr, "warning: the checkpoint was written by job \"%s\", --job is \"%s\"\n",
                  ckpt.job_name.c_str(), job.name().c_str());

@@ -201,6 +201,22 @@ TEST_F(ExportTest, AJobThatDoesNotFitTheCheckpointIsRefusedNamingTheVariable) {
           "the checkpoint has no variable dense_6/");
   // The last layer under another name: the checkpoint's variables are not the job's.
   refused("renamed", [](SequentialModel* m) { m->mutable_layer(5)->set_name("logits"); }, "variable dense_5/");
+  // The checkpoint records its job: each refusal says the job does not
+  // match, even where every variable fits (another activation).
+  refused("activation", [](SequentialModel* m) { m->mutable_layer(1)->mutable_dense()->set_activation(TANH); },
+          "does not match this checkpoint");
+}
+
+// The checkpoint records its job: no --job needed.
+TEST_F(ExportTest, TheCheckpointAloneIsEnoughToExport) {
+  Train("examples/fashion_mnist_mlp.pbtxt", 200);
+  const std::string out = dir_ + "/alone.weights.h5";
+  std::vector<std::string> argv = {testing::RunfilePath("chief/export"), "--checkpoint_dir=" + dir_ + "/ckpt",
+                                   "--format=weights_h5", "--out=" + out};
+  auto d = Daemon::Start("export", argv);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(ExitCode(d->get()), 0);
+  EXPECT_TRUE(std::filesystem::exists(out));
 }
 
 }  // namespace

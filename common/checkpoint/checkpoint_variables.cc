@@ -17,9 +17,7 @@
 
 namespace psrt {
 
-absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
-                                                            const TrainingJob& job,
-                                                            const std::string& stores_dir) {
+absl::StatusOr<CheckpointManifest> SelectManifest(const std::string& dir, int64_t step) {
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::NotFoundError(absl::StrCat("no checkpoint directory ", dir));
@@ -43,7 +41,22 @@ absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& d
     }
     ASSIGN_OR_RETURN(manifest, store.Read(step));
   }
+  return manifest;
+}
 
+absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step) {
+  ASSIGN_OR_RETURN(CheckpointManifest manifest, SelectManifest(dir, step));
+  if (!manifest.has_job()) {
+    return absl::NotFoundError(absl::StrCat("the checkpoint of step ", manifest.step(), " in ", dir,
+                                            " does not record its job (written before checkpoints did): give --job"));
+  }
+  return manifest.job();
+}
+
+absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
+                                                            const TrainingJob& job,
+                                                            const std::string& stores_dir) {
+  ASSIGN_OR_RETURN(CheckpointManifest manifest, SelectManifest(dir, step));
   CheckpointVariables out;
   out.step = manifest.step();
   out.job_name = manifest.job_name();
