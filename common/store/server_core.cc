@@ -4,8 +4,6 @@
 #include "common/store/parallel_apply.h"
 #include "common/store/restore_assembly.h"
 
-#include <filesystem>
-
 #include <algorithm>
 #include <limits>
 
@@ -14,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -28,8 +25,6 @@ constexpr size_t kRecentPushes = 512;
 
 // Most snapshots one checkpoint's store keeps (SnapshotRequest.keep).
 constexpr int kMaxKeep = 100;
-// Most snapshots copied in memory and waiting for the writer.
-constexpr size_t kMaxQueuedSnapshots = 4;
 
 std::string PsName(int task) { return absl::StrCat("ps:", task); }
 
@@ -51,11 +46,12 @@ ParameterServerCore::ParameterServerCore(ServerCoreOptions options)
     absl::MutexLock lock(&stats_mu_);
     last_stats_ = absl::Now();
   }
-  BufferPoolOptions pool;
-  pool.max_cached_bytes = size_t{16} << 30;
-  snapshot_pool_ = BufferPool::Create(pool);
+  SnapshotWriterOptions writer;
+  writer.snapshot_root = options_.snapshot_root;
+  writer.store_name = StoreName();
+  writer.store = options_.snapshot;
+  writer_ = std::make_unique<SnapshotWriter>(std::move(writer));
   sweeper_ = std::thread([this] { SweepLoop(); });
-  writer_ = std::thread([this] { WriterLoop(); });
 }
 
 ParameterServerCore::~ParameterServerCore() {
@@ -66,12 +62,8 @@ ParameterServerCore::~ParameterServerCore() {
     left.swap(waiters_);
   }
   for (Waiter& w : left) w.run(absl::UnavailableError(absl::StrCat(PsName(options_.task_index), " is shutting down")));
-  {
-    absl::MutexLock lock(&snap_mu_);
-    stop_writer_ = true;
-  }
   sweeper_.join();
-  writer_.join();
+  writer_.reset();  // writes what is queued, then joins its thread
 }
 
 absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
@@ -626,110 +618,6 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   return resp;
 }
 
-absl::Status CheckCheckpointName(absl::string_view name) {
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", why, " (a name of [A-Za-z0-9._-], not a path)"));
-  };
-  if (name.empty()) return bad("empty");
-  if (name.size() > 255) return bad(absl::StrCat("a name of ", name.size(), " characters"));
-  if (name == "." || name == "..") return bad(absl::StrCat("'", name, "'"));
-  for (char ch : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-') {
-      return bad(absl::StrCat("character 0x", absl::Hex(static_cast<unsigned char>(ch), absl::kZeroPad2)));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string SnapshotRootFor(const std::string& flag, const std::string& store_name) {
-  std::error_code ec;
-  if (flag.empty()) {
-    std::string root = (std::filesystem::current_path(ec) / "psrt_snapshots").string();
-    LOG(WARNING) << "no --snapshot_dir: snapshots go under " << root
-                 << " (give the directory above the chief's --checkpoint_dir to share it)";
-    return root;
-  }
-  std::string root = std::filesystem::absolute(flag, ec).lexically_normal().string();
-  LOG(INFO) << "snapshots under " << root << "/CHECKPOINT/" << store_name;
-  return root;
-}
-
-absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& checkpoint) {
-  // The request names a checkpoint; the directory is this PS's own (issue
-  // #17: stores were made in any directory a request named, '../..'
-  // included, and a caller could restore a model it had prepared).
-  RETURN_IF_ERROR(CheckCheckpointName(checkpoint));
-  if (options_.snapshot_root.empty()) {
-    return absl::FailedPreconditionError("this PS has no snapshot directory (--snapshot_dir)");
-  }
-  std::string path =
-      absl::StrCat(absl::StripSuffix(options_.snapshot_root, "/"), "/", checkpoint, "/", StoreName());
-  absl::MutexLock lock(&snap_mu_);
-  auto it = stores_.find(path);
-  if (it != stores_.end()) {
-    ++store_uses_[it->second.get()];
-    return it->second.get();
-  }
-  if (stores_.size() >= kMaxOpenStores) {
-    // Close a store nothing is writing to or queued for: requests naming
-    // ever new directories no longer leak a RocksDB (and its files) each.
-    for (auto victim = stores_.begin(); victim != stores_.end(); ++victim) {
-      bool busy = writing_ || store_uses_.count(victim->second.get()) > 0;
-      for (const WriteJob& job : jobs_) busy = busy || job.store == victim->second.get();
-      if (busy) continue;
-      LOG(INFO) << "closing the snapshot store " << victim->first;
-      stores_.erase(victim);
-      break;
-    }
-    if (stores_.size() >= kMaxOpenStores) {
-      return absl::ResourceExhaustedError(absl::StrCat("snapshot: ", stores_.size(), " stores are busy"));
-    }
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> store, SnapshotStore::Open(path, options_.snapshot));
-  // Steps already durable from an earlier life of this task.
-  for (int64_t step : store->Steps()) durable_.insert(step);
-  SnapshotStore* raw = store.get();
-  stores_[path] = std::move(store);
-  ++store_uses_[raw];
-  return raw;
-}
-
-void ParameterServerCore::ReleaseStore(SnapshotStore* store) {
-  absl::MutexLock lock(&snap_mu_);
-  auto it = store_uses_.find(store);
-  if (it != store_uses_.end() && --it->second == 0) store_uses_.erase(it);
-}
-
-void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage, bool wait_for_uses) {
-  absl::MutexLock lock(&snap_mu_);
-  auto idle = [this, store, wait_for_uses]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) {
-    return !writing_ && (!wait_for_uses || store_uses_.count(store) == 0);
-  };
-  snap_mu_.Await(absl::Condition(&idle));
-  auto it = std::find_if(stores_.begin(), stores_.end(), [store](const auto& s) { return s.second.get() == store; });
-  if (it == stores_.end()) return;  // replaced already
-  const std::string path = it->first;
-  store_uses_.erase(store);  // a writer's replacement: readers' uses end with the old store
-  // Queued writes name the store about to be replaced: they fail, and the
-  // chief abandons those checkpoints and takes new ones.
-  for (WriteJob& job : jobs_) {
-    if (job.store == store) job.store = nullptr;
-  }
-  chain_broken_.store(true);  // a delta's base is in the store replaced
-  std::string report = absl::StrCat("reopened the snapshot store ", path, " after a failed write");
-  absl::StatusOr<std::unique_ptr<SnapshotStore>> fresh =
-      salvage ? SnapshotStore::Salvage(std::move(it->second), &report) : SnapshotStore::Reopen(std::move(it->second));
-  durable_.clear();
-  if (!fresh.ok()) {
-    LOG(ERROR) << "replacing the snapshot store " << path << ": " << fresh.status();
-    stores_.erase(it);  // opened afresh by the next snapshot or restore
-    return;
-  }
-  LOG(ERROR) << report;
-  for (int64_t step : (*fresh)->Steps()) durable_.insert(step);
-  it->second = *std::move(fresh);
-}
-
 absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotRequest& req) {
   // Each kept snapshot is a copy of every variable on disk: a caller may not
   // make the PS keep without bound.
@@ -745,18 +633,10 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     return absl::InvalidArgumentError(
         absl::StrCat("retain: ", req.retain().step_size(), " steps; at most ", kMaxKeep, " are kept"));
   }
-  {
-    // Each queued snapshot is a copy of every variable in memory: a flood of
-    // requests not waiting for durability grew the queue without bound.
-    absl::MutexLock lock(&snap_mu_);
-    if (jobs_.size() >= kMaxQueuedSnapshots) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "snapshot of step ", req.step(), " refused: ", jobs_.size(), " snapshots are already waiting to be written"));
-    }
-  }
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
-  absl::Cleanup release = [this, store] { ReleaseStore(store); };
-  WriteJob job;
+  RETURN_IF_ERROR(writer_->CheckQueueRoom(req.step()));
+  ASSIGN_OR_RETURN(SnapshotStore * store, writer_->Acquire(req.checkpoint()));
+  absl::Cleanup release = [this, store] { writer_->Release(store); };
+  SnapshotWriter::Job job;
   job.store = store;
   job.keep = req.keep() > 0 ? req.keep() : 3;
   if (req.has_retain()) job.retain.emplace(req.retain().step().begin(), req.retain().step().end());
@@ -787,7 +667,7 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     for (size_t t = 0; t < threads; ++t) {
       copiers.emplace_back([&, t] {
         for (size_t i = t; i < vars.size(); i += threads) {
-          job.snapshot.variables[i] = vars[i]->CopyForSnapshot(snapshot_pool_.get(), job.snapshot.delta);
+          job.snapshot.variables[i] = vars[i]->CopyForSnapshot(writer_->copy_pool(), job.snapshot.delta);
         }
       });
     }
@@ -806,18 +686,10 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   }
   const bool job_delta = job.snapshot.delta;
   const int64_t job_base = job.snapshot.base_step;
-  uint64_t seq;
-  {
-    absl::MutexLock lock(&snap_mu_);
-    durable_.erase(req.step());
-    snapshot_error_.clear();
-    seq = job.seq = ++jobs_queued_;
-    job.waited = req.wait_durable();
-    jobs_.push_back(std::move(job));
-  }
-  // Queued, the job is the writer's to track (ReplaceStore clears queued
-  // jobs' stores): the use ends here, before any wait on the writer, so a
-  // writer replacing the store can wait for every use to end.
+  const uint64_t seq = writer_->Enqueue(std::move(job), /*waited=*/req.wait_durable());
+  // Queued, the job is the writer's to track (SnapshotWriter::Replace
+  // clears queued jobs' stores): the use ends here, before any wait on the
+  // writer, so a writer replacing the store can wait for every use to end.
   std::move(release).Invoke();
   SnapshotResponse resp;
   resp.set_step(req.step());
@@ -826,86 +698,11 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   resp.set_delta(job_delta);
   resp.set_base_step(job_base);
   if (req.wait_durable()) {
-    // Its own job's end: a step pruned by a later job (another caller's
-    // retention) once left this wait, and the thread serving it, for good.
-    absl::MutexLock lock(&snap_mu_);
-    auto done = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return jobs_finished_ >= seq; };
-    snap_mu_.Await(absl::Condition(&done));
-    absl::Status result = absl::UnavailableError("the snapshot writer stopped first");
-    if (auto it = waited_results_.find(seq); it != waited_results_.end()) {
-      result = std::move(it->second);
-      waited_results_.erase(it);
-    }
-    if (!result.ok()) return result;
+    // Its own job's end, whatever later jobs prune (SnapshotWriter).
+    RETURN_IF_ERROR(writer_->WaitWritten(seq));
     resp.set_durable(true);
   }
   return resp;
-}
-
-void ParameterServerCore::WriterLoop() {
-  while (true) {
-    WriteJob job;
-    {
-      absl::MutexLock lock(&snap_mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return stop_writer_ || !jobs_.empty(); };
-      snap_mu_.Await(absl::Condition(&ready));
-      if (jobs_.empty()) {
-        jobs_finished_ = jobs_queued_;  // none left: no wait outlives the writer
-        return;
-      }
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-      if (job.store == nullptr) {
-        snapshot_error_ = absl::StrCat("snapshot of step ", job.snapshot.step,
-                                       " dropped: its store was found corrupt and replaced");
-        last_written_store_ = nullptr;  // no delta may chain to it
-        chain_broken_.store(true);
-        FinishJobLocked(job, absl::DataLossError(snapshot_error_));
-        continue;
-      }
-      writing_ = true;
-    }
-    const absl::Time start = absl::Now();
-    absl::StatusOr<int64_t> bytes = WriteLinked(job);
-    absl::Status pruned = !bytes.ok()          ? absl::OkStatus()
-                          : job.retain.has_value() ? job.store->PruneTo(*job.retain, job.snapshot.step)
-                                                   : job.store->Prune(job.keep, job.snapshot.step);
-    if (!bytes.ok() && bytes.status().code() != absl::StatusCode::kResourceExhausted &&
-        bytes.status().code() != absl::StatusCode::kAborted) {  // a delta refused unwritten
-      {
-        absl::MutexLock lock(&snap_mu_);
-        writing_ = false;
-      }
-      // Corrupt: set aside and salvage; any other failure (a full disk):
-      // reopen, as RocksDB keeps a failed write's error for good.
-      ReplaceStore(job.store, /*salvage=*/bytes.status().code() == absl::StatusCode::kDataLoss,
-                   /*wait_for_uses=*/true);
-    }
-    absl::MutexLock lock(&snap_mu_);
-    writing_ = false;
-    if (!bytes.ok()) {
-      snapshot_error_ = std::string(bytes.status().message());
-      LOG(ERROR) << "snapshot of step " << job.snapshot.step << " failed: " << bytes.status();
-      FinishJobLocked(job, absl::DataLossError(snapshot_error_));
-      continue;
-    }
-    if (!pruned.ok()) LOG(WARNING) << "pruning old snapshots: " << pruned;
-    durable_.clear();
-    for (int64_t step : job.store->Steps()) durable_.insert(step);
-    // A step still queued may have an older copy on disk (the chief takes
-    // the same steps again after a recovery): not durable until its new
-    // copy is written, or the chief could commit the stale one.
-    for (const WriteJob& queued : jobs_) durable_.erase(queued.snapshot.step);
-    FinishJobLocked(job, absl::OkStatus());
-    double secs = absl::ToDoubleSeconds(absl::Now() - start);
-    LOG(INFO) << "snapshot of step " << job.snapshot.step << " durable: " << *bytes << " bytes in "
-              << secs << " s (" << (secs > 0 ? *bytes / secs / 1e6 : 0) << " MB/s)";
-  }
-}
-
-void ParameterServerCore::FinishJobLocked(const WriteJob& job, absl::Status result) {
-  jobs_finished_ = std::max(jobs_finished_, job.seq);
-  if (job.waited) waited_results_[job.seq] = std::move(result);
 }
 
 SnapshotReadOptions ParameterServerCore::RestoreReadOptions(bool all_here) const {
@@ -994,18 +791,16 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
   {
     // Let a write of this very step finish first, holding no use of the
     // store: a writer replacing it waits for its uses to end.
-    absl::MutexLock lock(&snap_mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return jobs_.empty() && !writing_; };
-    snap_mu_.Await(absl::Condition(&idle));
+    writer_->WaitIdle();
   }
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
-  absl::Cleanup release = [this, store] { ReleaseStore(store); };
+  ASSIGN_OR_RETURN(SnapshotStore * store, writer_->Acquire(req.checkpoint()));
+  absl::Cleanup release = [this, store] { writer_->Release(store); };
   // Each variable of the snapshot checked against this PS's before it is
   // allocated: a file cannot make a restore ask for more than the job's.
   absl::StatusOr<PsSnapshot> read = store->Read(req.step(), RestoreReadOptions(/*all_here=*/true));
   if (read.status().code() == absl::StatusCode::kDataLoss) {
     std::move(release).Invoke();
-    ReplaceStore(store, /*salvage=*/true, /*wait_for_uses=*/true);
+    writer_->Replace(store, /*salvage=*/true, /*wait_for_uses=*/true);
   }
   if (!read.ok()) return read.status();
   PsSnapshot snap = *std::move(read);
@@ -1113,11 +908,7 @@ PsStatusResponse ParameterServerCore::Status() {
       last_pulls_ = pulls_;
     }
   }
-  {
-    absl::MutexLock lock(&snap_mu_);
-    for (int64_t s : durable_) r.add_durable_snapshots(s);
-    r.set_error(snapshot_error_);
-  }
+  writer_->AddStatus(&r);
   return r;
 }
 
