@@ -19,8 +19,6 @@
 namespace psrt {
 namespace {
 
-constexpr int kMaxWorkers = 1 << 16;
-
 constexpr size_t kRecentPushes = 512;
 
 // Most snapshots one checkpoint's store keeps (SnapshotRequest.keep).
@@ -51,36 +49,19 @@ ParameterServerCore::ParameterServerCore(ServerCoreOptions options)
   writer.store_name = StoreName();
   writer.store = options_.snapshot;
   writer_ = std::make_unique<SnapshotWriter>(std::move(writer));
-  sweeper_ = std::thread([this] { SweepLoop(); });
 }
 
 ParameterServerCore::~ParameterServerCore() {
-  std::deque<Waiter> left;
-  {
-    absl::MutexLock lock(&sync_mu_);
-    stop_ = true;
-    left.swap(waiters_);
-  }
-  for (Waiter& w : left) w.run(absl::UnavailableError(absl::StrCat(PsName(options_.task_index), " is shutting down")));
-  sweeper_.join();
+  // Parked pulls answered, then every pull runs at once; the sweeper joined.
+  gate_.Stop(absl::UnavailableError(absl::StrCat(PsName(options_.task_index), " is shutting down")));
   writer_.reset();  // writes what is queued, then joins its thread
 }
 
 absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     const CreateVariablesRequest& req) {
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(req.optimizer()));
-  if (req.num_workers() < 1) return absl::InvalidArgumentError("num_workers must be at least 1");
-  // num_workers sizes per-worker state: 2^31-1 workers meant a 16 GiB
-  // allocation (found by tests/fuzz/ps_request_fuzzer).
-  if (req.num_workers() > kMaxWorkers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_workers ", req.num_workers(), " is more than ", kMaxWorkers));
-  }
-  if (req.consistency().mode() == ConsistencyDef::BOUNDED_STALENESS && req.consistency().staleness() < 0) {
-    return absl::InvalidArgumentError("consistency.staleness must be >= 0");
-  }
-  RETURN_IF_ERROR(CheckActiveWorkers(req));
-  std::deque<Waiter> stale;  // pulls of the generation being left
+  RETURN_IF_ERROR(StepGate::CheckConfig(req));
+  std::vector<StepGate::Run> stale;  // pulls of the generation being left
   CreateVariablesResponse resp;
   resp.set_incarnation(options_.incarnation);
   {
@@ -132,7 +113,7 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   const bool new_generation = req.generation() != generation_;
   generation_ = req.generation();
   {
-    absl::MutexLock s(&sync_mu_);
+    absl::MutexLock s(gate_.mu());
     if (req.reinitialize()) ResetStepsLocked(0);
     // A SYNC step half gathered under the old generation is dropped: the
     // chief starts every worker of the new one (a resized group) at this
@@ -142,31 +123,13 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     // record of pushes goes too: the generation fence refuses a retry of
     // the old one, and a step pushed again in the new one must count.
     if (new_generation) {
-      sync_pushed_.clear();
-      sync_dense_.clear();
-      sync_rows_.clear();
-      pushes_seen_.clear();
-      rows_seen_.clear();
-      push_parts_.Clear();
-      stale.swap(waiters_);
-    }
-    consistency_ = req.consistency();
-    num_workers_ = req.num_workers();
-    active_workers_.clear();
-    for (int w : req.active_workers()) {
-      if (w >= static_cast<int>(active_workers_.size())) active_workers_.resize(w + 1, false);
-      active_workers_[w] = true;
-    }
-    if (static_cast<int>(worker_next_step_.size()) < StalenessSlotsLocked()) {
-      worker_next_step_.resize(StalenessSlotsLocked(), 0);
+      ForgetPushesLocked();
+      stale = gate_.TakeParkedLocked();
     }
     // Each worker's start step in this generation: exact when the
     // generation is new (a resized SYNC group may start again at an
     // earlier step), else never backwards.
-    for (int i = 0; i < req.active_worker_steps_size(); ++i) {
-      int64_t& next = worker_next_step_[req.active_workers(i)];
-      next = new_generation ? req.active_worker_steps(i) : std::max(next, req.active_worker_steps(i));
-    }
+    gate_.ConfigureLocked(req, new_generation);
   }
   if (!fresh.empty()) {
     LOG(INFO) << "created " << fresh.size() << " variables (" << variables_.size() << " in all), "
@@ -174,10 +137,10 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
               << ", " << req.num_workers() << " workers";
   }
   }
-  for (Waiter& w : stale) {
-    w.run(absl::AbortedError(absl::StrCat(PsName(options_.task_index), " moved to generation ", req.generation())));
+  for (StepGate::Run& run : stale) {
+    run(absl::AbortedError(absl::StrCat(PsName(options_.task_index), " moved to generation ", req.generation())));
   }
-  WakeWaiters();  // fewer workers can complete a SYNC step
+  gate_.WakeWaiters();  // fewer workers can complete a SYNC step
   return resp;
 }
 
@@ -200,116 +163,6 @@ absl::StatusOr<Variable*> ParameterServerCore::Find(const std::string& name) con
   return it->second.get();
 }
 
-absl::Status ParameterServerCore::CheckActiveWorkers(const CreateVariablesRequest& req) {
-  if (req.active_workers_size() == 0) {
-    if (req.active_worker_steps_size() == 0) return absl::OkStatus();
-    return absl::InvalidArgumentError("active_worker_steps given without active_workers");
-  }
-  if (req.active_workers_size() != req.num_workers()) {
-    return absl::InvalidArgumentError(absl::StrCat("active_workers lists ", req.active_workers_size(),
-                                                   " workers but num_workers is ", req.num_workers()));
-  }
-  if (req.active_worker_steps_size() != 0 && req.active_worker_steps_size() != req.active_workers_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("active_worker_steps has ", req.active_worker_steps_size(),
-                                                   " steps for ", req.active_workers_size(), " active_workers"));
-  }
-  std::set<int> seen;
-  for (int i = 0; i < req.active_workers_size(); ++i) {
-    const int w = req.active_workers(i);
-    if (w < 0 || w >= kMaxWorkers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("active_workers[", i, "] = ", w, " is not a worker index in [0, ", kMaxWorkers, ")"));
-    }
-    if (!seen.insert(w).second) {
-      return absl::InvalidArgumentError(absl::StrCat("active_workers lists worker ", w, " twice"));
-    }
-    if (i < req.active_worker_steps_size() && req.active_worker_steps(i) < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("active_worker_steps[", i, "] = ", req.active_worker_steps(i), " is negative"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-bool ParameterServerCore::CountsForStalenessLocked(int worker) const {
-  if (active_workers_.empty()) return worker >= 0 && worker < num_workers_;
-  return worker >= 0 && worker < static_cast<int>(active_workers_.size()) && active_workers_[worker];
-}
-
-int ParameterServerCore::StalenessSlotsLocked() const {
-  return active_workers_.empty() ? num_workers_ : static_cast<int>(active_workers_.size());
-}
-
-bool ParameterServerCore::ReadyLocked(int worker, int64_t step) const {
-  if (worker < 0 || stop_) return true;
-  switch (consistency_.mode()) {
-    case ConsistencyDef::SYNC:
-      return sync_step_ >= step;
-    case ConsistencyDef::BOUNDED_STALENESS: {
-      int64_t slowest = step;
-      for (int w = 0; w < static_cast<int>(worker_next_step_.size()); ++w) {
-        if (CountsForStalenessLocked(w)) slowest = std::min(slowest, worker_next_step_[w]);
-      }
-      return step - slowest <= consistency_.staleness();
-    }
-    default:
-      return true;
-  }
-}
-
-void ParameterServerCore::WaitOrRun(int worker, int64_t step, absl::Time deadline,
-                                    std::function<void(absl::Status)> run) {
-  {
-    absl::MutexLock lock(&sync_mu_);
-    if (!ReadyLocked(worker, step)) {
-      waiters_.push_back(Waiter{worker, step, deadline, std::move(run)});
-      return;
-    }
-  }
-  run(absl::OkStatus());
-}
-
-void ParameterServerCore::WakeWaiters() {
-  std::vector<Waiter> ready;
-  {
-    absl::MutexLock lock(&sync_mu_);
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (ReadyLocked(it->worker, it->step)) {
-        ready.push_back(std::move(*it));
-        it = waiters_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (Waiter& w : ready) w.run(absl::OkStatus());
-}
-
-void ParameterServerCore::SweepLoop() {
-  while (true) {
-    std::vector<Waiter> expired;
-    {
-      absl::MutexLock lock(&sync_mu_);
-      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) { return stop_; };
-      sync_mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(20));
-      if (stop_) return;
-      absl::Time now = absl::Now();
-      for (auto it = waiters_.begin(); it != waiters_.end();) {
-        if (it->deadline <= now) {
-          expired.push_back(std::move(*it));
-          it = waiters_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    for (Waiter& w : expired) {
-      w.run(absl::DeadlineExceededError(absl::StrCat(
-          "pull for step ", w.step, " waited too long: other workers have not pushed")));
-    }
-  }
-}
-
 void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64_t step,
                                absl::Time deadline, PullDone done) {
   {
@@ -324,7 +177,7 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
       return done(absl::InvalidArgumentError(absl::StrCat("Pull names variable ", name, " more than once")), {}, 0);
     }
   }
-  WaitOrRun(worker, step, deadline, [this, names = std::move(names), done = std::move(done)](absl::Status s) {
+  gate_.WaitOrRun(worker, step, deadline, [this, names = std::move(names), done = std::move(done)](absl::Status s) {
     if (!s.ok()) return done(s, {}, 0);
     NamedTensors out;
     int64_t gs;
@@ -349,8 +202,8 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
         if (!t.ok()) return done(t.status(), {}, 0);
         out.emplace_back(name, *std::move(t));
       }
-      absl::MutexLock sync(&sync_mu_);
-      gs = global_step_;
+      absl::MutexLock sync(gate_.mu());
+      gs = gate_.global_step();
     }
     done(absl::OkStatus(), std::move(out), gs);
   });
@@ -370,7 +223,7 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
     absl::MutexLock lock(&stats_mu_);
     ++pulls_;
   }
-  WaitOrRun(worker, step, deadline, [this, ids = std::move(ids), done = std::move(done), read_only](absl::Status s) {
+  gate_.WaitOrRun(worker, step, deadline, [this, ids = std::move(ids), done = std::move(done), read_only](absl::Status s) {
     if (!s.ok()) return done(s, {}, 0);
     NamedTensors out;
     int64_t gs;
@@ -396,8 +249,8 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
         if (!r.ok()) return done(r.status(), {}, 0);
         out.emplace_back(name, *std::move(r));
       }
-      absl::MutexLock sync(&sync_mu_);
-      gs = global_step_;
+      absl::MutexLock sync(gate_.mu());
+      gs = gate_.global_step();
     }
     done(absl::OkStatus(), std::move(out), gs);
   });
@@ -423,19 +276,11 @@ bool ParameterServerCore::SeenLocked(const RequestId& id) { return Seen(pushes_s
 
 void ParameterServerCore::RecordLocked(const RequestId& id) {
   Record(&pushes_seen_, id);
-  // Only workers of the job count for staleness (ReadyLocked reads no
-  // others); a worker id from the wire must not size the vector, since
-  // worker 2^31-1 would allocate 16 GiB. The step saturates rather than
-  // overflowing at INT64_MAX.
-  if (CountsForStalenessLocked(id.worker())) {
-    if (static_cast<int>(worker_next_step_.size()) <= id.worker()) worker_next_step_.resize(StalenessSlotsLocked(), 0);
-    int64_t next = id.step() == std::numeric_limits<int64_t>::max() ? id.step() : id.step() + 1;
-    worker_next_step_[id.worker()] = std::max(worker_next_step_[id.worker()], next);
-  }
+  gate_.CountPushLocked(id.worker(), id.step());
 }
 
 absl::Status ParameterServerCore::ApplySyncStepLocked() {
-  const float scale = 1.0f / static_cast<float>(num_workers_);
+  const float scale = 1.0f / static_cast<float>(gate_.num_workers());
   std::vector<Variable*> dense_vars;
   std::vector<const Tensor*> dense_grads;
   for (auto& [name, sum] : sync_dense_) {
@@ -465,8 +310,7 @@ absl::Status ParameterServerCore::ApplySyncStepLocked() {
   sync_dense_.clear();
   sync_rows_.clear();
   sync_pushed_.clear();
-  ++sync_step_;
-  ++global_step_;
+  gate_.AdvanceSyncStepLocked();
   return absl::OkStatus();
 }
 
@@ -498,19 +342,19 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
     }
     bool apply_now = false;
     {
-      absl::MutexLock s(&sync_mu_);
-      resp.set_global_step(global_step_);
+      absl::MutexLock s(gate_.mu());
+      resp.set_global_step(gate_.global_step());
       if (SeenLocked(id) || push_parts_.Seen(id)) {
         resp.set_duplicate(true);
         return resp;
       }
-      if (consistency_.mode() == ConsistencyDef::SYNC) {
-        if (id.step() > sync_step_) {
+      if (gate_.mode() == ConsistencyDef::SYNC) {
+        if (id.step() > gate_.sync_step()) {
           return absl::FailedPreconditionError(absl::StrCat(
               "worker ", id.worker(), " pushed step ", id.step(), " but ",
-              PsName(options_.task_index), " is at sync step ", sync_step_));
+              PsName(options_.task_index), " is at sync step ", gate_.sync_step()));
         }
-        if (id.step() < sync_step_ || sync_pushed_.count(id.worker())) {
+        if (id.step() < gate_.sync_step() || sync_pushed_.count(id.worker())) {
           resp.set_duplicate(true);
           return resp;
         }
@@ -530,11 +374,11 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
         }
         sync_pushed_.insert(id.worker());
         RecordLocked(id);
-        if (static_cast<int>(sync_pushed_.size()) >= num_workers_) {
+        if (static_cast<int>(sync_pushed_.size()) >= gate_.num_workers()) {
           RETURN_IF_ERROR(ApplySyncStepLocked());
           wake = true;
         }
-        resp.set_global_step(global_step_);
+        resp.set_global_step(gate_.global_step());
       } else {
         // Recorded before applying, so a concurrent retry of the same id is
         // answered as a duplicate rather than applied twice. A bucket is
@@ -542,8 +386,8 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
         ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id));
         if (whole) {
           RecordLocked(id);
-          resp.set_global_step(++global_step_);
-          wake = consistency_.mode() == ConsistencyDef::BOUNDED_STALENESS;
+          resp.set_global_step(gate_.AdvanceGlobalStepLocked());
+          wake = gate_.mode() == ConsistencyDef::BOUNDED_STALENESS;
         }
         apply_now = true;
       }
@@ -554,7 +398,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
       RETURN_IF_ERROR(ApplyDenseAll(apply_pool_.get(), vars, grads));
     }
   }
-  if (wake) WakeWaiters();
+  if (wake) gate_.WakeWaiters();
   return resp;
 }
 
@@ -592,12 +436,12 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
     RETURN_IF_ERROR(v->CheckRoom(u.ids));
     vars.push_back(v);
   }
-  absl::MutexLock s(&sync_mu_);
-  resp.set_global_step(global_step_);
-  if (consistency_.mode() == ConsistencyDef::SYNC) {
+  absl::MutexLock s(gate_.mu());
+  resp.set_global_step(gate_.global_step());
+  if (gate_.mode() == ConsistencyDef::SYNC) {
     // Rows of step t wait with the dense part; the worker's Push (sent after
     // its PushRows) completes its share of the step.
-    if (id.step() != sync_step_ || sync_pushed_.count(id.worker()) || push_parts_.Seen(id)) {
+    if (id.step() != gate_.sync_step() || sync_pushed_.count(id.worker()) || push_parts_.Seen(id)) {
       resp.set_duplicate(true);
       return resp;
     }
@@ -679,10 +523,10 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
         for (const Tensor& t : st.slots) bytes += t.TotalBytes();
       }
     }
-    absl::MutexLock s(&sync_mu_);
-    job.snapshot.global_step = global_step_;
-    job.snapshot.sync_step = sync_step_;
-    job.snapshot.worker_next_step = worker_next_step_;
+    absl::MutexLock s(gate_.mu());
+    job.snapshot.global_step = gate_.global_step();
+    job.snapshot.sync_step = gate_.sync_step();
+    job.snapshot.worker_next_step = gate_.worker_next_step();
   }
   const bool job_delta = job.snapshot.delta;
   const int64_t job_base = job.snapshot.base_step;
@@ -770,18 +614,17 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     }
     for (const VariableState& st : states) RETURN_IF_ERROR(variables_[st.def.name()]->LoadState(st));
     generation_ = req.generation();
-    absl::MutexLock sync(&sync_mu_);
+    absl::MutexLock sync(gate_.mu());
     chain_ = DeltaChain();  // the restored state is no snapshot's base
-    ResetStepsLocked(req.step());
+    ForgetPushesLocked();
     // Counters of another layout mean nothing here: start them at the step.
-    global_step_ = snaps.empty() ? 0 : snaps[0].global_step;
-    worker_next_step_.assign(std::max<size_t>(worker_next_step_.size(), StalenessSlotsLocked()), req.step());
+    gate_.RestoreAllAtLocked(req.step(), snaps.empty() ? 0 : snaps[0].global_step);
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(states.size()));
   }
   LOG(INFO) << "restored " << resp.variables() << " variables of step " << req.step() << " from "
             << req.source_size() << " stores of another layout";
-  WakeWaiters();
+  gate_.WakeWaiters();
   return resp;
 }
 
@@ -831,19 +674,14 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     // lock: no push of the old generation lands after the restore.
     generation_ = req.generation();
     chain_ = DeltaChain();  // the restored state is no snapshot's base
-    absl::MutexLock s(&sync_mu_);
-    ResetStepsLocked(snap.step);
-    global_step_ = snap.global_step;
-    sync_step_ = snap.sync_step;
-    worker_next_step_ = snap.worker_next_step;
-    if (static_cast<int>(worker_next_step_.size()) < StalenessSlotsLocked()) {
-      worker_next_step_.resize(StalenessSlotsLocked(), snap.step);
-    }
+    absl::MutexLock s(gate_.mu());
+    ForgetPushesLocked();
+    gate_.RestoreLocked(snap.step, snap.global_step, snap.sync_step, std::move(snap.worker_next_step));
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));
   }
   LOG(INFO) << "restored " << resp.variables() << " variables from the snapshot of step " << req.step();
-  WakeWaiters();
+  gate_.WakeWaiters();
   return resp;
 }
 
@@ -861,9 +699,11 @@ absl::Status ParameterServerCore::CheckGenerationLocked(int64_t generation, absl
 }
 
 void ParameterServerCore::ResetStepsLocked(int64_t step) {
-  global_step_ = 0;
-  sync_step_ = step;
-  worker_next_step_.assign(worker_next_step_.size(), step);
+  gate_.ResetLocked(step);
+  ForgetPushesLocked();
+}
+
+void ParameterServerCore::ForgetPushesLocked() {
   sync_pushed_.clear();
   sync_dense_.clear();
   sync_rows_.clear();
@@ -890,9 +730,9 @@ PsStatusResponse ParameterServerCore::Status() {
     r.set_rows(rows);
   }
   {
-    absl::MutexLock lock(&sync_mu_);
-    r.set_global_step(global_step_);
-    if (consistency_.mode() == ConsistencyDef::SYNC) r.set_sync_step(sync_step_);
+    absl::MutexLock lock(gate_.mu());
+    r.set_global_step(gate_.global_step());
+    if (gate_.mode() == ConsistencyDef::SYNC) r.set_sync_step(gate_.sync_step());
   }
   {
     absl::MutexLock lock(&stats_mu_);

@@ -51,6 +51,7 @@
 #include "common/snapshot/snapshot_store.h"
 #include "common/store/push_parts.h"
 #include "common/store/snapshot_writer.h"
+#include "common/store/step_gate.h"
 #include "common/store/variable.h"
 #include "common/work_pool.h"
 #include "proto/ps_service.pb.h"
@@ -142,12 +143,6 @@ class ParameterServerCore {
   }
 
  private:
-  struct Waiter {
-    int worker;
-    int64_t step;
-    absl::Time deadline;
-    std::function<void(absl::Status)> run;  // reads and answers, or fails
-  };
   struct WorkerPushes {
     uint64_t incarnation = 0;
     std::set<int64_t> steps;  // recent applied steps
@@ -178,19 +173,15 @@ class ParameterServerCore {
   absl::Status CheckGenerationLocked(int64_t generation, absl::string_view what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Step counters and SYNC aggregation back to `step`, nothing seen.
-  void ResetStepsLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  bool ReadyLocked(int worker, int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  // INVALID_ARGUMENT naming the field when active_workers or their steps
-  // are malformed (out of range, repeated, lengths that disagree).
-  static absl::Status CheckActiveWorkers(const CreateVariablesRequest& req);
-  void WaitOrRun(int worker, int64_t step, absl::Time deadline, std::function<void(absl::Status)> run);
-  void WakeWaiters();
+  void ResetStepsLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
+  // The record of pushes and the SYNC step being gathered, emptied: the
+  // same steps will be pushed again.
+  void ForgetPushesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
   static bool Seen(const std::map<int, WorkerPushes>& seen, const RequestId& id);
   static void Record(std::map<int, WorkerPushes>* seen, const RequestId& id);
-  bool SeenLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void SweepLoop();
+  bool SeenLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
+  void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
+  absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu()) ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const ServerCoreOptions options_;
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
@@ -215,28 +206,16 @@ class ParameterServerCore {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::atomic<int64_t> stale_refused_{0};
 
-  // Consistency state.
-  mutable absl::Mutex sync_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  ConsistencyDef consistency_ ABSL_GUARDED_BY(sync_mu_);
-  int num_workers_ ABSL_GUARDED_BY(sync_mu_) = 1;
-  int64_t global_step_ ABSL_GUARDED_BY(sync_mu_) = 0;
-  int64_t sync_step_ ABSL_GUARDED_BY(sync_mu_) = 0;
-  std::set<int> sync_pushed_ ABSL_GUARDED_BY(sync_mu_);
-  std::map<std::string, Tensor> sync_dense_ ABSL_GUARDED_BY(sync_mu_);
-  std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_ ABSL_GUARDED_BY(sync_mu_);
-  std::vector<int64_t> worker_next_step_ ABSL_GUARDED_BY(sync_mu_);
-  // The workers BOUNDED_STALENESS waits for (CreateVariablesRequest.
-  // active_workers), by index up to the highest; empty = 0..num_workers_-1.
-  // Read for every push: a lookup, not a search.
-  std::vector<bool> active_workers_ ABSL_GUARDED_BY(sync_mu_);
-  bool CountsForStalenessLocked(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  // Slots worker_next_step_ needs: one per worker that counts.
-  int StalenessSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  std::map<int, WorkerPushes> pushes_seen_ ABSL_GUARDED_BY(sync_mu_);
-  std::map<int, WorkerPushes> rows_seen_ ABSL_GUARDED_BY(sync_mu_);
-  PushParts push_parts_ ABSL_GUARDED_BY(sync_mu_);  // bucketed pushes' parts
-  std::deque<Waiter> waiters_ ABSL_GUARDED_BY(sync_mu_);
-  bool stop_ ABSL_GUARDED_BY(sync_mu_) = false;
+  // When pulls may run, the step counters and the parked pulls
+  // (step_gate.h). Its mutex is taken after mu_ and also guards the record
+  // of pushes below, so that a push's check, count and step are one.
+  StepGate gate_;
+  std::set<int> sync_pushed_ ABSL_GUARDED_BY(gate_.mu());
+  std::map<std::string, Tensor> sync_dense_ ABSL_GUARDED_BY(gate_.mu());
+  std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_ ABSL_GUARDED_BY(gate_.mu());
+  std::map<int, WorkerPushes> pushes_seen_ ABSL_GUARDED_BY(gate_.mu());
+  std::map<int, WorkerPushes> rows_seen_ ABSL_GUARDED_BY(gate_.mu());
+  PushParts push_parts_ ABSL_GUARDED_BY(gate_.mu());  // bucketed pushes' parts
 
   // Counters for Status.
   absl::Mutex stats_mu_;
@@ -248,10 +227,9 @@ class ParameterServerCore {
 
   DeltaChain chain_ ABSL_GUARDED_BY(mu_);
   // Snapshot stores, the write queue and its thread (snapshot_writer.h).
-  // Reset first in the destructor: its thread is joined before any state
-  // here goes.
+  // Reset in the destructor, after the gate stops: its thread is joined
+  // before any state here goes.
   std::unique_ptr<SnapshotWriter> writer_;
-  std::thread sweeper_;
 };
 
 }  // namespace psrt
