@@ -2,6 +2,7 @@
 
 #include "absl/strings/escaping.h"
 #include "common/store/parallel_apply.h"
+#include "common/store/push_parts.h"
 #include "common/store/restore_assembly.h"
 
 #include <algorithm>
@@ -18,8 +19,6 @@
 
 namespace psrt {
 namespace {
-
-constexpr size_t kRecentPushes = 512;
 
 // Most snapshots one checkpoint's store keeps (SnapshotRequest.keep).
 constexpr int kMaxKeep = 100;
@@ -123,7 +122,7 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     // record of pushes goes too: the generation fence refuses a retry of
     // the old one, and a step pushed again in the new one must count.
     if (new_generation) {
-      ForgetPushesLocked();
+      ledger_.Clear();
       stale = gate_.TakeParkedLocked();
     }
     // Each worker's start step in this generation: exact when the
@@ -256,62 +255,9 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
   });
 }
 
-bool ParameterServerCore::Seen(const std::map<int, WorkerPushes>& seen, const RequestId& id) {
-  auto it = seen.find(id.worker());
-  return it != seen.end() && it->second.incarnation == id.worker_incarnation() &&
-         it->second.steps.count(id.step()) > 0;
-}
-
-void ParameterServerCore::Record(std::map<int, WorkerPushes>* seen, const RequestId& id) {
-  WorkerPushes& w = (*seen)[id.worker()];
-  if (w.incarnation != id.worker_incarnation()) {
-    w.incarnation = id.worker_incarnation();
-    w.steps.clear();
-  }
-  w.steps.insert(id.step());
-  while (w.steps.size() > kRecentPushes) w.steps.erase(w.steps.begin());
-}
-
-bool ParameterServerCore::SeenLocked(const RequestId& id) { return Seen(pushes_seen_, id); }
-
 void ParameterServerCore::RecordLocked(const RequestId& id) {
-  Record(&pushes_seen_, id);
+  ledger_.RecordPush(id);
   gate_.CountPushLocked(id.worker(), id.step());
-}
-
-absl::Status ParameterServerCore::ApplySyncStepLocked() {
-  const float scale = 1.0f / static_cast<float>(gate_.num_workers());
-  std::vector<Variable*> dense_vars;
-  std::vector<const Tensor*> dense_grads;
-  for (auto& [name, sum] : sync_dense_) {
-    sum.flat<float>() *= scale;
-    ASSIGN_OR_RETURN(Variable * v, Find(name));
-    dense_vars.push_back(v);
-    dense_grads.push_back(&sum);
-  }
-  RETURN_IF_ERROR(ApplyDenseAll(apply_pool_.get(), dense_vars, dense_grads));
-  for (auto& [name, parts] : sync_rows_) {
-    ASSIGN_OR_RETURN(Variable * v, Find(name));
-    int64_t n = 0, dim = 0;
-    for (const auto& [ids, vals] : parts) {
-      n += ids.NumElements();
-      dim = vals.shape().dim(1);
-    }
-    Tensor ids(DT_INT64, TensorShape({n}));
-    Tensor vals(DT_FLOAT, TensorShape({n, dim}));
-    int64_t at = 0;
-    for (const auto& [i, g] : parts) {
-      std::copy(i.data<int64_t>(), i.data<int64_t>() + i.NumElements(), ids.data<int64_t>() + at);
-      for (int64_t k = 0; k < g.NumElements(); ++k) vals.data<float>()[at * dim + k] = g.data<float>()[k] * scale;
-      at += i.NumElements();
-    }
-    RETURN_IF_ERROR(v->ApplyRows(ids, vals, apply_pool_.get()));
-  }
-  sync_dense_.clear();
-  sync_rows_.clear();
-  sync_pushed_.clear();
-  gate_.AdvanceSyncStepLocked();
-  return absl::OkStatus();
 }
 
 absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
@@ -344,7 +290,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
     {
       absl::MutexLock s(gate_.mu());
       resp.set_global_step(gate_.global_step());
-      if (SeenLocked(id) || push_parts_.Seen(id)) {
+      if (ledger_.PushSeen(id)) {
         resp.set_duplicate(true);
         return resp;
       }
@@ -354,7 +300,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
               "worker ", id.worker(), " pushed step ", id.step(), " but ",
               PsName(options_.task_index), " is at sync step ", gate_.sync_step()));
         }
-        if (id.step() < gate_.sync_step() || sync_pushed_.count(id.worker())) {
+        if (id.step() < gate_.sync_step() || ledger_.Gathered(id.worker())) {
           resp.set_duplicate(true);
           return resp;
         }
@@ -362,20 +308,16 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
         // buffers are not ours to keep); all are summed once all are in.
         NamedTensors step_grads;
         for (const auto& [name, grad] : gradients) step_grads.emplace_back(name, id.bucket() > 0 ? grad.Copy() : grad);
-        ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id, &step_grads));
+        ASSIGN_OR_RETURN(const bool whole, ledger_.TakePart(id, &step_grads));
         if (!whole) return resp;
-        for (const auto& [name, grad] : step_grads) {
-          auto it = sync_dense_.find(name);
-          if (it == sync_dense_.end()) {
-            sync_dense_[name] = grad.Copy();
-          } else {
-            it->second.flat<float>() += grad.flat<float>();
-          }
-        }
-        sync_pushed_.insert(id.worker());
+        ledger_.GatherDense(id.worker(), step_grads);
         RecordLocked(id);
-        if (static_cast<int>(sync_pushed_.size()) >= gate_.num_workers()) {
-          RETURN_IF_ERROR(ApplySyncStepLocked());
+        if (ledger_.gathered_workers() >= gate_.num_workers()) {
+          // The mean applied, then the step moves on. Find needs mu_, which
+          // this thread holds (shared) all along.
+          auto find = [this](const std::string& name) ABSL_NO_THREAD_SAFETY_ANALYSIS { return Find(name); };
+          RETURN_IF_ERROR(ledger_.ApplyMean(gate_.num_workers(), find, apply_pool_.get()));
+          gate_.AdvanceSyncStepLocked();
           wake = true;
         }
         resp.set_global_step(gate_.global_step());
@@ -383,7 +325,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
         // Recorded before applying, so a concurrent retry of the same id is
         // answered as a duplicate rather than applied twice. A bucket is
         // applied at once; the step counts when its last part is in.
-        ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id));
+        ASSIGN_OR_RETURN(const bool whole, ledger_.TakePart(id));
         if (whole) {
           RecordLocked(id);
           resp.set_global_step(gate_.AdvanceGlobalStepLocked());
@@ -441,20 +383,20 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   if (gate_.mode() == ConsistencyDef::SYNC) {
     // Rows of step t wait with the dense part; the worker's Push (sent after
     // its PushRows) completes its share of the step.
-    if (id.step() != gate_.sync_step() || sync_pushed_.count(id.worker()) || push_parts_.Seen(id)) {
+    if (id.step() != gate_.sync_step() || ledger_.Gathered(id.worker()) || ledger_.PartSeen(id)) {
       resp.set_duplicate(true);
       return resp;
     }
-    for (const SparseUpdate& u : rows) sync_rows_[u.variable].emplace_back(u.ids, u.values);
+    ledger_.GatherRows(rows);
     return resp;
   }
   // A retried PushRows (same id) is acknowledged and changes nothing; its
   // ids are recorded apart from Push's, which the same step also sends.
-  if (Seen(rows_seen_, id)) {
+  if (ledger_.RowsSeen(id)) {
     resp.set_duplicate(true);
     return resp;
   }
-  Record(&rows_seen_, id);
+  ledger_.RecordRows(id);
   // Row ids of a hash table are checked by the table itself, so apply
   // under the table's lock; fixed-table ranges were checked above by
   // ApplyRows' own validation before any change.
@@ -616,7 +558,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     generation_ = req.generation();
     absl::MutexLock sync(gate_.mu());
     chain_ = DeltaChain();  // the restored state is no snapshot's base
-    ForgetPushesLocked();
+    ledger_.Clear();
     // Counters of another layout mean nothing here: start them at the step.
     gate_.RestoreAllAtLocked(req.step(), snaps.empty() ? 0 : snaps[0].global_step);
     resp.set_step(req.step());
@@ -675,7 +617,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     generation_ = req.generation();
     chain_ = DeltaChain();  // the restored state is no snapshot's base
     absl::MutexLock s(gate_.mu());
-    ForgetPushesLocked();
+    ledger_.Clear();
     gate_.RestoreLocked(snap.step, snap.global_step, snap.sync_step, std::move(snap.worker_next_step));
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));
@@ -700,16 +642,7 @@ absl::Status ParameterServerCore::CheckGenerationLocked(int64_t generation, absl
 
 void ParameterServerCore::ResetStepsLocked(int64_t step) {
   gate_.ResetLocked(step);
-  ForgetPushesLocked();
-}
-
-void ParameterServerCore::ForgetPushesLocked() {
-  sync_pushed_.clear();
-  sync_dense_.clear();
-  sync_rows_.clear();
-  pushes_seen_.clear();  // the same steps will be pushed again
-  rows_seen_.clear();
-  push_parts_.Clear();
+  ledger_.Clear();  // the same steps will be pushed again
 }
 
 PsStatusResponse ParameterServerCore::Status() {

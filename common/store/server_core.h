@@ -49,7 +49,7 @@
 #include "common/optimizer.h"
 #include "common/transport/ps_types.h"
 #include "common/snapshot/snapshot_store.h"
-#include "common/store/push_parts.h"
+#include "common/store/push_ledger.h"
 #include "common/store/snapshot_writer.h"
 #include "common/store/step_gate.h"
 #include "common/store/variable.h"
@@ -143,10 +143,6 @@ class ParameterServerCore {
   }
 
  private:
-  struct WorkerPushes {
-    uint64_t incarnation = 0;
-    std::set<int64_t> steps;  // recent applied steps
-  };
   // Incremental checkpoints: the snapshot the next delta would chain to
   // (server_core_delta.cc).
   struct DeltaChain {
@@ -174,14 +170,8 @@ class ParameterServerCore {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Step counters and SYNC aggregation back to `step`, nothing seen.
   void ResetStepsLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
-  // The record of pushes and the SYNC step being gathered, emptied: the
-  // same steps will be pushed again.
-  void ForgetPushesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
-  static bool Seen(const std::map<int, WorkerPushes>& seen, const RequestId& id);
-  static void Record(std::map<int, WorkerPushes>* seen, const RequestId& id);
-  bool SeenLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
+  // A whole step of `id` taken: recorded, and counted for staleness.
   void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
-  absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu()) ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const ServerCoreOptions options_;
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
@@ -208,14 +198,11 @@ class ParameterServerCore {
 
   // When pulls may run, the step counters and the parked pulls
   // (step_gate.h). Its mutex is taken after mu_ and also guards the record
-  // of pushes below, so that a push's check, count and step are one.
+  // of pushes, so that a push's check, record and count are one.
   StepGate gate_;
-  std::set<int> sync_pushed_ ABSL_GUARDED_BY(gate_.mu());
-  std::map<std::string, Tensor> sync_dense_ ABSL_GUARDED_BY(gate_.mu());
-  std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_ ABSL_GUARDED_BY(gate_.mu());
-  std::map<int, WorkerPushes> pushes_seen_ ABSL_GUARDED_BY(gate_.mu());
-  std::map<int, WorkerPushes> rows_seen_ ABSL_GUARDED_BY(gate_.mu());
-  PushParts push_parts_ ABSL_GUARDED_BY(gate_.mu());  // bucketed pushes' parts
+  // Pushes taken: the dedup record, bucket parts, the SYNC step gathered
+  // (push_ledger.h).
+  PushLedger ledger_ ABSL_GUARDED_BY(gate_.mu());
 
   // Counters for Status.
   absl::Mutex stats_mu_;
