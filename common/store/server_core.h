@@ -27,6 +27,19 @@
 // durable. Restore reads and checks a whole snapshot before it replaces
 // anything.
 //
+// The core checks requests and decides; parts act, each with a header that
+// says what it owns and how it locks:
+//   SnapshotWriter (snapshot_writer.h)  the stores, the write queue and its
+//                                       thread, the durable steps.
+//   StepGate (step_gate.h)              the consistency, the step counters,
+//                                       the parked pulls and their sweeper.
+//   PushLedger (push_ledger.h)          the record of pushes, bucket parts,
+//                                       the SYNC step gathered.
+// Lock order: whole_step_mu_, then mu_ (the variables), then gate_.mu()
+// (which guards the ledger too), then a variable's own lock. stats_mu_ and
+// the writer's lock are leaves. A parked pull's callback runs under none of
+// the gate's or writer's locks.
+//
 // Thread-safe.
 #ifndef PSRT_COMMON_STORE_SERVER_CORE_H_
 #define PSRT_COMMON_STORE_SERVER_CORE_H_
