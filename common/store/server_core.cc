@@ -2,9 +2,8 @@
 
 #include "absl/strings/escaping.h"
 #include "common/store/parallel_apply.h"
+#include "common/store/push_parts.h"
 #include "common/store/restore_assembly.h"
-
-#include <filesystem>
 
 #include <algorithm>
 #include <limits>
@@ -14,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -22,14 +20,8 @@
 namespace psrt {
 namespace {
 
-constexpr int kMaxWorkers = 1 << 16;
-
-constexpr size_t kRecentPushes = 512;
-
 // Most snapshots one checkpoint's store keeps (SnapshotRequest.keep).
 constexpr int kMaxKeep = 100;
-// Most snapshots copied in memory and waiting for the writer.
-constexpr size_t kMaxQueuedSnapshots = 4;
 
 std::string PsName(int task) { return absl::StrCat("ps:", task); }
 
@@ -51,44 +43,24 @@ ParameterServerCore::ParameterServerCore(ServerCoreOptions options)
     absl::MutexLock lock(&stats_mu_);
     last_stats_ = absl::Now();
   }
-  BufferPoolOptions pool;
-  pool.max_cached_bytes = size_t{16} << 30;
-  snapshot_pool_ = BufferPool::Create(pool);
-  sweeper_ = std::thread([this] { SweepLoop(); });
-  writer_ = std::thread([this] { WriterLoop(); });
+  SnapshotWriterOptions writer;
+  writer.snapshot_root = options_.snapshot_root;
+  writer.store_name = StoreName();
+  writer.store = options_.snapshot;
+  writer_ = std::make_unique<SnapshotWriter>(std::move(writer));
 }
 
 ParameterServerCore::~ParameterServerCore() {
-  std::deque<Waiter> left;
-  {
-    absl::MutexLock lock(&sync_mu_);
-    stop_ = true;
-    left.swap(waiters_);
-  }
-  for (Waiter& w : left) w.run(absl::UnavailableError(absl::StrCat(PsName(options_.task_index), " is shutting down")));
-  {
-    absl::MutexLock lock(&snap_mu_);
-    stop_writer_ = true;
-  }
-  sweeper_.join();
-  writer_.join();
+  // Parked pulls answered, then every pull runs at once; the sweeper joined.
+  gate_.Stop(absl::UnavailableError(absl::StrCat(PsName(options_.task_index), " is shutting down")));
+  writer_.reset();  // writes what is queued, then joins its thread
 }
 
 absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     const CreateVariablesRequest& req) {
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(req.optimizer()));
-  if (req.num_workers() < 1) return absl::InvalidArgumentError("num_workers must be at least 1");
-  // num_workers sizes per-worker state: 2^31-1 workers meant a 16 GiB
-  // allocation (found by tests/fuzz/ps_request_fuzzer).
-  if (req.num_workers() > kMaxWorkers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_workers ", req.num_workers(), " is more than ", kMaxWorkers));
-  }
-  if (req.consistency().mode() == ConsistencyDef::BOUNDED_STALENESS && req.consistency().staleness() < 0) {
-    return absl::InvalidArgumentError("consistency.staleness must be >= 0");
-  }
-  RETURN_IF_ERROR(CheckActiveWorkers(req));
-  std::deque<Waiter> stale;  // pulls of the generation being left
+  RETURN_IF_ERROR(StepGate::CheckConfig(req));
+  std::vector<StepGate::Run> stale;  // pulls of the generation being left
   CreateVariablesResponse resp;
   resp.set_incarnation(options_.incarnation);
   {
@@ -140,7 +112,7 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   const bool new_generation = req.generation() != generation_;
   generation_ = req.generation();
   {
-    absl::MutexLock s(&sync_mu_);
+    absl::MutexLock s(gate_.mu());
     if (req.reinitialize()) ResetStepsLocked(0);
     // A SYNC step half gathered under the old generation is dropped: the
     // chief starts every worker of the new one (a resized group) at this
@@ -150,31 +122,13 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     // record of pushes goes too: the generation fence refuses a retry of
     // the old one, and a step pushed again in the new one must count.
     if (new_generation) {
-      sync_pushed_.clear();
-      sync_dense_.clear();
-      sync_rows_.clear();
-      pushes_seen_.clear();
-      rows_seen_.clear();
-      push_parts_.Clear();
-      stale.swap(waiters_);
-    }
-    consistency_ = req.consistency();
-    num_workers_ = req.num_workers();
-    active_workers_.clear();
-    for (int w : req.active_workers()) {
-      if (w >= static_cast<int>(active_workers_.size())) active_workers_.resize(w + 1, false);
-      active_workers_[w] = true;
-    }
-    if (static_cast<int>(worker_next_step_.size()) < StalenessSlotsLocked()) {
-      worker_next_step_.resize(StalenessSlotsLocked(), 0);
+      ledger_.Clear();
+      stale = gate_.TakeParkedLocked();
     }
     // Each worker's start step in this generation: exact when the
     // generation is new (a resized SYNC group may start again at an
     // earlier step), else never backwards.
-    for (int i = 0; i < req.active_worker_steps_size(); ++i) {
-      int64_t& next = worker_next_step_[req.active_workers(i)];
-      next = new_generation ? req.active_worker_steps(i) : std::max(next, req.active_worker_steps(i));
-    }
+    gate_.ConfigureLocked(req, new_generation);
   }
   if (!fresh.empty()) {
     LOG(INFO) << "created " << fresh.size() << " variables (" << variables_.size() << " in all), "
@@ -182,10 +136,10 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
               << ", " << req.num_workers() << " workers";
   }
   }
-  for (Waiter& w : stale) {
-    w.run(absl::AbortedError(absl::StrCat(PsName(options_.task_index), " moved to generation ", req.generation())));
+  for (StepGate::Run& run : stale) {
+    run(absl::AbortedError(absl::StrCat(PsName(options_.task_index), " moved to generation ", req.generation())));
   }
-  WakeWaiters();  // fewer workers can complete a SYNC step
+  gate_.WakeWaiters();  // fewer workers can complete a SYNC step
   return resp;
 }
 
@@ -208,116 +162,6 @@ absl::StatusOr<Variable*> ParameterServerCore::Find(const std::string& name) con
   return it->second.get();
 }
 
-absl::Status ParameterServerCore::CheckActiveWorkers(const CreateVariablesRequest& req) {
-  if (req.active_workers_size() == 0) {
-    if (req.active_worker_steps_size() == 0) return absl::OkStatus();
-    return absl::InvalidArgumentError("active_worker_steps given without active_workers");
-  }
-  if (req.active_workers_size() != req.num_workers()) {
-    return absl::InvalidArgumentError(absl::StrCat("active_workers lists ", req.active_workers_size(),
-                                                   " workers but num_workers is ", req.num_workers()));
-  }
-  if (req.active_worker_steps_size() != 0 && req.active_worker_steps_size() != req.active_workers_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("active_worker_steps has ", req.active_worker_steps_size(),
-                                                   " steps for ", req.active_workers_size(), " active_workers"));
-  }
-  std::set<int> seen;
-  for (int i = 0; i < req.active_workers_size(); ++i) {
-    const int w = req.active_workers(i);
-    if (w < 0 || w >= kMaxWorkers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("active_workers[", i, "] = ", w, " is not a worker index in [0, ", kMaxWorkers, ")"));
-    }
-    if (!seen.insert(w).second) {
-      return absl::InvalidArgumentError(absl::StrCat("active_workers lists worker ", w, " twice"));
-    }
-    if (i < req.active_worker_steps_size() && req.active_worker_steps(i) < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("active_worker_steps[", i, "] = ", req.active_worker_steps(i), " is negative"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-bool ParameterServerCore::CountsForStalenessLocked(int worker) const {
-  if (active_workers_.empty()) return worker >= 0 && worker < num_workers_;
-  return worker >= 0 && worker < static_cast<int>(active_workers_.size()) && active_workers_[worker];
-}
-
-int ParameterServerCore::StalenessSlotsLocked() const {
-  return active_workers_.empty() ? num_workers_ : static_cast<int>(active_workers_.size());
-}
-
-bool ParameterServerCore::ReadyLocked(int worker, int64_t step) const {
-  if (worker < 0 || stop_) return true;
-  switch (consistency_.mode()) {
-    case ConsistencyDef::SYNC:
-      return sync_step_ >= step;
-    case ConsistencyDef::BOUNDED_STALENESS: {
-      int64_t slowest = step;
-      for (int w = 0; w < static_cast<int>(worker_next_step_.size()); ++w) {
-        if (CountsForStalenessLocked(w)) slowest = std::min(slowest, worker_next_step_[w]);
-      }
-      return step - slowest <= consistency_.staleness();
-    }
-    default:
-      return true;
-  }
-}
-
-void ParameterServerCore::WaitOrRun(int worker, int64_t step, absl::Time deadline,
-                                    std::function<void(absl::Status)> run) {
-  {
-    absl::MutexLock lock(&sync_mu_);
-    if (!ReadyLocked(worker, step)) {
-      waiters_.push_back(Waiter{worker, step, deadline, std::move(run)});
-      return;
-    }
-  }
-  run(absl::OkStatus());
-}
-
-void ParameterServerCore::WakeWaiters() {
-  std::vector<Waiter> ready;
-  {
-    absl::MutexLock lock(&sync_mu_);
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (ReadyLocked(it->worker, it->step)) {
-        ready.push_back(std::move(*it));
-        it = waiters_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (Waiter& w : ready) w.run(absl::OkStatus());
-}
-
-void ParameterServerCore::SweepLoop() {
-  while (true) {
-    std::vector<Waiter> expired;
-    {
-      absl::MutexLock lock(&sync_mu_);
-      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) { return stop_; };
-      sync_mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(20));
-      if (stop_) return;
-      absl::Time now = absl::Now();
-      for (auto it = waiters_.begin(); it != waiters_.end();) {
-        if (it->deadline <= now) {
-          expired.push_back(std::move(*it));
-          it = waiters_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    for (Waiter& w : expired) {
-      w.run(absl::DeadlineExceededError(absl::StrCat(
-          "pull for step ", w.step, " waited too long: other workers have not pushed")));
-    }
-  }
-}
-
 void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64_t step,
                                absl::Time deadline, PullDone done) {
   {
@@ -332,7 +176,7 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
       return done(absl::InvalidArgumentError(absl::StrCat("Pull names variable ", name, " more than once")), {}, 0);
     }
   }
-  WaitOrRun(worker, step, deadline, [this, names = std::move(names), done = std::move(done)](absl::Status s) {
+  gate_.WaitOrRun(worker, step, deadline, [this, names = std::move(names), done = std::move(done)](absl::Status s) {
     if (!s.ok()) return done(s, {}, 0);
     NamedTensors out;
     int64_t gs;
@@ -357,8 +201,8 @@ void ParameterServerCore::Pull(std::vector<std::string> names, int worker, int64
         if (!t.ok()) return done(t.status(), {}, 0);
         out.emplace_back(name, *std::move(t));
       }
-      absl::MutexLock sync(&sync_mu_);
-      gs = global_step_;
+      absl::MutexLock sync(gate_.mu());
+      gs = gate_.global_step();
     }
     done(absl::OkStatus(), std::move(out), gs);
   });
@@ -378,7 +222,7 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
     absl::MutexLock lock(&stats_mu_);
     ++pulls_;
   }
-  WaitOrRun(worker, step, deadline, [this, ids = std::move(ids), done = std::move(done), read_only](absl::Status s) {
+  gate_.WaitOrRun(worker, step, deadline, [this, ids = std::move(ids), done = std::move(done), read_only](absl::Status s) {
     if (!s.ok()) return done(s, {}, 0);
     NamedTensors out;
     int64_t gs;
@@ -404,78 +248,16 @@ void ParameterServerCore::PullRows(std::vector<std::pair<std::string, Tensor>> i
         if (!r.ok()) return done(r.status(), {}, 0);
         out.emplace_back(name, *std::move(r));
       }
-      absl::MutexLock sync(&sync_mu_);
-      gs = global_step_;
+      absl::MutexLock sync(gate_.mu());
+      gs = gate_.global_step();
     }
     done(absl::OkStatus(), std::move(out), gs);
   });
 }
 
-bool ParameterServerCore::Seen(const std::map<int, WorkerPushes>& seen, const RequestId& id) {
-  auto it = seen.find(id.worker());
-  return it != seen.end() && it->second.incarnation == id.worker_incarnation() &&
-         it->second.steps.count(id.step()) > 0;
-}
-
-void ParameterServerCore::Record(std::map<int, WorkerPushes>* seen, const RequestId& id) {
-  WorkerPushes& w = (*seen)[id.worker()];
-  if (w.incarnation != id.worker_incarnation()) {
-    w.incarnation = id.worker_incarnation();
-    w.steps.clear();
-  }
-  w.steps.insert(id.step());
-  while (w.steps.size() > kRecentPushes) w.steps.erase(w.steps.begin());
-}
-
-bool ParameterServerCore::SeenLocked(const RequestId& id) { return Seen(pushes_seen_, id); }
-
 void ParameterServerCore::RecordLocked(const RequestId& id) {
-  Record(&pushes_seen_, id);
-  // Only workers of the job count for staleness (ReadyLocked reads no
-  // others); a worker id from the wire must not size the vector, since
-  // worker 2^31-1 would allocate 16 GiB. The step saturates rather than
-  // overflowing at INT64_MAX.
-  if (CountsForStalenessLocked(id.worker())) {
-    if (static_cast<int>(worker_next_step_.size()) <= id.worker()) worker_next_step_.resize(StalenessSlotsLocked(), 0);
-    int64_t next = id.step() == std::numeric_limits<int64_t>::max() ? id.step() : id.step() + 1;
-    worker_next_step_[id.worker()] = std::max(worker_next_step_[id.worker()], next);
-  }
-}
-
-absl::Status ParameterServerCore::ApplySyncStepLocked() {
-  const float scale = 1.0f / static_cast<float>(num_workers_);
-  std::vector<Variable*> dense_vars;
-  std::vector<const Tensor*> dense_grads;
-  for (auto& [name, sum] : sync_dense_) {
-    sum.flat<float>() *= scale;
-    ASSIGN_OR_RETURN(Variable * v, Find(name));
-    dense_vars.push_back(v);
-    dense_grads.push_back(&sum);
-  }
-  RETURN_IF_ERROR(ApplyDenseAll(apply_pool_.get(), dense_vars, dense_grads));
-  for (auto& [name, parts] : sync_rows_) {
-    ASSIGN_OR_RETURN(Variable * v, Find(name));
-    int64_t n = 0, dim = 0;
-    for (const auto& [ids, vals] : parts) {
-      n += ids.NumElements();
-      dim = vals.shape().dim(1);
-    }
-    Tensor ids(DT_INT64, TensorShape({n}));
-    Tensor vals(DT_FLOAT, TensorShape({n, dim}));
-    int64_t at = 0;
-    for (const auto& [i, g] : parts) {
-      std::copy(i.data<int64_t>(), i.data<int64_t>() + i.NumElements(), ids.data<int64_t>() + at);
-      for (int64_t k = 0; k < g.NumElements(); ++k) vals.data<float>()[at * dim + k] = g.data<float>()[k] * scale;
-      at += i.NumElements();
-    }
-    RETURN_IF_ERROR(v->ApplyRows(ids, vals, apply_pool_.get()));
-  }
-  sync_dense_.clear();
-  sync_rows_.clear();
-  sync_pushed_.clear();
-  ++sync_step_;
-  ++global_step_;
-  return absl::OkStatus();
+  ledger_.RecordPush(id);
+  gate_.CountPushLocked(id.worker(), id.step());
 }
 
 absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
@@ -506,19 +288,19 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
     }
     bool apply_now = false;
     {
-      absl::MutexLock s(&sync_mu_);
-      resp.set_global_step(global_step_);
-      if (SeenLocked(id) || push_parts_.Seen(id)) {
+      absl::MutexLock s(gate_.mu());
+      resp.set_global_step(gate_.global_step());
+      if (ledger_.PushSeen(id)) {
         resp.set_duplicate(true);
         return resp;
       }
-      if (consistency_.mode() == ConsistencyDef::SYNC) {
-        if (id.step() > sync_step_) {
+      if (gate_.mode() == ConsistencyDef::SYNC) {
+        if (id.step() > gate_.sync_step()) {
           return absl::FailedPreconditionError(absl::StrCat(
               "worker ", id.worker(), " pushed step ", id.step(), " but ",
-              PsName(options_.task_index), " is at sync step ", sync_step_));
+              PsName(options_.task_index), " is at sync step ", gate_.sync_step()));
         }
-        if (id.step() < sync_step_ || sync_pushed_.count(id.worker())) {
+        if (id.step() < gate_.sync_step() || ledger_.Gathered(id.worker())) {
           resp.set_duplicate(true);
           return resp;
         }
@@ -526,32 +308,28 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
         // buffers are not ours to keep); all are summed once all are in.
         NamedTensors step_grads;
         for (const auto& [name, grad] : gradients) step_grads.emplace_back(name, id.bucket() > 0 ? grad.Copy() : grad);
-        ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id, &step_grads));
+        ASSIGN_OR_RETURN(const bool whole, ledger_.TakePart(id, &step_grads));
         if (!whole) return resp;
-        for (const auto& [name, grad] : step_grads) {
-          auto it = sync_dense_.find(name);
-          if (it == sync_dense_.end()) {
-            sync_dense_[name] = grad.Copy();
-          } else {
-            it->second.flat<float>() += grad.flat<float>();
-          }
-        }
-        sync_pushed_.insert(id.worker());
+        ledger_.GatherDense(id.worker(), step_grads);
         RecordLocked(id);
-        if (static_cast<int>(sync_pushed_.size()) >= num_workers_) {
-          RETURN_IF_ERROR(ApplySyncStepLocked());
+        if (ledger_.gathered_workers() >= gate_.num_workers()) {
+          // The mean applied, then the step moves on. Find needs mu_, which
+          // this thread holds (shared) all along.
+          auto find = [this](const std::string& name) ABSL_NO_THREAD_SAFETY_ANALYSIS { return Find(name); };
+          RETURN_IF_ERROR(ledger_.ApplyMean(gate_.num_workers(), find, apply_pool_.get()));
+          gate_.AdvanceSyncStepLocked();
           wake = true;
         }
-        resp.set_global_step(global_step_);
+        resp.set_global_step(gate_.global_step());
       } else {
         // Recorded before applying, so a concurrent retry of the same id is
         // answered as a duplicate rather than applied twice. A bucket is
         // applied at once; the step counts when its last part is in.
-        ASSIGN_OR_RETURN(const bool whole, push_parts_.Take(id));
+        ASSIGN_OR_RETURN(const bool whole, ledger_.TakePart(id));
         if (whole) {
           RecordLocked(id);
-          resp.set_global_step(++global_step_);
-          wake = consistency_.mode() == ConsistencyDef::BOUNDED_STALENESS;
+          resp.set_global_step(gate_.AdvanceGlobalStepLocked());
+          wake = gate_.mode() == ConsistencyDef::BOUNDED_STALENESS;
         }
         apply_now = true;
       }
@@ -562,7 +340,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
       RETURN_IF_ERROR(ApplyDenseAll(apply_pool_.get(), vars, grads));
     }
   }
-  if (wake) WakeWaiters();
+  if (wake) gate_.WakeWaiters();
   return resp;
 }
 
@@ -600,134 +378,30 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
     RETURN_IF_ERROR(v->CheckRoom(u.ids));
     vars.push_back(v);
   }
-  absl::MutexLock s(&sync_mu_);
-  resp.set_global_step(global_step_);
-  if (consistency_.mode() == ConsistencyDef::SYNC) {
+  absl::MutexLock s(gate_.mu());
+  resp.set_global_step(gate_.global_step());
+  if (gate_.mode() == ConsistencyDef::SYNC) {
     // Rows of step t wait with the dense part; the worker's Push (sent after
     // its PushRows) completes its share of the step.
-    if (id.step() != sync_step_ || sync_pushed_.count(id.worker()) || push_parts_.Seen(id)) {
+    if (id.step() != gate_.sync_step() || ledger_.Gathered(id.worker()) || ledger_.PartSeen(id)) {
       resp.set_duplicate(true);
       return resp;
     }
-    for (const SparseUpdate& u : rows) sync_rows_[u.variable].emplace_back(u.ids, u.values);
+    ledger_.GatherRows(rows);
     return resp;
   }
   // A retried PushRows (same id) is acknowledged and changes nothing; its
   // ids are recorded apart from Push's, which the same step also sends.
-  if (Seen(rows_seen_, id)) {
+  if (ledger_.RowsSeen(id)) {
     resp.set_duplicate(true);
     return resp;
   }
-  Record(&rows_seen_, id);
+  ledger_.RecordRows(id);
   // Row ids of a hash table are checked by the table itself, so apply
   // under the table's lock; fixed-table ranges were checked above by
   // ApplyRows' own validation before any change.
   RETURN_IF_ERROR(ApplyRowsAll(apply_pool_.get(), vars, rows));
   return resp;
-}
-
-absl::Status CheckCheckpointName(absl::string_view name) {
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", why, " (a name of [A-Za-z0-9._-], not a path)"));
-  };
-  if (name.empty()) return bad("empty");
-  if (name.size() > 255) return bad(absl::StrCat("a name of ", name.size(), " characters"));
-  if (name == "." || name == "..") return bad(absl::StrCat("'", name, "'"));
-  for (char ch : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-') {
-      return bad(absl::StrCat("character 0x", absl::Hex(static_cast<unsigned char>(ch), absl::kZeroPad2)));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string SnapshotRootFor(const std::string& flag, const std::string& store_name) {
-  std::error_code ec;
-  if (flag.empty()) {
-    std::string root = (std::filesystem::current_path(ec) / "psrt_snapshots").string();
-    LOG(WARNING) << "no --snapshot_dir: snapshots go under " << root
-                 << " (give the directory above the chief's --checkpoint_dir to share it)";
-    return root;
-  }
-  std::string root = std::filesystem::absolute(flag, ec).lexically_normal().string();
-  LOG(INFO) << "snapshots under " << root << "/CHECKPOINT/" << store_name;
-  return root;
-}
-
-absl::StatusOr<SnapshotStore*> ParameterServerCore::StoreFor(const std::string& checkpoint) {
-  // The request names a checkpoint; the directory is this PS's own (issue
-  // #17: stores were made in any directory a request named, '../..'
-  // included, and a caller could restore a model it had prepared).
-  RETURN_IF_ERROR(CheckCheckpointName(checkpoint));
-  if (options_.snapshot_root.empty()) {
-    return absl::FailedPreconditionError("this PS has no snapshot directory (--snapshot_dir)");
-  }
-  std::string path =
-      absl::StrCat(absl::StripSuffix(options_.snapshot_root, "/"), "/", checkpoint, "/", StoreName());
-  absl::MutexLock lock(&snap_mu_);
-  auto it = stores_.find(path);
-  if (it != stores_.end()) {
-    ++store_uses_[it->second.get()];
-    return it->second.get();
-  }
-  if (stores_.size() >= kMaxOpenStores) {
-    // Close a store nothing is writing to or queued for: requests naming
-    // ever new directories no longer leak a RocksDB (and its files) each.
-    for (auto victim = stores_.begin(); victim != stores_.end(); ++victim) {
-      bool busy = writing_ || store_uses_.count(victim->second.get()) > 0;
-      for (const WriteJob& job : jobs_) busy = busy || job.store == victim->second.get();
-      if (busy) continue;
-      LOG(INFO) << "closing the snapshot store " << victim->first;
-      stores_.erase(victim);
-      break;
-    }
-    if (stores_.size() >= kMaxOpenStores) {
-      return absl::ResourceExhaustedError(absl::StrCat("snapshot: ", stores_.size(), " stores are busy"));
-    }
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> store, SnapshotStore::Open(path, options_.snapshot));
-  // Steps already durable from an earlier life of this task.
-  for (int64_t step : store->Steps()) durable_.insert(step);
-  SnapshotStore* raw = store.get();
-  stores_[path] = std::move(store);
-  ++store_uses_[raw];
-  return raw;
-}
-
-void ParameterServerCore::ReleaseStore(SnapshotStore* store) {
-  absl::MutexLock lock(&snap_mu_);
-  auto it = store_uses_.find(store);
-  if (it != store_uses_.end() && --it->second == 0) store_uses_.erase(it);
-}
-
-void ParameterServerCore::ReplaceStore(SnapshotStore* store, bool salvage, bool wait_for_uses) {
-  absl::MutexLock lock(&snap_mu_);
-  auto idle = [this, store, wait_for_uses]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) {
-    return !writing_ && (!wait_for_uses || store_uses_.count(store) == 0);
-  };
-  snap_mu_.Await(absl::Condition(&idle));
-  auto it = std::find_if(stores_.begin(), stores_.end(), [store](const auto& s) { return s.second.get() == store; });
-  if (it == stores_.end()) return;  // replaced already
-  const std::string path = it->first;
-  store_uses_.erase(store);  // a writer's replacement: readers' uses end with the old store
-  // Queued writes name the store about to be replaced: they fail, and the
-  // chief abandons those checkpoints and takes new ones.
-  for (WriteJob& job : jobs_) {
-    if (job.store == store) job.store = nullptr;
-  }
-  chain_broken_.store(true);  // a delta's base is in the store replaced
-  std::string report = absl::StrCat("reopened the snapshot store ", path, " after a failed write");
-  absl::StatusOr<std::unique_ptr<SnapshotStore>> fresh =
-      salvage ? SnapshotStore::Salvage(std::move(it->second), &report) : SnapshotStore::Reopen(std::move(it->second));
-  durable_.clear();
-  if (!fresh.ok()) {
-    LOG(ERROR) << "replacing the snapshot store " << path << ": " << fresh.status();
-    stores_.erase(it);  // opened afresh by the next snapshot or restore
-    return;
-  }
-  LOG(ERROR) << report;
-  for (int64_t step : (*fresh)->Steps()) durable_.insert(step);
-  it->second = *std::move(fresh);
 }
 
 absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotRequest& req) {
@@ -745,18 +419,10 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     return absl::InvalidArgumentError(
         absl::StrCat("retain: ", req.retain().step_size(), " steps; at most ", kMaxKeep, " are kept"));
   }
-  {
-    // Each queued snapshot is a copy of every variable in memory: a flood of
-    // requests not waiting for durability grew the queue without bound.
-    absl::MutexLock lock(&snap_mu_);
-    if (jobs_.size() >= kMaxQueuedSnapshots) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "snapshot of step ", req.step(), " refused: ", jobs_.size(), " snapshots are already waiting to be written"));
-    }
-  }
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
-  absl::Cleanup release = [this, store] { ReleaseStore(store); };
-  WriteJob job;
+  RETURN_IF_ERROR(writer_->CheckQueueRoom(req.step()));
+  ASSIGN_OR_RETURN(SnapshotStore * store, writer_->Acquire(req.checkpoint()));
+  absl::Cleanup release = [this, store] { writer_->Release(store); };
+  SnapshotWriter::Job job;
   job.store = store;
   job.keep = req.keep() > 0 ? req.keep() : 3;
   if (req.has_retain()) job.retain.emplace(req.retain().step().begin(), req.retain().step().end());
@@ -787,7 +453,7 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
     for (size_t t = 0; t < threads; ++t) {
       copiers.emplace_back([&, t] {
         for (size_t i = t; i < vars.size(); i += threads) {
-          job.snapshot.variables[i] = vars[i]->CopyForSnapshot(snapshot_pool_.get(), job.snapshot.delta);
+          job.snapshot.variables[i] = vars[i]->CopyForSnapshot(writer_->copy_pool(), job.snapshot.delta);
         }
       });
     }
@@ -799,25 +465,17 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
         for (const Tensor& t : st.slots) bytes += t.TotalBytes();
       }
     }
-    absl::MutexLock s(&sync_mu_);
-    job.snapshot.global_step = global_step_;
-    job.snapshot.sync_step = sync_step_;
-    job.snapshot.worker_next_step = worker_next_step_;
+    absl::MutexLock s(gate_.mu());
+    job.snapshot.global_step = gate_.global_step();
+    job.snapshot.sync_step = gate_.sync_step();
+    job.snapshot.worker_next_step = gate_.worker_next_step();
   }
   const bool job_delta = job.snapshot.delta;
   const int64_t job_base = job.snapshot.base_step;
-  uint64_t seq;
-  {
-    absl::MutexLock lock(&snap_mu_);
-    durable_.erase(req.step());
-    snapshot_error_.clear();
-    seq = job.seq = ++jobs_queued_;
-    job.waited = req.wait_durable();
-    jobs_.push_back(std::move(job));
-  }
-  // Queued, the job is the writer's to track (ReplaceStore clears queued
-  // jobs' stores): the use ends here, before any wait on the writer, so a
-  // writer replacing the store can wait for every use to end.
+  const uint64_t seq = writer_->Enqueue(std::move(job), /*waited=*/req.wait_durable());
+  // Queued, the job is the writer's to track (SnapshotWriter::Replace
+  // clears queued jobs' stores): the use ends here, before any wait on the
+  // writer, so a writer replacing the store can wait for every use to end.
   std::move(release).Invoke();
   SnapshotResponse resp;
   resp.set_step(req.step());
@@ -826,86 +484,11 @@ absl::StatusOr<SnapshotResponse> ParameterServerCore::Snapshot(const SnapshotReq
   resp.set_delta(job_delta);
   resp.set_base_step(job_base);
   if (req.wait_durable()) {
-    // Its own job's end: a step pruned by a later job (another caller's
-    // retention) once left this wait, and the thread serving it, for good.
-    absl::MutexLock lock(&snap_mu_);
-    auto done = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return jobs_finished_ >= seq; };
-    snap_mu_.Await(absl::Condition(&done));
-    absl::Status result = absl::UnavailableError("the snapshot writer stopped first");
-    if (auto it = waited_results_.find(seq); it != waited_results_.end()) {
-      result = std::move(it->second);
-      waited_results_.erase(it);
-    }
-    if (!result.ok()) return result;
+    // Its own job's end, whatever later jobs prune (SnapshotWriter).
+    RETURN_IF_ERROR(writer_->WaitWritten(seq));
     resp.set_durable(true);
   }
   return resp;
-}
-
-void ParameterServerCore::WriterLoop() {
-  while (true) {
-    WriteJob job;
-    {
-      absl::MutexLock lock(&snap_mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return stop_writer_ || !jobs_.empty(); };
-      snap_mu_.Await(absl::Condition(&ready));
-      if (jobs_.empty()) {
-        jobs_finished_ = jobs_queued_;  // none left: no wait outlives the writer
-        return;
-      }
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-      if (job.store == nullptr) {
-        snapshot_error_ = absl::StrCat("snapshot of step ", job.snapshot.step,
-                                       " dropped: its store was found corrupt and replaced");
-        last_written_store_ = nullptr;  // no delta may chain to it
-        chain_broken_.store(true);
-        FinishJobLocked(job, absl::DataLossError(snapshot_error_));
-        continue;
-      }
-      writing_ = true;
-    }
-    const absl::Time start = absl::Now();
-    absl::StatusOr<int64_t> bytes = WriteLinked(job);
-    absl::Status pruned = !bytes.ok()          ? absl::OkStatus()
-                          : job.retain.has_value() ? job.store->PruneTo(*job.retain, job.snapshot.step)
-                                                   : job.store->Prune(job.keep, job.snapshot.step);
-    if (!bytes.ok() && bytes.status().code() != absl::StatusCode::kResourceExhausted &&
-        bytes.status().code() != absl::StatusCode::kAborted) {  // a delta refused unwritten
-      {
-        absl::MutexLock lock(&snap_mu_);
-        writing_ = false;
-      }
-      // Corrupt: set aside and salvage; any other failure (a full disk):
-      // reopen, as RocksDB keeps a failed write's error for good.
-      ReplaceStore(job.store, /*salvage=*/bytes.status().code() == absl::StatusCode::kDataLoss,
-                   /*wait_for_uses=*/true);
-    }
-    absl::MutexLock lock(&snap_mu_);
-    writing_ = false;
-    if (!bytes.ok()) {
-      snapshot_error_ = std::string(bytes.status().message());
-      LOG(ERROR) << "snapshot of step " << job.snapshot.step << " failed: " << bytes.status();
-      FinishJobLocked(job, absl::DataLossError(snapshot_error_));
-      continue;
-    }
-    if (!pruned.ok()) LOG(WARNING) << "pruning old snapshots: " << pruned;
-    durable_.clear();
-    for (int64_t step : job.store->Steps()) durable_.insert(step);
-    // A step still queued may have an older copy on disk (the chief takes
-    // the same steps again after a recovery): not durable until its new
-    // copy is written, or the chief could commit the stale one.
-    for (const WriteJob& queued : jobs_) durable_.erase(queued.snapshot.step);
-    FinishJobLocked(job, absl::OkStatus());
-    double secs = absl::ToDoubleSeconds(absl::Now() - start);
-    LOG(INFO) << "snapshot of step " << job.snapshot.step << " durable: " << *bytes << " bytes in "
-              << secs << " s (" << (secs > 0 ? *bytes / secs / 1e6 : 0) << " MB/s)";
-  }
-}
-
-void ParameterServerCore::FinishJobLocked(const WriteJob& job, absl::Status result) {
-  jobs_finished_ = std::max(jobs_finished_, job.seq);
-  if (job.waited) waited_results_[job.seq] = std::move(result);
 }
 
 SnapshotReadOptions ParameterServerCore::RestoreReadOptions(bool all_here) const {
@@ -973,18 +556,17 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     }
     for (const VariableState& st : states) RETURN_IF_ERROR(variables_[st.def.name()]->LoadState(st));
     generation_ = req.generation();
-    absl::MutexLock sync(&sync_mu_);
+    absl::MutexLock sync(gate_.mu());
     chain_ = DeltaChain();  // the restored state is no snapshot's base
-    ResetStepsLocked(req.step());
+    ledger_.Clear();
     // Counters of another layout mean nothing here: start them at the step.
-    global_step_ = snaps.empty() ? 0 : snaps[0].global_step;
-    worker_next_step_.assign(std::max<size_t>(worker_next_step_.size(), StalenessSlotsLocked()), req.step());
+    gate_.RestoreAllAtLocked(req.step(), snaps.empty() ? 0 : snaps[0].global_step);
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(states.size()));
   }
   LOG(INFO) << "restored " << resp.variables() << " variables of step " << req.step() << " from "
             << req.source_size() << " stores of another layout";
-  WakeWaiters();
+  gate_.WakeWaiters();
   return resp;
 }
 
@@ -994,18 +576,16 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
   {
     // Let a write of this very step finish first, holding no use of the
     // store: a writer replacing it waits for its uses to end.
-    absl::MutexLock lock(&snap_mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_) { return jobs_.empty() && !writing_; };
-    snap_mu_.Await(absl::Condition(&idle));
+    writer_->WaitIdle();
   }
-  ASSIGN_OR_RETURN(SnapshotStore * store, StoreFor(req.checkpoint()));
-  absl::Cleanup release = [this, store] { ReleaseStore(store); };
+  ASSIGN_OR_RETURN(SnapshotStore * store, writer_->Acquire(req.checkpoint()));
+  absl::Cleanup release = [this, store] { writer_->Release(store); };
   // Each variable of the snapshot checked against this PS's before it is
   // allocated: a file cannot make a restore ask for more than the job's.
   absl::StatusOr<PsSnapshot> read = store->Read(req.step(), RestoreReadOptions(/*all_here=*/true));
   if (read.status().code() == absl::StatusCode::kDataLoss) {
     std::move(release).Invoke();
-    ReplaceStore(store, /*salvage=*/true, /*wait_for_uses=*/true);
+    writer_->Replace(store, /*salvage=*/true, /*wait_for_uses=*/true);
   }
   if (!read.ok()) return read.status();
   PsSnapshot snap = *std::move(read);
@@ -1036,19 +616,14 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     // lock: no push of the old generation lands after the restore.
     generation_ = req.generation();
     chain_ = DeltaChain();  // the restored state is no snapshot's base
-    absl::MutexLock s(&sync_mu_);
-    ResetStepsLocked(snap.step);
-    global_step_ = snap.global_step;
-    sync_step_ = snap.sync_step;
-    worker_next_step_ = snap.worker_next_step;
-    if (static_cast<int>(worker_next_step_.size()) < StalenessSlotsLocked()) {
-      worker_next_step_.resize(StalenessSlotsLocked(), snap.step);
-    }
+    absl::MutexLock s(gate_.mu());
+    ledger_.Clear();
+    gate_.RestoreLocked(snap.step, snap.global_step, snap.sync_step, std::move(snap.worker_next_step));
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));
   }
   LOG(INFO) << "restored " << resp.variables() << " variables from the snapshot of step " << req.step();
-  WakeWaiters();
+  gate_.WakeWaiters();
   return resp;
 }
 
@@ -1066,15 +641,8 @@ absl::Status ParameterServerCore::CheckGenerationLocked(int64_t generation, absl
 }
 
 void ParameterServerCore::ResetStepsLocked(int64_t step) {
-  global_step_ = 0;
-  sync_step_ = step;
-  worker_next_step_.assign(worker_next_step_.size(), step);
-  sync_pushed_.clear();
-  sync_dense_.clear();
-  sync_rows_.clear();
-  pushes_seen_.clear();  // the same steps will be pushed again
-  rows_seen_.clear();
-  push_parts_.Clear();
+  gate_.ResetLocked(step);
+  ledger_.Clear();  // the same steps will be pushed again
 }
 
 PsStatusResponse ParameterServerCore::Status() {
@@ -1095,9 +663,9 @@ PsStatusResponse ParameterServerCore::Status() {
     r.set_rows(rows);
   }
   {
-    absl::MutexLock lock(&sync_mu_);
-    r.set_global_step(global_step_);
-    if (consistency_.mode() == ConsistencyDef::SYNC) r.set_sync_step(sync_step_);
+    absl::MutexLock lock(gate_.mu());
+    r.set_global_step(gate_.global_step());
+    if (gate_.mode() == ConsistencyDef::SYNC) r.set_sync_step(gate_.sync_step());
   }
   {
     absl::MutexLock lock(&stats_mu_);
@@ -1113,11 +681,7 @@ PsStatusResponse ParameterServerCore::Status() {
       last_pulls_ = pulls_;
     }
   }
-  {
-    absl::MutexLock lock(&snap_mu_);
-    for (int64_t s : durable_) r.add_durable_snapshots(s);
-    r.set_error(snapshot_error_);
-  }
+  writer_->AddStatus(&r);
   return r;
 }
 

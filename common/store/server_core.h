@@ -23,8 +23,22 @@
 //
 // Snapshot copies every variable, slot and counter in memory while pushes
 // are held off (the only pause training sees), then a background thread
-// writes the copy to the task's RocksDB and marks the step durable. Restore
-// reads and checks a whole snapshot before it replaces anything.
+// (SnapshotWriter) writes the copy to the task's RocksDB and marks the step
+// durable. Restore reads and checks a whole snapshot before it replaces
+// anything.
+//
+// The core checks requests and decides; parts act, each with a header that
+// says what it owns and how it locks:
+//   SnapshotWriter (snapshot_writer.h)  the stores, the write queue and its
+//                                       thread, the durable steps.
+//   StepGate (step_gate.h)              the consistency, the step counters,
+//                                       the parked pulls and their sweeper.
+//   PushLedger (push_ledger.h)          the record of pushes, bucket parts,
+//                                       the SYNC step gathered.
+// Lock order: whole_step_mu_, then mu_ (the variables), then gate_.mu()
+// (which guards the ledger too), then a variable's own lock. stats_mu_ and
+// the writer's lock are leaves. A parked pull's callback runs under none of
+// the gate's or writer's locks.
 //
 // Thread-safe.
 #ifndef PSRT_COMMON_STORE_SERVER_CORE_H_
@@ -48,7 +62,9 @@
 #include "common/optimizer.h"
 #include "common/transport/ps_types.h"
 #include "common/snapshot/snapshot_store.h"
-#include "common/store/push_parts.h"
+#include "common/store/push_ledger.h"
+#include "common/store/snapshot_writer.h"
+#include "common/store/step_gate.h"
 #include "common/store/variable.h"
 #include "common/work_pool.h"
 #include "proto/ps_service.pb.h"
@@ -89,16 +105,6 @@ struct ServerCoreOptions {
   // beside the many workers' applies, as TensorFlow's do.
   bool reads_see_whole_steps = false;
 };
-
-// A checkpoint's name from a request: one path component of [A-Za-z0-9._-],
-// at most 255 characters, not "." or "..". INVALID_ARGUMENT naming the
-// field `checkpoint` and what was wrong.
-absl::Status CheckCheckpointName(absl::string_view name);
-
-// The directory a daemon keeps its snapshots under: `flag` (--snapshot_dir)
-// made absolute, or ./psrt_snapshots when empty. Logs where
-// CHECKPOINT/`store_name` will go.
-std::string SnapshotRootFor(const std::string& flag, const std::string& store_name);
 
 class ParameterServerCore {
  public:
@@ -150,27 +156,6 @@ class ParameterServerCore {
   }
 
  private:
-  struct Waiter {
-    int worker;
-    int64_t step;
-    absl::Time deadline;
-    std::function<void(absl::Status)> run;  // reads and answers, or fails
-  };
-  struct WorkerPushes {
-    uint64_t incarnation = 0;
-    std::set<int64_t> steps;  // recent applied steps
-  };
-  struct WriteJob {
-    PsSnapshot snapshot;
-    SnapshotStore* store;
-    int keep;
-    // SnapshotRequest.retain, when the chief sent it: prune to these.
-    std::optional<std::vector<int64_t>> retain;
-    uint64_t seq = 0;     // its place in the writer's queue
-    bool waited = false;  // a Snapshot call waits for its result
-  };
-  // Marks `job` written (or failed) for a Snapshot call waiting on it.
-  void FinishJobLocked(const WriteJob& job, absl::Status result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(snap_mu_);
   // Incremental checkpoints: the snapshot the next delta would chain to
   // (server_core_delta.cc).
   struct DeltaChain {
@@ -185,11 +170,6 @@ class ParameterServerCore {
   // chain_ (whose step goes to *base_step), which it then becomes.
   bool DeltaNextLocked(const SnapshotRequest& req, const std::vector<Variable*>& vars, int64_t* base_step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The writer's Write: refuses a delta whose base is not the snapshot it
-  // wrote last (a failed write), and after any failure makes the next
-  // snapshot full.
-  absl::StatusOr<int64_t> WriteLinked(const WriteJob& job);
-
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // What a restore checks a snapshot's index against before reading it:
   // each variable's piece fits this PS's variable of that name; with
@@ -202,37 +182,9 @@ class ParameterServerCore {
   absl::Status CheckGenerationLocked(int64_t generation, absl::string_view what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Step counters and SYNC aggregation back to `step`, nothing seen.
-  void ResetStepsLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  bool ReadyLocked(int worker, int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  // INVALID_ARGUMENT naming the field when active_workers or their steps
-  // are malformed (out of range, repeated, lengths that disagree).
-  static absl::Status CheckActiveWorkers(const CreateVariablesRequest& req);
-  void WaitOrRun(int worker, int64_t step, absl::Time deadline, std::function<void(absl::Status)> run);
-  void WakeWaiters();
-  static bool Seen(const std::map<int, WorkerPushes>& seen, const RequestId& id);
-  static void Record(std::map<int, WorkerPushes>* seen, const RequestId& id);
-  bool SeenLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  absl::Status ApplySyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The store of a request's checkpoint, opened on first use; at most
-  // kMaxOpenStores stay open. The caller holds a use of it until it calls
-  // ReleaseStore: a store in use is never closed to make room (a restore
-  // read a store another request's checkpoint had closed: found by
-  // tests/control_soak_test).
-  static constexpr size_t kMaxOpenStores = 4;
-  absl::StatusOr<SnapshotStore*> StoreFor(const std::string& checkpoint);
-  void ReleaseStore(SnapshotStore* store);
-  // Replaces a store found corrupt by a fresh one holding what could be
-  // saved of it (SnapshotStore::Salvage), or one a write failed on by the
-  // same store reopened. Waits for the writer to be idle.
-  // With `wait_for_uses`, also until no request uses the store (the caller
-  // holds none); the writer waits so, as no holder of a use waits for the
-  // writer (a restore takes its use once the queue is empty, a snapshot
-  // gives its up once its job is queued): a store replaced under a reader
-  // was freed while read (control_soak_test, SIGSEGV).
-  void ReplaceStore(SnapshotStore* store, bool salvage, bool wait_for_uses = false);
-  void SweepLoop();
-  void WriterLoop();
+  void ResetStepsLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
+  // A whole step of `id` taken: recorded, and counted for staleness.
+  void RecordLocked(const RequestId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_.mu());
 
   const ServerCoreOptions options_;
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
@@ -257,28 +209,13 @@ class ParameterServerCore {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::atomic<int64_t> stale_refused_{0};
 
-  // Consistency state.
-  mutable absl::Mutex sync_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  ConsistencyDef consistency_ ABSL_GUARDED_BY(sync_mu_);
-  int num_workers_ ABSL_GUARDED_BY(sync_mu_) = 1;
-  int64_t global_step_ ABSL_GUARDED_BY(sync_mu_) = 0;
-  int64_t sync_step_ ABSL_GUARDED_BY(sync_mu_) = 0;
-  std::set<int> sync_pushed_ ABSL_GUARDED_BY(sync_mu_);
-  std::map<std::string, Tensor> sync_dense_ ABSL_GUARDED_BY(sync_mu_);
-  std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_ ABSL_GUARDED_BY(sync_mu_);
-  std::vector<int64_t> worker_next_step_ ABSL_GUARDED_BY(sync_mu_);
-  // The workers BOUNDED_STALENESS waits for (CreateVariablesRequest.
-  // active_workers), by index up to the highest; empty = 0..num_workers_-1.
-  // Read for every push: a lookup, not a search.
-  std::vector<bool> active_workers_ ABSL_GUARDED_BY(sync_mu_);
-  bool CountsForStalenessLocked(int worker) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  // Slots worker_next_step_ needs: one per worker that counts.
-  int StalenessSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
-  std::map<int, WorkerPushes> pushes_seen_ ABSL_GUARDED_BY(sync_mu_);
-  std::map<int, WorkerPushes> rows_seen_ ABSL_GUARDED_BY(sync_mu_);
-  PushParts push_parts_ ABSL_GUARDED_BY(sync_mu_);  // bucketed pushes' parts
-  std::deque<Waiter> waiters_ ABSL_GUARDED_BY(sync_mu_);
-  bool stop_ ABSL_GUARDED_BY(sync_mu_) = false;
+  // When pulls may run, the step counters and the parked pulls
+  // (step_gate.h). Its mutex is taken after mu_ and also guards the record
+  // of pushes, so that a push's check, record and count are one.
+  StepGate gate_;
+  // Pushes taken: the dedup record, bucket parts, the SYNC step gathered
+  // (push_ledger.h).
+  PushLedger ledger_ ABSL_GUARDED_BY(gate_.mu());
 
   // Counters for Status.
   absl::Mutex stats_mu_;
@@ -288,34 +225,11 @@ class ParameterServerCore {
   int64_t last_pulls_ ABSL_GUARDED_BY(stats_mu_) = 0;
   absl::Time last_stats_ ABSL_GUARDED_BY(stats_mu_);
 
-  // Snapshots: stores by directory, a queue for the writer thread.
-  absl::Mutex snap_mu_;
-  std::map<std::string, std::unique_ptr<SnapshotStore>> stores_ ABSL_GUARDED_BY(snap_mu_);
-  std::map<const SnapshotStore*, int> store_uses_ ABSL_GUARDED_BY(snap_mu_);  // see StoreFor
-  std::deque<WriteJob> jobs_ ABSL_GUARDED_BY(snap_mu_);
-  std::set<int64_t> durable_ ABSL_GUARDED_BY(snap_mu_);
-  std::string snapshot_error_ ABSL_GUARDED_BY(snap_mu_);
-  // Jobs queued and finished so far, and the results of those a call waits
-  // for (wait_durable): a wait ends when its own job is written or fails,
-  // whatever later jobs prune or fail.
-  uint64_t jobs_queued_ ABSL_GUARDED_BY(snap_mu_) = 0;
-  uint64_t jobs_finished_ ABSL_GUARDED_BY(snap_mu_) = 0;
-  std::map<uint64_t, absl::Status> waited_results_ ABSL_GUARDED_BY(snap_mu_);
-  bool writing_ ABSL_GUARDED_BY(snap_mu_) = false;
-  bool stop_writer_ ABSL_GUARDED_BY(snap_mu_) = false;
-
   DeltaChain chain_ ABSL_GUARDED_BY(mu_);
-  // Set by the writer when a snapshot was not written: the chain's last
-  // link is missing, so the next snapshot is full.
-  std::atomic<bool> chain_broken_{false};
-  // Writer thread only: the snapshot it wrote last.
-  const SnapshotStore* last_written_store_ = nullptr;
-  int64_t last_written_step_ = -1;
-
-  // Storage for snapshot copies, reused from one checkpoint to the next.
-  std::shared_ptr<BufferPool> snapshot_pool_;
-  std::thread sweeper_;
-  std::thread writer_;
+  // Snapshot stores, the write queue and its thread (snapshot_writer.h).
+  // Reset in the destructor, after the gate stops: its thread is joined
+  // before any state here goes.
+  std::unique_ptr<SnapshotWriter> writer_;
 };
 
 }  // namespace psrt
