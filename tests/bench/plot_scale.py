@@ -26,7 +26,8 @@ def read(path):
                 notes.append(line[1:].strip())
             elif line.strip():
                 lines.append(line)
-    rows = list(csv.DictReader(lines))
+    # A failed point has only its keys and "failed": it is not drawn.
+    rows = [r for r in csv.DictReader(lines) if None not in r.values() and "failed" not in r.values()]
     return rows, notes
 
 
@@ -181,6 +182,10 @@ def main(src, dst):
         series = [("bytes/row (RSS)", [(int(r["rows"]), float(r["bytes/row"])) for r in rows], False, 0),
                   ("raw 3 x dim x 4", [(int(r["rows"]), float(r["raw"])) for r in rows], True, 1),
                   ("PS accounting", [(int(r["rows"]), float(r["ps_counted/row"])) for r in rows], False, 2)]
+        before = os.path.join(src, "memory_before.csv")  # the same curve on an older ps/server, if kept
+        if os.path.exists(before):
+            old, _ = read(before)
+            series.append(("bytes/row before the fix", [(int(r["rows"]), float(r["bytes/row"])) for r in old], False, 3))
         save("memory.svg", chart("Hash-table bytes per row with Adam (one PS)", "rows", "bytes per row", series,
                                  logx=True, logy=False))
 
