@@ -126,6 +126,40 @@ struct AdamTable {
   Tensor ids = Tensor::FromVector<int64_t>({5, 7}, TensorShape({2}));
 };
 
+// The capacity past the rows made is left unwritten (so it costs no
+// memory): every row a growth or a restore makes room for must still get
+// the slots' initial value (Adagrad's 0.1) when it is made, here across
+// three growths and after a restore onto fresh storage.
+TEST(VariableTest, HashRowsMadeAfterGrowthsAndARestoreStartFromTheSlotsInitialValue) {
+  OptimizerDef d;
+  d.mutable_adagrad()->set_learning_rate(0.1f);
+  d.mutable_adagrad()->set_initial_accumulator(0.25f);
+  std::unique_ptr<Optimizer> opt = *Optimizer::Create(d);
+  auto made = Variable::Create(Def(R"(name: "h" kind: HASH_TABLE dtype: DT_FLOAT shape { dim: 0 dim: 3 }
+                                      initializer { kind: CONSTANT value: 2 })"), opt.get());
+  ASSERT_TRUE(made.ok()) << made.status();
+  Variable* v = made->get();
+  auto touch = [&](int64_t first, int64_t n) {
+    std::vector<int64_t> ids(n);
+    for (int64_t i = 0; i < n; ++i) ids[i] = (first + i) * 7919;
+    ASSERT_TRUE(v->ReadRows(Tensor::FromVector<int64_t>(ids, TensorShape({n}))).ok());
+  };
+  auto expect_initial = [&](int64_t rows) {
+    VariableState st = v->CopyState();
+    ASSERT_EQ(st.ids.NumElements(), rows);
+    ASSERT_EQ(st.slots.size(), 1u);
+    for (int64_t i = 0; i < rows * 3; ++i) {
+      ASSERT_EQ(st.value.data<float>()[i], 2.0f) << "value element " << i;
+      ASSERT_EQ(st.slots[0].data<float>()[i], 0.25f) << "slot element " << i;
+    }
+  };
+  touch(0, 5000);  // 1024 -> 2048 -> 4096 -> 8192 rows of capacity
+  expect_initial(5000);
+  ASSERT_TRUE(v->LoadState(v->CopyState()).ok());  // fresh storage of twice the rows
+  touch(5000, 3000);
+  expect_initial(8000);
+}
+
 TEST(VariableTest, StateRoundTripsWithSlots) {
   AdamTable t;
   Variable* v = t.v.get();
