@@ -229,6 +229,10 @@ TEST(GradientCheckTest, EveryOp) {
   cases.push_back({"EmbeddingLookup", [](GraphBuilder& b) { return b.Add("EmbeddingLookup", "y", {"rows", "index"}); },
                    {{"rows", Random({5, 3}, &rng)}},
                    {{"index", Tensor::FromVector<int64_t>({4, 0, 4, 2}, TensorShape({4}))}}});
+  // Ids of any rank (an imported model's [batch, tokens]): y [2, 3, dim].
+  cases.push_back({"EmbeddingLookup [2,3] ids", [](GraphBuilder& b) { return b.Add("EmbeddingLookup", "y", {"rows", "index"}); },
+                   {{"rows", Random({5, 3}, &rng)}},
+                   {{"index", Tensor::FromVector<int64_t>({4, 0, 4, 2, 2, 1}, TensorShape({2, 3}))}}});
   for (std::string comb : {"sum", "mean"}) {
     cases.push_back({"EmbeddingBag " + comb,
                      [comb](GraphBuilder& b) {

@@ -25,6 +25,29 @@ void Unique(const Tensor& ids, Tensor* unique, Tensor* index) {
   *unique = Tensor::FromVector<int64_t>(u, TensorShape({static_cast<int64_t>(u.size())}));
 }
 
+// Ids of the batch's feature for table t: int64, and inside a fixed
+// table's rows.
+absl::StatusOr<const Tensor*> TableIds(const TableFeed& t, const Batch& batch) {
+  auto it = batch.tensors.find(t.feature);
+  if (it == batch.tensors.end()) return absl::InvalidArgumentError(absl::StrCat("the batch has no feature ", t.feature));
+  const Tensor& ids = it->second;
+  if (ids.dtype() != DT_INT64) {
+    return absl::InvalidArgumentError(absl::StrCat("feature \"", t.feature, "\" is ", DataTypeName(ids.dtype()),
+                                                   ", not int64 ids (for table ", t.variable, ")"));
+  }
+  if (t.rows > 0) {
+    const int64_t* p = ids.data<int64_t>();
+    for (int64_t i = 0; i < ids.NumElements(); ++i) {
+      if (p[i] < 0 || p[i] >= t.rows) {
+        return absl::InvalidArgumentError(absl::StrCat("feature \"", t.feature, "\": id ", p[i], " (value ", i,
+                                                       " of the batch) is outside table ", t.variable, "'s rows [0, ",
+                                                       t.rows, ")"));
+      }
+    }
+  }
+  return &ids;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GraphStepRunner>> GraphStepRunner::Create(const WorkerAssignment& a,
@@ -40,7 +63,14 @@ absl::StatusOr<std::unique_ptr<GraphStepRunner>> GraphStepRunner::Create(const W
   }
   r->device_ = r->exec_->device_name();
   std::map<std::string, VariableDef::Kind> kinds;
-  for (const VariablePlacement& vp : a.placement().variable()) kinds[vp.variable().name()] = vp.variable().kind();
+  std::map<std::string, int64_t> rows;
+  for (const VariablePlacement& vp : a.placement().variable()) {
+    kinds[vp.variable().name()] = vp.variable().kind();
+    const auto& shape = vp.variable().shape();
+    if (vp.variable().kind() == VariableDef::FIXED_TABLE && shape.dim_size() > 0) {
+      rows[vp.variable().name()] = shape.dim(0);
+    }
+  }
   for (const NodeDef& n : a.graph().node()) {
     if (n.op() == "Placeholder") {
       r->inputs_.push_back(n.name());
@@ -50,20 +80,24 @@ absl::StatusOr<std::unique_ptr<GraphStepRunner>> GraphStepRunner::Create(const W
       if (k->second == VariableDef::DENSE) {
         r->dense_.push_back(n.name());
       } else {
-        r->tables_.push_back({n.name(), GetAttrS(n, "feature"), "", ""});
+        r->tables_.push_back({n.name(), GetAttrS(n, "feature"), "", "", rows.count(n.name()) ? rows[n.name()] : 0});
       }
     }
   }
-  // A table's index and row_splits placeholders are the EmbeddingBag's inputs.
+  // A table's index and row_splits placeholders are the EmbeddingBag's
+  // inputs; an EmbeddingLookup has the index only.
   for (TableFeed& t : r->tables_) {
     for (const NodeDef& n : a.graph().node()) {
-      if (n.op() == "EmbeddingBag" && n.input(0) == t.variable) {
+      if (n.op() == "EmbeddingBag" && n.input_size() == 3 && n.input(0) == t.variable) {
         t.index = n.input(1);
         t.row_splits = n.input(2);
+      } else if (n.op() == "EmbeddingLookup" && n.input_size() == 2 && n.input(0) == t.variable) {
+        t.index = n.input(1);
       }
     }
     if (t.index.empty() || t.feature.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("table ", t.variable, " has no EmbeddingBag reading it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", t.variable, " has no EmbeddingBag or EmbeddingLookup reading it"));
     }
   }
   r->loss_ = a.loss_node();
@@ -76,10 +110,9 @@ absl::StatusOr<std::unique_ptr<GraphStepRunner>> GraphStepRunner::Create(const W
 absl::StatusOr<RowRequest> GraphStepRunner::SparseRows(const Batch& batch) const {
   RowRequest req;
   for (const TableFeed& t : tables_) {
-    auto it = batch.tensors.find(t.feature);
-    if (it == batch.tensors.end()) return absl::InvalidArgumentError(absl::StrCat("the batch has no feature ", t.feature));
+    ASSIGN_OR_RETURN(const Tensor* ids, TableIds(t, batch));
     Tensor unique, index;
-    Unique(it->second, &unique, &index);
+    Unique(*ids, &unique, &index);
     req[t.variable] = unique;
   }
   return req;
@@ -97,12 +130,19 @@ absl::StatusOr<std::map<std::string, Tensor>> GraphStepRunner::Feeds(
   std::map<std::string, std::string> table_inputs;
   for (const TableFeed& t : tables_) {
     table_inputs[t.index] = t.variable;
-    table_inputs[t.row_splits] = t.variable;
-    const Tensor& ids = batch.tensors.at(t.feature);
+    ASSIGN_OR_RETURN(const Tensor* ids_ptr, TableIds(t, batch));
+    const Tensor& ids = *ids_ptr;
     auto r = rows.find(t.variable);
     if (r == rows.end()) return absl::InvalidArgumentError(absl::StrCat("rows of ", t.variable, " were not pulled"));
     feeds[t.variable] = r->second;
-    feeds[t.row_splits] = batch.tensors.at(t.feature + ":row_splits");
+    if (!t.row_splits.empty()) {
+      table_inputs[t.row_splits] = t.variable;
+      auto splits = batch.tensors.find(RowSplitsKey(t.feature));
+      if (splits == batch.tensors.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("the batch has no row splits of feature ", t.feature));
+      }
+      feeds[t.row_splits] = splits->second;
+    }
     if (whole_tables) {
       feeds[t.index] = ids;
     } else {

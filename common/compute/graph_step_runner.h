@@ -5,7 +5,10 @@
 //
 // Feeds: each input feature's placeholder, "label", every dense variable,
 // and per embedding table its pulled rows with "<layer>/index" (each id's
-// position among the batch's unique ids) and "<layer>/row_splits".
+// position among the batch's unique ids) and "<layer>/row_splits" (for an
+// EmbeddingBag; an EmbeddingLookup of an imported model's ids has only the
+// index, shaped as the ids). An id outside a fixed table's rows is refused
+// before any row is asked for, naming the feature and the table.
 // Fetches: the loss, the metrics and every variable's gradient; a table's
 // gradient is returned as (unique ids, rows).
 #ifndef PSRT_COMMON_COMPUTE_GRAPH_STEP_RUNNER_H_
@@ -26,9 +29,10 @@ namespace psrt {
 
 struct TableFeed {
   std::string variable;    // the table's Variable node
-  std::string feature;     // the batch's sparse feature
+  std::string feature;     // the batch's sparse feature, or id feature (an EmbeddingLookup's)
   std::string index;       // placeholder nodes
-  std::string row_splits;
+  std::string row_splits;  // "" for an EmbeddingLookup (ids of a fixed shape)
+  int64_t rows = 0;        // a FIXED_TABLE's: ids must be in [0, rows); 0 = a hash table
 };
 
 class GraphStepRunner : public StepRunner {

@@ -211,12 +211,19 @@ absl::StatusOr<Value> Compiler::Onnx(const OnnxModel& o) {
   const onnx::GraphProto& g = model->graph();
   OnnxImportOptions options;
   options.seed = job_.seed();
+  // Embedding tables by rows where a PS holds them; mirrored strategies
+  // all-reduce dense variables only.
+  const StrategyDef& strategy = job_.strategy();
+  options.row_tables =
+      !(strategy.has_multi_worker_mirrored() || strategy.has_mirrored() || strategy.has_central_storage());
+  std::map<std::string, DataType> dtypes;
+  for (const FeatureDef& f : job_.input().feature()) dtypes[f.name()] = f.dtype() == DT_INT64 ? DT_INT64 : DT_FLOAT;
   auto feed = [&](const std::string& input, const std::string& feature) -> absl::Status {
     auto it = values_.find(feature);
     if (it == values_.end() || it->second.tensor.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("input \"", input, "\": \"", feature, "\" is no DENSE input feature"));
     }
-    options.inputs[input] = {it->second.tensor, it->second.shape};
+    options.inputs[input] = {it->second.tensor, it->second.shape, dtypes[feature]};
     return absl::OkStatus();
   };
   if (o.input_size() == 0) {
@@ -251,6 +258,7 @@ absl::StatusOr<Value> Compiler::Onnx(const OnnxModel& o) {
   if (!imported.ok()) return fail(imported.status());
   model_.variables = std::move(imported->variables);
   model_.onnx_initializers = std::move(imported->variable_of);
+  for (const auto& [variable, table] : imported->tables) model_.tables[variable] = TableInput{table.feature, table.index, ""};
   Value out{imported->outputs[output], imported->output_shapes[output]};
   // A last softmax (or sigmoid) belongs to the loss, which takes logits.
   const LossDef::Kind loss = job_.model().loss().kind();
@@ -277,7 +285,8 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
     }
     Shape s = {-1};
     s.insert(s.end(), f.shape().begin(), f.shape().end());
-    values_[f.name()] = {b_.Add("Placeholder", f.name(), {}, {{"shape", AttrShape(s)}, {"dtype", AttrType(DT_FLOAT)}}), s};
+    const DataType dtype = f.dtype() == DT_INT64 ? DT_INT64 : DT_FLOAT;
+    values_[f.name()] = {b_.Add("Placeholder", f.name(), {}, {{"shape", AttrShape(s)}, {"dtype", AttrType(dtype)}}), s};
   }
   bool classes = job_.input().num_classes() > 0;
   std::string label = b_.Add("Placeholder", "label", {},

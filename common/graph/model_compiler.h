@@ -7,7 +7,10 @@
 // nodes fed with pulled values. An embedding table is a Variable node fed
 // with the pulled rows of the batch's unique ids, [?, dim], with two more
 // placeholders per table: "<layer>/index" (each id's row among the unique
-// ones) and "<layer>/row_splits" (the feature's ragged row splits).
+// ones) and "<layer>/row_splits" (the feature's ragged row splits). A
+// DENSE feature of dtype DT_INT64 is an int64 placeholder; an ONNX model's
+// Gather of its ids is a table with "<variable>/index" only (under the
+// parameter-server and hybrid strategies; see OnnxImportOptions.row_tables).
 #ifndef PSRT_COMMON_GRAPH_MODEL_COMPILER_H_
 #define PSRT_COMMON_GRAPH_MODEL_COMPILER_H_
 
@@ -23,9 +26,9 @@
 namespace psrt {
 
 struct TableInput {
-  std::string feature;     // the SPARSE input feature whose ids it reads
-  std::string index;       // placeholder node: int64 [nnz]
-  std::string row_splits;  // placeholder node: int64 [batch + 1]
+  std::string feature;     // the SPARSE input feature whose ids it reads (or DENSE ids feature)
+  std::string index;       // placeholder node: int64 [nnz] (an imported Gather's: shaped as its ids)
+  std::string row_splits;  // placeholder node: int64 [batch + 1]; "" for an imported Gather
 };
 
 struct CompiledModel {

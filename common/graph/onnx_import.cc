@@ -124,6 +124,10 @@ absl::StatusOr<Val> Importer::In(const Node& n, int i, bool weight) {
   if (!HasInput(n, i)) return Bad(n, absl::StrCat("input ", i, " is missing"));
   const std::string& name = n.input(i);
   auto v = values_.find(name);
+  if (v != values_.end() && v->second.ids) {
+    return Unsupported(n, absl::StrCat("input ", i, " (\"", name, "\") is integer ids used as data; only a Gather ",
+                                       "on a float initializer (an embedding lookup) reads them"));
+  }
   if (v != values_.end()) return v->second;  // the first use decided variable or constant
   auto c = constants_.find(name);
   const onnx::TensorProto* init = nullptr;
@@ -148,27 +152,36 @@ absl::StatusOr<Val> Importer::In(const Node& n, int i, bool weight) {
   }
   Val out{"", t.shape().dims(), false};
   if (weight && init != nullptr && t.dtype() == DT_FLOAT) {
-    VariableDef def;
-    def.set_name(b_->UniqueName(Sanitize(name)));
-    def.set_kind(VariableDef::DENSE);
-    def.set_dtype(DT_FLOAT);
-    for (int64_t d : out.shape) def.mutable_shape()->add_dim(d);
-    def.mutable_initializer()->set_kind(InitializerDef::TENSOR);
-    t.ToProto(def.mutable_initializer()->mutable_tensor());
-    def.set_seed(options_.seed);
-    // UniqueName reserved the name; the node takes it as is.
-    NodeDef* node = b_->graph()->add_node();
-    node->set_name(def.name());
-    node->set_op("Variable");
-    (*node->mutable_attr())["shape"] = AttrShape(out.shape);
-    (*node->mutable_attr())["dtype"] = AttrType(DT_FLOAT);
-    out.tensor = def.name();
-    result_.variable_of[name] = def.name();
-    result_.variables.push_back(std::move(def));
+    ASSIGN_OR_RETURN(out, NewVariable(name, t, VariableDef::DENSE));
   } else {
     out.tensor = b_->Add("Const", Sanitize(name), {}, {{"value", AttrTensor(t)}});
   }
   values_[name] = out;
+  return out;
+}
+
+absl::StatusOr<Val> Importer::NewVariable(const std::string& name, const Tensor& t, VariableDef::Kind kind) {
+  Val out{"", t.shape().dims(), false};
+  VariableDef def;
+  def.set_name(b_->UniqueName(Sanitize(name)));
+  def.set_kind(kind);
+  def.set_dtype(DT_FLOAT);
+  for (int64_t d : out.shape) def.mutable_shape()->add_dim(d);
+  def.mutable_initializer()->set_kind(InitializerDef::TENSOR);
+  t.ToProto(def.mutable_initializer()->mutable_tensor());
+  def.set_seed(options_.seed);
+  Shape node_shape = out.shape;
+  if (kind != VariableDef::DENSE) node_shape[0] = -1;  // fed the batch's rows only
+  // UniqueName reserved the name; the node takes it as is.
+  NodeDef* node = b_->graph()->add_node();
+  node->set_name(def.name());
+  node->set_op("Variable");
+  (*node->mutable_attr())["shape"] = AttrShape(node_shape);
+  (*node->mutable_attr())["dtype"] = AttrType(DT_FLOAT);
+  out.tensor = def.name();
+  out.shape = node_shape;
+  result_.variable_of[name] = def.name();
+  result_.variables.push_back(std::move(def));
   return out;
 }
 
@@ -207,8 +220,15 @@ absl::Status Importer::Bind(const onnx::ValueInfoProto& input, const OnnxFeed& f
   const std::string where = absl::StrCat("ONNX graph input \"", input.name(), "\"");
   if (!input.type().has_tensor_type()) return absl::UnimplementedError(absl::StrCat(where, ": not a tensor"));
   const auto& tt = input.type().tensor_type();
-  if (tt.elem_type() != onnx::TensorProto::FLOAT) {
-    return absl::UnimplementedError(absl::StrCat(where, ": element type ", tt.elem_type(), " (only FLOAT inputs are fed)"));
+  const bool integer = tt.elem_type() == onnx::TensorProto::INT64 || tt.elem_type() == onnx::TensorProto::INT32;
+  if (tt.elem_type() != onnx::TensorProto::FLOAT && !integer) {
+    return absl::UnimplementedError(absl::StrCat(where, ": element type ", tt.elem_type(),
+                                                 " (FLOAT inputs are fed, and INT64 or INT32 ids)"));
+  }
+  if (integer != (feed.dtype == DT_INT64)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " is ", integer ? "integer ids" : "FLOAT", " but its feature \"", feed.tensor, "\" is ",
+        integer ? "float (give the feature dtype: DT_INT64)" : "integer ids (dtype: DT_INT64)"));
   }
   Shape declared;
   for (const auto& d : tt.shape().dim()) {
@@ -222,10 +242,15 @@ absl::Status Importer::Bind(const onnx::ValueInfoProto& input, const OnnxFeed& f
   }
   const Shape f(feed.shape.begin() + std::min<size_t>(1, feed.shape.size()), feed.shape.end());
   const Shape d(declared.begin() + 1, declared.end());
-  Val v{feed.tensor, declared, false};
+  Val v{feed.tensor, declared, false, integer};
   if (f == d) {
     values_[input.name()] = v;
     return absl::OkStatus();
+  }
+  if (integer) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is ", ShapeString(declared), " but its feature \"",
+                                                   feed.tensor, "\" is ", ShapeString(feed.shape),
+                                                   " (ids are fed in the input's own shape)"));
   }
   // An image feature [H, W, C] for PyTorch's [C, H, W]: carried as NHWC.
   if (f.size() == 3 && d.size() == 3 && f[0] == d[1] && f[1] == d[2] && f[2] == d[0]) {

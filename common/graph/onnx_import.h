@@ -57,17 +57,35 @@ absl::StatusOr<onnx::ModelProto> ReadOnnxModel(const std::string& path, int64_t 
 // allocating; errors start with `what`.
 absl::StatusOr<Tensor> OnnxTensor(const onnx::TensorProto& tensor, const std::string& what);
 
-// What feeds one graph input: a tensor of our graph (a Placeholder) and its
-// shape, batch first (-1).
+// What feeds one graph input: a tensor of our graph (a Placeholder, named
+// after the input feature it reads) and its shape, batch first (-1).
+// DT_INT64: ids (an INT64 or INT32 graph input), which only a Gather on a
+// float initializer may read.
 struct OnnxFeed {
   std::string tensor;
   Shape shape;
+  DataType dtype = DT_FLOAT;
 };
 
 struct OnnxImportOptions {
   std::map<std::string, OnnxFeed> inputs;  // ONNX graph input -> its feed
   std::vector<std::string> outputs;        // ONNX values wanted (any node output)
   uint64_t seed = 0;                       // VariableDef.seed of the variables
+  // How a Gather of run-time ids from a float initializer [rows, dim] (an
+  // embedding lookup) holds the initializer. true: a FIXED_TABLE variable
+  // fed with the rows of the batch's unique ids (the parameter-server
+  // strategies pull and push it by rows), where the Gather is its only
+  // reader; false (or a table read elsewhere too, as tied weights are): a
+  // dense variable, looked up whole.
+  bool row_tables = false;
+};
+
+// A table pulled by rows: its Variable node (shape [-1, dim], attr
+// "feature") is fed the rows of the unique ids of `feature`, `index` (an
+// int64 Placeholder shaped as the ids) each id's position among them.
+struct OnnxTable {
+  std::string feature;
+  std::string index;
 };
 
 struct OnnxImport {
@@ -75,6 +93,7 @@ struct OnnxImport {
   std::map<std::string, Shape> output_shapes;
   std::vector<VariableDef> variables;          // in the order first used
   std::map<std::string, std::string> variable_of;  // ONNX initializer -> the variable it became
+  std::map<std::string, OnnxTable> tables;         // variable -> its ids, where row_tables made one
 };
 
 // Adds the forward nodes to `builder`'s graph. REQUIRES: every graph input

@@ -522,8 +522,11 @@ absl::StatusOr<Val> Importer::ReshapedTo(const Node& n, const Val& x, const Shap
 absl::Status Importer::ShapeNode(const Node& n) {
   RETURN_IF_ERROR(OnlyAttrs(n, {"start", "end"}));
   Shape shape;
+  auto ids = values_.find(n.input_size() > 0 ? n.input(0) : "");
   if (std::optional<Folded> k = Known(n, 0)) {
     shape = k->value.shape().dims();
+  } else if (ids != values_.end() && ids->second.ids) {
+    shape = ids->second.shape;  // shape arithmetic on the ids' batch
   } else {
     ASSIGN_OR_RETURN(Val x, In(n, 0));
     shape = x.shape;
@@ -656,11 +659,57 @@ absl::Status Importer::SliceNode(const Node& n) {
   return absl::OkStatus();
 }
 
+absl::Status Importer::EmbeddingNode(const Node& n, const Val& ids) {
+  const std::string& name = n.input(0);
+  auto init = initializers_.find(name);
+  if (constants_.count(name) || init == initializers_.end() ||
+      init->second->data_type() != onnx::TensorProto::FLOAT) {
+    return Unsupported(n, absl::StrCat("ids (\"", n.input(1), "\") gathered from \"", name,
+                                       "\": only a float initializer can be looked up by run-time ids"));
+  }
+  ASSIGN_OR_RETURN(Tensor table, OnnxTensor(*init->second, absl::StrCat(Where(n), ": initializer \"", name, "\"")));
+  if (table.shape().rank() != 2) {
+    return Unsupported(n, absl::StrCat("table \"", name, "\" is ", table.shape().ToString(),
+                                       "; ids look up rows of a [rows, dim] table"));
+  }
+  ASSIGN_OR_RETURN(int64_t axis, Int(n, "axis", 0));
+  if (axis != 0 && axis != -2) return Unsupported(n, absl::StrCat("axis ", axis, "; ids look up rows (axis 0)"));
+  const int64_t rows = table.shape().dim(0), dim = table.shape().dim(1);
+  if (rows < 1 || dim < 1) return Bad(n, absl::StrCat("table \"", name, "\" is empty: ", table.shape().ToString()));
+  Shape out = ids.shape;
+  out.push_back(dim);
+  RETURN_IF_ERROR(CheckDims(Shape(out.begin() + 1, out.end()), false, Where(n)));
+  // Pulled by rows where this Gather is all that reads the table; a table
+  // used whole elsewhere too (tied weights) stays dense.
+  const auto& readers = readers_[name];
+  const bool by_rows = options_.row_tables && !values_.count(name) && readers.size() == 1 && readers[0] == &n &&
+                       std::count(n.input().begin(), n.input().end(), name) == 1;
+  std::string index = ids.tensor;
+  Val w;
+  if (by_rows) {
+    ASSIGN_OR_RETURN(w, NewVariable(name, table, VariableDef::FIXED_TABLE));
+    for (NodeDef& node : *b_->graph()->mutable_node()) {
+      if (node.name() == w.tensor) (*node.mutable_attr())["feature"] = AttrS(ids.tensor);
+    }
+    index = b_->Add("Placeholder", w.tensor + "/index", {}, {{"shape", AttrShape(ids.shape)}, {"dtype", AttrType(DT_INT64)}});
+    result_.tables[w.tensor] = OnnxTable{ids.tensor, index};
+  } else {
+    ASSIGN_OR_RETURN(w, In(n, 0, /*weight=*/true));
+  }
+  Set(n, 0, Val{b_->Add("EmbeddingLookup", Hint(n), {w.tensor, index}), out, false});
+  return absl::OkStatus();
+}
+
 absl::Status Importer::GatherNode(const Node& n) {
   RETURN_IF_ERROR(OnlyAttrs(n, {"axis"}));
+  if (HasInput(n, 0) && HasInput(n, 1)) {
+    auto ids = values_.find(n.input(1));
+    if (ids != values_.end() && ids->second.ids) return EmbeddingNode(n, ids->second);
+  }
   std::optional<Folded> idx = Known(n, 1);
   if (!idx || idx->symbolic() || idx->value.dtype() != DT_INT64 || idx->value.shape().rank() > 1) {
-    return Unsupported(n, "indices computed at run time (an embedding lookup) are not supported yet; only constant indices");
+    return Unsupported(n, "indices computed at run time are supported where they are an integer graph input (ids, "
+                          "an embedding lookup); these are neither that nor constant");
   }
   ASSIGN_OR_RETURN(Val x, In(n, 0, /*weight=*/true));
   ASSIGN_OR_RETURN(x, Nchw(x, Hint(n)));

@@ -32,6 +32,7 @@ struct Val {
   std::string tensor;
   Shape shape;
   bool nhwc = false;
+  bool ids = false;  // an integer graph input: only a Gather reads it (EmbeddingNode)
 };
 
 inline int64_t Product(const Shape& s, size_t from = 0, size_t to = SIZE_MAX) {
@@ -175,6 +176,12 @@ class Importer {
   absl::Status TransposeNode(const Node& n);
   absl::Status ConcatNode(const Node& n);
   absl::Status GatherNode(const Node& n);
+  // Gather of `ids` (an integer graph input) from a float initializer
+  // [rows, dim] along axis 0: an EmbeddingLookup.
+  absl::Status EmbeddingNode(const Node& n, const Val& ids);
+  // A float initializer as a new variable of `kind` ([rows, ...]): a
+  // table's Variable node has shape [-1, ...] (the batch's rows).
+  absl::StatusOr<Val> NewVariable(const std::string& name, const Tensor& t, VariableDef::Kind kind);
   absl::Status SliceNode(const Node& n);
   absl::Status SqueezeNode(const Node& n);
   absl::Status ExpandNode(const Node& n);

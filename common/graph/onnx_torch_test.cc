@@ -1,4 +1,4 @@
-// Real exported models: examples/onnx/{mlp,cnn,ops,resnet,resnet_bn,vit,mobilenetv2}.onnx, written by
+// Real exported models: examples/onnx/{mlp,cnn,ops,resnet,resnet_bn,vit,mobilenetv2,tokens}.onnx, written by
 // torch.onnx.export (examples/onnx/make_models.py), and keras_cnn.onnx,
 // written by Keras 3's model.export (examples/onnx/make_keras_models.py),
 // compiled as a job compiles them, one step's loss and gradients on a
@@ -54,19 +54,31 @@ double Norm(const float* a, const float* b, int64_t n) {
 class OnnxTorchTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OnnxTorchTest, GradientsMatchTheFrameworks) {
-  const std::string model = GetParam();
+  // "<model>@mirrored": compiled for a mirrored strategy (an embedding
+  // table dense rather than pulled by rows).
+  std::string model = GetParam();
+  const bool mirrored = model.size() > 9 && model.substr(model.size() - 9) == "@mirrored";
+  if (mirrored) model.resize(model.size() - 9);
   std::map<std::string, Tensor> ref = ReadReference("examples/onnx/" + model + ".reference.pb");
   ASSERT_TRUE(ref.count("input") && ref.count("label") && ref.count("loss"));
 
   // make_keras_models.py's files: the only graph output ("Identity:0")
   // and input ("image", NHWC as the feature) need no binding.
   const bool keras = model.rfind("keras_", 0) == 0;
+  // "tokens" reads each pixel's byte as a token id: an id feature [784].
+  const bool tokens = model == "tokens";
   TrainingJob job;
   job.mutable_model()->mutable_onnx()->set_path("examples/onnx/" + model + ".onnx");
   if (!keras) job.mutable_model()->mutable_onnx()->set_output("logits");
   auto* f = job.mutable_input()->add_feature();
-  f->set_name("image");
-  for (int64_t d : {28, 28, 1}) f->add_shape(d);  // the IDX reader's image
+  f->set_name(tokens ? "tokens" : "image");
+  if (tokens) {
+    f->add_shape(784);
+    f->set_dtype(DT_INT64);
+  } else {
+    for (int64_t d : {28, 28, 1}) f->add_shape(d);  // the IDX reader's image
+  }
+  if (mirrored) job.mutable_strategy()->mutable_multi_worker_mirrored();
   job.mutable_input()->set_num_classes(10);
   absl::StatusOr<CompiledModel> c = CompileModel(job);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -79,7 +91,7 @@ TEST_P(OnnxTorchTest, GradientsMatchTheFrameworks) {
   }
   const std::map<std::string, std::vector<float>> want_rates = {
       {"mlp", {0.2f, 0.2f}}, {"cnn", {0.3f}}, {"ops", {}}, {"resnet", {}}, {"resnet_bn", {}},
-      {"vit", std::vector<float>(8, 0.1f)}, {"mobilenetv2", {}}, {"keras_cnn", {}}};
+      {"vit", std::vector<float>(8, 0.1f)}, {"mobilenetv2", {}}, {"keras_cnn", {}}, {"tokens", {}}};
   EXPECT_EQ(rates, want_rates.at(model));
   if (model == "vit") {
     // PyTorch's GELU (Div, Erf, Add, Mul, Mul) is fused into one op.
@@ -92,12 +104,25 @@ TEST_P(OnnxTorchTest, GradientsMatchTheFrameworks) {
     EXPECT_EQ(erf, 0);
   }
 
+  if (tokens) {
+    // The token table is pulled by rows under the PS strategy (fed whole
+    // here, its index the ids themselves, as evaluation feeds it); under
+    // mirrored ones it is dense. The position embedding's Gather of the
+    // constant positions is a Slice of a dense variable either way.
+    EXPECT_EQ(c->tables.size(), mirrored ? 0u : 1u);
+    for (const VariableDef& v : c->variables) {
+      EXPECT_EQ(v.kind(), v.name() == "tok.weight" && !mirrored ? VariableDef::FIXED_TABLE : VariableDef::DENSE)
+          << v.name();
+    }
+  }
+
   // The batch: PyTorch's NCHW [32, 1, 28, 28] is the same bytes as the
-  // feature's [32, 28, 28, 1].
+  // feature's [32, 28, 28, 1]; token ids are fed as they are.
   const Tensor& x = ref["input"];
-  absl::StatusOr<Tensor> image = x.Reshape(TensorShape({x.shape().dim(0), 28, 28, 1}));
+  absl::StatusOr<Tensor> image = tokens ? x : x.Reshape(TensorShape({x.shape().dim(0), 28, 28, 1}));
   ASSERT_TRUE(image.ok());
-  std::map<std::string, Tensor> feeds = {{"image", *image}, {"label", ref["label"]}};
+  std::map<std::string, Tensor> feeds = {{tokens ? "tokens" : "image", *image}, {"label", ref["label"]}};
+  for (const auto& [table, in] : c->tables) feeds[in.index] = x;
   std::vector<std::string> fetches = {c->loss};
   std::vector<std::string> names;
   for (const VariableDef& v : c->variables) {
@@ -200,6 +225,11 @@ TEST(OnnxPsTest, TheParameterServersStartFromTheFilesWeights) {
 // arithmetic: Shape, ConstantOfShape, a reversing Slice, Transpose).
 INSTANTIATE_TEST_SUITE_P(Models, OnnxTorchTest,
                          ::testing::Values("mlp", "cnn", "ops", "resnet", "resnet_bn", "vit", "mobilenetv2"));
+// tokens: the pixels' bytes as token ids (an int64 graph input), PyTorch's
+// nn.Embedding (a Gather of the run-time ids: an EmbeddingLookup, the table
+// pulled by rows under the PS strategy, dense under mirrored ones) plus a
+// position embedding looked up with constant positions.
+INSTANTIATE_TEST_SUITE_P(Tokens, OnnxTorchTest, ::testing::Values("tokens", "tokens@mirrored"));
 // A Functional Keras 3 CNN (residual Add) through Keras' own
 // model.export(format="onnx") (tf2onnx), against tf.GradientTape: NHWC
 // input, the exporter's Reshape to NCHW, a Transpose back to NHWC before

@@ -169,14 +169,17 @@ void RegisterNnOps(OpRegistry* r) {
     r->Register(g);
   }
   {
-    // rows [U, D] (the pulled rows of the unique ids), index [B] into them.
+    // rows [U, D] (the pulled rows of the unique ids, or a whole table),
+    // index [...] into them, of any rank: y [..., D].
     OpDef d;
     d.name = "EmbeddingLookup";
     d.num_inputs = 2;
     d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
       RETURN_IF_ERROR(RequireRank(n, in[0], 2, "rows"));
-      RETURN_IF_ERROR(RequireRank(n, in[1], 1, "index"));
-      *out = {{in[1][0], in[0][1]}};
+      if (in[1].size() + 1 > static_cast<size_t>(kMaxRank)) return ShapeError(n, "index has too many dims");
+      Shape y = in[1];
+      y.push_back(in[0][1]);
+      *out = {y};
       return absl::OkStatus();
     };
     d.grad = [](const GradContext& c) -> Grads {

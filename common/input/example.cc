@@ -1,11 +1,64 @@
 #include "common/input/example.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace psrt {
+
+namespace {
+
+// A DENSE feature's batch dims [b, ...shape] and its values per example.
+std::vector<int64_t> DenseDims(const FeatureDef& def, int64_t b, int64_t* per) {
+  std::vector<int64_t> dims = {b};
+  *per = 1;
+  for (int64_t d : def.shape()) {
+    dims.push_back(d);
+    *per *= d;
+  }
+  return dims;
+}
+
+// A DENSE dtype: DT_INT64 feature: each example's ids as the source gave
+// them, or its float values where each is an integer a float holds exactly
+// (IDX pixels, CSV numbers).
+absl::Status IdsBatch(const FeatureDef& def, int f, const std::vector<Example>& examples, Batch* batch) {
+  const int64_t b = static_cast<int64_t>(examples.size());
+  int64_t per;
+  Tensor t(DT_INT64, TensorShape(DenseDims(def, b, &per)));
+  int64_t* out = t.data<int64_t>();
+  constexpr float kExact = 16777216.0f;  // 2^24: every integer up to it is a float
+  for (int64_t i = 0; i < b; ++i) {
+    const FeatureValues& v = examples[i].features[f];
+    const bool ids = !v.ids.empty() || v.floats.empty();
+    const int64_t have = static_cast<int64_t>(ids ? v.ids.size() : v.floats.size());
+    if (have != per) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature \"", def.name(), "\" has ", have, " values, its shape needs ", per));
+    }
+    if (ids) {
+      std::copy(v.ids.begin(), v.ids.end(), out + i * per);
+      continue;
+    }
+    for (int64_t k = 0; k < per; ++k) {
+      const float x = v.floats[k];
+      // Written so NaN fails the test before the cast.
+      if (!(x >= -kExact && x <= kExact) || x != std::floor(x)) {
+        return absl::InvalidArgumentError(absl::StrCat("feature \"", def.name(), "\" (dtype: DT_INT64): value ", k,
+                                                       " of example ", i, " of the batch is ", x,
+                                                       ", not an integer id"));
+      }
+      out[i * per + k] = static_cast<int64_t>(x);
+    }
+  }
+  batch->tensors[def.name()] = std::move(t);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<Batch> MakeBatch(const InputDef& input, const std::vector<Example>& examples) {
   Batch batch;
@@ -14,14 +67,11 @@ absl::StatusOr<Batch> MakeBatch(const InputDef& input, const std::vector<Example
   const float scale = input.scale() == 0 ? 1.0f : input.scale();
   for (int f = 0; f < input.feature_size(); ++f) {
     const FeatureDef& def = input.feature(f);
-    if (def.kind() == FeatureDef::DENSE) {
-      std::vector<int64_t> dims = {b};
-      int64_t per = 1;
-      for (int64_t d : def.shape()) {
-        dims.push_back(d);
-        per *= d;
-      }
-      Tensor t(DT_FLOAT, TensorShape(dims));
+    if (def.kind() == FeatureDef::DENSE && def.dtype() == DT_INT64) {
+      RETURN_IF_ERROR(IdsBatch(def, f, examples, &batch));
+    } else if (def.kind() == FeatureDef::DENSE) {
+      int64_t per;
+      Tensor t(DT_FLOAT, TensorShape(DenseDims(def, b, &per)));
       float* out = t.data<float>();
       for (int64_t i = 0; i < b; ++i) {
         const auto& v = examples[i].features[f].floats;

@@ -5,7 +5,8 @@
 // float tensor [B,28,28,1]; a SPARSE feature "ids" is two int64 tensors,
 // "ids" [nnz] and "ids:row_splits" [B+1] (example b owns ids
 // [row_splits[b], row_splits[b+1])), plus "ids:values" float [nnz] where the
-// format carries a value per id (libsvm). The label is "label": int64 [B]
+// format carries a value per id (libsvm). A DENSE feature of dtype: DT_INT64
+// is an int64 tensor [B, ...shape] of ids (unscaled). The label is "label": int64 [B]
 // when InputDef.num_classes > 0, else float [B].
 #ifndef PSRT_COMMON_INPUT_EXAMPLE_H_
 #define PSRT_COMMON_INPUT_EXAMPLE_H_
@@ -41,9 +42,10 @@ inline constexpr char kLabelKey[] = "label";
 inline std::string RowSplitsKey(const std::string& feature) { return feature + ":row_splits"; }
 inline std::string ValuesKey(const std::string& feature) { return feature + ":values"; }
 
-// Builds a batch from examples, multiplying DENSE values by InputDef.scale;
-// refuses a DENSE feature whose value count
-// does not match its shape, naming the feature.
+// Builds a batch from examples, multiplying DENSE float values by
+// InputDef.scale; refuses a DENSE feature whose value count does not match
+// its shape, or an id feature's value that is not an integer, naming the
+// feature.
 absl::StatusOr<Batch> MakeBatch(const InputDef& input, const std::vector<Example>& examples);
 
 }  // namespace psrt

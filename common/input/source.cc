@@ -41,6 +41,19 @@ absl::Status CheckInput(const InputDef& input) {
   for (int f = 0; f < input.feature_size(); ++f) {
     const FeatureDef& def = input.feature(f);
     const std::string field = absl::StrCat("input.feature[", f, "] (\"", def.name(), "\")");
+    if (def.dtype() != DT_INVALID && def.dtype() != DT_FLOAT && def.dtype() != DT_INT64) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: ", DataType_Name(def.dtype()),
+                                                     " is not DT_FLOAT or DT_INT64"));
+    }
+    if (def.dtype() == DT_INT64) {
+      if (def.kind() != FeatureDef::DENSE) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".dtype: DT_INT64 is for DENSE features (a SPARSE feature's ids are int64 already)"));
+      }
+      if (input.format() == InputDef::LIBSVM) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: DT_INT64 needs IDX, CSV or TFRecord input"));
+      }
+    }
     if (def.decode() == FeatureDef::RAW_UINT8) {
       if (def.kind() != FeatureDef::DENSE) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".decode: RAW_UINT8 needs a DENSE feature"));
@@ -64,6 +77,9 @@ absl::Status CheckInput(const InputDef& input) {
       if (def.decode() != FeatureDef::RAW_UINT8) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, ".scale: only decode: RAW_UINT8 takes it (input.scale scales every feature)"));
+      }
+      if (def.dtype() == DT_INT64) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".scale: ids (dtype: DT_INT64) are not scaled"));
       }
       if (!std::isfinite(def.scale()) || def.scale() < 0) {
         return absl::InvalidArgumentError(

@@ -1,8 +1,8 @@
 // TFRecord files of tf.train.Example, plain or compressed
 // (InputDef.compression): each listed feature is read by name (DENSE from a
-// float_list or int64_list of exactly the shape's size, or with decode:
-// RAW_UINT8 from one bytes_list value of that many bytes; SPARSE from an
-// int64_list), the label from InputDef.label_key (default "label"), an
+// float_list or int64_list of exactly the shape's size -- an int64_list
+// only with dtype: DT_INT64 --, or with decode: RAW_UINT8 from one
+// bytes_list value of that many bytes; SPARSE from an int64_list), the label from InputDef.label_key (default "label"), an
 // int64_list or float_list of one value.
 #include "absl/strings/str_cat.h"
 #include "common/io/record_io.h"
@@ -71,6 +71,18 @@ class TfRecordSource : public ExampleSource {
       for (int64_t d : def.shape()) want *= d;
       if (def.decode() == FeatureDef::RAW_UINT8) {
         RETURN_IF_ERROR(DecodeRawUint8(def, feat, want, &out.floats));
+        continue;
+      }
+      if (def.dtype() == DT_INT64) {
+        // Ids as they are: through a float they would lose bits past 2^24.
+        if (feat.kind_case() != tf::Feature::kInt64List) {
+          return Error(absl::StrCat("feature \"", def.name(), "\" (dtype: DT_INT64) is not an int64_list"));
+        }
+        out.ids.assign(feat.int64_list().value().begin(), feat.int64_list().value().end());
+        if (static_cast<int64_t>(out.ids.size()) != want) {
+          return Error(absl::StrCat("feature \"", def.name(), "\" has ", out.ids.size(), " values, its shape needs ",
+                                    want));
+        }
         continue;
       }
       if (feat.kind_case() == tf::Feature::kFloatList) {

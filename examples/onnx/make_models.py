@@ -4,12 +4,15 @@ PyTorch's loss and gradients on a fixed batch for psrt's tests.
 
 For each model (an MLP, a small CNN, "ops" that uses every op of the
 second import slice, a small ResNet, the same ResNet with batch
-normalisation, a small vision transformer and a narrow MobileNetV2) it writes, beside this script:
+normalisation, a small vision transformer, a narrow MobileNetV2 and
+"tokens", the pixels as token ids through nn.Embedding) it writes, beside
+this script:
   <model>.onnx            torch.onnx.export (opset 18, dynamic batch, training
                           mode so that Dropout nodes are kept), the initial
                           weights inside;
   <model>.reference.pb    an onnx.GraphProto whose initializers are the
-                          batch ("input", NCHW float, pixels / 255; "label",
+                          batch ("input", NCHW float, pixels / 255 -- for
+                          "tokens" int64 [32, 784], the pixel bytes; "label",
                           int64), PyTorch's mean cross-entropy ("loss") and
                           the gradient of every parameter ("grad/<name>",
                           named as the .onnx file's initializers), from the
@@ -214,6 +217,41 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
+class Tokens(nn.Module):
+    """Fashion-MNIST as a sequence of 784 tokens: each pixel's byte (0-255,
+    as the IDX file holds it) is a token id. A token embedding (256 x 8) plus
+    a position embedding (784 x 8, nn.Embedding looked up with the constant
+    positions 0..783), ReLU, then the 784 x 8 features flattened into a
+    hidden layer of 64 and a linear head. (A mean pool over the tokens
+    would lose where each pixel is: the positions' mean is one constant
+    vector.) The token lookup is a Gather of the run-time ids: psrt's
+    embedding path (a table pulled by rows under the PS strategy)."""
+
+    def __init__(self, vocab=256, length=784, dim=8, hidden=64):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(length, dim)
+        self.register_buffer("positions", torch.arange(length), persistent=False)
+        self.fc = nn.Linear(length * dim, hidden)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, tokens):
+        x = torch.relu(self.tok(tokens) + self.pos(self.positions))            # [N, 784, 8]
+        return self.head(torch.relu(self.fc(x.flatten(1))))
+
+
+def takes_tokens(model):
+    return isinstance(model, Tokens)
+
+
+def example_input(model, n):
+    """A batch of n as the model's graph input takes it: images NCHW float,
+    or token ids [n, 784] int64."""
+    if takes_tokens(model):
+        return torch.zeros(n, 784, dtype=torch.int64)
+    return torch.zeros(n, 1, 28, 28)
+
+
 def has_batch_norm(model):
     return any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
 
@@ -222,7 +260,7 @@ def export(model, path):
     # In training mode, so that the Dropout layers come along (an eval-mode
     # export leaves them out): psrt applies them in training steps only.
     model.train()
-    x = torch.zeros(2, 1, 28, 28)
+    x = example_input(model, 2)
     if has_batch_norm(model):
         # The torch.export-based exporter of this PyTorch (2.15) writes no
         # BatchNormalization node for a training-mode BatchNorm2d (it is
@@ -261,7 +299,10 @@ def reference(model_path, images, labels, out_path):
     # Eval mode turns dropout off; batch normalisation runs on the batch's
     # statistics (train mode), as psrt's does.
     model.train(has_batch_norm(model))
-    x = torch.from_numpy(images.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+    if takes_tokens(model):
+        x = torch.from_numpy(images.astype(np.int64)).reshape(-1, 784)  # each pixel's byte is its token
+    else:
+        x = torch.from_numpy(images.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
     y = torch.from_numpy(labels.astype(np.int64))
     loss = nn.functional.cross_entropy(model(x), y)
     loss.backward()
@@ -276,7 +317,7 @@ def reference(model_path, images, labels, out_path):
 
 
 MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn, "vit": Vit,
-          "mobilenetv2": MobileNetV2}
+          "mobilenetv2": MobileNetV2, "tokens": Tokens}
 
 
 def main():

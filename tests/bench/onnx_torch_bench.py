@@ -153,18 +153,25 @@ def main():
     ap.add_argument("--curve", type=int, default=0, help="compare N steps' loss curves under plain SGD instead")
     ap.add_argument("--lr", type=float, default=0.05, help="SGD's rate for --curve")
     args = ap.parse_args()
-    def images(split):
-        x = make_models.read_idx(os.path.join(args.data, f"{split}-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
-        return torch.from_numpy(x.reshape(-1, 1, 28, 28))
+    def images(split, tokens):
+        x = make_models.read_idx(os.path.join(args.data, f"{split}-images-idx3-ubyte.gz"))
+        if tokens:  # each pixel's byte is its token id, as the job's id feature reads it
+            return torch.from_numpy(x.astype(np.int64).reshape(-1, 784))
+        return torch.from_numpy((x.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28))
     def labels(split):
         return torch.from_numpy(make_models.read_idx(os.path.join(args.data, f"{split}-labels-idx1-ubyte.gz")).astype(np.int64))
-    data = (images("train"), labels("train"), images("t10k"), labels("t10k"))
+    datasets = {}
+    def data_of(name):
+        tokens = make_models.MODELS[name] is make_models.Tokens
+        if tokens not in datasets:
+            datasets[tokens] = (images("train", tokens), labels("train"), images("t10k", tokens), labels("t10k"))
+        return datasets[tokens]
     if args.curve:
         print(f"{'model':10} {'steps':>5} {'first loss psrt/torch':>22} {'last 10 psrt/torch':>20} {'max gap (10-step mean)':>24}")
         for name in args.models.split(","):
             batch = job_settings(os.path.join(ROOT, "examples", f"fashion_mnist_onnx_{name}.pbtxt"))["batch"]
             p = psrt_curve(name, args.curve, args.lr, args.threads, args.local_train)
-            t = torch_curve(name, batch, args.curve, args.lr, args.threads, data)
+            t = torch_curve(name, batch, args.curve, args.lr, args.threads, data_of(name))
             sp, st = smooth(p), smooth(t)
             gap = max(abs(a - b) / b for a, b in zip(sp, st))
             print(f"{name:10} {len(p):5d} {p[0]:10.4f}/{t[0]:<11.4f} {sp[-1]:9.4f}/{st[-1]:<10.4f} {100 * gap:23.2f}%", flush=True)
@@ -174,7 +181,7 @@ def main():
         settings = job_settings(os.path.join(ROOT, "examples", f"fashion_mnist_onnx_{name}.pbtxt"))
         epochs = args.epochs or settings["epochs"]
         p_acc, p_eps = psrt_run(name, epochs, args.threads, args.local_train)
-        t_acc, t_eps = torch_run(name, settings, epochs, args.threads, data)
+        t_acc, t_eps = torch_run(name, settings, epochs, args.threads, data_of(name))
         rows.append((name, epochs, settings["batch"], p_acc, t_acc, p_eps, t_eps))
         print(f"{name}: psrt {p_acc:.4f} at {p_eps:.0f} ex/s, PyTorch {t_acc:.4f} at {t_eps:.0f} ex/s", flush=True)
     print(f"\n{'model':10} {'epochs':>6} {'batch':>5} {'psrt acc':>9} {'torch acc':>9} {'psrt ex/s':>10} {'torch ex/s':>10} {'ratio':>6}")

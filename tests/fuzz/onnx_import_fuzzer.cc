@@ -28,11 +28,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t d : shape) {
     if (d < -1 || d > (int64_t{1} << 20)) return 0;  // a feature the job file would not declare
   }
+  // An integer input is fed ids (an id feature), looked up by its Gathers:
+  // as tables by rows for an odd-sized file, dense for an even one.
+  const int elem = in.type().tensor_type().elem_type();
+  const psrt::DataType dtype =
+      elem == psrt::onnx::TensorProto::INT64 || elem == psrt::onnx::TensorProto::INT32 ? psrt::DT_INT64 : psrt::DT_FLOAT;
   psrt::GraphDef graph;
   psrt::GraphBuilder b(&graph);
-  b.Add("Placeholder", "image", {}, {{"shape", psrt::AttrShape(shape)}, {"dtype", psrt::AttrType(psrt::DT_FLOAT)}});
+  b.Add("Placeholder", "image", {}, {{"shape", psrt::AttrShape(shape)}, {"dtype", psrt::AttrType(dtype)}});
   psrt::OnnxImportOptions options;
-  options.inputs[in.name()] = {"image", shape};
+  options.inputs[in.name()] = {"image", shape, dtype};
+  options.row_tables = size % 2 == 1;
   for (const auto& o : model.graph().output()) options.outputs.push_back(o.name());
   if (options.outputs.empty()) return 0;
   absl::StatusOr<psrt::OnnxImport> imported = psrt::ImportOnnx(model, options, &b);

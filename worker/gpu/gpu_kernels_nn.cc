@@ -149,7 +149,9 @@ absl::Status EmbeddingLookupOp(GpuKernelContext& c) {  // (rows, index)
   Tensor& index = c.inputs[1];
   RETURN_IF_ERROR(CheckIds(c, rows, {1}));
   int64_t d = rows.shape().dim(1), b = index.NumElements();
-  ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape({b, d})));
+  std::vector<int64_t> dims = index.shape().dims();  // ids of any rank: [..., d]
+  dims.push_back(d);
+  ASSIGN_OR_RETURN(Tensor y, c.Output(TensorShape(dims)));
   PSRT_GPU_CHECK(c, gpu::EmbeddingLookup(c.stream(), rows.data<float>(), rows.shape().dim(0), d,
                                          index.data<int64_t>(), b, y.data<float>(), c.error_slot));
   c.outputs = {y};

@@ -377,6 +377,10 @@ TEST(GpuKernelsTest, EmbeddingsMatchCpu) {
   cases.push_back({"EmbeddingLookup", [](GraphBuilder& b) { return b.Add("EmbeddingLookup", "y", {"rows", "index"}); },
                    {{"rows", Random({6, 40}, &rng)}},
                    {{"index", Ids({4, 0, 4, 2, 5, 5, 5, 1})}}});
+  // Ids of any rank (an imported model's [batch, tokens]).
+  cases.push_back({"EmbeddingLookup [2,4] ids", [](GraphBuilder& b) { return b.Add("EmbeddingLookup", "y", {"rows", "index"}); },
+                   {{"rows", Random({6, 40}, &rng)}},
+                   {{"index", *Ids({4, 0, 4, 2, 5, 5, 5, 1}).Reshape(TensorShape({2, 4}))}}});
   for (std::string comb : {"sum", "mean"}) {
     cases.push_back({"EmbeddingBag " + comb,
                      [comb](GraphBuilder& b) {

@@ -540,7 +540,9 @@ absl::Status EmbeddingLookup(KernelContext& c) {
   Tensor& index = c.inputs[1];
   if (auto s = CheckIndex(c, index, rows.shape().dim(0)); !s.ok()) return s;
   int64_t d = rows.shape().dim(1), b = index.NumElements();
-  Tensor y(DT_FLOAT, TensorShape({b, d}));
+  std::vector<int64_t> dims = index.shape().dims();
+  dims.push_back(d);
+  Tensor y(DT_FLOAT, TensorShape(dims));
   for (int64_t i = 0; i < b; ++i) {
     std::memcpy(y.data<float>() + i * d, rows.data<float>() + index.data<int64_t>()[i] * d, d * sizeof(float));
   }
@@ -552,7 +554,9 @@ absl::Status EmbeddingLookupGrad(KernelContext& c) {
   Tensor& dy = c.inputs[0];
   Tensor& index = c.inputs[1];
   Tensor& rows = c.inputs[2];
+  if (auto s = CheckIndex(c, index, rows.shape().dim(0)); !s.ok()) return s;
   int64_t d = rows.shape().dim(1);
+  if (dy.NumElements() != index.NumElements() * d) return c.Error("dy does not match the ids");
   Tensor dr = Tensor::Zeros(DT_FLOAT, rows.shape());
   for (int64_t i = 0; i < index.NumElements(); ++i) {
     float* dst = dr.data<float>() + index.data<int64_t>()[i] * d;
