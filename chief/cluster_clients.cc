@@ -1,5 +1,7 @@
 #include "chief/cluster_clients.h"
 
+#include <algorithm>
+
 #include "absl/strings/strip.h"
 #include "common/rpc/unary_call.h"
 #include "common/transport/replica_header.h"
@@ -17,6 +19,22 @@ constexpr absl::Duration kWorkerStateTimeout = absl::Seconds(5);
 constexpr absl::Duration kStorageTimeout = absl::Minutes(10);
 
 }  // namespace
+
+absl::Duration CreateVariablesTimeout(const CreateVariablesRequest& req) {
+  double bytes = 0;
+  for (const VariableDef& v : req.variable()) {
+    if (v.kind() == VariableDef::HASH_TABLE) continue;
+    double n = 4;  // float32
+    for (int d = 0; d < v.shape().dim_size(); ++d) {
+      const int64_t size = v.shape().dim(d);
+      // A row slice holds only its rows.
+      n *= d == 0 && v.row_end() > v.row_begin() ? static_cast<double>(v.row_end() - v.row_begin())
+                                                 : static_cast<double>(std::max<int64_t>(size, 1));
+    }
+    bytes += 3 * n;  // values and up to two slots
+  }
+  return std::min(kControlTimeout + absl::Seconds(bytes / 10e6), absl::Hours(1));
+}
 
 PsAdmin::PsAdmin(std::shared_ptr<grpc::Channel> channel, std::string name)
     : name_(std::move(name)), stub_(ParameterServer::NewStub(channel)) {}
@@ -36,8 +54,8 @@ absl::StatusOr<Response> PsAdmin::Call(grpc::Status (ParameterServer::Stub::*met
 
 absl::StatusOr<CreateVariablesResponse> PsAdmin::CreateVariables(const CreateVariablesRequest& req,
                                                                  bool reconfigure) {
-  return Call(&ParameterServer::Stub::CreateVariables, req, reconfigure ? kReconfigureTimeout : kControlTimeout,
-              "CreateVariables");
+  return Call(&ParameterServer::Stub::CreateVariables, req,
+              reconfigure ? kReconfigureTimeout : CreateVariablesTimeout(req), "CreateVariables");
 }
 
 std::string CheckpointName(absl::string_view checkpoint_dir) {

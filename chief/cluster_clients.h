@@ -27,6 +27,14 @@ namespace psrt {
 // --snapshot_dir is the one above (manifests name shards relative to it).
 std::string CheckpointName(absl::string_view checkpoint_dir);
 
+// How long a PS may take to make and initialise what `req` creates before
+// it answers: 30 s, plus a second for each 10 MB of values and (up to two)
+// optimizer slots its dense variables and fixed tables hold (hash tables
+// make rows on first touch). A 10^7 x 16 Adam table is 1.9 GB to write,
+// which a busy PS did not finish in 30 s (tests/bench/scale_bench at load
+// 30: the job could not start). At most an hour.
+absl::Duration CreateVariablesTimeout(const CreateVariablesRequest& req);
+
 class PsAdmin {
  public:
   PsAdmin(std::shared_ptr<grpc::Channel> channel, std::string name);
@@ -42,7 +50,8 @@ class PsAdmin {
   // `reconfigure`: this PS incarnation already holds the variables, and
   // only the group, generation or role changes (a few lookups), so a PS
   // that does not answer within seconds is hung (stopped, cut off) and the
-  // caller goes on instead of waiting the 30 s a first creation may take.
+  // caller goes on instead of waiting what a first creation may take
+  // (CreateVariablesTimeout).
   absl::StatusOr<CreateVariablesResponse> CreateVariables(const CreateVariablesRequest& req,
                                                           bool reconfigure = false);
   // `dir` is the chief's checkpoint directory; the PS is sent only its name
