@@ -17,6 +17,10 @@
 
 namespace psrt {
 
+namespace {
+
+// The manifest of checkpoint `step` in `dir` (the newest valid one when
+// step < 0): the one RecordedJob and ReadCheckpointVariables both read.
 absl::StatusOr<CheckpointManifest> SelectManifest(const std::string& dir, int64_t step) {
   struct stat st;
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -43,6 +47,8 @@ absl::StatusOr<CheckpointManifest> SelectManifest(const std::string& dir, int64_
   }
   return manifest;
 }
+
+}  // namespace
 
 absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step) {
   ASSIGN_OR_RETURN(CheckpointManifest manifest, SelectManifest(dir, step));

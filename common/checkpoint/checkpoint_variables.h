@@ -14,7 +14,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/checkpoint/checkpoint_manifest.h"
 #include "common/graph/model_compiler.h"
 #include "common/snapshot/variable_state.h"
 #include "common/tensor.h"
@@ -31,10 +30,6 @@ struct CheckpointVariables {
   // ids [n]): a table has no whole tensor, only the rows training made.
   std::map<std::string, VariableState> hash_tables;
 };
-
-// The manifest of checkpoint `step` in `dir` (the newest valid one when
-// step < 0), as ReadCheckpointVariables picks it.
-absl::StatusOr<CheckpointManifest> SelectManifest(const std::string& dir, int64_t step);
 
 // The job that wrote that checkpoint (CheckpointManifest.job); NOT_FOUND,
 // saying so, for a checkpoint written before manifests recorded it.
