@@ -77,6 +77,9 @@ class StreamInput {
   };
   StreamInput(WorkerAssignment shard, std::vector<StreamPos> streams, int64_t base, MakeDataset make)
       : shard_(std::move(shard)), starts_(std::move(streams)), base_(base), make_(std::move(make)) {}
+  // Drops s's dataset, its pending build and its kept batches, giving the
+  // memory back to the system.
+  void Drop(Stream* s);
   // Builds s's dataset at s.want (in the background: Start).
   absl::Status Build(Stream* s);
   void StartBuild(Stream* s);

@@ -259,11 +259,19 @@ void WorkerRuntime::Loop() {
         JoinPushBehind();
         prefetcher_.Drop();  // its pull went to the old placement
         mu_.Lock();
+        std::vector<std::unique_ptr<ParameterClient>> older;
         if (pending_client_ != nullptr) {
           pending_client_->SetGeneration(generation_);
+          // Only the last is kept: every call of the ones before it was
+          // joined before it was replaced (each new placement kept one more
+          // client, its connections and buffers, for good).
+          older.swap(retired_clients_);
           retired_clients_.push_back(std::move(client_));
           client_ = std::move(pending_client_);
         }
+        mu_.Unlock();
+        older.clear();  // outside the lock: a client's teardown may wait for its callbacks
+        mu_.Lock();
         continue;
       }
       if (next_step_ >= assignment_.end_step() && push_behind_.joinable()) {
