@@ -250,6 +250,21 @@ TEST(GradientCheckTest, EveryOp) {
                    [](GraphBuilder& b) { return b.Add("SigmoidCrossEntropy", "loss", {"logits", "labels"}); },
                    {{"logits", Random({4, 1}, &rng)}},
                    {{"labels", Tensor::FromVector<float>({0, 1, 1, 0}, TensorShape({4}))}}, true});
+  // Keras' label smoothing: the gradient node carries the loss's attribute.
+  cases.push_back({"SoftmaxCrossEntropy label_smoothing 0.2",
+                   [](GraphBuilder& b) {
+                     return b.Add("SoftmaxCrossEntropy", "loss", {"logits", "labels"},
+                                  {{"label_smoothing", AttrF(0.2f)}});
+                   },
+                   {{"logits", Random({4, 3}, &rng)}},
+                   {{"labels", Tensor::FromVector<int64_t>({0, 2, 1, 2}, TensorShape({4}))}}, true});
+  cases.push_back({"SigmoidCrossEntropy label_smoothing 0.3",
+                   [](GraphBuilder& b) {
+                     return b.Add("SigmoidCrossEntropy", "loss", {"logits", "labels"},
+                                  {{"label_smoothing", AttrF(0.3f)}});
+                   },
+                   {{"logits", Random({4, 1}, &rng)}},
+                   {{"labels", Tensor::FromVector<float>({0, 1, 1, 0}, TensorShape({4}))}}, true});
   cases.push_back({"MeanSquaredError",
                    [](GraphBuilder& b) { return b.Add("MeanSquaredError", "loss", {"pred", "labels"}); },
                    {{"pred", Random({4, 2}, &rng)}},

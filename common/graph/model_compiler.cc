@@ -298,6 +298,10 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
     ASSIGN_OR_RETURN(out, Sequential());
   }
   model_.logits = out.tensor;
+  // Keras' label_smoothing (checked by ParseJob): the kernels mix each
+  // target with the uniform distribution over the classes (2 for a sigmoid).
+  Attrs loss_attrs;
+  if (m.loss().label_smoothing() > 0.0f) loss_attrs["label_smoothing"] = AttrF(m.loss().label_smoothing());
   switch (m.loss().kind()) {
     case LossDef::SOFTMAX_CROSS_ENTROPY:
       if (!classes) return absl::InvalidArgumentError("softmax cross-entropy needs input.num_classes");
@@ -305,10 +309,10 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
         return absl::InvalidArgumentError(absl::StrCat("the model's output is ", ShapeString(out.shape),
                                                        " but input.num_classes is ", job_.input().num_classes()));
       }
-      model_.loss = b_.Add("SoftmaxCrossEntropy", "loss", {out.tensor, label});
+      model_.loss = b_.Add("SoftmaxCrossEntropy", "loss", {out.tensor, label}, loss_attrs);
       break;
     case LossDef::SIGMOID_CROSS_ENTROPY:
-      model_.loss = b_.Add("SigmoidCrossEntropy", "loss", {out.tensor, label});
+      model_.loss = b_.Add("SigmoidCrossEntropy", "loss", {out.tensor, label}, loss_attrs);
       break;
     default:
       model_.loss = b_.Add("MeanSquaredError", "loss", {out.tensor, label});

@@ -55,7 +55,11 @@ OpDef Loss(const std::string& name, const std::string& grad_op) {
   };
   if (!grad_op.empty()) {
     d.grad = [grad_op](const GradContext& c) -> Grads {
-      return std::vector<std::string>{c.Add(grad_op, "dlogits", {c.dy[0], c.in(0), c.in(1)}), ""};
+      // The gradient smooths the labels as the loss did.
+      Attrs a;
+      auto it = c.node->attr().find("label_smoothing");
+      if (it != c.node->attr().end()) a["label_smoothing"] = it->second;
+      return std::vector<std::string>{c.Add(grad_op, "dlogits", {c.dy[0], c.in(0), c.in(1)}, a), ""};
     };
   }
   return d;

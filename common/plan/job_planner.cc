@@ -72,6 +72,16 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
     return absl::InvalidArgumentError(absl::StrCat(source, ": checkpoint.full_every is ", job.checkpoint().full_every(),
                                                    "; want 0 (8) to 1000"));
   }
+  const LossDef& loss = job.model().loss();
+  if (!(loss.label_smoothing() >= 0.0f && loss.label_smoothing() < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": model.loss.label_smoothing is ",
+                                                   loss.label_smoothing(), "; it must be in [0, 1)"));
+  }
+  if (loss.label_smoothing() > 0.0f && loss.kind() == LossDef::MEAN_SQUARED_ERROR) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": model.loss.label_smoothing is for the cross-entropies (SOFTMAX_CROSS_ENTROPY, "
+        "SIGMOID_CROSS_ENTROPY), not MEAN_SQUARED_ERROR"));
+  }
   absl::Status s = FillDefaultFeatures(job.mutable_input());
   if (s.ok()) s = CheckInput(job.input());
   if (s.ok() && job.has_optimizer()) {

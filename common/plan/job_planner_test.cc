@@ -43,6 +43,29 @@ TEST(JobPlannerTest, ASchedulesWholeJobDecayIsAcceptedAndBadValuesAreNamed) {
   }
 }
 
+TEST(JobPlannerTest, LabelSmoothingIsCheckedNamingTheField) {
+  auto job = [](const std::string& loss) {
+    return ParseJob(absl::StrCat(R"(
+      model { sequential { layer { dense { units: 3 } } } loss { )", loss, R"( } }
+      input { format: TFRECORD batch_size: 8 num_classes: 3 train { files: "/nonexistent.tfrecord" }
+              feature { name: "x" shape: 3 } }
+      steps: 10)"), "job.pbtxt");
+  };
+  EXPECT_TRUE(job("label_smoothing: 0.1").ok());
+  EXPECT_TRUE(job("kind: SIGMOID_CROSS_ENTROPY label_smoothing: 0.5").ok());
+  const std::pair<std::string, std::string> bad[] = {
+      {"label_smoothing: 1", "job.pbtxt: model.loss.label_smoothing is 1; it must be in [0, 1)"},
+      {"label_smoothing: -0.1", "model.loss.label_smoothing is -0.1"},
+      {"label_smoothing: nan", "model.loss.label_smoothing is nan"},
+      {"kind: MEAN_SQUARED_ERROR label_smoothing: 0.1", "not MEAN_SQUARED_ERROR"},
+  };
+  for (const auto& [loss, message] : bad) {
+    auto j = job(loss);
+    EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument) << loss;
+    EXPECT_THAT(std::string(j.status().message()), HasSubstr(message)) << loss;
+  }
+}
+
 TEST(JobPlannerTest, InputCompressionAndDecodeAreCheckedAtParse) {
   EXPECT_TRUE(Parse("", "compression: \"GZIP\"").ok());
   auto job = Parse("", "compression: \"SNAPPY\"");

@@ -224,14 +224,16 @@ GpuKernel LossKernel(LossOp op, bool grad) {
       return c.Error("predictions and labels differ in size");
     }
     ASSIGN_OR_RETURN(Labels l, LabelsOf(c, labels));
+    const float smoothing = op == LossOp::kMse ? 0.0f : GetAttrF(*c.node, "label_smoothing", 0.0f);
     if (grad) {
       ASSIGN_OR_RETURN(Tensor dx, c.Output(logits.shape()));
       PSRT_GPU_CHECK(c, LossGrad(c.stream(), op, c.inputs[0].data<float>(), logits.data<float>(), l, rows, n,
-                                 dx.data<float>(), c.error_slot));
+                                 smoothing, dx.data<float>(), c.error_slot));
       c.outputs = {dx};
     } else {
       ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape()));
-      PSRT_GPU_CHECK(c, Loss(c.stream(), op, logits.data<float>(), l, rows, n, out.data<float>(), c.error_slot));
+      PSRT_GPU_CHECK(c, Loss(c.stream(), op, logits.data<float>(), l, rows, n, smoothing, out.data<float>(),
+                             c.error_slot));
       c.outputs = {out};
     }
     return absl::OkStatus();

@@ -244,21 +244,30 @@ __device__ inline void RowLogSumExp(const float* x, int64_t n, int lane, float* 
 // One block: each warp takes rows (softmax) or each thread takes values
 // (sigmoid, MSE); the block sum in double keeps the mean accurate.
 __global__ void LossKernel(LossOp op, const float* __restrict__ x, Labels labels, int64_t rows, int64_t n,
-                           float* __restrict__ out, ErrorSlot err) {
+                           float smoothing, float* __restrict__ out, ErrorSlot err) {
   double total = 0.0;
   if (op == LossOp::kSoftmaxXent) {
     const int lane = threadIdx.x % kWarp;
     for (int64_t r = threadIdx.x / kWarp; r < rows; r += blockDim.x / kWarp) {
       float m, s;
       RowLogSumExp(x + r * n, n, lane, &m, &s);
+      // Label smoothing: the target is (1 - s) at the label plus s / n.
+      float row_sum = 0.0f;
+      if (smoothing > 0.0f) {
+        for (int64_t i = lane; i < n; i += kWarp) row_sum += x[r * n + i];
+        row_sum = WarpSum(row_sum);
+      }
       if (lane == 0) {
         const int64_t l = ClassOf(labels, r, n, err);
-        if (l >= 0) total += log(static_cast<double>(s)) + m - x[r * n + l];
+        if (l >= 0) {
+          total += log(static_cast<double>(s)) + m - (1.0 - smoothing) * x[r * n + l] -
+                   smoothing * static_cast<double>(row_sum) / static_cast<double>(n);
+        }
       }
     }
   } else {
     for (int64_t i = threadIdx.x; i < rows * n; i += blockDim.x) {
-      const double v = x[i], z = LabelAt(labels, i);
+      const double v = x[i], z = LabelAt(labels, i) * (1.0 - smoothing) + 0.5 * smoothing;
       total += op == LossOp::kMse ? (v - z) * (v - z) : fmax(v, 0.0) - v * z + log1p(exp(-fabs(v)));
     }
   }
@@ -270,27 +279,29 @@ __global__ void LossKernel(LossOp op, const float* __restrict__ x, Labels labels
 }
 
 __global__ void SoftmaxXentGradKernel(const float* __restrict__ dl, const float* __restrict__ x, Labels labels,
-                                      int64_t rows, int64_t n, float* __restrict__ dx, ErrorSlot err) {
+                                      int64_t rows, int64_t n, float smoothing, float* __restrict__ dx,
+                                      ErrorSlot err) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = GridStride() / kWarp;
   const float upstream = dl[0] / static_cast<float>(rows);
+  const float off = smoothing / static_cast<float>(n), on = 1.0f - smoothing + off;
   for (int64_t r = GlobalIndex() / kWarp; r < rows; r += warps) {
     float m, s;
     RowLogSumExp(x + r * n, n, lane, &m, &s);
     const int64_t l = ClassOf(labels, r, n, err);
     for (int64_t i = lane; i < n; i += kWarp) {
       const float p = expf(x[r * n + i] - m) / s;
-      dx[r * n + i] = upstream * (p - (i == l ? 1.0f : 0.0f));
+      dx[r * n + i] = upstream * (p - (i == l ? on : off));
     }
   }
 }
 
 __global__ void ElementLossGradKernel(LossOp op, const float* __restrict__ dl, const float* __restrict__ x,
-                                      Labels labels, int64_t count, float* __restrict__ dx) {
+                                      Labels labels, int64_t count, float smoothing, float* __restrict__ dx) {
   const float upstream = op == LossOp::kMse ? dl[0] * 2.0f / static_cast<float>(count)
                                             : dl[0] / static_cast<float>(count);
   PSRT_GRID_LOOP(i, count) {
-    const double v = x[i], z = LabelAt(labels, i);
+    const double v = x[i], z = LabelAt(labels, i) * (1.0 - smoothing) + 0.5 * smoothing;
     const double g = op == LossOp::kMse ? v - z : 1.0 / (1.0 + exp(-v)) - z;
     dx[i] = upstream * static_cast<float>(g);
   }
@@ -406,22 +417,24 @@ GpuError EmbeddingBagGrad(void* stream, const float* d_dy, const int64_t* d_inde
   return LaunchStatus();
 }
 
-GpuError Loss(void* stream, LossOp op, const float* d_logits, Labels labels, int64_t rows, int64_t n, float* d_out,
-              ErrorSlot err) {
+GpuError Loss(void* stream, LossOp op, const float* d_logits, Labels labels, int64_t rows, int64_t n,
+              float smoothing, float* d_out, ErrorSlot err) {
   if (rows * n == 0) return "empty loss input";
-  LossKernel<<<1, kThreads, 0, S(stream)>>>(op, d_logits, labels, rows, n, d_out, err);
+  if (op == LossOp::kMse) smoothing = 0.0f;
+  LossKernel<<<1, kThreads, 0, S(stream)>>>(op, d_logits, labels, rows, n, smoothing, d_out, err);
   return LaunchStatus();
 }
 
 GpuError LossGrad(void* stream, LossOp op, const float* d_dl, const float* d_logits, Labels labels, int64_t rows,
-                  int64_t n, float* d_dx, ErrorSlot err) {
+                  int64_t n, float smoothing, float* d_dx, ErrorSlot err) {
   if (rows * n == 0) return nullptr;
+  if (op == LossOp::kMse) smoothing = 0.0f;
   if (op == LossOp::kSoftmaxXent) {
     SoftmaxXentGradKernel<<<BlocksFor(rows * kWarp), kThreads, 0, S(stream)>>>(d_dl, d_logits, labels, rows, n,
-                                                                               d_dx, err);
+                                                                               smoothing, d_dx, err);
   } else {
     ElementLossGradKernel<<<BlocksFor(rows * n), kThreads, 0, S(stream)>>>(op, d_dl, d_logits, labels, rows * n,
-                                                                           d_dx);
+                                                                           smoothing, d_dx);
   }
   return LaunchStatus();
 }

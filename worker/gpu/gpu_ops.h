@@ -188,12 +188,13 @@ struct Labels {
 };
 enum class LossOp { kSoftmaxXent, kSigmoidXent, kMse };
 // d_out[0] = the mean loss. Softmax: logits [rows, n], labels [rows].
-// Sigmoid and MSE: element-wise over rows * n values.
+// Sigmoid and MSE: element-wise over rows * n values. `smoothing`: Keras'
+// label_smoothing of the cross-entropies (0 = off; MSE ignores it).
 GpuError Loss(void* stream, LossOp op, const float* d_logits, Labels labels, int64_t rows, int64_t n,
-              float* d_out, ErrorSlot err);
+              float smoothing, float* d_out, ErrorSlot err);
 // dx = d_dl[0] * dLoss/dlogits.
 GpuError LossGrad(void* stream, LossOp op, const float* d_dl, const float* d_logits, Labels labels,
-                  int64_t rows, int64_t n, float* d_dx, ErrorSlot err);
+                  int64_t rows, int64_t n, float smoothing, float* d_dx, ErrorSlot err);
 // Fraction of rows whose argmax (n > 1) or sign (n == 1) matches the label.
 GpuError Accuracy(void* stream, const float* d_logits, Labels labels, int64_t rows, int64_t n, float* d_out);
 

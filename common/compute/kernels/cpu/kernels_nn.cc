@@ -626,6 +626,10 @@ absl::Status SoftmaxXent(KernelContext& c, bool grad) {
   Tensor out = grad ? Tensor(DT_FLOAT, logits.shape()) : Tensor::Scalar<float>(0);
   double total = 0;
   float upstream = grad ? dl.data<float>()[0] / static_cast<float>(b) : 0;
+  // Label smoothing (Keras'): the target is (1 - s) at the label plus s / n
+  // everywhere, so the loss is logsumexp - (1 - s) x_label - s mean(x).
+  const float smoothing = GetAttrF(*c.node, "label_smoothing", 0.0f);
+  const float off = smoothing / static_cast<float>(n), on = 1.0f - smoothing + off;
   for (int64_t i = 0; i < b; ++i) {
     double l = LabelAt(labels, i);
     if (l < 0 || l >= n || l != std::floor(l)) return c.Error(absl::StrCat("label ", l, " is not a class in [0, ", n, ")"));
@@ -636,10 +640,15 @@ absl::Status SoftmaxXent(KernelContext& c, bool grad) {
     if (grad) {
       for (int64_t j = 0; j < n; ++j) {
         float p = static_cast<float>(std::exp(x[j] - m) / s);
-        out.data<float>()[i * n + j] = upstream * (p - (j == static_cast<int64_t>(l) ? 1.0f : 0.0f));
+        out.data<float>()[i * n + j] = upstream * (p - (j == static_cast<int64_t>(l) ? on : off));
       }
     } else {
-      total += std::log(s) + m - x[static_cast<int64_t>(l)];
+      total += std::log(s) + m - (1.0 - smoothing) * x[static_cast<int64_t>(l)];
+      if (smoothing > 0) {
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += x[j];
+        total -= smoothing * sum / static_cast<double>(n);
+      }
     }
   }
   if (!grad) out.data<float>()[0] = static_cast<float>(total / b);
@@ -655,8 +664,10 @@ absl::Status SigmoidXent(KernelContext& c, bool grad) {
   Tensor out = grad ? Tensor(DT_FLOAT, logits.shape()) : Tensor::Scalar<float>(0);
   float upstream = grad ? c.inputs[0].data<float>()[0] / static_cast<float>(b) : 0;
   double total = 0;
+  // Label smoothing (Keras'): the target z becomes z (1 - s) + s / 2.
+  const double smoothing = GetAttrF(*c.node, "label_smoothing", 0.0f);
   for (int64_t i = 0; i < b; ++i) {
-    double x = logits.data<float>()[i], z = LabelAt(labels, i);
+    double x = logits.data<float>()[i], z = LabelAt(labels, i) * (1.0 - smoothing) + 0.5 * smoothing;
     if (grad) {
       out.data<float>()[i] = upstream * static_cast<float>(1.0 / (1.0 + std::exp(-x)) - z);
     } else {
