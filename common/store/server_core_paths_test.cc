@@ -96,6 +96,9 @@ TEST(ServerCorePathsTest, EveryOptimizerMatchesTheSharedLibraryDenseAndLazyRows)
            "adagrad { learning_rate: 0.1 }",
            "adam { learning_rate: 0.01 }",
            "ftrl { learning_rate: 0.1 l1: 0.01 l2: 0.01 }",
+           "adamw { learning_rate: 0.01 weight_decay: 0.1 }",
+           "rmsprop { learning_rate: 0.01 }",
+           "rmsprop { learning_rate: 0.01 momentum: 0.9 centered: true }",
        }) {
     SCOPED_TRACE(opt_text);
     ParameterServerCore ps(Options());
