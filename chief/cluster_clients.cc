@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/strip.h"
+#include "common/optimizer.h"
 #include "common/rpc/unary_call.h"
 #include "common/transport/replica_header.h"
 #include "common/status_macros.h"
@@ -21,6 +22,12 @@ constexpr absl::Duration kStorageTimeout = absl::Minutes(10);
 }  // namespace
 
 absl::Duration CreateVariablesTimeout(const CreateVariablesRequest& req) {
+  // Values and the optimizer's slots (two where the request names none the
+  // PS would accept: it refuses those anyway).
+  int slots = 2;
+  if (absl::StatusOr<std::unique_ptr<Optimizer>> opt = Optimizer::Create(req.optimizer()); opt.ok()) {
+    slots = (*opt)->num_slots();
+  }
   double bytes = 0;
   for (const VariableDef& v : req.variable()) {
     if (v.kind() == VariableDef::HASH_TABLE) continue;
@@ -31,7 +38,7 @@ absl::Duration CreateVariablesTimeout(const CreateVariablesRequest& req) {
       n *= d == 0 && v.row_end() > v.row_begin() ? static_cast<double>(v.row_end() - v.row_begin())
                                                  : static_cast<double>(std::max<int64_t>(size, 1));
     }
-    bytes += 3 * n;  // values and up to two slots
+    bytes += (1 + slots) * n;
   }
   return std::min(kControlTimeout + absl::Seconds(bytes / 10e6), absl::Hours(1));
 }

@@ -28,8 +28,8 @@ namespace psrt {
 std::string CheckpointName(absl::string_view checkpoint_dir);
 
 // How long a PS may take to make and initialise what `req` creates before
-// it answers: 30 s, plus a second for each 10 MB of values and (up to two)
-// optimizer slots its dense variables and fixed tables hold (hash tables
+// it answers: 30 s, plus a second for each 10 MB of values and optimizer
+// slots (RMSprop has up to three) its dense variables and fixed tables hold (hash tables
 // make rows on first touch). A 10^7 x 16 Adam table is 1.9 GB to write,
 // which a busy PS did not finish in 30 s (tests/bench/scale_bench at load
 // 30: the job could not start). At most an hour.

@@ -36,6 +36,17 @@ TEST(CreateVariablesTimeoutTest, GrowsWithTheBytesTheRequestMakes) {
   slice.mutable_variable(0)->set_row_end(1000);
   EXPECT_LT(CreateVariablesTimeout(slice), absl::Seconds(31));
 
+  // A centered RMSprop with momentum keeps three slots: 2.56 GB.
+  CreateVariablesRequest rmsprop = table;
+  rmsprop.mutable_optimizer()->mutable_rmsprop()->set_learning_rate(0.001f);
+  rmsprop.mutable_optimizer()->mutable_rmsprop()->set_momentum(0.9f);
+  rmsprop.mutable_optimizer()->mutable_rmsprop()->set_centered(true);
+  EXPECT_GE(CreateVariablesTimeout(rmsprop), absl::Seconds(30 + 255));
+  // Plain SGD keeps none: 0.64 GB.
+  CreateVariablesRequest sgd = table;
+  sgd.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  EXPECT_LT(CreateVariablesTimeout(sgd), absl::Seconds(30 + 65));
+
   CreateVariablesRequest huge;
   *huge.add_variable() = Def(VariableDef::DENSE, int64_t{1} << 40, int64_t{1} << 20);
   EXPECT_EQ(CreateVariablesTimeout(huge), absl::Hours(1));

@@ -88,6 +88,90 @@ class Adam : public Optimizer {
   const float b1_, b2_, eps_;
 };
 
+// Keras' AdamW (keras.optimizers.AdamW, Keras 3): first the decoupled
+// decay the base optimizer applies before each update step,
+// var -= var * weight_decay * lr (lr the scheduled rate of this update),
+// then Adam's step exactly as keras/src/optimizers/adam.py writes it:
+// m += (g - m) * (1 - b1); v += (g^2 - v) * (1 - b2);
+// var -= m * alpha / (sqrt(v) + eps), alpha = lr * sqrt(1 - b2^t) / (1 - b1^t).
+class AdamW : public Optimizer {
+ public:
+  explicit AdamW(const AdamWOptimizer& d)
+      : b1_(Or(d.beta1(), 0.9f)),
+        b2_(Or(d.beta2(), 0.999f)),
+        eps_(Or(d.epsilon(), 1e-7f)),
+        wd_(d.has_weight_decay() ? d.weight_decay() : 0.004f) {}
+  std::string name() const override { return "adamw"; }
+  std::vector<std::string> slot_names() const override { return {"m", "v"}; }
+  void Apply(float* var, const float* grad, int64_t n, float* const* slots, int64_t t) const override {
+    Arr v(var, n), m(slots[0], n), s(slots[1], n);
+    CArr g(grad, n);
+    const float lr = LearningRate(t);
+    if (wd_ != 0) v -= v * wd_ * lr;
+    const double tt = static_cast<double>(std::max<int64_t>(t, 1));
+    const float alpha = static_cast<float>(lr * std::sqrt(1 - std::pow(b2_, tt)) / (1 - std::pow(b1_, tt)));
+    m += (g - m) * (1 - b1_);
+    s += (g.square() - s) * (1 - b2_);
+    v -= m * alpha / (s.sqrt() + eps_);
+  }
+
+ private:
+  const float b1_, b2_, eps_, wd_;
+};
+
+// Keras' RMSprop (keras/src/optimizers/rmsprop.py):
+// velocity = rho * velocity + (1 - rho) * g^2;
+// centered: average_gradient = rho * average_gradient + (1 - rho) * g and
+// denominator = velocity - average_gradient^2 + eps, else velocity + eps;
+// increment = lr * g / sqrt(denominator);
+// with momentum: momentum = momentum * momentum_slot + increment,
+// var -= momentum; without: var -= increment. (eps inside the root, as
+// Keras has it; TF1's RMSPropOptimizer added it to the squares too.)
+class Rmsprop : public Optimizer {
+ public:
+  explicit Rmsprop(const RmspropOptimizer& d)
+      : rho_(Or(d.rho(), 0.9f)),
+        momentum_(d.momentum()),
+        eps_(Or(d.epsilon(), 1e-7f)),
+        centered_(d.centered()) {}
+  std::string name() const override { return "rmsprop"; }
+  // Keras' names, in the order Keras' build() adds them.
+  std::vector<std::string> slot_names() const override {
+    std::vector<std::string> names = {"velocity"};
+    if (momentum_ > 0) names.push_back("momentum");
+    if (centered_) names.push_back("average_gradient");
+    return names;
+  }
+  void Apply(float* var, const float* grad, int64_t n, float* const* slots, int64_t t) const override {
+    Arr v(var, n), velocity(slots[0], n);
+    CArr g(grad, n);
+    const float lr = LearningRate(t);
+    velocity = rho_ * velocity + (1 - rho_) * g.square();
+    float* mom = momentum_ > 0 ? slots[1] : nullptr;
+    if (centered_) {
+      Arr avg(slots[momentum_ > 0 ? 2 : 1], n);
+      avg = rho_ * avg + (1 - rho_) * g;
+      if (mom == nullptr) {
+        v -= lr * g / (velocity - avg.square() + eps_).sqrt();
+      } else {
+        Arr m(mom, n);
+        m = momentum_ * m + lr * g / (velocity - avg.square() + eps_).sqrt();
+        v -= m;
+      }
+    } else if (mom == nullptr) {
+      v -= lr * g / (velocity + eps_).sqrt();
+    } else {
+      Arr m(mom, n);
+      m = momentum_ * m + lr * g / (velocity + eps_).sqrt();
+      v -= m;
+    }
+  }
+
+ private:
+  const float rho_, momentum_, eps_;
+  const bool centered_;
+};
+
 class Ftrl : public Optimizer {
  public:
   explicit Ftrl(const FtrlOptimizer& d)
@@ -139,8 +223,15 @@ absl::Status CheckLr(float lr, absl::string_view opt) {
 }
 
 absl::Status CheckUnit(float v, absl::string_view field) {
-  if (v < 0 || v >= 1) {
+  if (!(v >= 0 && v < 1)) {  // NaN too
     return absl::InvalidArgumentError(absl::StrCat(field, " must be in [0, 1), got ", v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNonNegative(float v, absl::string_view field) {
+  if (!(v >= 0) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " must be >= 0 and finite, got ", v));
   }
   return absl::OkStatus();
 }
@@ -179,9 +270,26 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateRule(const OptimizerDef& def) {
         return absl::InvalidArgumentError("optimizer.ftrl.learning_rate_power must be <= 0");
       }
       return std::unique_ptr<Optimizer>(new Ftrl(def.ftrl()));
+    case OptimizerDef::kAdamw: {
+      const AdamWOptimizer& d = def.adamw();
+      if (auto s = CheckLr(d.learning_rate(), "adamw"); !s.ok()) return s;
+      if (auto s = CheckUnit(d.beta1(), "optimizer.adamw.beta1"); !s.ok()) return s;
+      if (auto s = CheckUnit(d.beta2(), "optimizer.adamw.beta2"); !s.ok()) return s;
+      if (auto s = CheckNonNegative(d.epsilon(), "optimizer.adamw.epsilon"); !s.ok()) return s;
+      if (auto s = CheckNonNegative(d.weight_decay(), "optimizer.adamw.weight_decay"); !s.ok()) return s;
+      return std::unique_ptr<Optimizer>(new AdamW(d));
+    }
+    case OptimizerDef::kRmsprop: {
+      const RmspropOptimizer& d = def.rmsprop();
+      if (auto s = CheckLr(d.learning_rate(), "rmsprop"); !s.ok()) return s;
+      if (auto s = CheckUnit(d.rho(), "optimizer.rmsprop.rho"); !s.ok()) return s;
+      if (auto s = CheckUnit(d.momentum(), "optimizer.rmsprop.momentum"); !s.ok()) return s;
+      if (auto s = CheckNonNegative(d.epsilon(), "optimizer.rmsprop.epsilon"); !s.ok()) return s;
+      return std::unique_ptr<Optimizer>(new Rmsprop(d));
+    }
     default:
       return absl::InvalidArgumentError(
-          "optimizer: none given (set one of sgd, momentum, adagrad, adam, ftrl)");
+          "optimizer: none given (set one of sgd, momentum, adagrad, adam, adamw, rmsprop, ftrl)");
   }
 }
 
@@ -192,6 +300,8 @@ float BaseLearningRate(const OptimizerDef& def) {
     case OptimizerDef::kAdagrad: return def.adagrad().learning_rate();
     case OptimizerDef::kAdam: return def.adam().learning_rate();
     case OptimizerDef::kFtrl: return def.ftrl().learning_rate();
+    case OptimizerDef::kAdamw: return def.adamw().learning_rate();
+    case OptimizerDef::kRmsprop: return def.rmsprop().learning_rate();
     default: return 0;
   }
 }

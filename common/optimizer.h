@@ -11,8 +11,12 @@
 // Equations follow TensorFlow/Keras (tf.keras.optimizers): SGD; Momentum
 // (accum = m*accum + g; var -= lr*accum, or Nesterov var -= lr*(g + m*accum));
 // Adagrad (accum += g^2; var -= lr*g/(sqrt(accum)+eps)); Adam (m, v moments,
-// lr_t = lr*sqrt(1-b2^t)/(1-b1^t), var -= lr_t*m/(sqrt(v)+eps)); FTRL-proximal
-// (TF's ApplyFtrl with l1, l2 and learning_rate_power).
+// lr_t = lr*sqrt(1-b2^t)/(1-b1^t), var -= lr_t*m/(sqrt(v)+eps)); AdamW
+// (Keras 3: var -= var*weight_decay*lr, then Adam's step); RMSprop (Keras 3:
+// velocity = rho*velocity + (1-rho)*g^2, centered subtracts the square of a
+// moving mean of g, var -= lr*g/sqrt(denominator + eps), optionally through
+// a momentum slot); FTRL-proximal (TF's ApplyFtrl with l1, l2 and
+// learning_rate_power). A sparse update decays only the rows it touches.
 //
 // Thread-compatible and stateless between calls: callers own the slots and
 // the locking.
@@ -38,7 +42,9 @@ class Optimizer {
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerDef& def);
 
   virtual std::string name() const = 0;
-  // Slot names ("momentum", "m", "v", "accumulator", "linear"), in order.
+  // Slot names, in order, Keras' where Keras has the rule: "momentum"; "m",
+  // "v" (Adam, AdamW); "accumulator"; "velocity" then "momentum" (momentum > 0)
+  // then "average_gradient" (centered) for RMSprop; "accumulator", "linear".
   virtual std::vector<std::string> slot_names() const = 0;
   int num_slots() const { return static_cast<int>(slot_names().size()); }
   // The value every element of slot i starts at.

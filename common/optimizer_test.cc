@@ -66,6 +66,61 @@ TEST(OptimizerTest, AdamWithBiasCorrection) {
   EXPECT_NEAR(v[1], 0.80000108f, 1e-6);
 }
 
+TEST(OptimizerTest, AdamWDecaysBeforeAdamsStep) {
+  // Keras' default weight_decay 0.004: var = 1 - 1*0.004*0.1 = 0.9996, then
+  // Adam's step: m = 0.05, v = 0.00025, alpha = 0.1*sqrt(0.001)/0.1,
+  // step = 0.05*alpha/(sqrt(0.00025)+1e-7) = 0.0999993675 -> 0.8996006325.
+  // Step 2: 0.8996006325*(1-0.0004) = 0.8992407922, m = 0.095,
+  // v = 0.00049975, alpha = 0.1*sqrt(0.001999)/0.19,
+  // step = 0.0999995527 -> 0.7992412395.
+  auto v = TwoSteps(*Make("adamw { learning_rate: 0.1 }"));
+  EXPECT_NEAR(v[0], 0.8996006325f, 1e-6);
+  EXPECT_NEAR(v[1], 0.7992412395f, 1e-6);
+  // weight_decay 0.1: 1 - 0.01 = 0.99 - 0.0999993675 = 0.8900006325, then
+  // 0.8900006325*0.99 - 0.0999995527 = 0.7811010735.
+  v = TwoSteps(*Make("adamw { learning_rate: 0.1 weight_decay: 0.1 }"));
+  EXPECT_NEAR(v[0], 0.8900006325f, 1e-6);
+  EXPECT_NEAR(v[1], 0.7811010735f, 1e-6);
+  // weight_decay set to 0 is Adam (unset is 0.004).
+  EXPECT_EQ(TwoSteps(*Make("adamw { learning_rate: 0.1 weight_decay: 0 }")),
+            TwoSteps(*Make("adam { learning_rate: 0.1 }")));
+}
+
+TEST(OptimizerTest, Rmsprop) {
+  // velocity = 0.1*0.25 = 0.025; var -= 0.1*0.5/sqrt(0.025+1e-7) = 0.3162271
+  // -> 0.6837729. Step 2: velocity = 0.9*0.025+0.025 = 0.0475,
+  // var -= 0.05/sqrt(0.0475001) = 0.2294155 -> 0.4543574.
+  auto v = TwoSteps(*Make("rmsprop { learning_rate: 0.1 }"));
+  EXPECT_NEAR(v[0], 0.6837729f, 1e-6);
+  EXPECT_NEAR(v[1], 0.4543574f, 1e-6);
+  // Centered: average_gradient = 0.05, denominator = 0.025-0.0025+1e-7,
+  // var -= 0.05/0.15000033 -> 0.6666674. Step 2: average 0.095,
+  // denominator = 0.0475-0.009025+1e-7 = 0.0384751, var -= 0.2549061 -> 0.4117614.
+  v = TwoSteps(*Make("rmsprop { learning_rate: 0.1 centered: true }"));
+  EXPECT_NEAR(v[0], 0.6666674f, 1e-6);
+  EXPECT_NEAR(v[1], 0.4117614f, 1e-6);
+  // Momentum 0.9: the first step is the plain one; the second moves by
+  // 0.9*0.3162271 + 0.2294155 = 0.5140199 -> 0.1697530.
+  v = TwoSteps(*Make("rmsprop { learning_rate: 0.1 momentum: 0.9 }"));
+  EXPECT_NEAR(v[0], 0.6837729f, 1e-6);
+  EXPECT_NEAR(v[1], 0.1697530f, 1e-6);
+  // Both: 0.9*0.3333326 + 0.2549061 = 0.5549054 -> 0.1117620.
+  v = TwoSteps(*Make("rmsprop { learning_rate: 0.1 momentum: 0.9 centered: true }"));
+  EXPECT_NEAR(v[0], 0.6666674f, 1e-6);
+  EXPECT_NEAR(v[1], 0.1117620f, 1e-6);
+  // rho 0.5: velocity = 0.125, var -= 0.05/sqrt(0.1250001) -> 0.8585787.
+  EXPECT_NEAR(TwoSteps(*Make("rmsprop { learning_rate: 0.1 rho: 0.5 }"))[0], 0.8585787f, 1e-6);
+}
+
+TEST(OptimizerTest, AdamWAndRmspropFollowTheSchedule) {
+  // STEP halves the rate at update 2: RMSprop's second step is half of
+  // 0.2294155; AdamW's decay uses the scheduled rate too.
+  auto v = TwoSteps(*Make("rmsprop { learning_rate: 0.1 } schedule { kind: STEP decay_steps: 2 decay_rate: 0.5 }"));
+  EXPECT_NEAR(v[1], 0.6837729f - 0.1147078f, 1e-6);
+  v = TwoSteps(*Make("adamw { learning_rate: 0.1 weight_decay: 0.1 } schedule { kind: STEP decay_steps: 2 decay_rate: 0.5 }"));
+  EXPECT_NEAR(v[1], 0.8900006325f * (1 - 0.1f * 0.05f) - 0.0999995527f / 2, 1e-6);
+}
+
 TEST(OptimizerTest, FtrlProximal) {
   auto v = TwoSteps(*Make("ftrl { learning_rate: 0.1 l1: 0.01 l2: 0.02 }"));
   EXPECT_NEAR(v[0], 0.37672466f, 1e-6);
@@ -84,6 +139,15 @@ TEST(OptimizerTest, SlotsAndNames) {
   EXPECT_EQ(Make("adam { learning_rate: 0.1 }")->slot_names(), (std::vector<std::string>{"m", "v"}));
   EXPECT_EQ(Make("sgd { learning_rate: 0.1 }")->num_slots(), 0);
   EXPECT_EQ(Make("adagrad { learning_rate: 0.1 initial_accumulator: 0.5 }")->slot_initial_value(0), 0.5f);
+  EXPECT_EQ(Make("adamw { learning_rate: 0.1 }")->slot_names(), (std::vector<std::string>{"m", "v"}));
+  EXPECT_EQ(Make("adamw { learning_rate: 0.1 }")->name(), "adamw");
+  EXPECT_EQ(Make("rmsprop { learning_rate: 0.1 }")->slot_names(), (std::vector<std::string>{"velocity"}));
+  EXPECT_EQ(Make("rmsprop { learning_rate: 0.1 centered: true }")->slot_names(),
+            (std::vector<std::string>{"velocity", "average_gradient"}));
+  EXPECT_EQ(Make("rmsprop { learning_rate: 0.1 momentum: 0.5 }")->slot_names(),
+            (std::vector<std::string>{"velocity", "momentum"}));
+  EXPECT_EQ(Make("rmsprop { learning_rate: 0.1 momentum: 0.5 centered: true }")->slot_names(),
+            (std::vector<std::string>{"velocity", "momentum", "average_gradient"}));
 }
 
 TEST(OptimizerTest, RefusesBadDefinitions) {
@@ -97,6 +161,27 @@ TEST(OptimizerTest, RefusesBadDefinitions) {
   EXPECT_THAT(err("adam { learning_rate: 0.1 beta1: 1.5 }"), HasSubstr("optimizer.adam.beta1"));
   EXPECT_THAT(err("momentum { learning_rate: 0.1 momentum: -1 }"), HasSubstr("momentum.momentum"));
   EXPECT_THAT(err("ftrl { learning_rate: 0.1 l1: -1 }"), HasSubstr("l1 and l2"));
+  EXPECT_THAT(err("adam { learning_rate: 0.1 beta2: nan }"), HasSubstr("optimizer.adam.beta2"));
+
+  EXPECT_THAT(err("adamw { }"), HasSubstr("optimizer.adamw.learning_rate must be positive"));
+  EXPECT_THAT(err("adamw { learning_rate: inf }"), HasSubstr("optimizer.adamw.learning_rate"));
+  EXPECT_THAT(err("adamw { learning_rate: 0.1 beta1: 1 }"), HasSubstr("optimizer.adamw.beta1"));
+  EXPECT_THAT(err("adamw { learning_rate: 0.1 beta2: -0.5 }"), HasSubstr("optimizer.adamw.beta2"));
+  EXPECT_THAT(err("adamw { learning_rate: 0.1 epsilon: -1e-8 }"), HasSubstr("optimizer.adamw.epsilon"));
+  EXPECT_THAT(err("adamw { learning_rate: 0.1 weight_decay: -0.01 }"), HasSubstr("optimizer.adamw.weight_decay"));
+  EXPECT_THAT(err("adamw { learning_rate: 0.1 weight_decay: nan }"), HasSubstr("optimizer.adamw.weight_decay"));
+
+  EXPECT_THAT(err("rmsprop { learning_rate: -1 }"), HasSubstr("optimizer.rmsprop.learning_rate must be positive"));
+  EXPECT_THAT(err("rmsprop { learning_rate: 0.1 rho: 1 }"), HasSubstr("optimizer.rmsprop.rho"));
+  EXPECT_THAT(err("rmsprop { learning_rate: 0.1 momentum: 1.5 }"), HasSubstr("optimizer.rmsprop.momentum"));
+  EXPECT_THAT(err("rmsprop { learning_rate: 0.1 momentum: -0.1 }"), HasSubstr("optimizer.rmsprop.momentum"));
+  EXPECT_THAT(err("rmsprop { learning_rate: 0.1 epsilon: -1 }"), HasSubstr("optimizer.rmsprop.epsilon"));
+  EXPECT_THAT(err("rmsprop { learning_rate: 0.1 epsilon: inf }"), HasSubstr("optimizer.rmsprop.epsilon"));
+  // Every refusal is INVALID_ARGUMENT.
+  OptimizerDef def;
+  def.mutable_rmsprop()->set_learning_rate(0.1f);
+  def.mutable_rmsprop()->set_rho(2);
+  EXPECT_EQ(Optimizer::Create(def).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(OptimizerTest, LearningRateSchedules) {

@@ -66,6 +66,17 @@ TEST(JobPlannerTest, LabelSmoothingIsCheckedNamingTheField) {
   }
 }
 
+// AdamW and RMSprop (#25) pass the same check at parse, a bad field named.
+TEST(JobPlannerTest, AdamWAndRmspropAreCheckedAtParse) {
+  EXPECT_TRUE(Parse("optimizer { adamw { learning_rate: 0.001 } schedule { kind: COSINE } }").ok());
+  EXPECT_TRUE(Parse("optimizer { rmsprop { learning_rate: 0.001 momentum: 0.9 centered: true } }").ok());
+  auto job = Parse("optimizer { adamw { learning_rate: 0.001 weight_decay: -1 } }");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("job.pbtxt: optimizer.adamw.weight_decay must be >= 0"));
+  job = Parse("optimizer { rmsprop { learning_rate: 0.001 rho: 1 } }");
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("job.pbtxt: optimizer.rmsprop.rho must be in [0, 1)"));
+}
+
 TEST(JobPlannerTest, InputCompressionAndDecodeAreCheckedAtParse) {
   EXPECT_TRUE(Parse("", "compression: \"GZIP\"").ok());
   auto job = Parse("", "compression: \"SNAPPY\"");

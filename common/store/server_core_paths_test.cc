@@ -96,6 +96,9 @@ TEST(ServerCorePathsTest, EveryOptimizerMatchesTheSharedLibraryDenseAndLazyRows)
            "adagrad { learning_rate: 0.1 }",
            "adam { learning_rate: 0.01 }",
            "ftrl { learning_rate: 0.1 l1: 0.01 l2: 0.01 }",
+           "adamw { learning_rate: 0.01 weight_decay: 0.1 }",
+           "rmsprop { learning_rate: 0.01 }",
+           "rmsprop { learning_rate: 0.01 momentum: 0.9 centered: true }",
        }) {
     SCOPED_TRACE(opt_text);
     ParameterServerCore ps(Options());
@@ -134,6 +137,64 @@ TEST(ServerCorePathsTest, EveryOptimizerMatchesTheSharedLibraryDenseAndLazyRows)
     EXPECT_FLOAT_EQ(t[3], row1[1]);
     EXPECT_EQ(t[0], 0.5f);  // lazy: rows 0 and 2 and their slots untouched
     EXPECT_EQ(t[5], 0.5f);
+  }
+}
+
+// AdamW's and RMSprop's slots (and the update count their bias correction
+// and schedule read) are part of a snapshot: a fresh server restored from
+// step 2 and given steps 2 and 3 ends bit-identical to the one that never
+// stopped, dense variables and table rows alike.
+TEST(ServerCorePathsTest, AdamWAndRmspropSlotsSurviveASnapshotAndRestore) {
+  ServerCoreOptions o = Options();
+  o.snapshot_root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/slot_snapshots");
+  int run = 0;
+  for (const std::string opt_text : {
+           "adamw { learning_rate: 0.01 weight_decay: 0.1 } schedule { kind: STEP decay_steps: 3 decay_rate: 0.5 }",
+           "rmsprop { learning_rate: 0.01 momentum: 0.9 centered: true }",
+       }) {
+    SCOPED_TRACE(opt_text);
+    const std::string dir = absl::StrCat("slots_", run++);
+    const CreateVariablesRequest req = Req(absl::StrCat(R"(
+        variable { name: "d" dtype: DT_FLOAT shape { dim: 4 } initializer { kind: CONSTANT value: 0.5 } }
+        variable { name: "t" kind: FIXED_TABLE dtype: DT_FLOAT shape { dim: 3 dim: 2 }
+                   initializer { kind: CONSTANT value: 0.5 } }
+        optimizer { )", opt_text, " }"));
+    auto push = [](ParameterServerCore* ps, int step) {
+      const float s = 1.0f + step;
+      ASSERT_TRUE(ps->Push(Id(0, step), {{"d", Tensor::FromVector<float>({0.1f * s, -0.2f, 0.3f / s, -0.4f * s},
+                                                                          TensorShape({4}))}}).ok());
+      ASSERT_TRUE(ps->PushRows(Id(0, step), {{"t", Ids({step % 3}), Tensor::FromVector<float>(
+                                                                      {0.3f * s, -0.1f}, TensorShape({1, 2}))}}).ok());
+    };
+    std::vector<float> want_d, want_t;
+    {
+      ParameterServerCore first(o);
+      ASSERT_TRUE(first.CreateVariables(req).ok());
+      push(&first, 0);
+      push(&first, 1);
+      SnapshotRequest snap;
+      snap.set_step(2);
+      snap.set_checkpoint(dir);
+      snap.set_wait_durable(true);
+      ASSERT_TRUE(first.Snapshot(snap).ok());
+      push(&first, 2);
+      push(&first, 3);
+      want_d = PullOne(&first, "d");
+      want_t = Values(*PullRows(&first, "t", Ids({0, 1, 2})));
+    }  // closes its snapshot store
+
+    ParameterServerCore restored(o);
+    ASSERT_TRUE(restored.CreateVariables(req).ok());
+    RestoreRequest back;
+    back.set_step(2);
+    back.set_checkpoint(dir);
+    absl::StatusOr<RestoreResponse> r = restored.Restore(back);
+    ASSERT_TRUE(r.ok()) << r.status();
+    push(&restored, 2);
+    push(&restored, 3);
+    EXPECT_EQ(PullOne(&restored, "d"), want_d);
+    EXPECT_EQ(Values(*PullRows(&restored, "t", Ids({0, 1, 2}))), want_t);
+    EXPECT_NE(want_d[0], 0.5f);
   }
 }
 

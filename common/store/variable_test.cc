@@ -264,7 +264,9 @@ TEST(VariableTest, PooledApplyIsBitIdenticalToOnePass) {
                            "momentum { learning_rate: 0.1 momentum: 0.9 nesterov: true }",
                            "adagrad { learning_rate: 0.1 }", "adam { learning_rate: 0.01 }",
                            "ftrl { learning_rate: 0.1 l1: 0.001 l2: 0.01 }",
-                           "ftrl { learning_rate: 0.1 l1: 0.001 learning_rate_power: -0.7 }"}) {
+                           "ftrl { learning_rate: 0.1 l1: 0.001 learning_rate_power: -0.7 }",
+                           "adamw { learning_rate: 0.01 }",
+                           "rmsprop { learning_rate: 0.01 momentum: 0.9 centered: true }"}) {
     OptimizerDef od;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &od)) << text;
     std::unique_ptr<Optimizer> opt = *Optimizer::Create(od);
