@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/compute/gradient_clipping.h"
 #include "common/input/streams.h"
 #include "common/optimizer.h"
 #include "common/plan/placement.h"
@@ -128,6 +129,7 @@ WorkerAssignment ChiefCluster::AssignmentFor(int i, int64_t step) const {
   for (const auto& [var, node] : plan.gradient_node) (*a.mutable_gradient_node())[var] = node;
   for (const auto& m : plan.metric_nodes) a.add_metric_node(m);
   a.set_seed(options.job.seed());
+  *a.mutable_clip() = ClippingOf(options.job.optimizer());
   a.set_chief_incarnation(options.incarnation);
   if (shape.replicated) *a.mutable_route() = Route();
   a.set_generation(generation);

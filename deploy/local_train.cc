@@ -20,6 +20,7 @@
 #include "glog/logging.h"
 #include "common/store/local_ps_client.h"
 #include "worker/device_select.h"
+#include "common/compute/clipping_step_runner.h"
 #include "common/compute/graph_step_runner.h"
 #include "common/input/dataset.h"
 #include "common/input/source.h"
@@ -72,7 +73,9 @@ absl::Status Train() {
   WorkerAssignment a = AssignmentOf(job, plan);
   const int threads = absl::GetFlag(FLAGS_threads);
   ASSIGN_OR_RETURN(DeviceChoice device, ChooseDevice(absl::GetFlag(FLAGS_device)));
-  ASSIGN_OR_RETURN(auto runner, GraphStepRunner::Create(a, threads, ExecutorFactoryFor(device)));
+  ASSIGN_OR_RETURN(auto graph_runner, GraphStepRunner::Create(a, threads, ExecutorFactoryFor(device)));
+  // The job's gradient clipping, as a worker applies it (none: no wrapper).
+  std::unique_ptr<StepRunner> runner = MaybeClipGradients(std::move(graph_runner), a.clip());
   DatasetOptions d;
   d.input = job.input();
   d.split = job.input().train();

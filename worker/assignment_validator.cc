@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/compute/gradient_clipping.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -130,6 +131,7 @@ absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimit
   if (a.local_devices() < 0 || a.local_devices() > limits.max_local_devices) {
     return Bad("local_devices", absl::StrCat(a.local_devices(), " is not in [0, ", limits.max_local_devices, "]"));
   }
+  RETURN_IF_ERROR(CheckClipping(a.clip(), "assignment.clip"));
   std::map<std::string, std::string> ops;
   for (const NodeDef& n : a.graph().node()) {
     if (!ops.emplace(n.name(), n.op()).second) return Bad("graph", absl::StrCat("node \"", n.name(), "\" twice"));

@@ -92,6 +92,24 @@ TEST(AssignmentValidatorTest, EachBadFieldIsNamed) {
 
 // A gradient may be output k of a node with several (LayerNormGrad's and
 // BatchNormGrad's dscale and doffset): "node:k" names that node.
+TEST(AssignmentValidatorTest, ThePlannersAssignmentCarriesClippingAndABadOneIsNamed) {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_mlp.pbtxt");
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->mutable_optimizer()->set_clipvalue(0.5f);
+  absl::StatusOr<JobPlan> plan = PlanJob(*job, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(AssignmentOf(*job, *plan).clip().clipvalue(), 0.5f);
+
+  WorkerAssignment a = Mlp();
+  a.mutable_clip()->set_global_clipnorm(1);
+  EXPECT_TRUE(ValidateAssignment(a, TwoPs()).ok());
+  a.mutable_clip()->set_global_clipnorm(-2);
+  EXPECT_THAT(Refusal(a), HasSubstr("assignment.clip.global_clipnorm: -2 is not a finite value >= 0"));
+  a.mutable_clip()->set_global_clipnorm(1);
+  a.mutable_clip()->set_clipnorm(1);
+  EXPECT_THAT(Refusal(a), HasSubstr("assignment.clip.global_clipnorm: set with assignment.clip.clipnorm"));
+}
+
 TEST(AssignmentValidatorTest, AGradientMayBeAnOutputOfANodeWithSeveral) {
   absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_onnx_vit.pbtxt");
   ASSERT_TRUE(job.ok()) << job.status();

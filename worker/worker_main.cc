@@ -38,6 +38,8 @@
 #include "common/transport/ps_client.h"
 #include "worker/device_select.h"
 #include "worker/mirrored_client.h"
+#include "common/compute/clipping_step_runner.h"
+#include "common/compute/gradient_clipping.h"
 #include "common/compute/graph_step_runner.h"
 #include "common/compute/mirrored_devices_runner.h"
 #include "worker/worker_metrics.h"
@@ -223,7 +225,10 @@ int Main(int argc, char** argv) {
   deps.make_runner = [make_runner, metrics](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {
     absl::StatusOr<std::unique_ptr<StepRunner>> r = make_runner(a);
     if (!r.ok()) return r.status();
-    return MeterRunner(*std::move(r), metrics);
+    // Gradient clipping (none: no wrapper) around the worker's whole
+    // runner: under mirrored{devices}, after the devices' local reduce.
+    if (ClippingEnabled(a.clip())) LOG(INFO) << "clipping gradients: " << a.clip().ShortDebugString();
+    return MeterRunner(MaybeClipGradients(*std::move(r), a.clip()), metrics);
   };
   deps.report_failure = [&](const absl::Status& s, int64_t step) {
     ReportFailureRequest req;

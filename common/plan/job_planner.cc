@@ -10,6 +10,7 @@
 #include "common/plan/placement.h"
 #include "common/graph/model_compiler.h"
 #include "common/optimizer.h"
+#include "common/compute/gradient_clipping.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -89,6 +90,7 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
     // than by every PS once the cluster runs (the chief fills decay_steps 0
     // in from the job's length: any positive stand-in checks the rest).
     s = Optimizer::Create(ResolveSchedule(job.optimizer(), 1)).status();
+    if (s.ok()) s = CheckClipping(ClippingOf(job.optimizer()), "optimizer");
   }
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
   return job;
@@ -279,6 +281,7 @@ WorkerAssignment AssignmentOf(const TrainingJob& job, const JobPlan& plan) {
   for (const auto& m : plan.metric_nodes) a.add_metric_node(m);
   a.set_seed(job.seed());
   a.set_num_shards(1);
+  *a.mutable_clip() = ClippingOf(job.optimizer());
   return a;
 }
 

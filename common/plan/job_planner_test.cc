@@ -77,6 +77,25 @@ TEST(JobPlannerTest, AdamWAndRmspropAreCheckedAtParse) {
   EXPECT_THAT(std::string(job.status().message()), HasSubstr("job.pbtxt: optimizer.rmsprop.rho must be in [0, 1)"));
 }
 
+TEST(JobPlannerTest, GradientClippingIsCheckedAtParseNamingTheField) {
+  for (const std::string ok : {"clipnorm: 1", "clipvalue: 0.5", "global_clipnorm: 1.0", "clipnorm: 0"}) {
+    auto job = Parse(absl::StrCat("optimizer { adam { learning_rate: 0.001 } ", ok, " }"));
+    EXPECT_TRUE(job.ok()) << ok << ": " << job.status();
+  }
+  const std::pair<std::string, std::string> bad[] = {
+      {"clipnorm: -1", "job.pbtxt: optimizer.clipnorm: -1 is not a finite value >= 0"},
+      {"clipvalue: nan", "job.pbtxt: optimizer.clipvalue: nan is not a finite value >= 0"},
+      {"global_clipnorm: inf", "job.pbtxt: optimizer.global_clipnorm: inf is not a finite value >= 0"},
+      {"clipnorm: 1 global_clipnorm: 2",
+       "job.pbtxt: optimizer.global_clipnorm: set with optimizer.clipnorm; at most one clipping may be set"},
+  };
+  for (const auto& [clip, message] : bad) {
+    auto job = Parse(absl::StrCat("optimizer { sgd { learning_rate: 0.1 } ", clip, " }"));
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << clip;
+    EXPECT_THAT(std::string(job.status().message()), HasSubstr(message));
+  }
+}
+
 TEST(JobPlannerTest, InputCompressionAndDecodeAreCheckedAtParse) {
   EXPECT_TRUE(Parse("", "compression: \"GZIP\"").ok());
   auto job = Parse("", "compression: \"SNAPPY\"");
