@@ -105,6 +105,8 @@ class PsTcpServer {
 
   // Connections open now (admitted or awaiting their hello).
   int connections() const;
+  // Bytes of large requests charged to max_buffered_bytes now.
+  uint64_t buffered_bytes() const { return budget_->held(); }
   // Stops accepting, ends every connection and waits for their threads.
   // Answers to pulls still parked in the core are dropped. Idempotent.
   void Shutdown();
