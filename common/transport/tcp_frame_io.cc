@@ -198,7 +198,15 @@ absl::Status FrameReader::Next(std::shared_ptr<TensorBuffer>* body, absl::Status
   auto give_back = [this](uint64_t bytes) {
     if (budget_ != nullptr) budget_->Release(bytes);
   };
-  std::shared_ptr<TensorBuffer> own = pool_->Allocate(static_cast<size_t>(n));
+  // The buffer is as large as announced, but only what arrives is touched.
+  std::shared_ptr<TensorBuffer> own = pool_->TryAllocate(static_cast<size_t>(n));
+  if (own == nullptr) {
+    give_back(charged);
+    return Refuse(n, 0, nullptr, response,
+                  absl::ResourceExhaustedError(
+                      absl::StrCat("no memory for a frame of ", n, " bytes from ", what_, "; retry later")),
+                  oversized);
+  }
   uint8_t* dst = static_cast<uint8_t*>(own->data());
   const size_t ahead = static_cast<size_t>(std::min<uint64_t>(end_ - begin_, n));  // <= charged
   if (ahead > 0) std::memcpy(dst, static_cast<uint8_t*>(chunk_->data()) + begin_, ahead);
