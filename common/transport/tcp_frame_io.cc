@@ -46,8 +46,8 @@ absl::Status FrameReader::AwaitBytes() {
       frame_waited_ + std::max(deadlines_.slow_grace, absl::Seconds(static_cast<double>(got) / rate));
   const absl::Time idle_at = now + deadlines_.idle;
   const absl::Time until = std::min(slow_at, idle_at);
-  while (true) {
-    const absl::Duration left = until - absl::Now();
+  for (absl::Time t = now;; t = absl::Now()) {
+    const absl::Duration left = until - t;
     if (left <= absl::ZeroDuration()) break;
     pollfd p{fd_, POLLIN, 0};
     const int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
