@@ -50,7 +50,7 @@ absl::Status FrameReader::AwaitBytes() {
     const absl::Duration left = until - t;
     if (left <= absl::ZeroDuration()) break;
     pollfd p{fd_, POLLIN, 0};
-    const int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+    const int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left), 1 << 30) + 1);
     const int r = ::poll(&p, 1, ms);
     if (r > 0) return absl::OkStatus();  // bytes, the end, or an error: the read says which
     if (r < 0 && errno != EINTR) {

@@ -63,7 +63,8 @@ class ByteBudget {
 
 // How long a frame that has begun (a byte of it has arrived) may take to
 // come whole, so that a peer cannot hold a reader, and the budget its body
-// is charged, by sending slowly or not at all.
+// is charged, by sending slowly or not at all. absl::InfiniteDuration()
+// turns a deadline off.
 struct FrameDeadlines {
   // A begun frame that sends nothing for this long ends its connection.
   absl::Duration idle = absl::Seconds(30);
