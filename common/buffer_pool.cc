@@ -1,5 +1,6 @@
 #include "common/buffer_pool.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -37,7 +38,14 @@ std::shared_ptr<BufferPool> BufferPool::Create(BufferPoolOptions options) {
 BufferPool::~BufferPool() = default;
 
 std::shared_ptr<TensorBuffer> BufferPool::Allocate(size_t bytes) {
-  if (bytes < state_->options.min_bytes) return TensorBuffer::Allocate(bytes);
+  std::shared_ptr<TensorBuffer> b = TryAllocate(bytes);
+  CHECK(b != nullptr) << "out of memory allocating " << bytes << " bytes";
+  return b;
+}
+
+std::shared_ptr<TensorBuffer> BufferPool::TryAllocate(size_t bytes) {
+  if (bytes < state_->options.min_bytes) return TensorBuffer::TryAllocate(bytes);
+  if (bytes > SIZE_MAX - kPage) return nullptr;
   const size_t rounded = RoundUp(bytes);
   void* p = nullptr;
   {
@@ -54,7 +62,7 @@ std::shared_ptr<TensorBuffer> BufferPool::Allocate(size_t bytes) {
   }
   if (p == nullptr) {
     p = std::aligned_alloc(kPage, rounded);
-    CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
+    if (p == nullptr) return nullptr;
   }
   // The releaser holds the state, so buffers may outlive the pool object.
   return std::make_shared<TensorBuffer>(p, bytes, [state = state_, rounded](void* q) {

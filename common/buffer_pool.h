@@ -46,6 +46,9 @@ class BufferPool {
 
   // 64-byte aligned, contents uninitialised, size() == bytes.
   std::shared_ptr<TensorBuffer> Allocate(size_t bytes);
+  // The same, or null where the memory cannot be had (Allocate aborts):
+  // for sizes a peer named.
+  std::shared_ptr<TensorBuffer> TryAllocate(size_t bytes);
   // Allocate as a function, for wire::Reader::set_allocator.
   std::function<std::shared_ptr<TensorBuffer>(size_t)> Allocator();
   // A deep copy of `t` in pooled storage.

@@ -85,5 +85,16 @@ TEST(BufferPoolTest, ConcurrentUse) {
   EXPECT_LE(pool->stats().misses, 4);
 }
 
+// Sizes a peer names: a buffer that cannot be had is null, not an abort.
+TEST(BufferPoolTest, TryAllocateAnswersNullWhereTheMemoryCannotBeHad) {
+  auto pool = BufferPool::Create({});
+  EXPECT_EQ(pool->TryAllocate(SIZE_MAX), nullptr);
+  EXPECT_EQ(pool->TryAllocate(size_t{1} << 62), nullptr);
+  auto b = pool->TryAllocate(1 << 20);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->size(), size_t{1} << 20);
+  EXPECT_NE(pool->TryAllocate(100), nullptr);  // under min_bytes: a plain allocation
+}
+
 }  // namespace
 }  // namespace psrt

@@ -200,7 +200,8 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
     }
   }
   if (who.identified.ok()) {
-    tcpframe::FrameReader reader(c->fd.get(), pool_, options_.max_request_bytes, c->peer, budget_);
+    tcpframe::FrameReader reader(c->fd.get(), pool_, options_.max_request_bytes, c->peer, budget_,
+                                 options_.frame_deadlines);
     bool corked = false;
     while (!stop_.load()) {
       // Answers to the frames already read go out together once no more
@@ -220,7 +221,12 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
         c->writer->Send(tcpframe::Encode(h, std::string(s.message()), grpc::ByteBuffer()));
         continue;
       }
-      if (!s.ok()) break;  // gone, or a frame we cannot skip safely
+      if (!s.ok()) {  // gone, stalled, or a frame we cannot skip safely
+        if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+          LOG_EVERY_N(WARNING, 20) << "TCP data plane: closing " << c->peer << ": " << s.message();
+        }
+        break;
+      }
       if (!corked && reader.buffered()) {
         c->writer->Cork();
         corked = true;

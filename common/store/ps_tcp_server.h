@@ -14,8 +14,10 @@
 // parks in the core and is answered later from another thread, so it does
 // not hold up the frames behind it. Answers to the frames of one read go
 // out in one send. A malformed frame ends the connection (the client's
-// calls on it fail and it reconnects); a frame over the size limit is
-// answered RESOURCE_EXHAUSTED and skipped, as a unary call would be.
+// calls on it fail and it reconnects), and so does one that stalls or
+// trickles once begun; a frame over the size limit, or that outgrows the
+// shared budget, is answered RESOURCE_EXHAUSTED and skipped, as a unary
+// call would be.
 //
 // Not encrypted: the PS offers it only without TLS unless told otherwise
 // (ps/server_main.cc's --tcp_data_plane).
@@ -62,9 +64,15 @@ struct PsTcpServerOptions {
   // Frames larger than this are answered RESOURCE_EXHAUSTED and skipped.
   uint64_t max_request_bytes = uint64_t{1} << 30;
   // Bytes of large requests (over 64 KiB) held at once across every
-  // connection; a frame that would pass it is answered RESOURCE_EXHAUSTED
-  // and skipped, not allocated.
+  // connection, charged as they arrive (a MiB ahead, not whole when
+  // announced); a frame that outgrows it is answered RESOURCE_EXHAUSTED and
+  // the rest of it skipped, and one that could never fit is refused
+  // before it is allocated.
   uint64_t max_buffered_bytes = uint64_t{2} << 30;
+  // A request begun and then stalled (or trickled) ends its connection and
+  // gives back what it was charged (tcpframe::FrameDeadlines: 30 s idle,
+  // or slower than 64 KiB/s once 60 s old).
+  tcpframe::FrameDeadlines frame_deadlines;
   // A client that takes none of its answers for this long is disconnected,
   // and so is one that does not take a whole answer within this and a
   // second per MiB of it (tcpframe::FrameWriter).
@@ -97,6 +105,8 @@ class PsTcpServer {
 
   // Connections open now (admitted or awaiting their hello).
   int connections() const;
+  // Bytes of large requests charged to max_buffered_bytes now.
+  uint64_t buffered_bytes() const { return budget_->held(); }
   // Stops accepting, ends every connection and waits for their threads.
   // Answers to pulls still parked in the core are dropped. Idempotent.
   void Shutdown();

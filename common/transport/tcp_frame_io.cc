@@ -27,30 +27,82 @@ constexpr int kMaxIov = 1024;                 // IOV_MAX on Linux
 // ------------------------------------------------------------ FrameReader
 
 FrameReader::FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what,
-                         std::shared_ptr<ByteBudget> budget)
+                         std::shared_ptr<ByteBudget> budget, FrameDeadlines deadlines)
     : fd_(fd),
       pool_(std::move(pool)),
       max_body_bytes_(max_body_bytes),
       what_(std::move(what)),
-      budget_(std::move(budget)) {}
+      budget_(std::move(budget)),
+      deadlines_(deadlines) {}
 
-absl::Status FrameReader::Fill() {
+absl::Status FrameReader::AwaitBytes() {
+  const absl::Time now = absl::Now();
+  if (frame_waited_ == absl::InfiniteFuture()) frame_waited_ = now;
+  // Given up once it is older than the grace and has come slower than the
+  // rate: when its bytes so far would no longer be enough.
+  const uint64_t got = read_total_ - frame_base_;
+  const double rate = static_cast<double>(std::max<uint64_t>(deadlines_.min_bytes_per_second, 1));
+  const absl::Time slow_at =
+      frame_waited_ + std::max(deadlines_.slow_grace, absl::Seconds(static_cast<double>(got) / rate));
+  const absl::Time idle_at = now + deadlines_.idle;
+  const absl::Time until = std::min(slow_at, idle_at);
+  for (absl::Time t = now;; t = absl::Now()) {
+    const absl::Duration left = until - t;
+    if (left <= absl::ZeroDuration()) break;
+    pollfd p{fd_, POLLIN, 0};
+    const int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left), 1 << 30) + 1);
+    const int r = ::poll(&p, 1, ms);
+    if (r > 0) return absl::OkStatus();  // bytes, the end, or an error: the read says which
+    if (r < 0 && errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("poll for ", what_, ": ", net::ErrnoText(errno)));
+    }
+  }
+  if (idle_at < slow_at) {
+    return absl::DeadlineExceededError(absl::StrCat(what_, " sent nothing for ", absl::FormatDuration(deadlines_.idle),
+                                                    " in the middle of a frame (", got,
+                                                    " bytes of it came): connection given up"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      what_, " sent a frame slower than ", deadlines_.min_bytes_per_second >> 10, " KiB/s (", got, " bytes in ",
+      absl::FormatDuration(absl::Now() - frame_waited_), "; grace ", absl::FormatDuration(deadlines_.slow_grace),
+      "): connection given up"));
+}
+
+absl::Status FrameReader::ReadSome(uint8_t* dst, size_t n, size_t* got) {
+  const bool begun = in_frame_ || end_ > begin_;
   while (true) {
-    const size_t room = chunk_->size() - end_;
-    ssize_t n = ::read(fd_, static_cast<uint8_t*>(chunk_->data()) + end_, std::min(room, kReadBytes));
-    if (n > 0) {
-      end_ += static_cast<size_t>(n);
+    // Between frames a blocking read (no deadline, as cheap as it gets);
+    // within one, never block past the frame's deadlines.
+    const ssize_t r = begun ? ::recv(fd_, dst, n, MSG_DONTWAIT) : ::read(fd_, dst, n);
+    if (r > 0) {
+      read_total_ += static_cast<uint64_t>(r);
+      *got = static_cast<size_t>(r);
       return absl::OkStatus();
     }
-    if (n == 0) return absl::UnavailableError(absl::StrCat(what_, " closed the connection"));
+    if (r == 0) {
+      return absl::UnavailableError(
+          absl::StrCat(what_, begun ? " closed the connection in the middle of a frame" : " closed the connection"));
+    }
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {  // a non-blocking socket: wait for bytes
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat("read from ", what_, ": ", net::ErrnoText(errno)));
+    }
+    if (begun) {
+      absl::Status s = AwaitBytes();
+      if (!s.ok()) return s;
+    } else {  // a non-blocking socket between frames: wait for bytes
       pollfd p{fd_, POLLIN, 0};
       ::poll(&p, 1, -1);
-      continue;
     }
-    return absl::UnavailableError(absl::StrCat("read from ", what_, ": ", net::ErrnoText(errno)));
   }
+}
+
+absl::Status FrameReader::Fill() {
+  const size_t room = chunk_->size() - end_;
+  size_t got = 0;
+  absl::Status s = ReadSome(static_cast<uint8_t*>(chunk_->data()) + end_, std::min(room, kReadBytes), &got);
+  if (s.ok()) end_ += got;
+  return s;
 }
 
 absl::Status FrameReader::ReadExact(uint8_t* dst, size_t n) {
@@ -86,31 +138,43 @@ absl::Status FrameReader::Skip(uint64_t n) {
   return absl::OkStatus();
 }
 
+absl::Status FrameReader::Refuse(uint64_t n, uint64_t consumed, const uint8_t* head, bool response, absl::Status why,
+                                 absl::StatusOr<Header>* oversized) {
+  absl::Status s;
+  if (n < kHeaderBytes) {
+    *oversized = absl::InvalidArgumentError("shorter than a header");
+    return (s = Skip(n - consumed)).ok() ? why : s;
+  }
+  uint8_t h[kHeaderBytes];
+  const size_t have = static_cast<size_t>(std::min<uint64_t>(consumed, kHeaderBytes));
+  if (have > 0) std::memcpy(h, head, have);
+  if (!(s = ReadExact(h + have, kHeaderBytes - have)).ok()) return s;
+  *oversized = DecodeHeader(h, kHeaderBytes, response);
+  return (s = Skip(n - std::max<uint64_t>(consumed, kHeaderBytes))).ok() ? why : s;
+}
+
+absl::Status FrameReader::OverBudget(uint64_t n, uint64_t got) const {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "a frame of ", n, " bytes from ", what_, " refused", got > 0 ? absl::StrCat(" after ", got, " bytes") : "",
+      ": requests of ", budget_->held(), " bytes are held already, the budget is ", budget_->limit(),
+      " (--max_data_plane_mb); retry later"));
+}
+
 absl::Status FrameReader::Next(std::shared_ptr<TensorBuffer>* body, absl::StatusOr<Header>* oversized,
                                bool response) {
+  in_frame_ = false;
+  frame_base_ = read_total_ - (end_ - begin_);
+  frame_waited_ = absl::InfiniteFuture();
   uint8_t prefix[kPrefixBytes];
   absl::Status s = ReadExact(prefix, kPrefixBytes);
   if (!s.ok()) return s;
+  in_frame_ = true;
   const uint64_t n = DecodePrefix(prefix);
-  const bool big = n > kOwnBufferBytes;
-  const bool over_budget = big && n <= max_body_bytes_ && budget_ != nullptr && !budget_->TryAcquire(n);
-  if (n > max_body_bytes_ || over_budget) {
-    *oversized = absl::InvalidArgumentError("shorter than a header");
-    if (n >= kHeaderBytes) {
-      uint8_t h[kHeaderBytes];
-      if (!(s = ReadExact(h, kHeaderBytes)).ok()) return s;
-      *oversized = DecodeHeader(h, kHeaderBytes, response);
-      if (!(s = Skip(n - kHeaderBytes)).ok()) return s;
-    } else if (!(s = Skip(n)).ok()) {
-      return s;
-    }
-    if (over_budget) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "a frame of ", n, " bytes from ", what_, " refused: requests of ", budget_->held(),
-          " bytes are held already, the budget is ", budget_->limit(), " (--max_data_plane_mb); retry later"));
-    }
-    return absl::ResourceExhaustedError(absl::StrCat("a frame of ", n, " bytes from ", what_,
-                                                     " is over the limit of ", max_body_bytes_));
+  if (n > max_body_bytes_) {
+    return Refuse(n, 0, nullptr, response,
+                  absl::ResourceExhaustedError(
+                      absl::StrCat("a frame of ", n, " bytes from ", what_, " is over the limit of ", max_body_bytes_)),
+                  oversized);
   }
   if (n <= kOwnBufferBytes) {
     // In the read-ahead chunk, referenced (it stays alive with the body).
@@ -120,28 +184,60 @@ absl::Status FrameReader::Next(std::shared_ptr<TensorBuffer>* body, absl::Status
     return absl::OkStatus();
   }
   // Its own aligned buffer: what is read ahead, then the rest straight in.
-  // With a budget, the buffer gives its bytes back when its last user goes.
-  std::shared_ptr<TensorBuffer> own = pool_->Allocate(static_cast<size_t>(n));
+  // With a budget, charged a step ahead of what has arrived (a body that
+  // could never fit is refused at once); the buffer gives the charge back
+  // when its last user goes, and a body that is not finished gives it back
+  // here.
+  uint64_t charged = n;
+  if (budget_ != nullptr) {
+    charged = std::min<uint64_t>(n, std::max<uint64_t>(kBudgetStepBytes, end_ - begin_));
+    if (n > budget_->limit() || !budget_->TryAcquire(charged)) {
+      return Refuse(n, 0, nullptr, response, OverBudget(n, 0), oversized);
+    }
+  }
+  auto give_back = [this](uint64_t bytes) {
+    if (budget_ != nullptr) budget_->Release(bytes);
+  };
+  // The buffer is as large as announced, but only what arrives is touched.
+  std::shared_ptr<TensorBuffer> own = pool_->TryAllocate(static_cast<size_t>(n));
+  if (own == nullptr) {
+    give_back(charged);
+    return Refuse(n, 0, nullptr, response,
+                  absl::ResourceExhaustedError(
+                      absl::StrCat("no memory for a frame of ", n, " bytes from ", what_, "; retry later")),
+                  oversized);
+  }
+  uint8_t* dst = static_cast<uint8_t*>(own->data());
+  const size_t ahead = static_cast<size_t>(std::min<uint64_t>(end_ - begin_, n));  // <= charged
+  if (ahead > 0) std::memcpy(dst, static_cast<uint8_t*>(chunk_->data()) + begin_, ahead);
+  begin_ += ahead;
+  for (uint64_t got = ahead; got < n;) {
+    if (got == charged) {  // budget_ != nullptr: without one, charged == n
+      const uint64_t step = std::min<uint64_t>(n - charged, kBudgetStepBytes);
+      if (!budget_->TryAcquire(step)) {
+        // Outgrew the budget: answered from its header, the rest dropped,
+        // and what it held given back before the (maybe long) skip.
+        uint8_t head[kHeaderBytes];
+        std::memcpy(head, dst, kHeaderBytes);  // got >= a step > a header
+        absl::Status why = OverBudget(n, got);
+        own.reset();
+        give_back(charged);
+        return Refuse(n, got, head, response, std::move(why), oversized);
+      }
+      charged += step;
+    }
+    size_t r = 0;
+    s = ReadSome(dst + got, static_cast<size_t>(charged - got), &r);
+    if (!s.ok()) {
+      own.reset();
+      give_back(charged);
+      return s;
+    }
+    got += r;
+  }
   if (budget_ != nullptr) {
     own = std::make_shared<TensorBuffer>(own->data(), own->size(),
                                          [own, budget = budget_, n](void*) { budget->Release(n); });
-  }
-  uint8_t* dst = static_cast<uint8_t*>(own->data());
-  const size_t ahead = std::min<size_t>(end_ - begin_, static_cast<size_t>(n));
-  if (ahead > 0) std::memcpy(dst, static_cast<uint8_t*>(chunk_->data()) + begin_, ahead);
-  begin_ += ahead;
-  for (size_t got = ahead; got < n;) {
-    ssize_t r = ::read(fd_, dst + got, static_cast<size_t>(n) - got);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-    } else if (r == 0) {
-      return absl::UnavailableError(absl::StrCat(what_, " closed the connection in the middle of a frame"));
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      pollfd p{fd_, POLLIN, 0};
-      ::poll(&p, 1, -1);
-    } else if (errno != EINTR) {
-      return absl::UnavailableError(absl::StrCat("read from ", what_, ": ", net::ErrnoText(errno)));
-    }
   }
   *body = std::move(own);
   return absl::OkStatus();

@@ -5,7 +5,11 @@
 // pushes in flight) costs one read() rather than one per frame; a large
 // frame gets a buffer of its own (from a BufferPool, 64-byte aligned) and
 // the rest of it is read straight into that, so its tensors are adopted
-// where they land (no copy after the kernel's).
+// where they land (no copy after the kernel's). A large body is charged to
+// the reader's ByteBudget as it arrives, a step (1 MiB) ahead of its bytes,
+// not whole when announced: a peer that announces 1 GiB and stalls holds
+// one step, not the budget. Once a frame has begun it must keep coming
+// (FrameDeadlines); between frames a connection may idle for ever.
 //
 // FrameWriter sends from the caller's thread while the socket takes the
 // bytes (never blocking it), and hands what the socket will not take now to
@@ -57,19 +61,40 @@ class ByteBudget {
   std::atomic<uint64_t> held_{0};
 };
 
+// How long a frame that has begun (a byte of it has arrived) may take to
+// come whole, so that a peer cannot hold a reader, and the budget its body
+// is charged, by sending slowly or not at all. absl::InfiniteDuration()
+// turns a deadline off.
+struct FrameDeadlines {
+  // A begun frame that sends nothing for this long ends its connection.
+  absl::Duration idle = absl::Seconds(30);
+  // A begun frame this old that has come slower than min_bytes_per_second
+  // since it began (a byte now and then, never idle) ends it too.
+  absl::Duration slow_grace = absl::Seconds(60);
+  uint64_t min_bytes_per_second = 64 << 10;
+};
+
 class FrameReader {
  public:
-  // `fd` (not owned) is a connected socket, blocking for reads. Bodies over
-  // `max_body_bytes`, or whose own buffer `budget` (optional) cannot take,
-  // are skipped (see Next). `what` names the peer in errors.
-  FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what,
-              std::shared_ptr<ByteBudget> budget = nullptr);
+  // Large bodies are charged to the budget this much at a time.
+  static constexpr uint64_t kBudgetStepBytes = 1 << 20;
 
-  // The next frame's body. Blocks until it is whole. UNAVAILABLE when the
-  // connection ends or fails (also mid-frame); RESOURCE_EXHAUSTED for a body
-  // over the limit or the budget, whose bytes are read and dropped (then
+  // `fd` (not owned) is a connected socket, blocking for reads. Bodies over
+  // `max_body_bytes`, or that outgrow what `budget` (optional) has left, are
+  // refused and skipped (see Next). `what` names the peer in errors.
+  FrameReader(int fd, std::shared_ptr<BufferPool> pool, uint64_t max_body_bytes, std::string what,
+              std::shared_ptr<ByteBudget> budget = nullptr, FrameDeadlines deadlines = {});
+
+  // The next frame's body. Blocks until it is whole; between frames without
+  // a deadline. UNAVAILABLE when the connection ends or fails (also
+  // mid-frame); DEADLINE_EXCEEDED when a begun frame missed its deadlines
+  // (the caller ends the connection: its stream cannot be trusted to go
+  // on); RESOURCE_EXHAUSTED for a body over the limit, or one that outgrew
+  // the budget on the way (the rest of its bytes are read and dropped,
+  // under the same deadlines, and what it was charged given back): then
   // `*oversized` holds its header, when the body had one, so the caller can
-  // answer it).
+  // answer it, and the next Next reads the frame after it. A body handed
+  // out gives its charge back when its last user lets it go.
   absl::Status Next(std::shared_ptr<TensorBuffer>* body, absl::StatusOr<Header>* oversized, bool response);
 
   // Whether bytes are buffered: a caller that corks its answers uncorks
@@ -77,19 +102,39 @@ class FrameReader {
   bool buffered() const { return end_ > begin_; }
 
  private:
-  // Reads more into the chunk (at least one byte); UNAVAILABLE on EOF.
+  // Reads at least one and at most `n` bytes into `dst`: without a
+  // deadline between frames, under the frame's deadlines once it has begun
+  // (in_frame_, or bytes of it are buffered). UNAVAILABLE on EOF.
+  absl::Status ReadSome(uint8_t* dst, size_t n, size_t* got);
+  // Waits for the socket to be readable within the begun frame's deadlines.
+  absl::Status AwaitBytes();
+  // Reads more into the chunk (at least one byte).
   absl::Status Fill();
   absl::Status ReadExact(uint8_t* dst, size_t n);
   absl::Status Skip(uint64_t n);
+  // The one way a body of `n` bytes is refused: `consumed` of them have
+  // been read (`head` holds the first of them, up to a header's worth); its
+  // header is completed from the stream for *oversized, the rest dropped.
+  // Returns `why`, or how the connection failed meanwhile.
+  absl::Status Refuse(uint64_t n, uint64_t consumed, const uint8_t* head, bool response, absl::Status why,
+                      absl::StatusOr<Header>* oversized);
+  absl::Status OverBudget(uint64_t n, uint64_t got) const;
 
   const int fd_;
   const std::shared_ptr<BufferPool> pool_;
   const uint64_t max_body_bytes_;
   const std::string what_;
   const std::shared_ptr<ByteBudget> budget_;
+  const FrameDeadlines deadlines_;
   std::shared_ptr<TensorBuffer> chunk_;  // read-ahead buffer; small bodies reference it
   size_t begin_ = 0;                     // unread bytes are [begin_, end_)
   size_t end_ = 0;
+  uint64_t read_total_ = 0;    // bytes read from the socket, ever
+  bool in_frame_ = false;      // the current frame's prefix has been consumed
+  uint64_t frame_base_ = 0;    // read_total_ where the current frame starts
+  // When the current frame first had to wait for bytes (its clock starts
+  // only then: no clock reads for frames that arrive whole).
+  absl::Time frame_waited_ = absl::InfiniteFuture();
 };
 
 class FrameWriter {

@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/net/socket.h"
 #include "common/tensor_wire.h"
 #include "common/transport/ps_wire.h"
@@ -332,6 +334,230 @@ TEST(TcpFrameIoTest, APeerThatTricklesIsGivenUpWhenAFrameIsNotTakenWholeInTime) 
   EXPECT_EQ(broken.code(), absl::StatusCode::kDeadlineExceeded) << broken;
   EXPECT_NE(broken.message().find("did not take a whole frame of"), absl::string_view::npos) << broken;
   EXPECT_LT(took, absl::Seconds(6)) << "given up after " << took;
+}
+
+
+// ------------------------------------------------ stalled and trickled frames
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr absl::Duration kWait = absl::Seconds(20);  // a bound on waits for a condition
+
+// The first bytes of a frame announcing a body of `n` bytes: its prefix and
+// a push's header (call `call`), as a client that then stalls sends them.
+std::string FrameHead(uint64_t n, uint64_t call) {
+  Header h;
+  h.method = psframe::Method::kPush;
+  h.timeout_ms = 5000;
+  h.call_id = call;
+  std::string wire = Flatten(*Encode(h, "", grpc::ByteBuffer()));
+  EXPECT_EQ(wire.size(), kPrefixBytes + kHeaderBytes);
+  for (int i = 0; i < 8; ++i) wire[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return wire;
+}
+
+std::string PushWire(uint64_t call, size_t bytes) {
+  pswire::PushArgs push;
+  push.gradients.emplace_back("w", Tensor(DT_FLOAT, TensorShape({static_cast<int64_t>(bytes / 4)})));
+  Header h;
+  h.method = psframe::Method::kPush;
+  h.timeout_ms = 5000;
+  h.call_id = call;
+  return Flatten(*Encode(h, "", pswire::EncodePush(push)));
+}
+
+bool WriteAll(int fd, const std::string& bytes) {
+  return net::IoExact(fd, const_cast<char*>(bytes.data()), bytes.size(), true, absl::Now() + kWait, nullptr, "peer")
+      .ok();
+}
+
+// Waits (bounded) until `budget` holds `bytes`.
+bool AwaitHeld(const ByteBudget& budget, uint64_t bytes) {
+  for (const absl::Time end = absl::Now() + kWait; budget.held() != bytes && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return budget.held() == bytes;
+}
+
+struct Pair {
+  Pair() {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    peer = net::Fd(sv[0]);
+    mine = net::Fd(sv[1]);
+  }
+  net::Fd peer, mine;
+};
+
+// Issue #28: a frame announcing 1 GiB was charged whole to the budget the
+// moment its prefix came, and then waited for its body for ever: two such
+// frames held the PS's whole default budget (2 GiB) and every push was
+// refused. Now each holds one step (1 MiB); a stall announcing all of an
+// 8 MiB budget holds 1 MiB of it, and a 6 MiB push fits beside it; every
+// stall is given up at its idle deadline and gives its MiB back.
+TEST(TcpFrameIoTest, AStalledFrameHoldsOneStepOfTheBudgetUntilItsIdleDeadline) {
+  FrameDeadlines d;
+  d.idle = absl::Seconds(2);
+  auto whole = std::make_shared<ByteBudget>(uint64_t{2} << 30);  // the PS's default
+  auto small = std::make_shared<ByteBudget>(8 * kMiB);
+  struct Stall {
+    std::shared_ptr<ByteBudget> budget;
+    uint64_t announced;
+    Pair pair;
+    absl::Status ended;
+    absl::Duration took;
+  };
+  Stall stalls[3] = {{whole, uint64_t{1} << 30}, {whole, uint64_t{1} << 30}, {small, 8 * kMiB}};
+  std::shared_ptr<BufferPool> pool = BufferPool::Create();
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) {
+    Stall& st = stalls[i];
+    // Its prefix, its header and a little of its body; then nothing.
+    ASSERT_TRUE(WriteAll(st.pair.peer.get(), FrameHead(st.announced, i) + std::string(1000, 'x')));
+    readers.emplace_back([&st, &d, pool, i] {
+      FrameReader reader(st.pair.mine.get(), pool, uint64_t{1} << 30, absl::StrCat("staller ", i), st.budget, d);
+      std::shared_ptr<TensorBuffer> body;
+      absl::StatusOr<Header> over = absl::UnknownError("");
+      const absl::Time start = absl::Now();
+      st.ended = reader.Next(&body, &over, false);
+      st.took = absl::Now() - start;
+    });
+  }
+  EXPECT_TRUE(AwaitHeld(*whole, 2 * kMiB)) << whole->held();
+  EXPECT_TRUE(AwaitHeld(*small, kMiB)) << small->held();
+  const uint64_t held_whole = whole->held(), held_small = small->held();
+
+  // A 6 MiB push beside them, under each budget.
+  const std::string push = PushWire(7, 6 * kMiB);
+  for (const std::shared_ptr<ByteBudget>& budget : {small, whole}) {
+    const uint64_t before = budget->held();
+    Pair legit;
+    std::thread sender([&] { EXPECT_TRUE(WriteAll(legit.peer.get(), push)); });
+    FrameReader reader(legit.mine.get(), pool, uint64_t{1} << 30, "legit", budget, d);
+    std::shared_ptr<TensorBuffer> body;
+    absl::StatusOr<Header> over = absl::UnknownError("");
+    absl::Status s = reader.Next(&body, &over, false);
+    sender.join();
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(budget->held(), before + body->size());
+    body.reset();
+    EXPECT_EQ(budget->held(), before);
+  }
+
+  for (std::thread& t : readers) t.join();
+  for (const Stall& st : stalls) {
+    EXPECT_EQ(st.ended.code(), absl::StatusCode::kDeadlineExceeded) << st.ended;
+    EXPECT_NE(st.ended.message().find("sent nothing for 2s in the middle of a frame"), absl::string_view::npos)
+        << st.ended;
+    EXPECT_GE(st.took, d.idle);
+    EXPECT_LT(st.took, d.idle + absl::Seconds(5));
+  }
+  EXPECT_EQ(whole->held(), 0u) << "a stalled frame kept its charge";
+  EXPECT_EQ(small->held(), 0u) << "a stalled frame kept its charge";
+  std::cout << "two stalled frames announcing 1 GiB held " << held_whole << " bytes of a " << whole->limit()
+            << "-byte budget, one announcing 8 MiB held " << held_small << " of " << small->limit()
+            << "; given up after " << stalls[0].took << ", " << stalls[1].took << ", " << stalls[2].took
+            << "; held after: " << whole->held() << " and " << small->held() << "\n";
+}
+
+// With 3 MiB of the budget held by others, a 6 MiB frame outgrows it on
+// the way (after 5 MiB): it is refused RESOURCE_EXHAUSTED
+// naming the limit and its flag, with its header for the answer; the rest
+// of it is dropped, its charge given back, and the frames behind it on the
+// connection are read.
+TEST(TcpFrameIoTest, AFrameThatOutgrowsTheBudgetOnTheWayIsRefusedAndTheNextFrameIsRead) {
+  auto budget = std::make_shared<ByteBudget>(8 * kMiB);
+  ASSERT_TRUE(budget->TryAcquire(3 * kMiB));  // other connections' requests
+  Pair p;
+  Header small;
+  small.method = psframe::Method::kPull;
+  small.timeout_ms = 5;
+  small.call_id = 2;
+  const std::string wire = PushWire(1, 6 * kMiB) + Flatten(*Encode(small, "", pswire::EncodePull({}))) +
+                           PushWire(3, 3 * kMiB);
+  std::thread sender([&] { EXPECT_TRUE(WriteAll(p.peer.get(), wire)); });
+  FrameReader reader(p.mine.get(), BufferPool::Create(), uint64_t{1} << 30, "peer a", budget);
+  std::shared_ptr<TensorBuffer> body;
+  absl::StatusOr<Header> over = absl::UnknownError("");
+  absl::Status s = reader.Next(&body, &over, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("refused after 5242880 bytes"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("the budget is 8388608 (--max_data_plane_mb)"), absl::string_view::npos) << s;
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_EQ(over->call_id, 1u);
+  EXPECT_EQ(budget->held(), 3 * kMiB) << "the refused frame kept its charge";
+  budget->Release(3 * kMiB);
+  ASSERT_TRUE(reader.Next(&body, &over, false).ok());
+  Header h;
+  std::string m;
+  grpc::ByteBuffer payload;
+  ASSERT_TRUE(DecodeBody(body, false, &h, &m, &payload).ok());
+  EXPECT_EQ(h.call_id, 2u);
+  s = reader.Next(&body, &over, false);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(budget->held(), body->size());  // charged in steps, to its size exactly
+  ASSERT_TRUE(DecodeBody(body, false, &h, &m, &payload).ok());
+  EXPECT_EQ(h.call_id, 3u);
+  absl::StatusOr<pswire::PushArgs> push = pswire::DecodePush(payload, nullptr, /*adopt_aligned=*/true);
+  ASSERT_TRUE(push.ok()) << push.status();
+  const auto* lo = static_cast<const uint8_t*>(body->data());
+  const auto* t = static_cast<const uint8_t*>(push->gradients[0].second.raw_data());
+  EXPECT_TRUE(t >= lo && t < lo + body->size()) << "the tensor was copied, not adopted";
+  push = absl::UnknownError("");
+  payload.Clear();
+  body.reset();
+  EXPECT_EQ(budget->held(), 0u);
+  sender.join();
+}
+
+// A frame that could never fit the budget is refused before its body is
+// read or allocated; one whose bytes then stall ends its connection at the
+// idle deadline all the same.
+TEST(TcpFrameIoTest, AFrameLargerThanTheWholeBudgetIsRefusedAtOnce) {
+  FrameDeadlines d;
+  d.idle = absl::Milliseconds(300);
+  auto budget = std::make_shared<ByteBudget>(8 * kMiB);
+  Pair p;
+  ASSERT_TRUE(WriteAll(p.peer.get(), FrameHead(uint64_t{1} << 30, 9) + std::string(1000, 'x')));
+  FrameReader reader(p.mine.get(), BufferPool::Create(), uint64_t{1} << 30, "peer a", budget, d);
+  std::shared_ptr<TensorBuffer> body;
+  absl::StatusOr<Header> over = absl::UnknownError("");
+  absl::Status s = reader.Next(&body, &over, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;  // dropping its bytes stalled
+  EXPECT_EQ(budget->held(), 0u);
+}
+
+// A frame kept alive a byte at a time is never idle; it is given up once
+// it is older than its grace and has come slower than the rate, and gives
+// its charge back.
+TEST(TcpFrameIoTest, AFrameTrickledAByteAtATimeIsGivenUpAfterItsGrace) {
+  FrameDeadlines d;
+  d.idle = absl::Seconds(5);
+  d.slow_grace = absl::Milliseconds(500);
+  auto budget = std::make_shared<ByteBudget>(uint64_t{2} << 30);
+  Pair p;
+  ASSERT_TRUE(WriteAll(p.peer.get(), FrameHead(uint64_t{1} << 30, 4)));
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    const char byte = 'x';
+    while (!stop.load() && ::send(p.peer.get(), &byte, 1, MSG_NOSIGNAL) == 1) {
+      absl::SleepFor(absl::Milliseconds(20));  // the attacker's pace, not synchronisation
+    }
+  });
+  FrameReader reader(p.mine.get(), BufferPool::Create(), uint64_t{1} << 30, "peer a", budget, d);
+  std::shared_ptr<TensorBuffer> body;
+  absl::StatusOr<Header> over = absl::UnknownError("");
+  const absl::Time start = absl::Now();
+  absl::Status s = reader.Next(&body, &over, false);
+  const absl::Duration took = absl::Now() - start;
+  stop = true;
+  p.mine.Reset();
+  trickler.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("slower than 64 KiB/s"), absl::string_view::npos) << s;
+  EXPECT_GE(took, d.slow_grace);
+  EXPECT_LT(took, d.idle) << "given up only by the idle deadline";
+  EXPECT_EQ(budget->held(), 0u);
+  std::cout << "a frame trickled a byte per 20 ms was given up after " << took << ": " << s.message() << "\n";
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "common/net/socket.h"
@@ -101,7 +102,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sent += static_cast<size_t>(n);
   }
   writer.Reset();  // the stream ends here: the reader must see it, not hang
-  tcpframe::FrameReader reader(reader_fd.get(), psrt::BufferPool::Create(), kMaxBody, "fuzz");
+  // A budget under the limit: large bodies are charged, or refused at once,
+  // and every charge must come back.
+  auto budget = std::make_shared<tcpframe::ByteBudget>(kMaxBody / 2);
+  tcpframe::FrameReader reader(reader_fd.get(), psrt::BufferPool::Create(), kMaxBody, "fuzz", budget);
   for (int frames = 0; frames < 1000; ++frames) {
     std::shared_ptr<psrt::TensorBuffer> body;
     absl::StatusOr<tcpframe::Header> oversized = absl::UnknownError("");
@@ -111,5 +115,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(body != nullptr && body->size() <= kMaxBody, "accepted a body over the limit");
     CheckBody(body, response);
   }
+  Check(budget->held() == 0, "a body's charge to the budget was not given back");
   return 0;
 }
