@@ -556,8 +556,8 @@ absl::Status Importer::ClipNode(const Node& n) {
 // BatchNormalization, normalised with the batch's statistics (training
 // steps and evaluation alike): scale and B are trained variables; the
 // file's running mean and variance are not read and its running-statistics
-// outputs are refused, as psrt keeps no moving statistics yet (README,
-// "Batch normalisation").
+// outputs are refused, as psrt keeps no moving statistics yet
+// (docs/models.md, "Batch normalisation").
 absl::Status Importer::BatchNormNode(const Node& n) {
   RETURN_IF_ERROR(OnlyAttrs(n, {"epsilon", "momentum", "training_mode", "spatial"}));
   ASSIGN_OR_RETURN(float eps, Float(n, "epsilon", 1e-5f));

@@ -133,8 +133,8 @@ void RegisterNnOps(OpRegistry* r) {
   {
     // Batch normalisation over every axis but the last (the channels: NHWC
     // or [N, C]) with the batch's own statistics, in training steps and
-    // evaluation alike (moving statistics are not kept yet: see README,
-    // "Batch normalisation"). x, scale [C], offset [C] -> y, and the
+    // evaluation alike (moving statistics are not kept yet: see
+    // docs/models.md, "Batch normalisation"). x, scale [C], offset [C] -> y, and the
     // batch's mean and (biased) variance [C] for the gradient.
     OpDef d;
     d.name = "BatchNorm";
