@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/input/file_list.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -163,7 +164,13 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
                                                           const DataSource& split) {
   if (split.files_size() == 0) return absl::InvalidArgumentError("input split lists no files");
   RETURN_IF_ERROR(CheckInput(input));
-  ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> source, OpenFormat(input, split));
+  // Patterns and directories expanded here, the one place every reader
+  // (and the chief's counting and checks) opens files through.
+  const std::string field = split.SerializeAsString() == input.train().SerializeAsString()  ? "input.train"
+                            : split.SerializeAsString() == input.test().SerializeAsString() ? "input.test"
+                                                                                             : "input split";
+  ASSIGN_OR_RETURN(DataSource expanded, ExpandSplit(split, field));
+  ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> source, OpenFormat(input, expanded));
   return std::unique_ptr<ExampleSource>(new StickyErrorSource(std::move(source)));
 }
 
