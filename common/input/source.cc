@@ -55,12 +55,20 @@ absl::Status CheckInput(const InputDef& input) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: DT_INT64 needs IDX, CSV or TFRecord input"));
       }
     }
-    if (def.decode() == FeatureDef::RAW_UINT8) {
+    const bool bytes_decode = def.decode() == FeatureDef::RAW_UINT8 || def.decode() == FeatureDef::ENCODED_IMAGE;
+    const std::string decode_name = FeatureDef::Decode_Name(def.decode());
+    if (bytes_decode) {
       if (def.kind() != FeatureDef::DENSE) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: RAW_UINT8 needs a DENSE feature"));
+        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: ", decode_name, " needs a DENSE feature"));
       }
       if (input.format() != InputDef::TFRECORD) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: RAW_UINT8 needs TFRecord input"));
+        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: ", decode_name, " needs TFRecord input"));
+      }
+      if (def.decode() == FeatureDef::ENCODED_IMAGE &&
+          (def.shape_size() != 3 || def.shape(2) < 1 || def.shape(2) > 4)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".shape: decode: ENCODED_IMAGE needs [height, width, channels] (channels 1 gray, 3 RGB; "
+            "2 or 4 with alpha, PNG only)"));
       }
       // The byte count a record must match, computed without overflow.
       int64_t bytes = 1;
@@ -75,9 +83,9 @@ absl::Status CheckInput(const InputDef& input) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".decode: unknown (", static_cast<int>(def.decode()), ")"));
     }
     if (def.scale() != 0) {
-      if (def.decode() != FeatureDef::RAW_UINT8) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ".scale: only decode: RAW_UINT8 takes it (input.scale scales every feature)"));
+      if (!bytes_decode) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".scale: only decode: RAW_UINT8 or ENCODED_IMAGE takes it (input.scale scales every feature)"));
       }
       if (def.dtype() == DT_INT64) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".scale: ids (dtype: DT_INT64) are not scaled"));

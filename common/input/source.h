@@ -39,8 +39,8 @@ class ExampleSource {
 };
 
 // Checks the features InputDef asks for fit the format, then opens the
-// split's files, patterns and directories expanded (file_list.h). With no features listed, each format's default is used
-// (see FillDefaultFeatures).
+// split's files, patterns and directories expanded (file_list.h). With no
+// features listed, each format's default is used (see FillDefaultFeatures).
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
                                                           const DataSource& split);
 
