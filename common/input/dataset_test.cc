@@ -367,6 +367,9 @@ TEST(DatasetTest, BadCompressionOrDecodeIsRefusedNamingTheField) {
        "input.feature[0] (\"image\").scale: only decode: RAW_UINT8 or ENCODED_IMAGE takes it"},
       {[](InputDef* i) { i->mutable_feature(0)->set_decode(FeatureDef::ENCODED_IMAGE); },
        "input.feature[0] (\"image\").shape: decode: ENCODED_IMAGE needs [height, width, channels]"},
+      {[](InputDef* i) { i->set_scale(1.0f / 255); },
+       "input.feature[0] (\"image\").scale (0.00392157) and input.scale (0.00392157) would both scale this "
+       "feature, one after the other: keep one"},
       {[](InputDef* i) { i->mutable_feature(0)->set_shape(1, 0); },
        "input.feature[0] (\"image\").shape: dimension 0 is not positive"},
       {[](InputDef* i) { i->mutable_feature(0)->set_shape(1, int64_t{1} << 40); },

@@ -94,6 +94,14 @@ absl::Status CheckInput(const InputDef& input) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, ".scale: must be finite and positive, got ", def.scale()));
       }
+      // Both would multiply this feature's pixels (input.scale applies
+      // after the feature's own): 1/255 twice trains on [0, 1/255].
+      if (def.scale() != 1 && input.scale() != 0 && input.scale() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".scale (", def.scale(), ") and input.scale (", input.scale(),
+            ") would both scale this feature, one after the other: keep one -- the feature's scale for this "
+            "feature alone, or input.scale for every feature -- and remove the other"));
+      }
     }
   }
   return absl::OkStatus();
