@@ -6,6 +6,7 @@
 #include <string>
 
 #include <jpeglib.h>
+#include <jerror.h>
 #include <png.h>
 
 #include "absl/strings/str_cat.h"
@@ -119,11 +120,25 @@ void JpegErrorExit(j_common_ptr cinfo) {
   std::longjmp(e->jump, 1);
 }
 
-// A warning is corrupt data (a truncated image, a bad Huffman code) that
-// libjpeg would fill in with gray: refused as an error, as TensorFlow's
-// decode_jpeg does. Trace messages (level > 0) are dropped.
+// Corrupt scan data (a truncated image, a bad entropy code) is only a
+// warning to libjpeg, which fills the rest with gray: refused here as an
+// error, as TensorFlow's decode_jpeg refuses a truncated image. Other
+// warnings (an unknown JFIF revision, a bad ICC marker) and trace messages
+// are dropped: the pixels are whole.
 void JpegEmitMessage(j_common_ptr cinfo, int level) {
-  if (level < 0) JpegErrorExit(cinfo);
+  if (level >= 0) return;
+  switch (cinfo->err->msg_code) {
+    case JWRN_JPEG_EOF:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_ARITH_BAD_CODE:
+    case JWRN_MUST_RESYNC:
+    case JWRN_EXTRANEOUS_DATA:
+      JpegErrorExit(cinfo);
+      break;
+    default:
+      break;
+  }
 }
 
 bool DecodeJpegRaw(jpeg_decompress_struct* cinfo, JpegError* err, absl::string_view bytes, int64_t height,

@@ -27,8 +27,10 @@ const char* ImageKindName(ImageKind kind);  // "PNG", "JPEG", "unknown"
 
 // Decodes the PNG or JPEG in `bytes` into `out` (height*width*channels
 // bytes). PNG: a palette becomes RGB (RGBA with transparency), gray under 8
-// bits is widened, 16 bits keep their high byte, as tf.io.decode_png does.
-// JPEG: gray stays one channel, YCbCr becomes RGB. Errors
+// bits is widened, 16 bits keep their high byte. JPEG: gray stays one
+// channel, YCbCr becomes RGB, with libjpeg's accurate integer DCT (as
+// tf.io.decode_jpeg's dct_method "INTEGER_ACCURATE"); corrupt scan data,
+// which libjpeg only warns about, is refused. Errors
 // (INVALID_ARGUMENT) say what the image is and what was expected: neither a
 // PNG nor a JPEG, dimensions other than height x width x channels, or what
 // libpng / libjpeg found corrupt. The caller names the feature and record.
