@@ -196,7 +196,7 @@ TEST(JobPlannerTest, EveryExampleJobParses) {
                            "sparse_libsvm_hybrid", "fashion_mnist_onnx_mlp", "fashion_mnist_onnx_cnn",
                            "fashion_mnist_onnx_resnet", "fashion_mnist_onnx_resnet_bn", "fashion_mnist_onnx_vit",
                            "fashion_mnist_onnx_vit_mirrored", "fashion_mnist_onnx_mobilenetv2",
-                           "fashion_mnist_onnx_keras_cnn"}) {
+                           "fashion_mnist_onnx_keras_cnn", "fashion_mnist_mlp_png"}) {
     absl::StatusOr<TrainingJob> job = LoadJob(absl::StrCat("examples/", name, ".pbtxt"));
     EXPECT_TRUE(job.ok()) << job.status();
   }
