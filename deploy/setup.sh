@@ -16,6 +16,8 @@ PACKAGES=(
   libssl-dev libgloo-dev libleveldb-dev
   # HDF5 (serial): the .weights.h5 files //chief:export writes for Keras 3
   libhdf5-dev
+  # PNG and JPEG images in TFRecord features (decode: ENCODED_IMAGE)
+  libpng-dev libjpeg62-turbo-dev
   # tools the tests use (prometheus: promtool lints every /metrics page and
   # tests/metrics_test has a real Prometheus scrape a PS and a worker;
   # openssl: deploy/make_certs.sh; faketime: a chief whose clock is off,

@@ -3,6 +3,8 @@
 #include <sys/resource.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -362,7 +364,12 @@ TEST(DatasetTest, BadCompressionOrDecodeIsRefusedNamingTheField) {
       {[](InputDef* i) { i->mutable_feature(0)->set_scale(std::numeric_limits<float>::quiet_NaN()); },
        "input.feature[0] (\"image\").scale: must be finite and positive, got nan"},
       {[](InputDef* i) { i->mutable_feature(0)->clear_decode(); },
-       "input.feature[0] (\"image\").scale: only decode: RAW_UINT8 takes it"},
+       "input.feature[0] (\"image\").scale: only decode: RAW_UINT8 or ENCODED_IMAGE takes it"},
+      {[](InputDef* i) { i->mutable_feature(0)->set_decode(FeatureDef::ENCODED_IMAGE); },
+       "input.feature[0] (\"image\").shape: decode: ENCODED_IMAGE needs [height, width, channels]"},
+      {[](InputDef* i) { i->set_scale(1.0f / 255); },
+       "input.feature[0] (\"image\").scale (0.00392157) and input.scale (0.00392157) would both scale this "
+       "feature, one after the other: keep one"},
       {[](InputDef* i) { i->mutable_feature(0)->set_shape(1, 0); },
        "input.feature[0] (\"image\").shape: dimension 0 is not positive"},
       {[](InputDef* i) { i->mutable_feature(0)->set_shape(1, int64_t{1} << 40); },
@@ -375,6 +382,170 @@ TEST(DatasetTest, BadCompressionOrDecodeIsRefusedNamingTheField) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << message;
     EXPECT_THAT(std::string(s.message()), HasSubstr(message));
   }
+}
+
+// tests/tools/write_images_with_tensorflow.py's files (see its docstring):
+// PNG and JPEG images TensorFlow encoded, and its own decode of each.
+const std::string& ImageDir() {
+  static const std::string* dir = [] {
+    auto* d = new std::string(::testing::TempDir() + "/tf_images");
+    EXPECT_EQ(std::system(("mkdir -p " + *d).c_str()), 0);
+    absl::Status s = testing::RunPythonTool("tests/tools/write_images_with_tensorflow.py", {*d}, "",
+                                            testing::kVenvTfPython);
+    EXPECT_TRUE(s.ok()) << s;
+    return d;
+  }();
+  return *dir;
+}
+
+FeatureDef* AddImageFeature(InputDef* input, const std::string& name, FeatureDef::Decode decode,
+                            std::vector<int64_t> shape) {
+  FeatureDef* f = input->add_feature();
+  f->set_name(name);
+  f->set_decode(decode);
+  for (int64_t d : shape) f->add_shape(d);
+  return f;
+}
+
+DatasetOptions ImageOptions(const std::string& file) {
+  DatasetOptions o;
+  o.input.set_format(InputDef::TFRECORD);
+  o.input.set_batch_size(8);
+  o.input.set_num_classes(3);
+  o.split.add_files(ImageDir() + "/" + file);
+  o.shuffle = false;
+  o.epochs = 1;
+  o.prefetch_batches = 0;
+  return o;
+}
+
+TEST(DatasetTest, EncodedImagesDecodeAsTensorFlowDecodesThem) {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> images = {
+      {"png", {28, 28, 1}}, {"jpeg", {28, 28, 1}}, {"rgb_png", {8, 6, 3}}, {"rgb_jpeg", {8, 6, 3}}};
+  for (const auto& [name, shape] : images) {
+    SCOPED_TRACE(name);
+    DatasetOptions o = ImageOptions("images.tfrecord");
+    AddImageFeature(&o.input, name, FeatureDef::ENCODED_IMAGE, shape);
+    AddImageFeature(&o.input, name + "_tf", FeatureDef::RAW_UINT8, shape);
+    auto d = Dataset::Create(o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    Batch b;
+    auto more = (*d)->Next(&b);
+    ASSERT_TRUE(more.ok()) << more.status();
+    ASSERT_EQ(b.size, 8);
+    const Tensor& ours = b.tensors[name];
+    const Tensor& theirs = b.tensors[name + "_tf"];
+    ASSERT_EQ(ours.shape(), theirs.shape());
+    ASSERT_EQ(ours.shape(), TensorShape({8, shape[0], shape[1], shape[2]}));
+    float worst = 0;
+    for (int64_t i = 0; i < ours.NumElements(); ++i) {
+      worst = std::max(worst, std::abs(ours.data<float>()[i] - theirs.data<float>()[i]));
+    }
+    // JPEG too: both are libjpeg-turbo with its accurate integer DCT.
+    EXPECT_EQ(worst, 0.0f);
+    EXPECT_EQ(b.tensors["label"].data<int64_t>()[4], 1);
+  }
+}
+
+TEST(DatasetTest, EncodedImageIsScaledByTheFeatureScale) {
+  DatasetOptions o = ImageOptions("images.tfrecord");
+  AddImageFeature(&o.input, "png", FeatureDef::ENCODED_IMAGE, {28, 28, 1})->set_scale(1.0f / 255);
+  AddImageFeature(&o.input, "png_tf", FeatureDef::RAW_UINT8, {28, 28, 1});
+  auto d = Dataset::Create(o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  Batch b;
+  ASSERT_TRUE(*(*d)->Next(&b));
+  for (int64_t i = 0; i < b.tensors["png"].NumElements(); ++i) {
+    ASSERT_FLOAT_EQ(b.tensors["png"].data<float>()[i], b.tensors["png_tf"].data<float>()[i] * (1.0f / 255));
+  }
+}
+
+TEST(DatasetTest, CorruptOrWrongSizeImagesAreRefusedNamingFeatureAndRecord) {
+  DatasetOptions cut = ImageOptions("bad.tfrecord");
+  AddImageFeature(&cut.input, "png", FeatureDef::ENCODED_IMAGE, {28, 28, 1});
+  absl::Status s = FirstError(cut);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("bad.tfrecord: record 1: feature \"png\" (decode: ENCODED_IMAGE) is a corrupt PNG (libpng: "));
+
+  DatasetOptions crc = ImageOptions("bad_crc.tfrecord");
+  AddImageFeature(&crc.input, "png", FeatureDef::ENCODED_IMAGE, {28, 28, 1});
+  s = FirstError(crc);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("bad_crc.tfrecord: record 0: feature \"png\" (decode: ENCODED_IMAGE) is a corrupt PNG"));
+
+  DatasetOptions jpeg = ImageOptions("bad_jpeg.tfrecord");
+  AddImageFeature(&jpeg.input, "jpeg", FeatureDef::ENCODED_IMAGE, {28, 28, 1});
+  s = FirstError(jpeg);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bad_jpeg.tfrecord: record 1: feature \"jpeg\" "
+                                                  "(decode: ENCODED_IMAGE) is a corrupt JPEG (libjpeg: "));
+
+  const std::vector<std::pair<std::vector<int64_t>, std::string>> shapes = {
+      {{27, 28, 1}, "is a 28x28x1 PNG (height x width x channels), its shape needs 27x28x1"},
+      {{28, 28, 3}, "is a 28x28x1 PNG (height x width x channels), its shape needs 28x28x3"},
+      {{1 << 14, 1 << 14, 3}, "is a 28x28x1 PNG"},
+  };
+  for (const auto& [shape, message] : shapes) {
+    DatasetOptions o = ImageOptions("images.tfrecord");
+    AddImageFeature(&o.input, "png", FeatureDef::ENCODED_IMAGE, shape);
+    s = FirstError(o);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("images.tfrecord: record 0: feature \"png\" (decode: ENCODED_IMAGE) " + message));
+  }
+  DatasetOptions rgb = ImageOptions("images.tfrecord");
+  AddImageFeature(&rgb.input, "rgb_jpeg", FeatureDef::ENCODED_IMAGE, {6, 8, 3});
+  EXPECT_THAT(std::string(FirstError(rgb).message()),
+              HasSubstr("feature \"rgb_jpeg\" (decode: ENCODED_IMAGE) is a 8x6x3 JPEG (height x width x channels), "
+                        "its shape needs 6x8x3"));
+  // Raw pixels are not an image.
+  DatasetOptions raw = ImageOptions("images.tfrecord");
+  AddImageFeature(&raw.input, "png_tf", FeatureDef::ENCODED_IMAGE, {28, 28, 1});
+  EXPECT_THAT(std::string(FirstError(raw).message()),
+              HasSubstr("feature \"png_tf\" (decode: ENCODED_IMAGE) is neither a PNG nor a JPEG image (784 bytes"));
+}
+
+TEST(DatasetTest, RawUint8OfAnEncodedImageSaysSo) {
+  for (const char* name : {"png", "jpeg"}) {
+    DatasetOptions o = ImageOptions("images.tfrecord");
+    AddImageFeature(&o.input, name, FeatureDef::RAW_UINT8, {28, 28, 1});
+    absl::Status s = FirstError(o);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("feature \"", name, "\" (decode: RAW_UINT8) has ")));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("its shape needs 784; it looks like a ", name == std::string("png") ? "PNG" : "JPEG",
+                                       " image: use decode: ENCODED_IMAGE")));
+  }
+}
+
+TEST(DatasetTest, ShardsReadByGlobAndDirectory) {
+  // The same records by a pattern, by the directory and by name.
+  const std::string dir = ::testing::TempDir() + "/shards";
+  ASSERT_EQ(std::system(("mkdir -p " + dir + " && cp " + ImageDir() + "/images.tfrecord " + dir +
+                         "/train-00001-of-00002.tfrecord && cp " + ImageDir() + "/images.tfrecord " + dir +
+                         "/train-00000-of-00002.tfrecord").c_str()),
+            0);
+  std::vector<int64_t> sizes;
+  for (const std::string& entry : {dir + "/train-*-of-00002.tfrecord", dir}) {
+    SCOPED_TRACE(entry);
+    DatasetOptions o = ImageOptions("images.tfrecord");
+    o.split.set_files(0, entry);
+    o.input.set_batch_size(100);
+    AddImageFeature(&o.input, "png_tf", FeatureDef::RAW_UINT8, {28, 28, 1});
+    auto d = Dataset::Create(o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    Batch b;
+    auto more = (*d)->Next(&b);
+    ASSERT_TRUE(more.ok()) << more.status();
+    sizes.push_back(b.size);
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(16, 16));
+  DatasetOptions none = ImageOptions("images.tfrecord");
+  none.split.set_files(0, dir + "/test-*.tfrecord");
+  AddImageFeature(&none.input, "png_tf", FeatureDef::RAW_UINT8, {28, 28, 1});
+  absl::Status s = FirstError(none);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("input split.files[0] \"" + dir + "/test-*.tfrecord\": the pattern matches no file"));
 }
 
 constexpr char kFashion[] = "/usr/share/datasets/fashion-mnist/";

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/input/file_list.h"
 #include "common/status_macros.h"
 
 namespace psrt {
@@ -54,12 +55,20 @@ absl::Status CheckInput(const InputDef& input) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: DT_INT64 needs IDX, CSV or TFRecord input"));
       }
     }
-    if (def.decode() == FeatureDef::RAW_UINT8) {
+    const bool bytes_decode = def.decode() == FeatureDef::RAW_UINT8 || def.decode() == FeatureDef::ENCODED_IMAGE;
+    const std::string decode_name = FeatureDef::Decode_Name(def.decode());
+    if (bytes_decode) {
       if (def.kind() != FeatureDef::DENSE) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: RAW_UINT8 needs a DENSE feature"));
+        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: ", decode_name, " needs a DENSE feature"));
       }
       if (input.format() != InputDef::TFRECORD) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: RAW_UINT8 needs TFRecord input"));
+        return absl::InvalidArgumentError(absl::StrCat(field, ".decode: ", decode_name, " needs TFRecord input"));
+      }
+      if (def.decode() == FeatureDef::ENCODED_IMAGE &&
+          (def.shape_size() != 3 || def.shape(2) < 1 || def.shape(2) > 4)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".shape: decode: ENCODED_IMAGE needs [height, width, channels] (channels 1 gray, 3 RGB; "
+            "2 or 4 with alpha, PNG only)"));
       }
       // The byte count a record must match, computed without overflow.
       int64_t bytes = 1;
@@ -74,9 +83,9 @@ absl::Status CheckInput(const InputDef& input) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".decode: unknown (", static_cast<int>(def.decode()), ")"));
     }
     if (def.scale() != 0) {
-      if (def.decode() != FeatureDef::RAW_UINT8) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ".scale: only decode: RAW_UINT8 takes it (input.scale scales every feature)"));
+      if (!bytes_decode) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".scale: only decode: RAW_UINT8 or ENCODED_IMAGE takes it (input.scale scales every feature)"));
       }
       if (def.dtype() == DT_INT64) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".scale: ids (dtype: DT_INT64) are not scaled"));
@@ -84,6 +93,14 @@ absl::Status CheckInput(const InputDef& input) {
       if (!std::isfinite(def.scale()) || def.scale() < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat(field, ".scale: must be finite and positive, got ", def.scale()));
+      }
+      // Both would multiply this feature's pixels (input.scale applies
+      // after the feature's own): 1/255 twice trains on [0, 1/255].
+      if (def.scale() != 1 && input.scale() != 0 && input.scale() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".scale (", def.scale(), ") and input.scale (", input.scale(),
+            ") would both scale this feature, one after the other: keep one -- the feature's scale for this "
+            "feature alone, or input.scale for every feature -- and remove the other"));
       }
     }
   }
@@ -163,7 +180,13 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
                                                           const DataSource& split) {
   if (split.files_size() == 0) return absl::InvalidArgumentError("input split lists no files");
   RETURN_IF_ERROR(CheckInput(input));
-  ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> source, OpenFormat(input, split));
+  // Patterns and directories expanded here, the one place every reader
+  // (and the chief's counting and checks) opens files through.
+  const std::string field = split.SerializeAsString() == input.train().SerializeAsString()  ? "input.train"
+                            : split.SerializeAsString() == input.test().SerializeAsString() ? "input.test"
+                                                                                             : "input split";
+  ASSIGN_OR_RETURN(DataSource expanded, ExpandSplit(split, field));
+  ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> source, OpenFormat(input, expanded));
   return std::unique_ptr<ExampleSource>(new StickyErrorSource(std::move(source)));
 }
 

@@ -39,8 +39,8 @@ class ExampleSource {
 };
 
 // Checks the features InputDef asks for fit the format, then opens the
-// split's files. With no features listed, each format's default is used
-// (see FillDefaultFeatures).
+// split's files, patterns and directories expanded (file_list.h). With no
+// features listed, each format's default is used (see FillDefaultFeatures).
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSource(const InputDef& input,
                                                           const DataSource& split);
 
@@ -51,8 +51,10 @@ absl::Status FillDefaultFeatures(InputDef* input);
 
 // Refuses what InputDef asks of its features and files that no format can
 // give, naming the field: an unknown input.compression or one on non-TFRecord
-// input; decode: RAW_UINT8 on a SPARSE feature or outside TFRecord; a
-// feature scale that is not finite and positive, or without RAW_UINT8.
+// input; decode: RAW_UINT8 or ENCODED_IMAGE on a SPARSE feature or outside
+// TFRecord; ENCODED_IMAGE on a shape other than [H, W, C]; a feature scale
+// that is not finite and positive, without RAW_UINT8 or ENCODED_IMAGE, or
+// with an input.scale other than 1 as well (it would scale twice).
 // OpenSource checks it too, for a job that came over the wire.
 absl::Status CheckInput(const InputDef& input);
 

@@ -1,10 +1,13 @@
 // TFRecord files of tf.train.Example, plain or compressed
 // (InputDef.compression): each listed feature is read by name (DENSE from a
 // float_list or int64_list of exactly the shape's size -- an int64_list
-// only with dtype: DT_INT64 --, or with decode: RAW_UINT8 from one
-// bytes_list value of that many bytes; SPARSE from an int64_list), the label from InputDef.label_key (default "label"), an
+// only with dtype: DT_INT64 --, with decode: RAW_UINT8 from one
+// bytes_list value of that many bytes, or with decode: ENCODED_IMAGE from
+// one bytes_list value holding a PNG or JPEG of that [H, W, C]; SPARSE from
+// an int64_list), the label from InputDef.label_key (default "label"), an
 // int64_list or float_list of one value.
 #include "absl/strings/str_cat.h"
+#include "common/input/image_decode.h"
 #include "common/io/record_io.h"
 #include "common/status_macros.h"
 #include "proto/example.pb.h"
@@ -73,6 +76,10 @@ class TfRecordSource : public ExampleSource {
         RETURN_IF_ERROR(DecodeRawUint8(def, feat, want, &out.floats));
         continue;
       }
+      if (def.decode() == FeatureDef::ENCODED_IMAGE) {
+        RETURN_IF_ERROR(DecodeEncodedImage(def, feat, &out.floats));
+        continue;
+      }
       if (def.dtype() == DT_INT64) {
         // Ids as they are: through a float they would lose bits past 2^24.
         if (feat.kind_case() != tf::Feature::kInt64List) {
@@ -121,12 +128,32 @@ class TfRecordSource : public ExampleSource {
     }
     const std::string& raw = feat.bytes_list().value(0);
     if (static_cast<int64_t>(raw.size()) != want) {
+      const ImageKind kind = SniffImage(raw);
       return Error(absl::StrCat("feature \"", def.name(), "\" (decode: RAW_UINT8) has ", raw.size(),
-                                " bytes, its shape needs ", want));
+                                " bytes, its shape needs ", want,
+                                kind == ImageKind::kNone
+                                    ? ""
+                                    : absl::StrCat("; it looks like a ", ImageKindName(kind),
+                                                   " image: use decode: ENCODED_IMAGE")));
     }
     const float scale = def.scale() == 0 ? 1.0f : def.scale();
     out->resize(raw.size());
     for (size_t i = 0; i < raw.size(); ++i) (*out)[i] = static_cast<uint8_t>(raw[i]) * scale;
+    return absl::OkStatus();
+  }
+
+  // One bytes_list value holding a PNG or JPEG of the feature's [H, W, C]
+  // (CheckInput made sure of the rank), each pixel byte times its scale.
+  absl::Status DecodeEncodedImage(const FeatureDef& def, const tf::Feature& feat, std::vector<float>* out) {
+    if (feat.kind_case() != tf::Feature::kBytesList || feat.bytes_list().value_size() != 1) {
+      return Error(absl::StrCat("feature \"", def.name(),
+                                "\" (decode: ENCODED_IMAGE) is not a bytes_list of one value"));
+    }
+    absl::Status s = DecodeImage(feat.bytes_list().value(0), def.shape(0), def.shape(1), def.shape(2), &pixels_);
+    if (!s.ok()) return Error(absl::StrCat("feature \"", def.name(), "\" (decode: ENCODED_IMAGE) ", s.message()));
+    const float scale = def.scale() == 0 ? 1.0f : def.scale();
+    out->resize(pixels_.size());
+    for (size_t i = 0; i < pixels_.size(); ++i) (*out)[i] = pixels_[i] * scale;
     return absl::OkStatus();
   }
 
@@ -142,6 +169,7 @@ class TfRecordSource : public ExampleSource {
   std::string label_key_;
   size_t file_index_ = 0;
   std::unique_ptr<RecordReader> reader_;
+  std::vector<uint8_t> pixels_;  // a decoded image, reused across records
 };
 
 }  // namespace
