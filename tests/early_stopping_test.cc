@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint/checkpoint_manifest.h"
 #include "common/plan/job_planner.h"
 #include "gtest/gtest.h"
 #include "tests/harness/training_cluster.h"
@@ -74,6 +75,44 @@ TEST(EarlyStoppingTest, ARunThatCannotImproveEndsEarlyWithItsFinalMetric) {
   int times = 0;
   for (std::string line; std::getline(log, line);) times += line.rfind("[chief:0] early stopping: ", 0) == 0;
   EXPECT_EQ(times, 1);
+}
+
+// A chief that finds the decision in the job state (its predecessor
+// decided, then died) ends the run at that step.
+TEST(EarlyStoppingTest, AChiefThatFindsTheDecisionInTheJobStateEndsThere) {
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  auto job = LoadJob(RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->clear_epochs();
+  job->set_steps(3000);
+  job->mutable_eval()->set_every_steps(1000);
+  job->mutable_eval()->set_max_examples(1000);
+  job->mutable_eval()->mutable_early_stopping()->set_monitor("accuracy");
+  job->clear_summary_path();
+  job->clear_log_dir();
+  const std::string dir = tmp + "/decided";
+  ChiefJobState state;
+  state.set_generation(7);
+  state.set_stopped_early_at_step(250);
+  ASSERT_TRUE(ManifestStore(dir + "/checkpoints").WriteJobState(state).ok());
+  const std::string job_path = testing::WriteJobFile(*job, tmp + "/decided.pbtxt");
+  auto launcher = Daemon::Start("launcher", {RunfilePath("deploy/local_cluster"), "--job=" + job_path,
+                                             "--run_dir=" + dir, "--ps=1", "--workers=2"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = (*launcher)->Wait(absl::Minutes(3));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
+  EXPECT_TRUE((*launcher)->WaitForLine("early stopping decided before: ending at step 250", absl::Seconds(1)));
+  std::ifstream in(dir + "/summary.json");
+  std::stringstream summary;
+  summary << in.rdbuf();
+  EXPECT_NE(summary.str().find("\"stopped_early_at_step\": 250"), std::string::npos) << summary.str();
+  EXPECT_NE(summary.str().find("\"steps\": 250,"), std::string::npos) << summary.str();
+  EXPECT_TRUE((*launcher)->WaitForLine("final test accuracy ", absl::Seconds(1)));
+  // Still recorded once the job is done.
+  absl::StatusOr<ChiefJobState> after = ManifestStore(dir + "/checkpoints").ReadJobState();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->stopped_early_at_step(), 250);
 }
 
 }  // namespace
