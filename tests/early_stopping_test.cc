@@ -22,7 +22,9 @@ namespace {
 using testing::Daemon;
 using testing::RunfilePath;
 
-TEST(EarlyStoppingTest, ARunThatCannotImproveEndsEarlyWithItsFinalMetric) {
+// `strategy`: the launcher's --strategy; `sync`: SYNC consistency.
+void RunThatCannotImprove(const std::string& name, const std::string& strategy, bool sync) {
+  SCOPED_TRACE(name);
   const std::string tmp = std::getenv("TEST_TMPDIR");
   auto job = LoadJob(RunfilePath("examples/fashion_mnist_mlp.pbtxt"));
   ASSERT_TRUE(job.ok()) << job.status();
@@ -37,12 +39,16 @@ TEST(EarlyStoppingTest, ARunThatCannotImproveEndsEarlyWithItsFinalMetric) {
   e->set_monitor("accuracy");
   e->set_min_delta(0.05f);
   e->set_patience(1);
+  if (sync) job->mutable_consistency()->set_mode(ConsistencyDef::SYNC);
+  if (strategy == "multi_worker_mirrored") job->mutable_strategy()->mutable_multi_worker_mirrored();
   job->clear_summary_path();
   job->clear_log_dir();
-  const std::string dir = tmp + "/run";
-  const std::string job_path = testing::WriteJobFile(*job, tmp + "/early.pbtxt");
-  auto launcher = Daemon::Start("launcher", {RunfilePath("deploy/local_cluster"), "--job=" + job_path,
-                                             "--run_dir=" + dir, "--ps=1", "--workers=2"});
+  const std::string dir = tmp + "/" + name;
+  const std::string job_path = testing::WriteJobFile(*job, dir + ".pbtxt");
+  std::vector<std::string> argv = {RunfilePath("deploy/local_cluster"), "--job=" + job_path, "--run_dir=" + dir,
+                                   "--workers=2", "--strategy=" + strategy};
+  if (strategy == "parameter_server") argv.push_back("--ps=1");
+  auto launcher = Daemon::Start("launcher", argv);
   ASSERT_TRUE(launcher.ok()) << launcher.status();
   absl::StatusOr<int> status = (*launcher)->Wait(absl::Minutes(3));
   ASSERT_TRUE(status.ok()) << status.status();
@@ -75,6 +81,20 @@ TEST(EarlyStoppingTest, ARunThatCannotImproveEndsEarlyWithItsFinalMetric) {
   int times = 0;
   for (std::string line; std::getline(log, line);) times += line.rfind("[chief:0] early stopping: ", 0) == 0;
   EXPECT_EQ(times, 1);
+}
+
+TEST(EarlyStoppingTest, AnAsyncRunThatCannotImproveEndsEarlyWithItsFinalMetric) {
+  RunThatCannotImprove("async", "parameter_server", false);
+}
+
+// SYNC: the end is where the furthest worker stands, at most one step past
+// the group's (the step its push already went into), and both run to it.
+TEST(EarlyStoppingTest, ASyncRunThatCannotImproveEndsEarly) { RunThatCannotImprove("sync", "parameter_server", true); }
+
+// A collective group stops at one step (the pause is agreed in the
+// all-reduce) and runs to the end together.
+TEST(EarlyStoppingTest, AMirroredRunThatCannotImproveEndsEarly) {
+  RunThatCannotImprove("mirrored", "multi_worker_mirrored", false);
 }
 
 // A chief that finds the decision in the job state (its predecessor
