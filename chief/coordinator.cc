@@ -423,6 +423,19 @@ absl::Status Coordinator::Watch(bool* done) {
     RETURN_IF_ERROR(RunCommand(c));
     if (c.EndsPass()) return absl::OkStatus();
   }
+  if (cluster_.stopped_early_at_step >= 0) {
+    // A worker past the early end was never told it (it did not answer
+    // the pause, or was out of reach): paused and resumed with the end, it
+    // is done at once (as every worker resumed now runs only to the end).
+    for (const WorkerView& w : cluster_.workers) {
+      if (w.removed || w.left || !w.reachable || w.state != WorkerStatusResponse::RUNNING) continue;
+      if (w.step <= cluster_.end_step) continue;
+      cluster_.report(absl::StrCat(w.control->name(), " runs past the early end at step ", cluster_.end_step,
+                                   " (at ", w.step, "): telling it"));
+      cluster_.ResumeWorkers(cluster_.PauseWorkers(), "the early end");
+      return absl::OkStatus();
+    }
+  }
   PublishProgress(workers);
   cluster_.summary.examples_per_sec_last_window = workers.examples_per_sec;
   Report(false);
