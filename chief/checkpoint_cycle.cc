@@ -87,7 +87,7 @@ absl::Status CheckpointCycle::Checkpoint() {
     WorkerView& w = cluster_.workers[i];
     if (active(w)) {
       w.step = steps[i];
-      absl::Status s = w.control->Resume(w.step, cluster_.generation);
+      absl::Status s = w.control->Resume(w.step, cluster_.generation, ReplicaRoute(), cluster_.ResumeEndStep(w.step));
       if (!s.ok()) LOG(WARNING) << "resume after checkpoint: " << s;
     }
   }

@@ -124,7 +124,8 @@ WorkerAssignment ChiefCluster::AssignmentFor(int i, int64_t step) const {
     }
   }
   a.set_start_step(step);
-  a.set_end_step(end_step);
+  // One already past an early end (it ran on unreached) runs nothing.
+  a.set_end_step(std::max(end_step, step));
   a.set_loss_node(plan.loss_node);
   for (const auto& [var, node] : plan.gradient_node) (*a.mutable_gradient_node())[var] = node;
   for (const auto& m : plan.metric_nodes) a.add_metric_node(m);
@@ -181,7 +182,7 @@ absl::Status ChiefCluster::CreateVariablesOn(int store, bool reinitialize, bool 
     // Hybrid's PS: every worker's rows of every step, applied as they come.
     req.mutable_consistency()->set_mode(ConsistencyDef::ASYNC);
     *req.mutable_optimizer() =
-        ResolveSchedule(options.job.optimizer(), end_step * options.cluster.NumTasks(kWorkerJob));
+        ResolveSchedule(options.job.optimizer(), job_steps * options.cluster.NumTasks(kWorkerJob));
   } else {
     // Who trains, by task index (after joins and leaves not 0..N-1), and
     // where each starts: BOUNDED_STALENESS waits for these workers only.
@@ -225,7 +226,9 @@ absl::Status ChiefCluster::StartWorker(int i, int64_t step) {
 }
 
 OptimizerDef ChiefCluster::StoreOptimizer() const {
-  return ResolveSchedule(options.job.optimizer(), end_step * (shape.sync ? 1 : options.cluster.NumTasks(kWorkerJob)));
+  // The whole job's length, not end_step: a run that ends early keeps the
+  // schedule it trained under.
+  return ResolveSchedule(options.job.optimizer(), job_steps * (shape.sync ? 1 : options.cluster.NumTasks(kWorkerJob)));
 }
 
 absl::Duration ChiefCluster::Backoff(int attempt) const {
@@ -289,6 +292,7 @@ void ChiefCluster::SaveJobState(bool running) {
   state.set_running(running);
   state.set_generation(generation);
   state.set_epoch(roles.epoch);
+  if (stopped_early_at_step >= 0) state.set_stopped_early_at_step(stopped_early_at_step);
   absl::Status s = manifests.WriteJobState(state);
   if (!s.ok()) LOG(WARNING) << "cannot save the job state: " << s;
 }
@@ -412,7 +416,7 @@ void ChiefCluster::ResumeWorkers(const std::vector<bool>& paused, const std::str
   ForEachWorker([&](int i) {
     if (!paused[i]) return absl::OkStatus();
     WorkerView& w = workers[i];
-    absl::Status s = w.control->Resume(w.step, generation, route);
+    absl::Status s = w.control->Resume(w.step, generation, route, ResumeEndStep(w.step));
     if (!s.ok()) report(absl::StrCat("resuming ", w.control->name(), " after ", after, ": ", s.message()));
     return s;
   });

@@ -15,6 +15,7 @@
 #ifndef PSRT_CHIEF_CHIEF_CLUSTER_H_
 #define PSRT_CHIEF_CHIEF_CLUSTER_H_
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -126,6 +127,12 @@ class ChiefCluster {
   // failure.retry_backoff_ms doubling per attempt up to retry_backoff_max_ms.
   absl::Duration Backoff(int attempt) const;
   WorkerAssignment AssignmentFor(int i, int64_t step) const;
+  // ResumeRequest.end_step for a worker resumed at `step`: 0 (unchanged)
+  // unless the run was stopped early, then its end (or `step`, for one
+  // already past it: it is done at once).
+  int64_t ResumeEndStep(int64_t step) const {
+    return stopped_early_at_step < 0 ? 0 : std::max(end_step, step);
+  }
   ReplicaRoute Route() const;
   // The handle reaching store s's core (its primary's PS when replicated).
   PsAdmin* StoreAdmin(int store) const;
@@ -194,7 +201,15 @@ class ChiefCluster {
   std::vector<PsView> ps;  // by store
   std::vector<WorkerView> workers;
   ReplicaRoles roles;
+  // The step the run ends at (exclusive): the job's length, or sooner once
+  // early stopping decided (stopped_early_at_step, then equal to it).
   int64_t end_step = 0;
+  // The job's whole length (steps, or epochs in steps): the learning-rate
+  // schedule spans it whatever end_step becomes.
+  int64_t job_steps = 0;
+  // Where early stopping ended the run (-1: it did not); kept in the job
+  // state, so a chief restarted after the decision ends there too.
+  int64_t stopped_early_at_step = -1;
   int64_t generation = 0;
   int64_t last_checkpoint_step = -1;
   absl::Time last_checkpoint_time;

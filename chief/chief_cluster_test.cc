@@ -31,5 +31,39 @@ TEST(ChiefClusterTest, TheAssignmentCarriesTheOptimizersClipping) {
   }
 }
 
+// Early stopping (#25): a shorter end changes where workers stop, not the
+// schedule the stores apply; the decision is kept in the job state.
+TEST(ChiefClusterTest, AnEarlyEndKeepsTheSchedulesLengthAndIsSaved) {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_mlp.pbtxt");
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromJson(
+      R"({"chief": ["localhost:1"], "ps": ["localhost:2"], "worker": ["localhost:3", "localhost:4"]})", "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  TaskRegistry registry(*spec, absl::Seconds(10));
+  ChannelCache channels;
+  CoordinatorOptions o;
+  o.job = *job;
+  o.cluster = *spec;
+  o.checkpoint_dir = std::string(std::getenv("TEST_TMPDIR")) + "/early";
+  ChiefCluster cluster(o, &registry, &channels);
+  cluster.end_step = cluster.job_steps = 7035;
+  const OptimizerDef before = cluster.StoreOptimizer();
+  EXPECT_EQ(before.schedule().decay_steps(), 7035 * 2);  // ASYNC: every worker's pushes
+  EXPECT_EQ(cluster.ResumeEndStep(100), 0);              // not stopped: unchanged
+  EXPECT_EQ(cluster.AssignmentFor(0, 100).end_step(), 7035);
+
+  cluster.end_step = cluster.stopped_early_at_step = 409;
+  EXPECT_EQ(cluster.StoreOptimizer().schedule().decay_steps(), before.schedule().decay_steps());
+  EXPECT_EQ(cluster.AssignmentFor(0, 100).end_step(), 409);
+  EXPECT_EQ(cluster.AssignmentFor(0, 500).end_step(), 500);  // past the end: runs nothing
+  EXPECT_EQ(cluster.ResumeEndStep(100), 409);
+  EXPECT_EQ(cluster.ResumeEndStep(500), 500);
+  cluster.SaveJobState(true);
+  absl::StatusOr<ChiefJobState> state = cluster.manifests.ReadJobState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_TRUE(state->has_stopped_early_at_step());
+  EXPECT_EQ(state->stopped_early_at_step(), 409);
+}
+
 }  // namespace
 }  // namespace psrt

@@ -147,20 +147,24 @@ absl::StatusOr<int64_t> WorkerControl::Pause(int64_t generation, absl::Duration 
   return resp.step();
 }
 
-absl::Status WorkerControl::Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route) {
+absl::Status WorkerControl::Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route,
+                                   int64_t end_step) {
   ResumeRequest req;
   if (route.epoch() > 0) *req.mutable_route() = route;
   req.set_start_step(start_step);
   req.set_generation(generation);
+  req.set_end_step(end_step);
   return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kWorkerStateTimeout, name_, "Resume").status();
 }
 
-absl::Status WorkerControl::ResumePlaced(int64_t start_step, int64_t generation, const WorkerAssignment& a) {
+absl::Status WorkerControl::ResumePlaced(int64_t start_step, int64_t generation, const WorkerAssignment& a,
+                                         int64_t end_step) {
   ResumeRequest req;
   *req.mutable_placement() = a.placement();
   *req.mutable_ps() = a.ps();
   req.set_start_step(start_step);
   req.set_generation(generation);
+  req.set_end_step(end_step);
   return CallUnary(stub_.get(), &Worker::Stub::Resume, req, kWorkerStateTimeout, name_, "Resume").status();
 }
 

@@ -100,10 +100,12 @@ class WorkerControl {
   absl::StatusOr<int64_t> Pause(int64_t generation, absl::Duration timeout = absl::Seconds(5),
                                 const std::vector<int>& abandon = {}, uint64_t expected_incarnation = 0);
   // `route` (epoch > 0): the placement after a failover (replicated shards).
-  absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
+  // `end_step` (> 0): the run's new, earlier end (early stopping).
+  absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute(),
+                      int64_t end_step = 0);
   // Resume with the placement and PS of `a` (a PS joined or left): the
   // worker replaces only its PS client (ResumeRequest.placement).
-  absl::Status ResumePlaced(int64_t start_step, int64_t generation, const WorkerAssignment& a);
+  absl::Status ResumePlaced(int64_t start_step, int64_t generation, const WorkerAssignment& a, int64_t end_step = 0);
   absl::StatusOr<WorkerStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   absl::Status Shutdown();
   const std::string& name() const { return name_; }

@@ -63,6 +63,9 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry, Cha
       failover_(&cluster_, &recovery_),
       worker_membership_(&cluster_),
       ps_membership_(&cluster_) {
+  if (evaluator_ && !cluster_.options.job.eval().early_stopping().monitor().empty()) {
+    early_stopping_.emplace(cluster_.options.job.eval().early_stopping());
+  }
   const FailurePolicy& f = cluster_.options.job.failure();
   // Workers beyond the spec may join up to failure.max_workers.
   if (cluster_.shape.elastic) registry->AdmitWorkersUpTo(f.max_workers());
@@ -98,6 +101,7 @@ absl::Status Coordinator::Setup() {
     int64_t batch = std::max(1, job.input().batch_size());
     cluster_.end_step = job.epochs() * ((shard + batch - 1) / batch);
   }
+  cluster_.job_steps = cluster_.end_step;
   cluster_.summary.total_steps = cluster_.end_step;
 
   // Failures survived so far, kept beside the manifests; a chief that finds
@@ -105,6 +109,20 @@ absl::Status Coordinator::Setup() {
   absl::StatusOr<ChiefJobState> state = cluster_.manifests.ReadJobState();
   if (!state.ok()) cluster_.report(absl::StrCat("ignoring the job state: ", state.status().message()));
   if (state.ok()) cluster_.summary.failures_survived = state->failures_survived();
+  if (state.ok() && state->has_stopped_early_at_step()) {
+    // A chief before this one ended the run early: it ends there again
+    // (the schedule still spans job_steps).
+    const int64_t at = state->stopped_early_at_step();
+    if (at < 0 || at > cluster_.job_steps) {
+      cluster_.report(absl::StrCat("ignoring the job state's stopped_early_at_step ", at, ": outside [0, ",
+                                   cluster_.job_steps, "]"));
+    } else {
+      cluster_.end_step = at;
+      cluster_.stopped_early_at_step = at;
+      cluster_.summary.stopped_early_at_step = at;
+      cluster_.report(absl::StrCat("early stopping decided before: ending at step ", at));
+    }
+  }
   if (state.ok() && state->running()) {
     cluster_.report("the previous chief of this job did not finish: taking over");
     cluster_.CountFailure();
@@ -334,7 +352,8 @@ absl::Status Coordinator::RunCommand(const WatchCommand& c) {
       return absl::OkStatus();
     }
     case WatchCommand::kResumeWorker: {
-      absl::Status s = cluster_.workers[c.index].control->Resume(c.step, cluster_.generation, cluster_.Route());
+      absl::Status s = cluster_.workers[c.index].control->Resume(c.step, cluster_.generation, cluster_.Route(),
+                                                                 cluster_.ResumeEndStep(c.step));
       if (!s.ok()) {
         cluster_.report(absl::StrCat("resuming ", cluster_.workers[c.index].control->name(), ": ", s.message()));
       }
@@ -404,6 +423,19 @@ absl::Status Coordinator::Watch(bool* done) {
     RETURN_IF_ERROR(RunCommand(c));
     if (c.EndsPass()) return absl::OkStatus();
   }
+  if (cluster_.stopped_early_at_step >= 0) {
+    // A worker past the early end was never told it (it did not answer
+    // the pause, or was out of reach): paused and resumed with the end, it
+    // is done at once (as every worker resumed now runs only to the end).
+    for (const WorkerView& w : cluster_.workers) {
+      if (w.removed || w.left || !w.reachable || w.state != WorkerStatusResponse::RUNNING) continue;
+      if (w.step <= cluster_.end_step) continue;
+      cluster_.report(absl::StrCat(w.control->name(), " runs past the early end at step ", cluster_.end_step,
+                                   " (at ", w.step, "): telling it"));
+      cluster_.ResumeWorkers(cluster_.PauseWorkers(), "the early end");
+      return absl::OkStatus();
+    }
+  }
   PublishProgress(workers);
   cluster_.summary.examples_per_sec_last_window = workers.examples_per_sec;
   Report(false);
@@ -423,9 +455,45 @@ absl::Status Coordinator::Watch(bool* done) {
     if (!e.ok()) {
       cluster_.report(absl::StrCat("evaluation at step ", step, " failed (training goes on): ", e.message()));
       cluster_.last_eval_step = step;
+    } else if (early_stopping_.has_value() && cluster_.stopped_early_at_step < 0) {
+      auto it = cluster_.summary.metrics.find(early_stopping_->monitor());
+      if (it == cluster_.summary.metrics.end()) {
+        cluster_.report(absl::StrCat("early stopping: the evaluation at step ", step, " has no ",
+                                     early_stopping_->monitor(), "; not counted"));
+      } else if (early_stopping_->Observe(step, it->second)) {
+        StopEarly(early_stopping_->Why());
+      }
     }
   }
   return absl::OkStatus();
+}
+
+void Coordinator::StopEarly(const std::string& why) {
+  // Every worker at a step boundary, then the end where the furthest one
+  // stands (under SYNC at most one step past the group's, the step its
+  // push already went into; a collective group's members all stand at
+  // one step): each runs to it and is done, and the final checkpoint and
+  // evaluation are taken there, as at a normal end.
+  const std::vector<bool> paused = cluster_.PauseWorkers();
+  int64_t end = -1;
+  for (int i = 0; i < cluster_.NumWorkers(); ++i) {
+    const WorkerView& w = cluster_.workers[i];
+    if (w.removed && w.streams.empty()) continue;
+    end = std::max(end, w.step);
+  }
+  if (end < 0 || end >= cluster_.end_step) {
+    cluster_.report(absl::StrCat("early stopping: ", why, "; the run ends at step ", cluster_.end_step, " anyway"));
+    cluster_.ResumeWorkers(paused, "early stopping");
+    return;
+  }
+  // Recorded before any worker is told: a chief restarted from here on
+  // ends the run at the same step.
+  cluster_.end_step = end;
+  cluster_.stopped_early_at_step = end;
+  cluster_.summary.stopped_early_at_step = end;
+  cluster_.SaveJobState(true);
+  cluster_.report(absl::StrCat("early stopping: ", why, "; ending at step ", end));
+  cluster_.ResumeWorkers(paused, "early stopping");
 }
 
 void Coordinator::PublishProgress(const WorkerPass& workers) {
@@ -593,6 +661,8 @@ std::string JobSummary::ToJson() const {
                       checkpoint_dir, "\",\n  \"failures_survived\": ", failures_survived,
                       ",\n  \"failovers\": ", failovers, ",\n  \"rolled_back_steps\": ", rolled_back_steps,
                       ",\n  \"rebuilds\": ", rebuilds,
+                      stopped_early_at_step < 0 ? ""
+                                                : absl::StrCat(",\n  \"stopped_early_at_step\": ", stopped_early_at_step),
                       final_evaluation_error.empty()
                           ? ""
                           : absl::StrCat(",\n  \"final_evaluation_error\": ", JsonString(final_evaluation_error)),

@@ -65,6 +65,7 @@
 #include "chief/task_registry.h"
 #include "chief/worker_membership.h"
 #include "common/optimizer.h"
+#include "common/plan/early_stopping.h"
 #include "common/plan/job_planner.h"
 #include "common/rpc/channel_cache.h"
 #include "proto/chief_service.pb.h"
@@ -102,12 +103,19 @@ class Coordinator {
   // The workers' losses, metrics and progress into the status page.
   void PublishProgress(const WorkerPass& workers);
   absl::Status Evaluate(int64_t step);
+  // Early stopping said stop (`why`): pauses the workers, ends the run
+  // where the furthest stands, records it in the job state and resumes
+  // every worker with that end. Nothing when that is not before the end.
+  void StopEarly(const std::string& why);
   void Report(bool force);
 
   ChiefCluster cluster_;
   const Planner planner_;
   const Evaluator evaluator_;
   const WatchCore core_;
+  // The job's eval.early_stopping, fed each periodic evaluation (none: no
+  // monitor, or no evaluator).
+  std::optional<EarlyStopping> early_stopping_;
   // The parts, each acting on cluster_ (declared after it: built after it).
   CheckpointCycle checkpoints_;
   GroupMembership group_;

@@ -63,6 +63,8 @@ struct JobSummary {
   // Backups rebuilt on a PS that answered again after a failover.
   int rebuilds = 0;
   std::string checkpoint_dir;
+  // Early stopping ended the run at this step (-1: it ran to total_steps).
+  int64_t stopped_early_at_step = -1;
 
   std::string ToJson() const;
 };

@@ -205,7 +205,7 @@ absl::Status PsMembership::MoveVariables(const PsMovePlan& plan, const std::stri
     WorkerView& w = cluster_.workers[i];
     if (w.removed || !w.reachable) return absl::OkStatus();
     if (paused_here[i] &&
-        w.control->ResumePlaced(w.step, cluster_.generation, cluster_.AssignmentFor(i, w.step)).ok()) {
+        w.control->ResumePlaced(w.step, cluster_.generation, cluster_.AssignmentFor(i, w.step), cluster_.ResumeEndStep(w.step)).ok()) {
       w.state = WorkerStatusResponse::RUNNING;
       return absl::OkStatus();
     }

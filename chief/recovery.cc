@@ -60,7 +60,7 @@ absl::Status RecoveryRunner::Recover(const std::string& why, bool failure) {
     if (w.state == WorkerStatusResponse::DONE || cluster_.shape.collective || redealt) {
       return w.control->Start(cluster_.AssignmentFor(i, w.step));
     }
-    return w.control->Resume(w.step, cluster_.generation);
+    return w.control->Resume(w.step, cluster_.generation, ReplicaRoute(), cluster_.ResumeEndStep(w.step));
   });
   for (int i = 0; i < cluster_.NumWorkers(); ++i) {
     WorkerView& w = cluster_.workers[i];

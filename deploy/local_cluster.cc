@@ -590,6 +590,13 @@ int Run(int argc, char** argv) {
     } else {
       result = "no final metric: the job has no test split (input.test)";
     }
+    if (std::regex_search(summary, m, std::regex("\"stopped_early_at_step\": ([0-9]+)"))) {
+      std::smatch total;
+      result += " (stopped early at step " + m[1].str() +
+                (std::regex_search(summary, total, std::regex("\"total_steps\": ([0-9]+)"))
+                     ? " of " + total[1].str() + ")"
+                     : ")");
+    }
     std::cout << "\n" << result << " (failures survived: " << failures << ")\n"
               << "summary:     " << run_dir << "/summary.json\n"
               << "checkpoints: " << run_dir << "/checkpoints\n"

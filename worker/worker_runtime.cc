@@ -170,7 +170,8 @@ absl::StatusOr<int64_t> WorkerRuntime::Pause(int64_t generation, absl::Duration 
   return next_step_;
 }
 
-absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route) {
+absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route,
+                                   int64_t end_step) {
   if (!control_mu_.TryLock()) {
     return absl::FailedPreconditionError("another Start, Pause or Resume is under way; try again");
   }
@@ -184,8 +185,18 @@ absl::Status WorkerRuntime::Resume(int64_t start_step, int64_t generation, const
     return absl::AbortedError(absl::StrCat("resume for generation ", generation,
                                            " but the worker is at ", generation_));
   }
+  if (end_step != 0 && (end_step < start_step || end_step > assignment_.end_step())) {
+    return absl::InvalidArgumentError(absl::StrCat("ResumeRequest.end_step is ", end_step, "; it must be in [start_step ",
+                                                   start_step, ", the assignment's end_step ",
+                                                   assignment_.end_step(), "] (0: unchanged)"));
+  }
   // Before the loop runs again: its next calls go to the new primaries.
   if (route.epoch() > 0 && client_ != nullptr) client_->SetRoute(route);
+  if (end_step != 0 && end_step != assignment_.end_step()) {
+    LOG(INFO) << "worker " << options_.index << " ends sooner: at step " << end_step << ", not "
+              << assignment_.end_step();
+    assignment_.set_end_step(end_step);
+  }
   generation_ = generation;
   next_step_ = start_step;
   pause_requested_ = false;

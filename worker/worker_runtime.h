@@ -111,7 +111,11 @@ class WorkerRuntime {
   // Continues from `start_step` under `generation`.
   // `route` (epoch > 0: replicated shards after a failover) re-routes the
   // client's pulls and pushes to the stores' new primaries.
-  absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute());
+  // `end_step` > 0 (early stopping) ends the run there instead: it must be
+  // in [start_step, the assignment's end_step], else INVALID_ARGUMENT and
+  // nothing changes; equal to start_step, the worker is DONE at once.
+  absl::Status Resume(int64_t start_step, int64_t generation, const ReplicaRoute& route = ReplicaRoute(),
+                      int64_t end_step = 0);
   // A paused worker's PS client made again for `a`'s placement and PS (a
   // PS joined or left; `a` is the current assignment with those replaced,
   // checked by the caller). FAILED_PRECONDITION unless paused, or for a

@@ -311,6 +311,42 @@ TEST(WorkerTest, AStepInterruptedByPauseIsDroppedAndRecomputed) {
   EXPECT_EQ(h.Pushed(), Range(0, 8));
 }
 
+// Early stopping (#25): a Resume with end_step ends the run there; one
+// outside [start_step, the assignment's end] is refused, nothing changed.
+TEST(WorkerTest, ResumeWithAnEarlierEndStepEndsThere) {
+  Harness h;
+  h.ps.block_pull_at = 4;
+  ASSERT_TRUE(h.worker->Start(Assignment(20)).ok());
+  h.ps.pulled_blocked.WaitForNotification();
+  auto paused_at = h.worker->Pause(1, absl::Seconds(10));
+  ASSERT_TRUE(paused_at.ok()) << paused_at.status();
+  EXPECT_EQ(*paused_at, 4);
+  h.ps.release.Notify();
+  absl::Status s = h.worker->Resume(4, 1, ReplicaRoute(), 21);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("ResumeRequest.end_step is 21"));
+  s = h.worker->Resume(4, 1, ReplicaRoute(), 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.worker->Status().state(), WorkerStatusResponse::PAUSED);  // refused: nothing changed
+  ASSERT_TRUE(h.worker->Resume(4, 1, ReplicaRoute(), 7).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, 7));
+  EXPECT_EQ(h.worker->Status().step(), 7);
+}
+
+TEST(WorkerTest, ResumeWithEndStepAtItsStartIsDoneAtOnce) {
+  Harness h;
+  h.ps.block_pull_at = 5;
+  ASSERT_TRUE(h.worker->Start(Assignment(20)).ok());
+  h.ps.pulled_blocked.WaitForNotification();
+  auto paused_at = h.worker->Pause(1, absl::Seconds(10));
+  ASSERT_TRUE(paused_at.ok()) << paused_at.status();
+  h.ps.release.Notify();
+  ASSERT_TRUE(h.worker->Resume(*paused_at, 1, ReplicaRoute(), *paused_at).ok());
+  EXPECT_EQ(h.worker->WaitFinished(absl::Seconds(60)), WorkerStatusResponse::DONE);
+  EXPECT_EQ(h.Pushed(), Range(0, *paused_at));
+}
+
 TEST(WorkerTest, StartRulesAndBadAssignments) {
   Harness h;
   h.ps.block_pull_at = 1;

@@ -72,6 +72,10 @@ grpc::Status WorkerServiceImpl::Pause(grpc::ServerContextBase* ctx, const PauseR
 grpc::Status WorkerServiceImpl::Resume(grpc::ServerContextBase* ctx, const ResumeRequest* req,
                                        ResumeResponse*) {
   if (grpc::Status a = auth_.Authorize(*ctx, Rpc::kWorkerResume); !a.ok()) return a;
+  if (req->end_step() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("Resume: end_step ", req->end_step(), " is negative (0: unchanged)"));
+  }
   if (req->has_placement()) {
     // A PS joined or left: the new placement checked as a Start's would be.
     WorkerAssignment a = worker_->assignment();
@@ -80,7 +84,9 @@ grpc::Status WorkerServiceImpl::Resume(grpc::ServerContextBase* ctx, const Resum
     if (absl::Status v = ValidateAssignment(a, limits_); !v.ok()) return ToGrpcStatus(v);
     if (absl::Status s = worker_->ReplaceClient(a); !s.ok()) return ToGrpcStatus(s);
   }
-  return ToGrpcStatus(worker_->Resume(req->start_step(), req->generation(), req->route()));
+  // end_step against the run's own bounds: checked by the runtime, under
+  // the lock that guards them (INVALID_ARGUMENT naming it).
+  return ToGrpcStatus(worker_->Resume(req->start_step(), req->generation(), req->route(), req->end_step()));
 }
 
 grpc::Status WorkerServiceImpl::Status(grpc::ServerContextBase* ctx, const WorkerStatusRequest*,

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/plan/early_stopping.h"
 #include "common/plan/placement.h"
 #include "common/graph/model_compiler.h"
 #include "common/optimizer.h"
@@ -92,6 +93,7 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
     s = Optimizer::Create(ResolveSchedule(job.optimizer(), 1)).status();
     if (s.ok()) s = CheckClipping(ClippingOf(job.optimizer()), "optimizer");
   }
+  if (s.ok()) s = CheckEarlyStopping(job);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
   return job;
 }

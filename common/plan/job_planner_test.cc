@@ -66,6 +66,36 @@ TEST(JobPlannerTest, LabelSmoothingIsCheckedNamingTheField) {
   }
 }
 
+// Early stopping (#25): refused at parse naming the field.
+TEST(JobPlannerTest, EarlyStoppingIsCheckedAtParseNamingTheField) {
+  auto job = [](const std::string& eval) {
+    return ParseJob(absl::StrCat(R"(
+      model { sequential { layer { dense { units: 3 } } } loss { } metric: "accuracy" }
+      input { format: TFRECORD batch_size: 8 num_classes: 3 train { files: "/nonexistent.tfrecord" }
+              feature { name: "x" shape: 3 } }
+      eval { )", eval, R"( }
+      steps: 10)"), "job.pbtxt");
+  };
+  EXPECT_TRUE(job("every_steps: 100 early_stopping { monitor: \"accuracy\" patience: 2 min_delta: 0.001 }").ok());
+  EXPECT_TRUE(job("every_steps: 100 early_stopping { monitor: \"loss\" mode: MIN start_from_step: 500 }").ok());
+  EXPECT_TRUE(job("early_stopping { patience: 3 }").ok());  // no monitor: no early stopping
+  const std::pair<std::string, std::string> bad[] = {
+      {"every_steps: 100 early_stopping { monitor: \"auc\" }",
+       "job.pbtxt: eval.early_stopping.monitor is \"auc\"; it must be one of \"loss\", \"accuracy\""},
+      {"every_steps: 100 early_stopping { monitor: \"loss\" min_delta: -0.1 }", "eval.early_stopping.min_delta is -0.1"},
+      {"every_steps: 100 early_stopping { monitor: \"loss\" min_delta: inf }", "eval.early_stopping.min_delta is inf"},
+      {"every_steps: 100 early_stopping { monitor: \"loss\" patience: -1 }", "eval.early_stopping.patience is -1"},
+      {"every_steps: 100 early_stopping { monitor: \"loss\" start_from_step: -1 }",
+       "eval.early_stopping.start_from_step is -1"},
+      {"early_stopping { monitor: \"loss\" }", "eval.early_stopping needs periodic evaluations: eval.every_steps is 0"},
+  };
+  for (const auto& [eval, message] : bad) {
+    auto j = job(eval);
+    EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument) << eval;
+    EXPECT_THAT(std::string(j.status().message()), HasSubstr(message)) << eval;
+  }
+}
+
 // AdamW and RMSprop (#25) pass the same check at parse, a bad field named.
 TEST(JobPlannerTest, AdamWAndRmspropAreCheckedAtParse) {
   EXPECT_TRUE(Parse("optimizer { adamw { learning_rate: 0.001 } schedule { kind: COSINE } }").ok());
