@@ -25,13 +25,15 @@ struct MetricOp {
 };
 
 // The op of model.metric[i] `name`, refused (naming it) when unknown or
-// when it does not fit the loss and the model's output `shape`.
-absl::StatusOr<MetricOp> MetricOpFor(const std::string& name, LossDef::Kind loss, const Shape& shape, int i) {
+// when it does not fit the loss and the model's output `shape` (nullptr:
+// not known yet).
+absl::StatusOr<MetricOp> MetricOpFor(const std::string& name, LossDef::Kind loss, const Shape* shape, int i) {
   auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.metric[", i, "]: \"", name, "\" ", why, "; the metrics are: ", kKnownMetrics));
   };
-  const bool one_output = !shape.empty() && (shape.size() == 1 || (shape.size() == 2 && shape[1] == 1));
+  const bool one_output =
+      shape == nullptr || (!shape->empty() && (shape->size() == 1 || (shape->size() == 2 && (*shape)[1] == 1)));
   if (name == "accuracy") return MetricOp{"Accuracy", {}};
   int64_t k = 0;
   if (name == "top_k_accuracy") {
@@ -54,7 +56,7 @@ absl::StatusOr<MetricOp> MetricOpFor(const std::string& name, LossDef::Kind loss
   if (name == "precision" || name == "recall" || name == "auc") {
     if (loss != LossDef::SIGMOID_CROSS_ENTROPY || !one_output) {
       return refuse(absl::StrCat("is a binary metric: it needs a sigmoid cross-entropy loss on one output, not ",
-                                 LossDef::Kind_Name(loss), " on ", ShapeString(shape)));
+                                 LossDef::Kind_Name(loss), shape ? absl::StrCat(" on ", ShapeString(*shape)) : ""));
     }
     if (name == "auc") return MetricOp{"Auc", {{"num_thresholds", AttrI(200)}}};
     return MetricOp{name == "precision" ? "Precision" : "Recall", {}};
@@ -371,7 +373,7 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
   std::vector<std::string> fetches = {model_.loss, model_.logits};
   for (int i = 0; i < m.metric_size(); ++i) {
     const std::string& metric = m.metric(i);
-    ASSIGN_OR_RETURN(MetricOp op, MetricOpFor(metric, m.loss().kind(), out.shape, i));
+    ASSIGN_OR_RETURN(MetricOp op, MetricOpFor(metric, m.loss().kind(), &out.shape, i));
     if (model_.metrics.count(metric)) {
       return absl::InvalidArgumentError(absl::StrCat("model.metric[", i, "]: \"", metric, "\" is listed twice"));
     }
@@ -408,5 +410,16 @@ std::string LayerName(const LayerDef& l, int i) {
 }
 
 absl::StatusOr<CompiledModel> CompileModel(const TrainingJob& job) { return Compiler(job).Run(); }
+
+absl::Status CheckMetrics(const ModelDef& model) {
+  std::set<std::string> seen;
+  for (int i = 0; i < model.metric_size(); ++i) {
+    RETURN_IF_ERROR(MetricOpFor(model.metric(i), model.loss().kind(), nullptr, i).status());
+    if (!seen.insert(model.metric(i)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("model.metric[", i, "]: \"", model.metric(i), "\" is listed twice"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace psrt

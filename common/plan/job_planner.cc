@@ -83,6 +83,9 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
         source, ": model.loss.label_smoothing is for the cross-entropies (SOFTMAX_CROSS_ENTROPY, "
         "SIGMOID_CROSS_ENTROPY), not MEAN_SQUARED_ERROR"));
   }
+  if (absl::Status m = CheckMetrics(job.model()); !m.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", m.message()));
+  }
   absl::Status s = FillDefaultFeatures(job.mutable_input());
   if (s.ok()) s = CheckInput(job.input());
   if (s.ok() && job.has_optimizer()) {

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -63,6 +64,42 @@ TEST(JobPlannerTest, LabelSmoothingIsCheckedNamingTheField) {
     auto j = job(loss);
     EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument) << loss;
     EXPECT_THAT(std::string(j.status().message()), HasSubstr(message)) << loss;
+  }
+}
+
+// model.metric (#25): Keras' names; an unknown one, or one that does not fit
+// the loss, is refused naming it and listing the known ones.
+TEST(JobPlannerTest, MetricsAreCheckedAgainstTheLossAtParse) {
+  auto job = [](const std::string& loss, const std::string& metric, int classes = 10) {
+    return ParseJob(absl::StrCat(R"(
+      model { sequential { layer { dense { units: )", classes > 0 ? classes : 1, R"( } } }
+              loss { kind: )", loss, R"( } metric: ")", metric, R"(" }
+      input { format: TFRECORD batch_size: 8 num_classes: )", classes, R"( train { files: "/nonexistent.tfrecord" }
+              feature { name: "x" shape: 3 } }
+      steps: 10)"), "job.pbtxt");
+  };
+  for (const char* m : {"accuracy", "top_k_accuracy", "top_3_accuracy"}) {
+    EXPECT_TRUE(job("SOFTMAX_CROSS_ENTROPY", m).ok()) << m << ": " << job("SOFTMAX_CROSS_ENTROPY", m).status();
+  }
+  for (const char* m : {"mae", "mean_absolute_error", "accuracy"}) EXPECT_TRUE(job("MEAN_SQUARED_ERROR", m, 0).ok()) << m;
+  for (const char* m : {"precision", "recall", "auc", "accuracy"}) {
+    EXPECT_TRUE(job("SIGMOID_CROSS_ENTROPY", m, 0).ok()) << m << ": " << job("SIGMOID_CROSS_ENTROPY", m, 0).status();
+  }
+  const std::tuple<std::string, std::string, std::string> bad[] = {
+      {"SOFTMAX_CROSS_ENTROPY", "f1", "job.pbtxt: model.metric[0]: \"f1\" is no metric; the metrics are: accuracy, "},
+      {"SOFTMAX_CROSS_ENTROPY", "top_0_accuracy", "\"top_0_accuracy\" is no metric (top_<K>_accuracy needs a positive K)"},
+      {"SOFTMAX_CROSS_ENTROPY", "top_x_accuracy", "needs a positive K"},
+      {"SOFTMAX_CROSS_ENTROPY", "precision", "\"precision\" is a binary metric: it needs a sigmoid cross-entropy loss"},
+      {"SOFTMAX_CROSS_ENTROPY", "mae", "\"mae\" is a regression metric"},
+      {"SIGMOID_CROSS_ENTROPY", "mean_absolute_error", "is a regression metric"},
+      {"MEAN_SQUARED_ERROR", "auc", "\"auc\" is a binary metric"},
+      {"MEAN_SQUARED_ERROR", "top_k_accuracy", "needs a softmax cross-entropy loss"},
+  };
+  for (const auto& [loss, metric, message] : bad) {
+    auto j = job(loss, metric, loss == "SOFTMAX_CROSS_ENTROPY" ? 10 : 0);
+    EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument) << metric;
+    EXPECT_THAT(std::string(j.status().message()), HasSubstr(message)) << metric;
+    EXPECT_THAT(std::string(j.status().message()), HasSubstr("precision, recall, auc")) << metric;
   }
 }
 
