@@ -48,6 +48,14 @@ absl::StatusOr<const Tensor*> TableIds(const TableFeed& t, const Batch& batch) {
   return &ids;
 }
 
+// A metric op's output (a float vector) as statistics to sum.
+MetricStats StatsOf(const std::string& op, const Tensor& t) {
+  MetricStats s{op, {}};
+  s.sums.reserve(t.NumElements());
+  for (int64_t i = 0; i < t.NumElements(); ++i) s.sums.push_back(t.data<float>()[i]);
+  return s;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GraphStepRunner>> GraphStepRunner::Create(const WorkerAssignment& a,
@@ -102,7 +110,19 @@ absl::StatusOr<std::unique_ptr<GraphStepRunner>> GraphStepRunner::Create(const W
   }
   r->loss_ = a.loss_node();
   for (const auto& [v, g] : a.gradient_node()) r->grads_.emplace_back(v, g);
-  for (const std::string& m : a.metric_node()) r->metrics_.emplace_back(ParseTensorName(m).first, m);
+  for (int i = 0; i < a.metric_node_size(); ++i) {
+    const std::string& m = a.metric_node(i);
+    const std::string node = ParseTensorName(m).first;
+    std::string op;
+    for (const NodeDef& n : a.graph().node()) {
+      if (n.name() == node) op = n.op();
+    }
+    if (!IsMetricOp(op)) {
+      return absl::InvalidArgumentError(absl::StrCat("assignment.metric_node[", i, "]: ", m, " is no metric op's output",
+                                                     op.empty() ? "" : absl::StrCat(" (", op, ")")));
+    }
+    r->metrics_.push_back({node, m, op});
+  }
   r->seed_ = a.seed() * 7919 + a.shard_index();
   return r;
 }
@@ -179,7 +199,7 @@ absl::StatusOr<StepResult> GraphStepRunner::RunImpl(const TensorMap& dense, cons
   ASSIGN_OR_RETURN(auto feeds, Feeds(dense, rows, batch, false, &unique));
   std::vector<std::string> fetches = {loss_};
   for (const auto& [v, g] : grads_) fetches.push_back(g);
-  for (const auto& [m, t] : metrics_) fetches.push_back(t);
+  for (const MetricFetch& m : metrics_) fetches.push_back(m.tensor);
   // Fetch 1 + i is variable i's gradient: a dense one goes to `ready` now.
   StepExecutor::FetchReady on_fetch;
   if (ready != nullptr) {
@@ -202,32 +222,35 @@ absl::StatusOr<StepResult> GraphStepRunner::RunImpl(const TensorMap& dense, cons
       r.sparse_gradients[v] = {u->second, out[1 + i]};
     }
   }
+  // A training step shows its batch's value of each metric.
   for (size_t i = 0; i < metrics_.size(); ++i) {
-    r.metrics[metrics_[i].first] = out[1 + grads_.size() + i].data<float>()[0];
+    ASSIGN_OR_RETURN(double value, FinishMetric(StatsOf(metrics_[i].op, out[1 + grads_.size() + i])));
+    r.metrics[metrics_[i].name] = static_cast<float>(value);
   }
   return r;
 }
 
-absl::StatusOr<std::map<std::string, float>> GraphStepRunner::Evaluate(const TensorMap& variables,
-                                                                       const Batch& batch) {
+absl::StatusOr<GraphStepRunner::BatchEvaluation> GraphStepRunner::Evaluate(const TensorMap& variables,
+                                                                           const Batch& batch) {
   ASSIGN_OR_RETURN(auto feeds, Feeds(variables, variables, batch, true, nullptr));
   return EvaluateFeeds(feeds);
 }
 
-absl::StatusOr<std::map<std::string, float>> GraphStepRunner::EvaluateRows(const TensorMap& dense,
-                                                                           const TensorMap& rows,
-                                                                           const Batch& batch) {
+absl::StatusOr<GraphStepRunner::BatchEvaluation> GraphStepRunner::EvaluateRows(const TensorMap& dense,
+                                                                               const TensorMap& rows,
+                                                                               const Batch& batch) {
   ASSIGN_OR_RETURN(auto feeds, Feeds(dense, rows, batch, false, nullptr));
   return EvaluateFeeds(feeds);
 }
 
-absl::StatusOr<std::map<std::string, float>> GraphStepRunner::EvaluateFeeds(
+absl::StatusOr<GraphStepRunner::BatchEvaluation> GraphStepRunner::EvaluateFeeds(
     const std::map<std::string, Tensor>& feeds) {
   std::vector<std::string> fetches = {loss_};
-  for (const auto& [m, t] : metrics_) fetches.push_back(t);
+  for (const MetricFetch& m : metrics_) fetches.push_back(m.tensor);
   ASSIGN_OR_RETURN(std::vector<Tensor> out, exec_->Run(feeds, fetches, 0, false));
-  std::map<std::string, float> r = {{"loss", out[0].data<float>()[0]}};
-  for (size_t i = 0; i < metrics_.size(); ++i) r[metrics_[i].first] = out[1 + i].data<float>()[0];
+  BatchEvaluation r;
+  r.loss = out[0].data<float>()[0];
+  for (size_t i = 0; i < metrics_.size(); ++i) r.metrics[metrics_[i].name] = StatsOf(metrics_[i].op, out[1 + i]);
   return r;
 }
 

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/worker_service.pb.h"
+#include "common/compute/metric_stats.h"
 #include "common/compute/step_executor.h"
 #include "common/compute/step_runner.h"
 
@@ -56,22 +57,27 @@ class GraphStepRunner : public StepRunner {
                                           int64_t step, const GradientReady& ready) override;
   std::string device() const override { return device_; }
 
-  // Loss and metrics of a batch without gradients (training off: dropout
-  // passes through). For a table, `rows` holds the whole table and ids are
-  // used as rows.
-  absl::StatusOr<std::map<std::string, float>> Evaluate(const TensorMap& variables,
-                                                        const Batch& batch);
+  // One batch's evaluation: its mean loss and each metric's statistics
+  // (see metric_stats.h), to be summed over batches and finished once.
+  struct BatchEvaluation {
+    float loss = 0;
+    std::map<std::string, MetricStats> metrics;  // by metric node name
+  };
+
+  // Loss and metric statistics of a batch without gradients (training off:
+  // dropout passes through). For a table, `rows` holds the whole table and
+  // ids are used as rows.
+  absl::StatusOr<BatchEvaluation> Evaluate(const TensorMap& variables, const Batch& batch);
   // The same with each table's rows for the batch's unique ids, in the
   // order SparseRows gives them (as a training step is fed).
-  absl::StatusOr<std::map<std::string, float>> EvaluateRows(const TensorMap& dense, const TensorMap& rows,
-                                                            const Batch& batch);
+  absl::StatusOr<BatchEvaluation> EvaluateRows(const TensorMap& dense, const TensorMap& rows, const Batch& batch);
 
  private:
   GraphStepRunner() = default;
   // Run, with dense gradients handed to `ready` when it is set.
   absl::StatusOr<StepResult> RunImpl(const TensorMap& dense, const TensorMap& rows, const Batch& batch,
                                      int64_t step, const GradientReady* ready);
-  absl::StatusOr<std::map<std::string, float>> EvaluateFeeds(const std::map<std::string, Tensor>& feeds);
+  absl::StatusOr<BatchEvaluation> EvaluateFeeds(const std::map<std::string, Tensor>& feeds);
   absl::StatusOr<std::map<std::string, Tensor>> Feeds(const TensorMap& dense, const TensorMap& rows,
                                                       const Batch& batch, bool whole_tables,
                                                       std::map<std::string, Tensor>* unique_ids) const;
@@ -82,7 +88,12 @@ class GraphStepRunner : public StepRunner {
   std::vector<std::string> inputs_;  // placeholder nodes fed from the batch
   std::string loss_;
   std::vector<std::pair<std::string, std::string>> grads_;    // variable, tensor
-  std::vector<std::pair<std::string, std::string>> metrics_;  // name, tensor
+  struct MetricFetch {
+    std::string name;    // the metric node's
+    std::string tensor;  // fetched
+    std::string op;      // a metric op (metric_stats.h)
+  };
+  std::vector<MetricFetch> metrics_;
   std::string device_ = "cpu";
   uint64_t seed_ = 0;
 };

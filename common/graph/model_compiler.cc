@@ -1,7 +1,11 @@
 #include "common/graph/model_compiler.h"
 
+#include <algorithm>
+#include <cctype>
 #include <set>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/graph/graph_analysis.h"
 #include "common/graph/graph_builder.h"
@@ -10,6 +14,55 @@
 
 namespace psrt {
 namespace {
+
+// The metrics by Keras' names, and the op each compiles to.
+constexpr char kKnownMetrics[] =
+    "accuracy, top_k_accuracy (k = 5), top_<K>_accuracy, mae, mean_absolute_error, precision, recall, auc";
+
+struct MetricOp {
+  std::string op;
+  Attrs attrs;
+};
+
+// The op of model.metric[i] `name`, refused (naming it) when unknown or
+// when it does not fit the loss and the model's output `shape` (nullptr:
+// not known yet).
+absl::StatusOr<MetricOp> MetricOpFor(const std::string& name, LossDef::Kind loss, const Shape* shape, int i) {
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.metric[", i, "]: \"", name, "\" ", why, "; the metrics are: ", kKnownMetrics));
+  };
+  const bool one_output =
+      shape == nullptr || (!shape->empty() && (shape->size() == 1 || (shape->size() == 2 && (*shape)[1] == 1)));
+  if (name == "accuracy") return MetricOp{"Accuracy", {}};
+  int64_t k = 0;
+  if (name == "top_k_accuracy") {
+    k = 5;
+  } else if (absl::StartsWith(name, "top_") && absl::EndsWith(name, "_accuracy")) {
+    absl::string_view digits = absl::string_view(name).substr(4, name.size() - 4 - 9);
+    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit) ||
+        !absl::SimpleAtoi(digits, &k) || k < 1) {
+      return refuse("is no metric (top_<K>_accuracy needs a positive K)");
+    }
+  }
+  if (k > 0) {
+    if (loss != LossDef::SOFTMAX_CROSS_ENTROPY) return refuse("needs a softmax cross-entropy loss over classes");
+    return MetricOp{"TopKAccuracy", {{"k", AttrI(k)}}};
+  }
+  if (name == "mae" || name == "mean_absolute_error") {
+    if (loss != LossDef::MEAN_SQUARED_ERROR) return refuse("is a regression metric: it needs a mean squared error loss");
+    return MetricOp{"MeanAbsoluteError", {}};
+  }
+  if (name == "precision" || name == "recall" || name == "auc") {
+    if (loss != LossDef::SIGMOID_CROSS_ENTROPY || !one_output) {
+      return refuse(absl::StrCat("is a binary metric: it needs a sigmoid cross-entropy loss on one output, not ",
+                                 LossDef::Kind_Name(loss), shape ? absl::StrCat(" on ", ShapeString(*shape)) : ""));
+    }
+    if (name == "auc") return MetricOp{"Auc", {{"num_thresholds", AttrI(200)}}};
+    return MetricOp{name == "precision" ? "Precision" : "Recall", {}};
+  }
+  return refuse("is no metric");
+}
 
 // What a layer's output is: a tensor name and its shape.
 struct Value {
@@ -318,9 +371,13 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
       model_.loss = b_.Add("MeanSquaredError", "loss", {out.tensor, label});
   }
   std::vector<std::string> fetches = {model_.loss, model_.logits};
-  for (const std::string& metric : m.metric()) {
-    if (metric != "accuracy") return absl::InvalidArgumentError(absl::StrCat("unknown metric \"", metric, "\""));
-    model_.metrics[metric] = b_.Add("Accuracy", "accuracy", {out.tensor, label});
+  for (int i = 0; i < m.metric_size(); ++i) {
+    const std::string& metric = m.metric(i);
+    ASSIGN_OR_RETURN(MetricOp op, MetricOpFor(metric, m.loss().kind(), &out.shape, i));
+    if (model_.metrics.count(metric)) {
+      return absl::InvalidArgumentError(absl::StrCat("model.metric[", i, "]: \"", metric, "\" is listed twice"));
+    }
+    model_.metrics[metric] = b_.Add(op.op, metric, {out.tensor, label}, op.attrs);
     fetches.push_back(model_.metrics[metric]);
   }
   if (m.kind_case() == ModelDef::kOnnx) {
@@ -353,5 +410,16 @@ std::string LayerName(const LayerDef& l, int i) {
 }
 
 absl::StatusOr<CompiledModel> CompileModel(const TrainingJob& job) { return Compiler(job).Run(); }
+
+absl::Status CheckMetrics(const ModelDef& model) {
+  std::set<std::string> seen;
+  for (int i = 0; i < model.metric_size(); ++i) {
+    RETURN_IF_ERROR(MetricOpFor(model.metric(i), model.loss().kind(), nullptr, i).status());
+    if (!seen.insert(model.metric(i)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("model.metric[", i, "]: \"", model.metric(i), "\" is listed twice"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace psrt

@@ -53,6 +53,14 @@ std::string LayerName(const LayerDef& layer, int index);
 // fault.
 absl::StatusOr<CompiledModel> CompileModel(const TrainingJob& job);
 
+// model.metric by Keras' names: accuracy, top_k_accuracy (k = 5),
+// top_<K>_accuracy, mae / mean_absolute_error (a MEAN_SQUARED_ERROR loss),
+// precision, recall and auc (a SIGMOID_CROSS_ENTROPY loss on one output).
+// INVALID_ARGUMENT naming the metric and listing the known ones for one
+// unknown, one that does not fit the loss, or one listed twice. Needs no
+// compiling (CompileModel also checks the model's output shape).
+absl::Status CheckMetrics(const ModelDef& model);
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_GRAPH_MODEL_COMPILER_H_

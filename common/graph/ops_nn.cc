@@ -36,6 +36,33 @@ Attrs WindowAttrs(const NodeDef& n) {
   return a;
 }
 
+// A metric of (logits, labels): a float vector of sufficient statistics
+// (see common/compute/metric_stats.h), 2 long, or 4 per threshold for Auc.
+OpDef Metric(const std::string& name) {
+  OpDef d;
+  d.name = name;
+  d.num_inputs = 2;
+  d.shape = [name](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+    if (in[0].empty() || in[1].empty() || !DimsAgree(in[0][0], in[1][0])) {
+      return ShapeError(n, absl::StrCat("predictions ", ShapeString(in[0]), " and labels ",
+                                        ShapeString(in[1]), " differ in batch size"));
+    }
+    if (name == "TopKAccuracy" && (in[0].size() != 2 || in[1].size() != 1)) {
+      return ShapeError(n, absl::StrCat("needs logits [batch, classes] and labels [batch], got ",
+                                        ShapeString(in[0]), " and ", ShapeString(in[1])));
+    }
+    if (name != "Auc") {
+      *out = {{2}};
+      return absl::OkStatus();
+    }
+    const int64_t t = GetAttrI(n, "num_thresholds", 200);
+    if (t < 2) return ShapeError(n, absl::StrCat("num_thresholds is ", t, ", needs at least 2"));
+    *out = {{4 * t}};
+    return absl::OkStatus();
+  };
+  return d;
+}
+
 // A scalar loss of (logits, labels).
 OpDef Loss(const std::string& name, const std::string& grad_op) {
   OpDef d;
@@ -218,7 +245,9 @@ void RegisterNnOps(OpRegistry* r) {
   r->Register(Loss("SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad"));
   r->Register(Loss("SigmoidCrossEntropy", "SigmoidCrossEntropyGrad"));
   r->Register(Loss("MeanSquaredError", "MeanSquaredErrorGrad"));
-  r->Register(Loss("Accuracy", ""));
+  for (const char* m : {"Accuracy", "TopKAccuracy", "MeanAbsoluteError", "Precision", "Recall", "Auc"}) {
+    r->Register(Metric(m));
+  }
   for (const char* g : {"SoftmaxCrossEntropyGrad", "SigmoidCrossEntropyGrad", "MeanSquaredErrorGrad"}) {
     r->Register(ShapedLikeInput(g, 3, 1));
   }

@@ -84,6 +84,9 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
         source, ": model.loss.label_smoothing is for the cross-entropies (SOFTMAX_CROSS_ENTROPY, "
         "SIGMOID_CROSS_ENTROPY), not MEAN_SQUARED_ERROR"));
   }
+  if (absl::Status m = CheckMetrics(job.model()); !m.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", m.message()));
+  }
   absl::Status s = FillDefaultFeatures(job.mutable_input());
   if (s.ok()) s = CheckInput(job.input());
   if (s.ok() && job.has_optimizer()) {
@@ -292,7 +295,7 @@ namespace {
 // One batch: with every table whole, as the variables hold them; with a
 // hash table among them, each table's rows for the batch's unique ids
 // (gathered from a whole table, or read by `read_rows`), as a step is fed.
-absl::StatusOr<std::map<std::string, float>> EvaluateBatch(GraphStepRunner* runner,
+absl::StatusOr<GraphStepRunner::BatchEvaluation> EvaluateBatch(GraphStepRunner* runner,
                                                            const std::map<std::string, Tensor>& variables,
                                                            const RowReader& read_rows, const Batch& batch) {
   ASSIGN_OR_RETURN(RowRequest wanted, runner->SparseRows(batch));
@@ -365,19 +368,30 @@ Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads
     if (job.input().test().files_size() == 0) return absl::FailedPreconditionError("the job has no test split");
     ASSIGN_OR_RETURN(auto runner, GraphStepRunner::Create(a, threads));
     ASSIGN_OR_RETURN(auto data, Dataset::Create(TestSplitOptions(job)));
-    std::map<std::string, double> sums;
+    // The loss: the mean over examples of the batches' means. Each metric:
+    // its statistics summed over the batches, finished once.
+    double loss = 0;
+    std::map<std::string, MetricStats> stats;
     int64_t n = 0;
     Batch b;
     while (job.eval().max_examples() == 0 || n < job.eval().max_examples()) {
       ASSIGN_OR_RETURN(bool more, data->Next(&b));
       if (!more) break;
       ASSIGN_OR_RETURN(auto m, EvaluateBatch(runner.get(), variables, read_rows, b));
-      for (const auto& [k, v] : m) sums[k] += static_cast<double>(v) * b.size;
+      loss += static_cast<double>(m.loss) * b.size;
+      for (const auto& [k, s] : m.metrics) {
+        auto [it, fresh] = stats.emplace(k, MetricStats{s.op, {}});
+        RETURN_IF_ERROR(it->second.Add(s.sums));
+      }
       n += b.size;
     }
     if (n == 0) return absl::FailedPreconditionError("the test split is empty");
     std::map<std::string, float> out;
-    for (const auto& [k, v] : sums) out[k] = static_cast<float>(v / n);
+    out["loss"] = static_cast<float>(loss / n);
+    for (const auto& [k, s] : stats) {
+      ASSIGN_OR_RETURN(double value, FinishMetric(s));
+      out[k] = static_cast<float>(value);
+    }
     out["examples"] = static_cast<float>(n);
     return out;
   };

@@ -2,10 +2,14 @@
 // the cluster runs: the optimizer's schedule and the input's decoding.
 #include "common/plan/job_planner.h"
 
+#include <cmath>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "common/graph/model_compiler.h"
+#include "google/protobuf/text_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -94,6 +98,99 @@ TEST(JobPlannerTest, EarlyStoppingIsCheckedAtParseNamingTheField) {
     EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument) << eval;
     EXPECT_THAT(std::string(j.status().message()), HasSubstr(message)) << eval;
   }
+}
+
+// model.metric (#25): Keras' names; an unknown one, or one that does not fit
+// the loss, is refused naming it and listing the known ones.
+TEST(JobPlannerTest, MetricsAreCheckedAgainstTheLossAtParse) {
+  auto job = [](const std::string& loss, const std::string& metric, int classes = 10) {
+    return ParseJob(absl::StrCat(R"(
+      model { sequential { layer { dense { units: )", classes > 0 ? classes : 1, R"( } } }
+              loss { kind: )", loss, R"( } metric: ")", metric, R"(" }
+      input { format: TFRECORD batch_size: 8 num_classes: )", classes, R"( train { files: "/nonexistent.tfrecord" }
+              feature { name: "x" shape: 3 } }
+      steps: 10)"), "job.pbtxt");
+  };
+  for (const char* m : {"accuracy", "top_k_accuracy", "top_3_accuracy"}) {
+    EXPECT_TRUE(job("SOFTMAX_CROSS_ENTROPY", m).ok()) << m << ": " << job("SOFTMAX_CROSS_ENTROPY", m).status();
+  }
+  for (const char* m : {"mae", "mean_absolute_error", "accuracy"}) EXPECT_TRUE(job("MEAN_SQUARED_ERROR", m, 0).ok()) << m;
+  for (const char* m : {"precision", "recall", "auc", "accuracy"}) {
+    EXPECT_TRUE(job("SIGMOID_CROSS_ENTROPY", m, 0).ok()) << m << ": " << job("SIGMOID_CROSS_ENTROPY", m, 0).status();
+  }
+  const std::tuple<std::string, std::string, std::string> bad[] = {
+      {"SOFTMAX_CROSS_ENTROPY", "f1", "job.pbtxt: model.metric[0]: \"f1\" is no metric; the metrics are: accuracy, "},
+      {"SOFTMAX_CROSS_ENTROPY", "top_0_accuracy", "\"top_0_accuracy\" is no metric (top_<K>_accuracy needs a positive K)"},
+      {"SOFTMAX_CROSS_ENTROPY", "top_x_accuracy", "needs a positive K"},
+      {"SOFTMAX_CROSS_ENTROPY", "precision", "\"precision\" is a binary metric: it needs a sigmoid cross-entropy loss"},
+      {"SOFTMAX_CROSS_ENTROPY", "mae", "\"mae\" is a regression metric"},
+      {"SIGMOID_CROSS_ENTROPY", "mean_absolute_error", "is a regression metric"},
+      {"MEAN_SQUARED_ERROR", "auc", "\"auc\" is a binary metric"},
+      {"MEAN_SQUARED_ERROR", "top_k_accuracy", "needs a softmax cross-entropy loss"},
+  };
+  for (const auto& [loss, metric, message] : bad) {
+    auto j = job(loss, metric, loss == "SOFTMAX_CROSS_ENTROPY" ? 10 : 0);
+    EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument) << metric;
+    EXPECT_THAT(std::string(j.status().message()), HasSubstr(message)) << metric;
+    EXPECT_THAT(std::string(j.status().message()), HasSubstr("precision, recall, auc")) << metric;
+  }
+}
+
+// The evaluation sums each batch's metric statistics and finishes once: on
+// a split of 1237 examples, batches of 500, 500 and 237 give the same
+// accuracy, precision, recall and AUC as one batch of all of them (a mean
+// of the batches' precisions would not).
+TEST(JobPlannerTest, EvaluationMetricsAreExactWhateverTheBatchSize) {
+  const std::string data = ::testing::TempDir() + "/metrics.svm";
+  {
+    std::ofstream f(data);
+    for (int e = 0; e < 1237; ++e) {
+      f << (e % 3 == 0 || e % 7 == 0) << " " << e % 50 << ":1 " << (e * 7) % 100 << ":1\n";
+    }
+  }
+  auto evaluate = [&](int batch_size) -> absl::StatusOr<std::map<std::string, float>> {
+    TrainingJob job;
+    if (!google::protobuf::TextFormat::ParseFromString(
+            R"pb(name: "metrics"
+                 model {
+                   sequential {
+                     layer { name: "bag" inputs: "ids" embedding_bag { input_dim: 100 output_dim: 4 combiner: SUM } }
+                     layer { dense { units: 1 } }
+                   }
+                   loss { kind: SIGMOID_CROSS_ENTROPY }
+                   metric: "accuracy" metric: "precision" metric: "recall" metric: "auc"
+                 }
+                 input { format: LIBSVM feature { name: "ids" kind: SPARSE } }
+                 steps: 1 seed: 5)pb",
+            &job)) {
+      return absl::InternalError("bad job text");
+    }
+    job.mutable_input()->set_batch_size(batch_size);
+    job.mutable_input()->mutable_train()->add_files(data);
+    job.mutable_input()->mutable_test()->add_files(data);
+    absl::StatusOr<CompiledModel> model = CompileModel(job);
+    if (!model.ok()) return model.status();
+    absl::StatusOr<JobPlan> plan = PlanJob(job, 1);
+    if (!plan.ok()) return plan.status();
+    std::map<std::string, Tensor> variables;
+    for (const VariableDef& def : model->variables) {
+      Tensor t = Tensor::Zeros(DT_FLOAT, *TensorShape::FromProto(def.shape()));
+      for (int64_t i = 0; i < t.NumElements(); ++i) t.data<float>()[i] = 0.5f * std::cos(1.3f * i);
+      variables[def.name()] = t;
+    }
+    return MakeEvaluator(job, *plan, 1)(variables, RowReader());
+  };
+  auto batches = evaluate(8);  // the evaluator reads at least 500 a batch
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  auto whole = evaluate(2000);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(batches->at("examples"), 1237);
+  for (const char* m : {"accuracy", "precision", "recall", "auc"}) {
+    EXPECT_FLOAT_EQ(batches->at(m), whole->at(m)) << m;
+    EXPECT_GT(whole->at(m), 0.0f) << m;
+    EXPECT_LT(whole->at(m), 1.0f) << m;
+  }
+  EXPECT_NEAR(batches->at("loss"), whole->at("loss"), 1e-6);
 }
 
 // AdamW and RMSprop (#25) pass the same check at parse, a bad field named.

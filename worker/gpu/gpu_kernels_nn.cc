@@ -240,15 +240,27 @@ GpuKernel LossKernel(LossOp op, bool grad) {
   };
 }
 
-absl::Status AccuracyOp(GpuKernelContext& c) {
-  const Tensor& logits = c.inputs[0];
-  int64_t b = c.inputs[1].NumElements();
-  if (b == 0) return c.Error("empty batch");
-  ASSIGN_OR_RETURN(Labels l, LabelsOf(c, c.inputs[1]));
-  ASSIGN_OR_RETURN(Tensor out, c.Output(TensorShape()));
-  PSRT_GPU_CHECK(c, gpu::Accuracy(c.stream(), logits.data<float>(), l, b, logits.NumElements() / b,
-                                  out.data<float>()));
-  c.outputs = {out};
+// The metric ops (Accuracy, TopKAccuracy, ...: see
+// common/compute/metric_stats.h) run their CPU kernel on the host: they read
+// a batch's logits and labels once and give a few counts, so the copies
+// cost little next to the step, and the GPU's counts are the CPU's exactly.
+absl::Status MetricOnHost(GpuKernelContext& c) {
+  const Kernel* cpu = KernelRegistry::Cpu().Find(c.node->op());
+  if (cpu == nullptr) return c.Error("no CPU kernel");
+  KernelContext host;
+  host.node = c.node;
+  host.training = c.training;
+  host.seed = c.seed;
+  for (const Tensor& t : c.inputs) {
+    ASSIGN_OR_RETURN(Tensor h, c.gpu->Download(t));
+    host.inputs.push_back(std::move(h));
+  }
+  RETURN_IF_ERROR((*cpu)(host));
+  c.outputs.clear();
+  for (const Tensor& t : host.outputs) {
+    ASSIGN_OR_RETURN(Tensor d, c.gpu->Upload(t));
+    c.outputs.push_back(std::move(d));
+  }
   return absl::OkStatus();
 }
 
@@ -272,7 +284,9 @@ void RegisterGpuNnKernels(GpuKernelRegistry* r) {
   r->Register("SigmoidCrossEntropyGrad", LossKernel(LossOp::kSigmoidXent, true));
   r->Register("MeanSquaredError", LossKernel(LossOp::kMse, false));
   r->Register("MeanSquaredErrorGrad", LossKernel(LossOp::kMse, true));
-  r->Register("Accuracy", AccuracyOp);
+  for (const char* op : {"Accuracy", "TopKAccuracy", "MeanAbsoluteError", "Precision", "Recall", "Auc"}) {
+    r->Register(op, MetricOnHost);
+  }
 }
 
 }  // namespace gpu

@@ -392,7 +392,7 @@ TEST(GpuKernelsTest, EmbeddingsMatchCpu) {
   for (const Case& c : cases) Compare(c);
 }
 
-TEST(GpuKernelsTest, LossesAndAccuracyMatchCpu) {
+TEST(GpuKernelsTest, LossesAndMetricsMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(4);
   std::vector<Case> cases;
@@ -416,6 +416,18 @@ TEST(GpuKernelsTest, LossesAndAccuracyMatchCpu) {
   cases.push_back({"Accuracy binary", [](GraphBuilder& b) { return b.Add("Accuracy", "acc", {"logits", "labels"}); },
                    {}, {{"logits", Random({70, 1}, &rng)}, {"labels", Tensor::FromVector<float>(binary, TensorShape({70}))}},
                    true});
+  // The other metric ops: their CPU kernels, run on the host for the GPU.
+  auto labels_b = [&] { return Tensor::FromVector<float>(binary, TensorShape({70})); };
+  cases.push_back({"TopKAccuracy",
+                   [](GraphBuilder& b) { return b.Add("TopKAccuracy", "top", {"logits", "labels"}, {{"k", AttrI(3)}}); },
+                   {}, {{"logits", Random({70, 10}, &rng)}, {"labels", Ids(classes)}}, true});
+  cases.push_back({"MeanAbsoluteError",
+                   [](GraphBuilder& b) { return b.Add("MeanAbsoluteError", "mae", {"logits", "labels"}); },
+                   {}, {{"logits", Random({70, 1}, &rng)}, {"labels", labels_b()}}, true});
+  for (const char* op : {"Precision", "Recall", "Auc"}) {
+    cases.push_back({op, [op](GraphBuilder& b) { return b.Add(op, "m", {"logits", "labels"}); }, {},
+                     {{"logits", Random({70, 1}, &rng, -4, 4)}, {"labels", labels_b()}}, true});
+  }
   for (const Case& c : cases) Compare(c);
 }
 

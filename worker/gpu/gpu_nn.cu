@@ -307,39 +307,6 @@ __global__ void ElementLossGradKernel(LossOp op, const float* __restrict__ dl, c
   }
 }
 
-// One block; a warp per row finds the first maximum (ties to the lower
-// index, like std::max_element).
-__global__ void AccuracyKernel(const float* __restrict__ x, Labels labels, int64_t rows, int64_t n,
-                               float* __restrict__ out) {
-  const int lane = threadIdx.x % kWarp;
-  double right = 0.0;
-  for (int64_t r = threadIdx.x / kWarp; r < rows; r += blockDim.x / kWarp) {
-    const float* row = x + r * n;
-    float best = -INFINITY;
-    int64_t at = -1;
-    for (int64_t i = lane; i < n; i += kWarp) {
-      if (at < 0 || row[i] > best) {
-        best = row[i];
-        at = i;
-      }
-    }
-    for (int o = kWarp / 2; o > 0; o /= 2) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int64_t oa = __shfl_xor_sync(0xffffffffu, at, o);
-      if (oa >= 0 && (at < 0 || ob > best || (ob == best && oa < at))) {
-        best = ob;
-        at = oa;
-      }
-    }
-    if (lane == 0) {
-      const double l = LabelAt(labels, r);
-      right += n == 1 ? ((row[0] > 0) == (l > 0.5)) : (at == static_cast<int64_t>(l));
-    }
-  }
-  right = BlockSum(right);
-  if (threadIdx.x == 0) out[0] = static_cast<float>(right / static_cast<double>(rows));
-}
-
 }  // namespace
 
 GpuError Im2Col(void* stream, const ConvDims& g, const float* d_x, float* d_col) {
@@ -436,12 +403,6 @@ GpuError LossGrad(void* stream, LossOp op, const float* d_dl, const float* d_log
     ElementLossGradKernel<<<BlocksFor(rows * n), kThreads, 0, S(stream)>>>(op, d_dl, d_logits, labels, rows * n,
                                                                            smoothing, d_dx);
   }
-  return LaunchStatus();
-}
-
-GpuError Accuracy(void* stream, const float* d_logits, Labels labels, int64_t rows, int64_t n, float* d_out) {
-  if (rows == 0) return "empty batch";
-  AccuracyKernel<<<1, kThreads, 0, S(stream)>>>(d_logits, labels, rows, n, d_out);
   return LaunchStatus();
 }
 

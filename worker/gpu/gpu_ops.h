@@ -195,8 +195,6 @@ GpuError Loss(void* stream, LossOp op, const float* d_logits, Labels labels, int
 // dx = d_dl[0] * dLoss/dlogits.
 GpuError LossGrad(void* stream, LossOp op, const float* d_dl, const float* d_logits, Labels labels,
                   int64_t rows, int64_t n, float smoothing, float* d_dx, ErrorSlot err);
-// Fraction of rows whose argmax (n > 1) or sign (n == 1) matches the label.
-GpuError Accuracy(void* stream, const float* d_logits, Labels labels, int64_t rows, int64_t n, float* d_out);
 
 }  // namespace gpu
 }  // namespace psrt

@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/graph/graph_builder.h"
+#include "common/status_macros.h"
 #include "common/compute/kernels/kernel.h"
 #include "common/compute/kernels/kernel_shapes.h"
 
@@ -700,11 +703,26 @@ absl::Status Mse(KernelContext& c, bool grad) {
   return absl::OkStatus();
 }
 
+// The metric ops output sufficient statistics, summed over batches by the
+// evaluation (see common/compute/metric_stats.h): [numerator, denominator]
+// for the ratios, per-threshold confusion counts for Auc.
+Tensor Stats(std::initializer_list<double> v) {
+  Tensor t(DT_FLOAT, TensorShape({static_cast<int64_t>(v.size())}));
+  int64_t i = 0;
+  for (double x : v) t.data<float>()[i++] = static_cast<float>(x);
+  return t;
+}
+
+// The probability a sigmoid output gives, in float as Keras computes it.
+float Probability(float logit) { return 1.0f / (1.0f + std::exp(-logit)); }
+
+// [right, examples]: argmax == label, or logit > 0 == label > 0.5 for one output.
 absl::Status Accuracy(KernelContext& c) {
   Tensor& logits = c.inputs[0];
   Tensor& labels = c.inputs[1];
   int64_t b = labels.NumElements();
   if (b == 0) return c.Error("empty batch");
+  if (logits.NumElements() % b != 0) return c.Error("predictions and labels differ in batch size");
   int64_t n = logits.NumElements() / b;
   int64_t right = 0;
   for (int64_t i = 0; i < b; ++i) {
@@ -716,7 +734,102 @@ absl::Status Accuracy(KernelContext& c) {
       right += (std::max_element(x, x + n) - x) == static_cast<int64_t>(l);
     }
   }
-  c.outputs = {Tensor::Scalar<float>(static_cast<float>(right) / static_cast<float>(b))};
+  c.outputs = {Stats({static_cast<double>(right), static_cast<double>(b)})};
+  return absl::OkStatus();
+}
+
+// [in_top_k, examples], as Keras' SparseTopKCategoricalAccuracy (tf's
+// in_top_k): the label's logit has fewer than k logits above it (ties with
+// the k-th count as in); a non-finite logit or a label out of range is out.
+absl::Status TopKAccuracy(KernelContext& c) {
+  Tensor& logits = c.inputs[0];
+  Tensor& labels = c.inputs[1];
+  const int64_t k = GetAttrI(*c.node, "k", 5);
+  if (k < 1) return c.Error(absl::StrCat("k is ", k, ", not positive"));
+  int64_t b = labels.NumElements();
+  if (b == 0) return c.Error("empty batch");
+  if (logits.shape().rank() != 2 || logits.shape().dim(0) != b) {
+    return c.Error(absl::StrCat("needs logits [batch, classes] for ", b, " labels, got ", logits.shape().ToString()));
+  }
+  const int64_t n = logits.shape().dim(1);
+  int64_t right = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const float* x = logits.data<float>() + i * n;
+    const double l = LabelAt(labels, i);
+    if (!(l >= 0 && l < n)) continue;
+    const float target = x[static_cast<int64_t>(l)];
+    if (!std::isfinite(target)) continue;
+    int64_t above = 0;
+    for (int64_t j = 0; j < n; ++j) above += x[j] > target;
+    right += above < k;
+  }
+  c.outputs = {Stats({static_cast<double>(right), static_cast<double>(b)})};
+  return absl::OkStatus();
+}
+
+// [sum |prediction - label|, predictions].
+absl::Status MeanAbsoluteError(KernelContext& c) {
+  Tensor& pred = c.inputs[0];
+  Tensor& labels = c.inputs[1];
+  int64_t n = pred.NumElements();
+  if (n == 0) return c.Error("empty batch");
+  if (labels.NumElements() != n) return c.Error("predictions and labels differ in size");
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += std::fabs(static_cast<double>(pred.data<float>()[i]) - LabelAt(labels, i));
+  c.outputs = {Stats({total, static_cast<double>(n)})};
+  return absl::OkStatus();
+}
+
+// One sigmoid output per label (logits [batch] or [batch, 1]).
+absl::Status BinaryInputs(KernelContext& c) {
+  if (c.inputs[1].NumElements() == 0) return c.Error("empty batch");
+  if (c.inputs[0].NumElements() != c.inputs[1].NumElements()) {
+    return c.Error(absl::StrCat("needs one sigmoid output per label, got ", c.inputs[0].shape().ToString(), " for ",
+                                c.inputs[1].NumElements(), " labels"));
+  }
+  return absl::OkStatus();
+}
+
+// Precision: [true positives, predicted positives]; Recall: [true
+// positives, positives]. Predicted positive: probability > 0.5 (Keras'
+// default threshold); positive: label > 0.5.
+absl::Status PrecisionOrRecall(KernelContext& c, bool recall) {
+  RETURN_IF_ERROR(BinaryInputs(c));
+  const Tensor& logits = c.inputs[0];
+  double tp = 0, den = 0;
+  for (int64_t i = 0; i < logits.NumElements(); ++i) {
+    const bool predicted = Probability(logits.data<float>()[i]) > 0.5f;
+    const bool positive = LabelAt(c.inputs[1], i) > 0.5;
+    tp += predicted && positive;
+    den += recall ? positive : predicted;
+  }
+  c.outputs = {Stats({tp, den})};
+  return absl::OkStatus();
+}
+
+// [tp[T], fp[T], tn[T], fn[T]] at Keras' AUC thresholds: -1e-7, i/(T-1)
+// for i in 1..T-2, 1 + 1e-7; predicted positive: probability > threshold.
+absl::Status Auc(KernelContext& c) {
+  RETURN_IF_ERROR(BinaryInputs(c));
+  const int64_t t = GetAttrI(*c.node, "num_thresholds", 200);
+  if (t < 2) return c.Error(absl::StrCat("num_thresholds is ", t, ", needs at least 2"));
+  std::vector<float> thresholds(t);
+  for (int64_t i = 1; i + 1 < t; ++i) thresholds[i] = static_cast<float>(static_cast<double>(i) / (t - 1));
+  thresholds[0] = 0.0f - 1e-7f;
+  thresholds[t - 1] = 1.0f + 1e-7f;
+  Tensor out(DT_FLOAT, TensorShape({4 * t}));
+  std::vector<double> counts(4 * t, 0.0);
+  const Tensor& logits = c.inputs[0];
+  for (int64_t i = 0; i < logits.NumElements(); ++i) {
+    const float p = Probability(logits.data<float>()[i]);
+    const bool positive = LabelAt(c.inputs[1], i) > 0.5;
+    for (int64_t j = 0; j < t; ++j) {
+      const bool predicted = p > thresholds[j];
+      counts[(positive ? (predicted ? 0 : 3) : (predicted ? 1 : 2)) * t + j] += 1;
+    }
+  }
+  for (int64_t j = 0; j < 4 * t; ++j) out.data<float>()[j] = static_cast<float>(counts[j]);
+  c.outputs = {out};
   return absl::OkStatus();
 }
 
@@ -743,6 +856,11 @@ void RegisterCpuNnKernels(KernelRegistry* r) {
   r->Register("MeanSquaredError", [](KernelContext& c) { return Mse(c, false); });
   r->Register("MeanSquaredErrorGrad", [](KernelContext& c) { return Mse(c, true); });
   r->Register("Accuracy", Accuracy);
+  r->Register("TopKAccuracy", TopKAccuracy);
+  r->Register("MeanAbsoluteError", MeanAbsoluteError);
+  r->Register("Precision", [](KernelContext& c) { return PrecisionOrRecall(c, false); });
+  r->Register("Recall", [](KernelContext& c) { return PrecisionOrRecall(c, true); });
+  r->Register("Auc", Auc);
 }
 
 }  // namespace psrt
