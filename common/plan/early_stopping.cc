@@ -10,7 +10,9 @@ namespace {
 
 EarlyStoppingDef::Mode ResolveMode(const EarlyStoppingDef& def) {
   if (def.mode() != EarlyStoppingDef::AUTO) return def.mode();
-  return def.monitor() == "loss" ? EarlyStoppingDef::MIN : EarlyStoppingDef::MAX;
+  // Keras' directions: the loss and the errors go down, the rest up.
+  const std::string& m = def.monitor();
+  return m == "loss" || m == "mae" || m == "mean_absolute_error" ? EarlyStoppingDef::MIN : EarlyStoppingDef::MAX;
 }
 
 }  // namespace

@@ -66,6 +66,13 @@ TEST(EarlyStoppingTest, AutoModeByMonitor) {
   EXPECT_EQ(EarlyStopping(def).mode(), EarlyStoppingDef::MIN);
   def.set_monitor("accuracy");
   EXPECT_EQ(EarlyStopping(def).mode(), EarlyStoppingDef::MAX);
+  def.set_monitor("auc");
+  EXPECT_EQ(EarlyStopping(def).mode(), EarlyStoppingDef::MAX);
+  for (const char* error : {"mae", "mean_absolute_error"}) {  // an error goes down, as Keras' direction says
+    def.set_monitor(error);
+    EXPECT_EQ(EarlyStopping(def).mode(), EarlyStoppingDef::MIN) << error;
+  }
+  def.set_monitor("accuracy");
   def.set_mode(EarlyStoppingDef::MIN);
   EXPECT_EQ(EarlyStopping(def).mode(), EarlyStoppingDef::MIN);
 }
