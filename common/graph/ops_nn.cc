@@ -36,6 +36,20 @@ Attrs WindowAttrs(const NodeDef& n) {
   return a;
 }
 
+// The (predictions, labels) of a loss or a metric agree in batch size;
+// `class_logits`: they are logits [batch, classes] and labels [batch].
+absl::Status CheckPredictionsAndLabels(const NodeDef& n, const std::vector<Shape>& in, bool class_logits) {
+  if (in[0].empty() || in[1].empty() || !DimsAgree(in[0][0], in[1][0])) {
+    return ShapeError(n, absl::StrCat("predictions ", ShapeString(in[0]), " and labels ", ShapeString(in[1]),
+                                      " differ in batch size"));
+  }
+  if (class_logits && (in[0].size() != 2 || in[1].size() != 1)) {
+    return ShapeError(n, absl::StrCat("needs logits [batch, classes] and labels [batch], got ", ShapeString(in[0]),
+                                      " and ", ShapeString(in[1])));
+  }
+  return absl::OkStatus();
+}
+
 // A metric of (logits, labels): a float vector of sufficient statistics
 // (see common/compute/metric_stats.h), 2 long, or 4 per threshold for Auc.
 OpDef Metric(const std::string& name) {
@@ -43,14 +57,7 @@ OpDef Metric(const std::string& name) {
   d.name = name;
   d.num_inputs = 2;
   d.shape = [name](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
-    if (in[0].empty() || in[1].empty() || !DimsAgree(in[0][0], in[1][0])) {
-      return ShapeError(n, absl::StrCat("predictions ", ShapeString(in[0]), " and labels ",
-                                        ShapeString(in[1]), " differ in batch size"));
-    }
-    if (name == "TopKAccuracy" && (in[0].size() != 2 || in[1].size() != 1)) {
-      return ShapeError(n, absl::StrCat("needs logits [batch, classes] and labels [batch], got ",
-                                        ShapeString(in[0]), " and ", ShapeString(in[1])));
-    }
+    RETURN_IF_ERROR(CheckPredictionsAndLabels(n, in, /*class_logits=*/name == "TopKAccuracy"));
     if (name != "Auc") {
       *out = {{2}};
       return absl::OkStatus();
@@ -69,14 +76,7 @@ OpDef Loss(const std::string& name, const std::string& grad_op) {
   d.name = name;
   d.num_inputs = 2;
   d.shape = [name](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
-    if (in[0].empty() || in[1].empty() || !DimsAgree(in[0][0], in[1][0])) {
-      return ShapeError(n, absl::StrCat("predictions ", ShapeString(in[0]), " and labels ",
-                                        ShapeString(in[1]), " differ in batch size"));
-    }
-    if (name == "SoftmaxCrossEntropy" && (in[0].size() != 2 || in[1].size() != 1)) {
-      return ShapeError(n, absl::StrCat("needs logits [batch, classes] and labels [batch], got ",
-                                        ShapeString(in[0]), " and ", ShapeString(in[1])));
-    }
+    RETURN_IF_ERROR(CheckPredictionsAndLabels(n, in, /*class_logits=*/name == "SoftmaxCrossEntropy"));
     *out = {{}};
     return absl::OkStatus();
   };
