@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "chief/export_formats/tf_bundle_writer.h"
 #include "common/graph/model_compiler.h"
@@ -28,6 +29,22 @@ const char* ActivationName(Activation a) {
 
 std::string Padding2(Padding p) { return p == SAME ? "\"same\"" : "\"valid\""; }
 std::string Pair(int64_t v) { return absl::StrCat("[", v, ", ", v, "]"); }
+
+// A layer's kernel_regularizer / bias_regularizer as Keras 3 serializes one
+// (keras.regularizers.L1L2; "null" when there is none), so the loaded
+// model trains on with the same loss.
+std::string RegularizerConfig(bool has, const RegularizerDef& r) {
+  if (!has || (r.l1() == 0 && r.l2() == 0)) return "null";
+  return absl::StrFormat(
+      "{\"module\": \"keras.regularizers\", \"class_name\": \"L1L2\", \"config\": {\"l1\": %.9g, \"l2\": "
+      "%.9g}, \"registered_name\": null}",
+      r.l1(), r.l2());
+}
+
+std::string Regularizers(const LayerDef& l) {
+  return absl::StrCat(", \"kernel_regularizer\": ", RegularizerConfig(l.has_kernel_regularizer(), l.kernel_regularizer()),
+                      ", \"bias_regularizer\": ", RegularizerConfig(l.has_bias_regularizer(), l.bias_regularizer()));
+}
 
 // Adds a node to `g` (has_checkpoint_values set: every node we write leads
 // to a value) and returns its id.
@@ -76,7 +93,7 @@ absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job) {
         k.saving_name = "dense";
         absl::StrAppend(&config, ", \"units\": ", l.dense().units(), ", \"activation\": \"",
                         ActivationName(l.dense().activation()), "\", \"use_bias\": ",
-                        l.dense().no_bias() ? "false" : "true");
+                        l.dense().no_bias() ? "false" : "true", Regularizers(l));
         k.variables.push_back({"_kernel", name + "/kernel"});
         if (!l.dense().no_bias()) k.variables.push_back({"bias", name + "/bias"});
         break;
@@ -86,7 +103,8 @@ absl::StatusOr<std::vector<KerasLayer>> KerasLayers(const TrainingJob& job) {
         k.saving_name = "conv2d";
         absl::StrAppend(&config, ", \"filters\": ", c.filters(), ", \"kernel_size\": ", Pair(c.kernel_size()),
                         ", \"strides\": ", Pair(c.stride() > 0 ? c.stride() : 1), ", \"padding\": ",
-                        Padding2(c.padding()), ", \"activation\": \"", ActivationName(c.activation()), "\"");
+                        Padding2(c.padding()), ", \"activation\": \"", ActivationName(c.activation()), "\"",
+                        Regularizers(l));
         k.variables.push_back({"_kernel", name + "/kernel"});
         k.variables.push_back({"bias", name + "/bias"});
         break;

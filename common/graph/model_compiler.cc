@@ -110,9 +110,35 @@ class Compiler {
   absl::StatusOr<Value> Sequential();
   absl::StatusOr<Value> Onnx(const OnnxModel& o);
 
+  // Keras' l1/l2 regularizer of one variable: l1 * sum(|w|) + l2 * sum(w^2)
+  // as graph ops (|w| as relu(w) + relu(-w), whose gradient is sign(w) and 0
+  // at 0, as TensorFlow's), kept in regularization_ for the loss.
+  absl::Status Regularize(int i, const LayerDef& l, const std::string& var, const RegularizerDef& r,
+                          const std::string& which) {
+    if (!(r.l1() >= 0.0f && r.l1() < 1e30f) || !(r.l2() >= 0.0f && r.l2() < 1e30f)) {
+      return Fail(i, l, absl::StrCat(which, ": l1 ", r.l1(), " and l2 ", r.l2(), " must be finite and >= 0"));
+    }
+    auto scaled = [&](const std::string& x, float by, const std::string& hint) {
+      const std::string factor = b_.Add("Const", var + "/" + hint + "_factor", {}, {{"value", AttrTensor(Tensor::Scalar<float>(by))}});
+      return b_.Add("BroadcastMul", var + "/" + hint, {x, factor});
+    };
+    if (r.l2() > 0.0f) {
+      const std::string squares = b_.Add("Mul", var + "/l2_squares", {var, var});
+      regularization_.push_back(scaled(b_.Add("ReduceSum", var + "/l2_sum", {squares}), r.l2(), "l2"));
+    }
+    if (r.l1() > 0.0f) {
+      const std::string pos = b_.Add("Relu", var + "/l1_pos", {var});
+      const std::string neg = b_.Add("Relu", var + "/l1_neg", {scaled(var, -1.0f, "l1_negated")});
+      const std::string abs = b_.Add("AddN", var + "/l1_abs", {pos, neg});
+      regularization_.push_back(scaled(b_.Add("ReduceSum", var + "/l1_sum", {abs}), r.l1(), "l1"));
+    }
+    return absl::OkStatus();
+  }
+
   const TrainingJob& job_;
   CompiledModel model_;
   GraphBuilder b_;
+  std::vector<std::string> regularization_;  // scalar terms added to the loss
   std::map<std::string, Value> values_;  // by layer or feature name
 };
 
@@ -122,6 +148,14 @@ absl::StatusOr<Value> Compiler::Layer(int i, const LayerDef& l, const std::vecto
   // With a softmax (or sigmoid) loss, the last activation is folded into it.
   const bool fold = last && ((job_.model().loss().kind() == LossDef::SOFTMAX_CROSS_ENTROPY) ||
                              (job_.model().loss().kind() == LossDef::SIGMOID_CROSS_ENTROPY));
+  if ((l.has_kernel_regularizer() || l.has_bias_regularizer()) && l.kind_case() != LayerDef::kDense &&
+      l.kind_case() != LayerDef::kConv2D) {
+    return Fail(i, l,
+                l.kind_case() == LayerDef::kEmbedding || l.kind_case() == LayerDef::kEmbeddingBag
+                    ? "a regularizer of an embedding table is not supported (a step pulls and pushes only the "
+                      "batch's rows; a penalty over the whole table would touch every row)"
+                    : "kernel_regularizer and bias_regularizer are for dense and conv2d layers; this one has no weights");
+  }
   switch (l.kind_case()) {
     case LayerDef::kDense: {
       const DenseLayer& d = l.dense();
@@ -130,9 +164,12 @@ absl::StatusOr<Value> Compiler::Layer(int i, const LayerDef& l, const std::vecto
         return Fail(i, l, absl::StrCat("input is ", ShapeString(x.shape), "; add a flatten layer before it"));
       }
       std::string w = Variable(name + "/kernel", {x.shape[1], d.units()}, d.kernel_initializer());
+      if (l.has_kernel_regularizer()) RETURN_IF_ERROR(Regularize(i, l, w, l.kernel_regularizer(), "kernel_regularizer"));
+      if (d.no_bias() && l.has_bias_regularizer()) return Fail(i, l, "bias_regularizer on a layer with no_bias");
       Value y{b_.Add("MatMul", name + "/matmul", {x.tensor, w}), {x.shape[0], d.units()}};
       if (!d.no_bias()) {
         std::string bias = Variable(name + "/bias", {d.units()}, d.bias_initializer());
+        if (l.has_bias_regularizer()) RETURN_IF_ERROR(Regularize(i, l, bias, l.bias_regularizer(), "bias_regularizer"));
         y.tensor = b_.Add("BiasAdd", name + "/bias_add", {y.tensor, bias});
       }
       bool keep = fold && (d.activation() == SOFTMAX || d.activation() == SIGMOID);
@@ -147,6 +184,8 @@ absl::StatusOr<Value> Compiler::Layer(int i, const LayerDef& l, const std::vecto
       std::string k = Variable(name + "/kernel", {c.kernel_size(), c.kernel_size(), x.shape[3], c.filters()},
                                c.kernel_initializer());
       std::string bias = Variable(name + "/bias", {c.filters()}, c.bias_initializer());
+      if (l.has_kernel_regularizer()) RETURN_IF_ERROR(Regularize(i, l, k, l.kernel_regularizer(), "kernel_regularizer"));
+      if (l.has_bias_regularizer()) RETURN_IF_ERROR(Regularize(i, l, bias, l.bias_regularizer(), "bias_regularizer"));
       auto out = [&](int64_t v) { return same ? (v + stride - 1) / stride : (v - c.kernel_size() + stride) / stride; };
       if (out(x.shape[1]) <= 0 || out(x.shape[2]) <= 0) return Fail(i, l, "kernel larger than its input");
       std::string conv = b_.Add("Conv2D", name + "/conv", {x.tensor, k},
@@ -369,6 +408,13 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
       break;
     default:
       model_.loss = b_.Add("MeanSquaredError", "loss", {out.tensor, label});
+  }
+  if (!regularization_.empty()) {
+    // The loss a step trains and evaluation reports: the data's loss plus
+    // every regularization term (Keras' compute_loss adds model.losses).
+    std::vector<std::string> terms = {model_.loss};
+    terms.insert(terms.end(), regularization_.begin(), regularization_.end());
+    model_.loss = b_.Add("AddN", "total_loss", terms);
   }
   std::vector<std::string> fetches = {model_.loss, model_.logits};
   for (int i = 0; i < m.metric_size(); ++i) {
