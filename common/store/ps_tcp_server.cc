@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -26,6 +27,14 @@ struct PsTcpServer::Connection {
   net::Fd fd;
   std::string peer;  // "127.0.0.1:51234", for messages
   std::unique_ptr<tcpframe::FrameWriter> writer;
+  absl::Time accepted;
+  // Its source's place while it has not authenticated; released (by its
+  // thread) once its hello is accepted, or when it ends.
+  std::optional<net::SourceLimit::Place> place;
+  // Set (under the server's mu_) once its hello is accepted, or once it is
+  // chosen to make room: neither may be evicted.
+  bool admitted = false;
+  bool evicting = false;
 };
 
 namespace {
@@ -88,7 +97,8 @@ PsTcpServer::PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net
       options_(std::move(options)),
       listener_(std::move(listener)),
       port_(port),
-      budget_(std::make_shared<tcpframe::ByteBudget>(options_.max_buffered_bytes)) {}
+      budget_(std::make_shared<tcpframe::ByteBudget>(options_.max_buffered_bytes)),
+      per_source_(options_.max_unauthenticated_per_source, "TCP data plane (--max_unauthenticated_per_source)") {}
 
 PsTcpServer::~PsTcpServer() { Shutdown(); }
 
@@ -134,6 +144,29 @@ int PsTcpServer::connections() const {
   return static_cast<int>(open_.size());
 }
 
+int64_t PsTcpServer::evicted() const {
+  absl::MutexLock lock(&mu_);
+  return evicted_;
+}
+
+bool PsTcpServer::EvictOldestUnauthenticatedLocked() {
+  std::shared_ptr<Connection> oldest;
+  for (const auto& [id, c] : open_) {
+    if (c->admitted || c->evicting) continue;
+    if (oldest == nullptr || c->accepted < oldest->accepted) oldest = c;
+  }
+  if (oldest == nullptr) return false;
+  oldest->evicting = true;
+  ++evicted_;
+  // Wakes its reader out of the hello (EOF); its thread writes no verdict
+  // that matters and leaves open_.
+  ::shutdown(oldest->fd.get(), SHUT_RDWR);
+  LOG_EVERY_N(WARNING, 100) << "TCP data plane: " << options_.max_connections
+                            << " connections open; ended " << oldest->peer
+                            << ", the oldest still without its hello, to make room (" << evicted_ << " so far)";
+  return true;
+}
+
 void PsTcpServer::AcceptLoop() {
   while (!stop_.load()) {
     pollfd p{listener_.get(), POLLIN, 0};
@@ -146,10 +179,27 @@ void PsTcpServer::AcceptLoop() {
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_shared<Connection>();
     c->peer = PeerName(addr);
+    c->accepted = absl::Now();
+    const std::string source = net::SourceAddress(addr);
+    c->place = per_source_.Take(source);
+    if (!c->place.has_value()) {
+      // Refused before it costs a thread or a slot.
+      const std::string line = per_source_.Refuse(source);
+      if (!line.empty()) LOG(WARNING) << line;
+      WriteVerdict(fd.get(),
+                   grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                absl::StrCat("this address holds ", options_.max_unauthenticated_per_source,
+                                             " data-plane connections without a hello already")),
+                   c->peer);
+      continue;
+    }
     {
       absl::MutexLock lock(&mu_);
       if (stop_.load()) return;
-      if (static_cast<int>(open_.size()) >= options_.max_connections) {
+      int evicting = 0;
+      for (const auto& [id, o] : open_) evicting += o->evicting ? 1 : 0;
+      if (static_cast<int>(open_.size()) - evicting >= options_.max_connections &&
+          !EvictOldestUnauthenticatedLocked()) {
         LOG_EVERY_N(WARNING, 100) << "TCP data plane: refused a connection from " << c->peer << ": "
                                   << options_.max_connections << " open already";
         WriteVerdict(fd.get(),
@@ -184,6 +234,14 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
     } else {
       absl::StatusOr<std::string> ticket = tcpframe::DecodeHello(hello);
       caller = ticket.ok() ? Redeem(*ticket) : ticket.status();
+    }
+    if (caller.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        caller = c->evicting ? absl::UnavailableError("ended to make room") : caller;
+        c->admitted = caller.ok();
+      }
+      if (caller.ok()) c->place->Release();  // authenticated: counts against its source no more
     }
     if (caller.ok()) {
       who.caller = *caller;
@@ -270,6 +328,7 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
     if (corked) c->writer->Uncork();
   }
   c->writer->Close();
+  c->place.reset();  // now: answers still parked may keep `c` past this server
   // What this connection's requests left idle in the pool goes back past
   // the bound, and the allocator returns it to the system.
   if (pool_->Trim(options_.pool_idle_bytes_after_close) > 0) ::malloc_trim(0);

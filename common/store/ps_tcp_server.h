@@ -9,6 +9,14 @@
 // works once, within its time to live; a hello that does not come within
 // `hello_timeout`, or carries another ticket, is refused and closed.
 //
+// Identity before resources: a source address (without its port) may hold
+// at most `max_unauthenticated_per_source` connections that have not sent
+// a valid hello yet; more are refused at once (RESOURCE_EXHAUSTED verdict,
+// a rate-limited log line). Once admitted a connection counts no more.
+// When every one of `max_connections` is taken, a new connection evicts the
+// oldest one still awaiting its hello, so strangers from many addresses
+// delay a worker's connection by at most its hello, never lock it out.
+//
 // Each connection has one thread that reads its frames (blocking) and
 // serves each in turn; a pull that must wait (SYNC, bounded staleness)
 // parks in the core and is answered later from another thread, so it does
@@ -43,6 +51,7 @@
 #include "absl/time/time.h"
 #include "common/buffer_pool.h"
 #include "common/net/socket.h"
+#include "common/net/source_limit.h"
 #include "common/rpc/roles.h"
 #include "common/transport/tcp_frame_io.h"
 
@@ -55,6 +64,9 @@ struct PsTcpServerOptions {
   int port = 0;      // 0 = any free port
   // Connections served at once, admitted or not; more are refused.
   int max_connections = 1024;
+  // Connections one source address may hold that have not sent a valid
+  // hello yet; more are refused. 0: no limit.
+  int max_unauthenticated_per_source = 64;
   // Tickets issued and not yet used; more are refused (RESOURCE_EXHAUSTED).
   int max_tickets = 4096;
   // ...and per caller (IssueTicket's key).
@@ -105,6 +117,10 @@ class PsTcpServer {
 
   // Connections open now (admitted or awaiting their hello).
   int connections() const;
+  // Connections refused because their source held its most unauthenticated
+  // ones, and unauthenticated ones evicted for a newcomer, since Start.
+  int64_t refused_per_source() const { return per_source_.refused(); }
+  int64_t evicted() const;
   // Bytes of large requests charged to max_buffered_bytes now.
   uint64_t buffered_bytes() const { return budget_->held(); }
   // Stops accepting, ends every connection and waits for their threads.
@@ -117,6 +133,10 @@ class PsTcpServer {
   PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net::Fd listener, int port);
   void AcceptLoop();
   void Serve(std::shared_ptr<Connection> c);
+  // With every connection slot taken: ends the oldest connection still
+  // awaiting its hello (its thread then leaves open_); false when every
+  // open connection is admitted or already being evicted.
+  bool EvictOldestUnauthenticatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The caller a ticket was issued to; consumes it.
   absl::StatusOr<Caller> Redeem(const std::string& ticket);
 
@@ -126,6 +146,7 @@ class PsTcpServer {
   const int port_;
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
   std::shared_ptr<tcpframe::ByteBudget> budget_;
+  net::SourceLimit per_source_;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
 
@@ -139,6 +160,7 @@ class PsTcpServer {
   // Open connections by id (their threads run until they end).
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> open_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace psrt

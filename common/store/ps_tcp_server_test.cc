@@ -2,7 +2,9 @@
 // on a loopback port, raw sockets as hostile and honest clients.
 #include "common/store/ps_tcp_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <malloc.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -73,6 +75,28 @@ class PsTcpServerTest : public ::testing::Test {
     // Blocking, as the client's reader uses it.
     ::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL, 0) & ~O_NONBLOCK);
     return *std::move(fd);
+  }
+  // A blocking connection from `source` (127.0.0.2 and the like: every
+  // 127/8 address is this host's, and the PS sees each as its own source).
+  net::Fd ConnectFrom(const std::string& source) {
+    net::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << source;
+    EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << source;
+    return fd;
+  }
+  // Waits until the server counts `n` open connections; false at the deadline.
+  bool AwaitConnections(int n) {
+    for (absl::Time end = absl::Now() + kDeadline; absl::Now() < end; absl::SleepFor(absl::Milliseconds(5))) {
+      if (server_->connections() == n) return true;
+    }
+    return false;
   }
   grpc::Status Hello(int fd, const std::string& ticket) {
     const std::string hello = tcpframe::EncodeHello(ticket);
@@ -480,6 +504,86 @@ TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAndTicketsBeyondTheirsAreRefuse
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(server_->IssueTicket(Role(Role::kWorker, "w"), absl::StrCat("w", i)).ok());
   absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
   EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Issue #28: one source address holds at most max_unauthenticated_per_source
+// connections that have not presented a ticket; past that it is refused at
+// once, while a worker from another address connects and is served, and a
+// connection that authenticated counts against its address no more.
+TEST_F(PsTcpServerTest, UnauthenticatedConnectionsAreLimitedPerSourceAddress) {
+  PsTcpServerOptions o;
+  o.max_unauthenticated_per_source = 8;
+  StartServer(o);
+  std::vector<net::Fd> idle;
+  for (int i = 0; i < 8; ++i) idle.push_back(ConnectFrom("127.0.0.2"));
+  ASSERT_TRUE(AwaitConnections(8));
+  for (int i = 0; i < 3; ++i) {
+    net::Fd more = ConnectFrom("127.0.0.2");
+    grpc::Status v = Verdict(more.get());  // at once, not after the hello deadline
+    EXPECT_EQ(v.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(v.error_message(), HasSubstr("this address holds 8 data-plane connections without a hello"));
+  }
+  EXPECT_EQ(server_->refused_per_source(), 3);
+  EXPECT_EQ(server_->connections(), 8);
+  // A worker from another address is admitted and served.
+  absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
+  ASSERT_TRUE(t.ok());
+  net::Fd worker = ConnectFrom("127.0.0.3");
+  ASSERT_TRUE(Hello(worker.get(), t->bytes).ok());
+  tcpframe::FrameReader reader(worker.get(), BufferPool::Create(), 1 << 20, "ps");
+  SendFrame(worker.get(), psframe::Method::kPush, 7, Push(0, 0));
+  absl::StatusOr<Answer> r = Read(&reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->status.ok()) << r->status.error_message();
+  // One idle connection of 127.0.0.2 goes; a worker there takes its place
+  // and, admitted, counts no more: another idle one fits beside it.
+  idle.pop_back();
+  ASSERT_TRUE(AwaitConnections(8));
+  t = server_->IssueTicket(Role(Role::kWorker, "w"));
+  ASSERT_TRUE(t.ok());
+  net::Fd worker2 = ConnectFrom("127.0.0.2");
+  ASSERT_TRUE(Hello(worker2.get(), t->bytes).ok());
+  idle.push_back(ConnectFrom("127.0.0.2"));
+  ASSERT_TRUE(AwaitConnections(10));
+  EXPECT_EQ(server_->refused_per_source(), 3);
+  net::Fd ninth = ConnectFrom("127.0.0.2");
+  EXPECT_EQ(Verdict(ninth.get()).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+// Issue #28: strangers from many addresses fill every connection slot
+// with connections that never send a hello; a worker still connects at
+// once (the oldest of them is ended to make room), where it used to be
+// refused until one reached its hello deadline.
+TEST_F(PsTcpServerTest, AFullServerEndsTheOldestConnectionWithoutAHelloForANewOne) {
+  PsTcpServerOptions o;
+  o.max_connections = 6;
+  o.max_unauthenticated_per_source = 2;
+  StartServer(o);
+  std::vector<net::Fd> idle;
+  for (int i = 0; i < 6; ++i) {
+    idle.push_back(ConnectFrom(absl::StrCat("127.0.1.", 1 + i / 2)));
+    ASSERT_TRUE(AwaitConnections(i + 1));  // in order: idle[0] is the oldest
+  }
+  absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
+  ASSERT_TRUE(t.ok());
+  net::Fd worker = ConnectFrom("127.0.0.5");
+  ASSERT_TRUE(Hello(worker.get(), t->bytes).ok());
+  EXPECT_EQ(server_->evicted(), 1);
+  char byte;
+  ssize_t n = ::recv(idle[0].get(), &byte, 1, 0);  // the verdict or the end of stream; then the end
+  while (n > 0) n = ::recv(idle[0].get(), &byte, 1, 0);
+  EXPECT_TRUE(n == 0 || (n < 0 && errno == ECONNRESET)) << "the oldest idle connection was not ended";
+  ASSERT_TRUE(AwaitConnections(6));
+  // Admitted connections are never ended for a newcomer: with six admitted,
+  // the seventh is refused.
+  idle.clear();
+  std::vector<net::Fd> admitted;
+  for (int i = 0; i < 5; ++i) {
+    admitted.push_back(Admitted(Role(Role::kWorker, absl::StrCat("w", i))));
+  }
+  ASSERT_TRUE(AwaitConnections(6));
+  net::Fd seventh = ConnectFrom("127.0.0.6");
+  EXPECT_EQ(Verdict(seventh.get()).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
 // Issue #28: one caller's unused tickets cannot lock every other caller
