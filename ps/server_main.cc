@@ -41,6 +41,11 @@ ABSL_FLAG(int64_t, max_inflight_requests, 4096,
 ABSL_FLAG(int64_t, max_unread_answer_mb, 1024,
           "Bytes (MiB) of pull answers one caller may have that it has not read yet; a pull whose answer "
           "would pass it is refused with RESOURCE_EXHAUSTED (a caller with none unread always gets one).");
+ABSL_FLAG(int64_t, max_unread_answers_total_mb, 2048,
+          "Bytes (MiB) of pull answers every caller together may have that they have not read yet; past it "
+          "a pull of a caller with some unread is refused with RESOURCE_EXHAUSTED (a caller with none unread "
+          "always gets one). Each TCP data-plane connection is a caller of its own, so this, not "
+          "--max_unread_answer_mb, bounds what many connections of one token can leave unread.");
 ABSL_FLAG(int64_t, max_inflight_per_caller, 1024,
           "Most pulls, and most pushes, one caller (its certificate's task, else its token and "
           "connection; never the worker id a request names) may have in flight at once, answers not "
@@ -204,6 +209,11 @@ int Main(int argc, char** argv) {
         absl::StrCat("--max_unread_answer_mb=", absl::GetFlag(FLAGS_max_unread_answer_mb), ": want 1 or more")));
   }
   service.set_max_unread_answer_bytes(absl::GetFlag(FLAGS_max_unread_answer_mb) << 20);
+  if (absl::GetFlag(FLAGS_max_unread_answers_total_mb) < 1) {
+    return ExitWithError(absl::InvalidArgumentError(absl::StrCat(
+        "--max_unread_answers_total_mb=", absl::GetFlag(FLAGS_max_unread_answers_total_mb), ": want 1 or more")));
+  }
+  service.set_max_unread_answer_total_bytes(absl::GetFlag(FLAGS_max_unread_answers_total_mb) << 20);
   // Replicated shards (job.replication): backups of other stores, and the
   // channels a primary forwards its pushes to its backup on.
   ChannelCache channels(rpc);

@@ -110,18 +110,31 @@ absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& calle
   }
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
+  // A caller past its share, or a PS holding its most, drops its oldest
+  // unused ticket (the caller's own first) instead of refusing: a worker
+  // redeems its ticket within a round trip, so what is dropped is in
+  // practice what was hoarded, and a hoarder sharing a worker's key (one
+  // role token from one host) cannot lock that worker out for a ticket's
+  // lifetime, as refusing did.
+  absl::erase_if(tickets_, [now](const auto& t) { return t.second.expires <= now; });
+  auto oldest = [&](bool same_key) {
+    auto found = tickets_.end();
+    for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {
+      if (same_key && it->second.key != key) continue;
+      if (found == tickets_.end() || it->second.expires < found->second.expires) found = it;
+    }
+    return found;
+  };
   int mine = 0;
-  for (const auto& [bytes, t] : tickets_) mine += t.key == key && t.expires > now ? 1 : 0;
-  if (mine >= options_.max_tickets_per_caller) {
-    return absl::ResourceExhaustedError(absl::StrCat(key, " holds ", mine,
-                                                     " unused data-plane tickets already; retry later"));
-  }
-  if (static_cast<int>(tickets_.size()) >= options_.max_tickets) {
-    absl::erase_if(tickets_, [now](const auto& t) { return t.second.expires <= now; });
-  }
-  if (static_cast<int>(tickets_.size()) >= options_.max_tickets) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the PS holds ", options_.max_tickets, " unused data-plane tickets already; retry later"));
+  for (const auto& [b, t] : tickets_) mine += t.key == key ? 1 : 0;
+  if (mine >= options_.max_tickets_per_caller || static_cast<int>(tickets_.size()) >= options_.max_tickets) {
+    auto victim = oldest(/*same_key=*/mine >= options_.max_tickets_per_caller);
+    if (victim != tickets_.end()) tickets_.erase(victim);
+    ++tickets_dropped_;
+    LOG_EVERY_N(WARNING, 100) << "TCP data plane: " << key << " asked for a ticket with "
+                              << mine << " unused (of " << options_.max_tickets_per_caller << " a caller, "
+                              << tickets_.size() + 1 << " of " << options_.max_tickets
+                              << " in all); dropped the oldest (" << tickets_dropped_ << " so far)";
   }
   tickets_[bytes] = Issued{caller, key, now + options_.ticket_ttl};
   return Ticket{std::move(bytes), options_.ticket_ttl};
@@ -210,7 +223,8 @@ void PsTcpServer::AcceptLoop() {
       }
       c->id = next_id_++;
       c->fd = std::move(fd);
-      c->writer = std::make_unique<tcpframe::FrameWriter>(c->fd.get(), c->peer, options_.send_timeout);
+      c->writer = std::make_unique<tcpframe::FrameWriter>(c->fd.get(), c->peer, options_.send_timeout,
+                                                          options_.max_queued_answers);
       open_[c->id] = c;
     }
     std::thread([this, c] { Serve(c); }).detach();
@@ -326,12 +340,18 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
       });
     }
     if (corked) c->writer->Uncork();
+    if (c->writer->overflowed()) {
+      LOG_EVERY_N(WARNING, 20) << "TCP data plane: closed " << c->peer << ": it left "
+                               << options_.max_queued_answers << " answers unread";
+    }
   }
   c->writer->Close();
   c->place.reset();  // now: answers still parked may keep `c` past this server
   // What this connection's requests left idle in the pool goes back past
   // the bound, and the allocator returns it to the system.
-  if (pool_->Trim(options_.pool_idle_bytes_after_close) > 0) ::malloc_trim(0);
+  // So does what its unread answers held (an admitted connection's close
+  // is rare; a flood of pulls it never read left hundreds of MB cached).
+  if (pool_->Trim(options_.pool_idle_bytes_after_close) > 0 || who.identified.ok()) ::malloc_trim(0);
   absl::MutexLock lock(&mu_);
   open_.erase(c->id);  // the last thing this thread does with `this`
 }

@@ -67,9 +67,10 @@ struct PsTcpServerOptions {
   // Connections one source address may hold that have not sent a valid
   // hello yet; more are refused. 0: no limit.
   int max_unauthenticated_per_source = 64;
-  // Tickets issued and not yet used; more are refused (RESOURCE_EXHAUSTED).
+  // Tickets issued and not yet used; past it a new one drops the oldest.
   int max_tickets = 4096;
-  // ...and per caller (IssueTicket's key).
+  // ...and per caller (IssueTicket's key): past it a new one drops that
+  // caller's oldest.
   int max_tickets_per_caller = 64;
   absl::Duration ticket_ttl = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
@@ -89,6 +90,10 @@ struct PsTcpServerOptions {
   // and so is one that does not take a whole answer within this and a
   // second per MiB of it (tcpframe::FrameWriter).
   absl::Duration send_timeout = absl::Seconds(60);
+  // ...and one that leaves this many answers unsent is disconnected at once
+  // (tcpframe::FrameWriter's max_queued_frames): a worker has at most a few
+  // thousand calls in flight (--max_inflight_per_caller pulls and pushes).
+  size_t max_queued_answers = 16384;
   // Idle request buffers the pool keeps once a connection has closed; the
   // rest goes back to the system (a burst of large frames left its buffers
   // cached for good).
@@ -111,8 +116,10 @@ class PsTcpServer {
   // A ticket admitting one connection as `caller`.
   // `key` is who the ticket counts against (IdentityKey: the caller's
   // authenticated task, else its identity and address): at most
-  // max_tickets_per_caller unused ones each, so one caller cannot take
-  // every ticket. Empty: the caller's name.
+  // max_tickets_per_caller unused ones each, and max_tickets in all; a
+  // ticket past either drops the oldest unused one (the caller's own
+  // first), so hoarded tickets cannot lock anyone out. Empty: the caller's
+  // name.
   absl::StatusOr<Ticket> IssueTicket(const Caller& caller, const std::string& key = "");
 
   // Connections open now (admitted or awaiting their hello).
@@ -161,6 +168,7 @@ class PsTcpServer {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> open_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t tickets_dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace psrt

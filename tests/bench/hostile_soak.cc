@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -21,6 +22,10 @@ ABSL_FLAG(int, connections, 10000, "Stranger sockets held at once, at most (the 
 ABSL_FLAG(int, sources, 200, "Loopback addresses the strangers come from (127.0.0.2 on).");
 ABSL_FLAG(int, stalled_frames, 8, "Connections of the worker token each with a stalled 512 MiB frame.");
 ABSL_FLAG(int, pull_flooders, 2, "Connections of the worker token flooding pulls never read.");
+ABSL_FLAG(std::vector<std::string>, ps_flags,
+          std::vector<std::string>({"--max_unread_answer_mb=16", "--max_unread_answers_total_mb=64"}),
+          "Extra PS flags, comma-separated (the default sizes the unread-answer bounds to this model; "
+          "--ps_flags= runs the PS with its defaults).");
 ABSL_FLAG(std::string, dir, "", "Scratch directory (default: $TMPDIR or /tmp, then psrt-hostile-soak).");
 
 int main(int argc, char** argv) {
@@ -35,6 +40,10 @@ int main(int argc, char** argv) {
   o.sources = absl::GetFlag(FLAGS_sources);
   o.stalled_frames = absl::GetFlag(FLAGS_stalled_frames);
   o.pull_flooders = absl::GetFlag(FLAGS_pull_flooders);
+  o.ps_flags.clear();
+  for (const std::string& f : absl::GetFlag(FLAGS_ps_flags)) {
+    if (!f.empty()) o.ps_flags.push_back(f);
+  }
   const psrt::soak::SoakRun quiet = psrt::soak::RunJob(o, /*attack=*/false, "unattacked");
   std::cout << psrt::soak::Describe(quiet) << std::flush;
   const psrt::soak::SoakRun loud = psrt::soak::RunJob(o, /*attack=*/true, "attacked");

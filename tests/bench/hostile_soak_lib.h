@@ -38,7 +38,10 @@ struct SoakOptions {
   int sources = 200;        // 127.0.0.2 ... 127.0.0.(1 + sources)
   int stalled_frames = 8;
   int pull_flooders = 2;
-  std::vector<std::string> ps_flags;  // extra PS flags (limits under test)
+  // Extra PS flags: by default the unread-answer bounds sized to this
+  // model (a pull answer is 0.9 MB; the defaults, 1 and 2 GiB, are sized
+  // for large models and would let a flood hold that much).
+  std::vector<std::string> ps_flags = {"--max_unread_answer_mb=16", "--max_unread_answers_total_mb=64"};
 };
 
 struct Rss {
