@@ -92,8 +92,8 @@ struct PsTcpServerOptions {
   absl::Duration send_timeout = absl::Seconds(60);
   // ...and one that leaves this many answers unsent is disconnected at once
   // (tcpframe::FrameWriter's max_queued_frames): a worker has at most a few
-  // thousand calls in flight (--max_inflight_per_caller pulls and pushes).
-  size_t max_queued_answers = 16384;
+  // thousand calls in flight (--max_inflight_per_caller pulls and as many pushes, 1024 each by default).
+  size_t max_queued_answers = 4096;
   // Idle request buffers the pool keeps once a connection has closed; the
   // rest goes back to the system (a burst of large frames left its buffers
   // cached for good).

@@ -19,11 +19,11 @@
 ABSL_FLAG(int64_t, steps, 7035, "Steps of the MLP job (7035: its 15 epochs of 30,000 examples at batch 64).");
 ABSL_FLAG(int, workers, 1, "Workers of the job.");
 ABSL_FLAG(int, connections, 10000, "Stranger sockets held at once, at most (the fd limit may cap it).");
-ABSL_FLAG(int, sources, 200, "Loopback addresses the strangers come from (127.0.0.2 on).");
+ABSL_FLAG(int, sources, 200, "Loopback addresses the strangers come from (127.0.1.2 on).");
 ABSL_FLAG(int, stalled_frames, 8, "Connections of the worker token each with a stalled 512 MiB frame.");
 ABSL_FLAG(int, pull_flooders, 2, "Connections of the worker token flooding pulls never read.");
 ABSL_FLAG(std::vector<std::string>, ps_flags,
-          std::vector<std::string>({"--max_unread_answer_mb=16", "--max_unread_answers_total_mb=64"}),
+          std::vector<std::string>({"--max_unread_answer_mb=8", "--max_unread_answers_total_mb=32"}),
           "Extra PS flags, comma-separated (the default sizes the unread-answer bounds to this model; "
           "--ps_flags= runs the PS with its defaults).");
 ABSL_FLAG(std::string, dir, "", "Scratch directory (default: $TMPDIR or /tmp, then psrt-hostile-soak).");

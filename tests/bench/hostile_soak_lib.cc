@@ -44,14 +44,7 @@ namespace {
 
 using testing::Daemon;
 
-int64_t RssKb(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
-  }
-  return -1;
-}
+using testing::RssKb;
 
 int64_t OpenFds(pid_t pid) {
   std::error_code ec;

@@ -6,7 +6,7 @@
 // The attack, from the moment the job passes a fifth of its steps until it
 // passes seven tenths (so the PS is measured after it too):
 //  - strangers (no credentials) hold up to `connections` sockets from
-//    `sources` loopback addresses (127.0.0.2 on), nine in ten to the PS's
+//    `sources` loopback addresses (127.0.1.2 on), nine in ten to the PS's
 //    data port, one in ten to the chief's gRPC port, each trickling one
 //    byte of a hello (or of HTTP/2's preface) every 2 s and opened again
 //    whenever the daemon closes it;
@@ -35,13 +35,13 @@ struct SoakOptions {
   int64_t steps = 1500;
   int workers = 1;
   int connections = 10000;  // stranger sockets held at once, at most (the fd limit may cap it)
-  int sources = 200;        // 127.0.0.2 ... 127.0.0.(1 + sources)
+  int sources = 200;        // 127.0.1.2 ... 127.0.1.(1 + sources)
   int stalled_frames = 8;
   int pull_flooders = 2;
   // Extra PS flags: by default the unread-answer bounds sized to this
   // model (a pull answer is 0.9 MB; the defaults, 1 and 2 GiB, are sized
   // for large models and would let a flood hold that much).
-  std::vector<std::string> ps_flags = {"--max_unread_answer_mb=16", "--max_unread_answers_total_mb=64"};
+  std::vector<std::string> ps_flags = {"--max_unread_answer_mb=8", "--max_unread_answers_total_mb=32"};
 };
 
 struct Rss {
