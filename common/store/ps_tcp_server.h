@@ -62,7 +62,8 @@ class PsServiceImpl;
 struct PsTcpServerOptions {
   std::string host;  // listen here ("" = every interface)
   int port = 0;      // 0 = any free port
-  // Connections served at once, admitted or not; more are refused.
+  // Connections served at once, admitted or not; a newcomer past it ends
+  // the oldest one still awaiting its hello, or is refused when there is none.
   int max_connections = 1024;
   // Connections one source address may hold that have not sent a valid
   // hello yet; more are refused. 0: no limit.
