@@ -41,6 +41,11 @@ ABSL_FLAG(int64_t, max_inflight_requests, 4096,
 ABSL_FLAG(int64_t, max_unread_answer_mb, 1024,
           "Bytes (MiB) of pull answers one caller may have that it has not read yet; a pull whose answer "
           "would pass it is refused with RESOURCE_EXHAUSTED (a caller with none unread always gets one).");
+ABSL_FLAG(int64_t, max_unread_answers_total_mb, 2048,
+          "Bytes (MiB) of pull answers every caller together may have that they have not read yet; past it "
+          "a pull of a caller with some unread is refused with RESOURCE_EXHAUSTED (a caller with none unread "
+          "always gets one). Each TCP data-plane connection is a caller of its own, so this, not "
+          "--max_unread_answer_mb, bounds what many connections of one token can leave unread.");
 ABSL_FLAG(int64_t, max_inflight_per_caller, 1024,
           "Most pulls, and most pushes, one caller (its certificate's task, else its token and "
           "connection; never the worker id a request names) may have in flight at once, answers not "
@@ -78,6 +83,10 @@ ABSL_FLAG(int, data_port, 0,
 ABSL_FLAG(int64_t, max_data_plane_mb, 2048,
           "Most MiB of large requests (over 64 KiB) the TCP data plane holds at once, across every connection; "
           "a request that would pass it is refused with RESOURCE_EXHAUSTED before anything is allocated.");
+ABSL_FLAG(int, max_unauthenticated_per_source, 64,
+          "Most TCP data-plane connections one source address may hold before they present their ticket; "
+          "more are refused at once (a line says so at most every 10 s). An admitted connection counts no "
+          "more. 0: no limit.");
 ABSL_FLAG(int, apply_threads, 0,
           "Threads that apply pushed gradients: the variables of one push, and row ranges of a "
           "large variable, are updated in parallel (0 = one per core, 1 = all on the thread that "
@@ -108,6 +117,11 @@ absl::StatusOr<std::unique_ptr<PsTcpServer>> StartDataPlane(PsServiceImpl* servi
   if (buffered_mb < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--max_data_plane_mb=", buffered_mb, ": want 1 or more"));
   }
+  const int per_source = absl::GetFlag(FLAGS_max_unauthenticated_per_source);
+  if (per_source < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_unauthenticated_per_source=", per_source, ": want 0 (no limit) or more"));
+  }
   if (mode == "off") return nullptr;
   if (mode == "on" && tls && !absl::GetFlag(FLAGS_allow_plaintext_data_plane)) {
     return absl::InvalidArgumentError(
@@ -128,6 +142,7 @@ absl::StatusOr<std::unique_ptr<PsTcpServer>> StartDataPlane(PsServiceImpl* servi
   t.port = port;
   t.max_request_bytes = static_cast<uint64_t>(max_request_bytes);
   t.max_buffered_bytes = static_cast<uint64_t>(buffered_mb) << 20;
+  t.max_unauthenticated_per_source = per_source;
   absl::StatusOr<std::unique_ptr<PsTcpServer>> tcp = PsTcpServer::Start(service, t);
   if (tcp.ok()) service->set_tcp_server(tcp->get());
   return tcp;
@@ -194,6 +209,11 @@ int Main(int argc, char** argv) {
         absl::StrCat("--max_unread_answer_mb=", absl::GetFlag(FLAGS_max_unread_answer_mb), ": want 1 or more")));
   }
   service.set_max_unread_answer_bytes(absl::GetFlag(FLAGS_max_unread_answer_mb) << 20);
+  if (absl::GetFlag(FLAGS_max_unread_answers_total_mb) < 1) {
+    return ExitWithError(absl::InvalidArgumentError(absl::StrCat(
+        "--max_unread_answers_total_mb=", absl::GetFlag(FLAGS_max_unread_answers_total_mb), ": want 1 or more")));
+  }
+  service.set_max_unread_answer_total_bytes(absl::GetFlag(FLAGS_max_unread_answers_total_mb) << 20);
   // Replicated shards (job.replication): backups of other stores, and the
   // channels a primary forwards its pushes to its backup on.
   ChannelCache channels(rpc);

@@ -136,14 +136,7 @@ grpc::Status CallSync(const std::shared_ptr<grpc::Channel>& channel, const std::
   return status;
 }
 
-int64_t RssKb(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
-  }
-  return -1;
-}
+using testing::RssKb;
 
 std::string Flatten(const grpc::ByteBuffer& bb) {
   std::vector<grpc::Slice> slices;

@@ -16,9 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/net/source_limit.h"
 
 namespace psrt {
 namespace collective_internal {
@@ -38,9 +40,11 @@ constexpr size_t kServerHello = 8 + 4 + 4 + 4 + 8 + kNonce;
 constexpr size_t kClientHello = kServerHello + kMac;
 constexpr size_t kVerdict = 4 + kMac;
 // A connection's whole handshake has this long at most (it holds one of
-// the acceptor's kMaxHandshakes, not the acceptor).
+// the acceptor's kMaxHandshakes, not the acceptor), and one address holds
+// at most kMaxHandshakesPerSource of them (AcceptFromPrev).
 constexpr absl::Duration kPerConnection = absl::Seconds(5);
 constexpr int kMaxHandshakes = 128;
+constexpr int kMaxHandshakesPerSource = 16;
 
 enum Verdict : uint32_t { kOk = 0, kOtherGroup = 1, kBadRank = 2, kBadToken = 3 };
 
@@ -262,23 +266,50 @@ absl::StatusOr<Fd> ConnectToNext(const HandshakeParams& params, const std::strin
 absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params, absl::Time deadline,
                                   const std::atomic<bool>* cancel) {
   // Each accepted connection's handshake runs on a thread of its own, each
-  // within kPerConnection, at most kMaxHandshakes at once: connections that
-  // send nothing (or trickle) do not delay the real neighbour, which is
-  // admitted as soon as its own handshake is done. The first to pass wins;
-  // the others are cancelled and joined before returning.
+  // within kPerConnection: connections that send nothing (or trickle) do
+  // not delay the real neighbour, which is admitted as soon as its own
+  // handshake is done. The first to pass wins; the others are cancelled and
+  // joined before returning.
+  //
+  // At most kMaxHandshakes run at once, and kMaxHandshakesPerSource from
+  // one address; a newcomer past either ends the oldest handshake (of its
+  // address, else of all) instead of being turned away. The neighbour
+  // dials last and needs one round trip, so strangers (even on its own
+  // host, as every rank of a local cluster is) cannot keep it out by
+  // holding connections open; they only end their own older ones.
+  struct Running {
+    int fd;  // shut down to end it; valid while the entry is in `running`
+    std::string source;
+    uint64_t order;
+  };
   struct Shared {
     absl::Mutex mu;
     std::optional<Fd> winner ABSL_GUARDED_BY(mu);
     absl::Status last ABSL_GUARDED_BY(mu) = absl::UnavailableError("nobody connected");
     absl::Status fatal ABSL_GUARDED_BY(mu);
-    int running ABSL_GUARDED_BY(mu) = 0;
+    absl::flat_hash_map<uint64_t, Running> running ABSL_GUARDED_BY(mu);
+    std::vector<uint64_t> finished ABSL_GUARDED_BY(mu);  // threads to join
     std::atomic<bool> stop{false};
   };
   Shared shared;
-  std::vector<std::thread> handshakes;
+  absl::flat_hash_map<uint64_t, std::thread> handshakes;
+  uint64_t next = 0;
+  // Joins the threads whose handshakes are over (a flood must not leave
+  // thousands of unjoined threads behind).
+  auto reap = [&] {
+    std::vector<uint64_t> done;
+    {
+      absl::MutexLock lock(&shared.mu);
+      done.swap(shared.finished);
+    }
+    for (uint64_t id : done) {
+      handshakes[id].join();
+      handshakes.erase(id);
+    }
+  };
   auto finish = [&] {
     shared.stop = true;
-    for (std::thread& t : handshakes) t.join();
+    for (auto& [id, t] : handshakes) t.join();
   };
   while (absl::Now() < deadline) {
     if (cancel != nullptr && cancel->load()) shared.stop = true;
@@ -286,6 +317,7 @@ absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params, 
       absl::MutexLock lock(&shared.mu);
       if (shared.winner.has_value() || !shared.fatal.ok() || shared.stop.load()) break;
     }
+    reap();
     pollfd pf{listen_fd, POLLIN, 0};
     int ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()), 0, 20));
     if (::poll(&pf, 1, ms) <= 0) continue;
@@ -301,20 +333,46 @@ absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params, 
       shared.fatal = absl::InternalError(absl::StrCat("accept: ", ErrnoText(errno)));
       break;
     }
+    const uint64_t id = next++;
+    const std::string source = net::SourceAddress(addr);
     {
       absl::MutexLock lock(&shared.mu);
-      if (shared.running >= kMaxHandshakes) continue;  // a crowd: this one is closed (the neighbour retries)
-      ++shared.running;
+      int same = 0;
+      const Running* oldest_same = nullptr;
+      const Running* oldest = nullptr;
+      for (const auto& [other, r] : shared.running) {
+        if (r.source == source) {
+          ++same;
+          if (oldest_same == nullptr || r.order < oldest_same->order) oldest_same = &r;
+        }
+        if (oldest == nullptr || r.order < oldest->order) oldest = &r;
+      }
+      const Running* end = nullptr;
+      if (same >= kMaxHandshakesPerSource) {
+        end = oldest_same;
+      } else if (static_cast<int>(shared.running.size()) >= kMaxHandshakes) {
+        end = oldest;
+      }
+      if (end != nullptr) {
+        // Its thread reads the end of stream and finds itself gone.
+        ::shutdown(end->fd, SHUT_RDWR);
+        const uint64_t victim = end->order;
+        shared.running.erase(victim);
+      }
+      shared.running[id] = Running{fd.get(), source, id};
     }
-    handshakes.emplace_back([&shared, &params, deadline, fd = std::move(fd), addr]() mutable {
+    handshakes[id] = std::thread([&shared, &params, deadline, id, fd = std::move(fd), addr]() mutable {
       absl::Status st = ConfigureSocket(fd.get(), params.socket_buffer_bytes);
       if (st.ok()) {
         st = ServerHandshake(fd.get(), params, PeerName(addr), std::min(deadline, absl::Now() + kPerConnection),
                              &shared.stop);
       }
       absl::MutexLock lock(&shared.mu);
-      --shared.running;
-      if (st.ok()) {
+      // Out of `running` before `fd` closes (when this thread returns), so
+      // the acceptor never shuts down a descriptor number reused since.
+      const bool ended = shared.running.erase(id) == 0;
+      shared.finished.push_back(id);
+      if (st.ok() && !ended) {
         if (!shared.winner.has_value()) shared.winner = std::move(fd);
         return;
       }
@@ -323,7 +381,7 @@ absl::StatusOr<Fd> AcceptFromPrev(int listen_fd, const HandshakeParams& params, 
       // wrong token must not be able to stop a group from forming). The
       // connecting side of a wrong token hears UNAUTHENTICATED and stops.
       if (st.code() == absl::StatusCode::kInternal) shared.fatal = st;
-      if (st.code() != absl::StatusCode::kCancelled) shared.last = st;
+      if (st.code() != absl::StatusCode::kCancelled && !ended) shared.last = st;
     });
   }
   finish();

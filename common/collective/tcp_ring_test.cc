@@ -1,6 +1,7 @@
 #include "common/collective/tcp_ring.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -275,6 +276,55 @@ TEST(TcpRingTest, IdleConnectionsDoNotDelayTheGroupForming) {
   auto st = OnEachRank(2, [&](int r) { return ranks[r]->AllReduceSum(r == 0 ? a.data() : b.data(), 1); });
   EXPECT_TRUE(st[0].ok() && st[1].ok());
   EXPECT_EQ(a[0], 3);
+}
+
+// Issue #28: one stranger address that opens more connections than the
+// acceptor runs handshakes at once (128) used to have the neighbour's
+// connection closed until the stranger's 5 s ran out; now one address runs
+// at most 16 (a newcomer ends its oldest) and the neighbour is admitted at
+// once.
+TEST(TcpRingTest, OneSourceCannotTakeEveryHandshake) {
+  Listeners ls = BindAll(2);
+  // Rank 1 accepts (from rank 0) while the stranger floods its listener.
+  RingOrError one = absl::UnknownError("not run");
+  std::thread rank1([&] { one = TcpRingCollective::Create(ls.l[1].get(), Options(ls, 1)); });
+  constexpr int kStranger = 150;
+  std::vector<int> idle;
+  // One at a time, each taken by the acceptor (it sent its hello) before
+  // the next: the listen backlog never fills.
+  for (int i = 0; i < kStranger; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2: another source than the ranks'
+    ASSERT_EQ(0, ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(ls.l[1]->port());
+    ASSERT_EQ(0, ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+    idle.push_back(fd);
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1) << "connection " << i << " not taken";
+    char hello[60];
+    ASSERT_EQ(::recv(fd, hello, sizeof(hello), MSG_WAITALL), static_cast<ssize_t>(sizeof(hello)));
+  }
+  // All but the newest 16 were ended, each by a newcomer from its address.
+  int n_ended = 0;
+  for (int i = 0; i < kStranger; ++i) {
+    pollfd p{idle[i], POLLIN, 0};
+    char byte;
+    if (::poll(&p, 1, 0) == 1 && ::recv(idle[i], &byte, 1, MSG_DONTWAIT) <= 0) ++n_ended;
+  }
+  EXPECT_EQ(n_ended, kStranger - 16) << "one source kept " << kStranger - n_ended << " handshakes running";
+  const absl::Time start = absl::Now();
+  RingOrError zero = TcpRingCollective::Create(ls.l[0].get(), Options(ls, 0));
+  rank1.join();
+  const absl::Duration took = absl::Now() - start;
+  for (int fd : idle) ::close(fd);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_LT(took, absl::Seconds(3)) << kStranger << " connections from one address delayed the group by " << took;
 }
 
 TEST(TcpRingTest, MismatchedCallsFail) {

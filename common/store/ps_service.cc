@@ -78,25 +78,30 @@ class CallerSlot {
 // Bytes of a caller's answers not yet written, held while it lives.
 class AnswerBytes {
  public:
-  // Null when `bytes` more would pass `limit` and the caller has some
-  // already (one answer, however large, always goes).
+  // Null when `bytes` more would pass the caller's `limit`, or every
+  // caller's `total_limit`, and the caller has some already (one answer,
+  // however large, always goes).
   static std::shared_ptr<AnswerBytes> Acquire(std::shared_ptr<CallerCounts> counts, const std::string& caller,
-                                              int64_t bytes, int64_t limit, int64_t* held) {
+                                              int64_t bytes, int64_t limit, int64_t total_limit, int64_t* held,
+                                              int64_t* total) {
     absl::MutexLock lock(&counts->mu);
     int64_t& n = counts->answer_bytes[caller];
     *held = n;
-    if (n > 0 && n + bytes > limit) return nullptr;
+    *total = counts->total_answer_bytes;
+    if (n > 0 && (n + bytes > limit || counts->total_answer_bytes + bytes > total_limit)) return nullptr;
     if (bytes == 0) {
       if (n == 0) counts->answer_bytes.erase(caller);
       return nullptr;
     }
     n += bytes;
+    counts->total_answer_bytes += bytes;
     return std::shared_ptr<AnswerBytes>(new AnswerBytes(std::move(counts), caller, bytes));
   }
   ~AnswerBytes() {
     absl::MutexLock lock(&counts_->mu);
     auto it = counts_->answer_bytes.find(caller_);
     if ((it->second -= bytes_) == 0) counts_->answer_bytes.erase(it);
+    counts_->total_answer_bytes -= bytes_;
   }
 
  private:
@@ -206,18 +211,22 @@ void PsServiceImpl::ServePull(const DataCaller& who, const grpc::ByteBuffer& req
   const std::string key = mine.caller();
   issue(*core, *std::move(args), deadline,
         [done = std::move(done), incarnation, method, key, counts = pull_callers_, limit = max_unread_answer_bytes_,
+         total_limit = max_unread_answer_total_bytes_,
          hold = HoldSlots(std::move(slot), std::move(mine))](absl::Status s, NamedTensors t, int64_t gs) mutable {
           grpc::ByteBuffer resp;
           if (s.ok()) resp = pswire::EncodePullResult({std::move(t), gs, incarnation});
           // The answer's bytes count against its caller until written:
           // a caller that does not read its answers cannot pile them up.
-          int64_t unread = 0;
-          std::shared_ptr<AnswerBytes> bytes =
-              AnswerBytes::Acquire(counts, key, static_cast<int64_t>(resp.Length()), limit, &unread);
+          int64_t unread = 0, total = 0;
+          std::shared_ptr<AnswerBytes> bytes = AnswerBytes::Acquire(
+              counts, key, static_cast<int64_t>(resp.Length()), limit, total_limit, &unread, &total);
           if (bytes == nullptr && resp.Length() > 0) {
+            const bool own = unread + static_cast<int64_t>(resp.Length()) > limit;
             return done(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
-                            method, " refused: ", key, " has ", unread, " bytes of answers it has not read; this one's ",
-                            resp.Length(), " would pass the bound of ", limit, " (--max_unread_answer_mb)"))),
+                            method, " refused: ", key, " has ", unread, " bytes of answers it has not read",
+                            own ? "" : absl::StrCat(" (every caller ", total, ")"), "; this one's ", resp.Length(),
+                            " would pass the bound of ", own ? limit : total_limit,
+                            own ? " (--max_unread_answer_mb)" : " (--max_unread_answers_total_mb)"))),
                         {}, std::move(hold));
           }
           done(ToGrpcStatus(s), std::move(resp),  // held until written

@@ -63,6 +63,7 @@ struct CallerCounts {
   absl::Mutex mu;
   absl::flat_hash_map<std::string, int64_t> in_flight ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, int64_t> answer_bytes ABSL_GUARDED_BY(mu);
+  int64_t total_answer_bytes ABSL_GUARDED_BY(mu) = 0;  // over every caller
 };
 
 class PsServiceImpl final : public PsServiceBase {
@@ -89,6 +90,11 @@ class PsServiceImpl final : public PsServiceBase {
   // RESOURCE_EXHAUSTED naming --max_unread_answer_mb instead. A caller with
   // none unread always gets its answer, however large.
   void set_max_unread_answer_bytes(int64_t n) { max_unread_answer_bytes_ = n; }
+  // ...and over every caller together (--max_unread_answers_total_mb): each
+  // caller of the data plane's TCP connections is its connection, so
+  // without it a token holder's N connections could leave N times the
+  // bound unread. A caller with none unread still always gets one answer.
+  void set_max_unread_answer_total_bytes(int64_t n) { max_unread_answer_total_bytes_ = n; }
   // Replicated shards (replica_router.h): requests naming a store and
   // placement epoch go to that store's core; pushes are forwarded to the
   // backup. Not owned; unset = every request to the one core (set before
@@ -168,6 +174,7 @@ class PsServiceImpl final : public PsServiceBase {
   int64_t max_inflight_ = 4096;
   int64_t max_per_caller_ = 1024;
   int64_t max_unread_answer_bytes_ = int64_t{1} << 30;
+  int64_t max_unread_answer_total_bytes_ = int64_t{2} << 30;
   // Shared with parked pulls' callbacks, which may outlive this object.
   std::shared_ptr<std::atomic<int64_t>> pulls_ = std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<std::atomic<int64_t>> pushes_ = std::make_shared<std::atomic<int64_t>>(0);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -25,7 +26,17 @@ struct PsTcpServer::Connection {
   std::thread::id reader;  // the thread serving it
   net::Fd fd;
   std::string peer;  // "127.0.0.1:51234", for messages
+  // Made (under the server's mu_) once its hello is accepted: a connection
+  // awaiting its hello costs one thread, not two (1,024 of them took 80 MB).
   std::unique_ptr<tcpframe::FrameWriter> writer;
+  absl::Time accepted;
+  // Its source's place while it has not authenticated; released (by its
+  // thread) once its hello is accepted, or when it ends.
+  std::optional<net::SourceLimit::Place> place;
+  // Set (under the server's mu_) once its hello is accepted, or once it is
+  // chosen to make room: neither may be evicted.
+  bool admitted = false;
+  bool evicting = false;
 };
 
 namespace {
@@ -88,7 +99,8 @@ PsTcpServer::PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net
       options_(std::move(options)),
       listener_(std::move(listener)),
       port_(port),
-      budget_(std::make_shared<tcpframe::ByteBudget>(options_.max_buffered_bytes)) {}
+      budget_(std::make_shared<tcpframe::ByteBudget>(options_.max_buffered_bytes)),
+      per_source_(options_.max_unauthenticated_per_source, "TCP data plane (--max_unauthenticated_per_source)") {}
 
 PsTcpServer::~PsTcpServer() { Shutdown(); }
 
@@ -100,18 +112,31 @@ absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& calle
   }
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
+  // A caller past its share, or a PS holding its most, drops its oldest
+  // unused ticket (the caller's own first) instead of refusing: a worker
+  // redeems its ticket within a round trip, so what is dropped is in
+  // practice what was hoarded, and a hoarder sharing a worker's key (one
+  // role token from one host) cannot lock that worker out for a ticket's
+  // lifetime, as refusing did.
+  absl::erase_if(tickets_, [now](const auto& t) { return t.second.expires <= now; });
+  auto oldest = [&](bool same_key) {
+    auto found = tickets_.end();
+    for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {
+      if (same_key && it->second.key != key) continue;
+      if (found == tickets_.end() || it->second.expires < found->second.expires) found = it;
+    }
+    return found;
+  };
   int mine = 0;
-  for (const auto& [bytes, t] : tickets_) mine += t.key == key && t.expires > now ? 1 : 0;
-  if (mine >= options_.max_tickets_per_caller) {
-    return absl::ResourceExhaustedError(absl::StrCat(key, " holds ", mine,
-                                                     " unused data-plane tickets already; retry later"));
-  }
-  if (static_cast<int>(tickets_.size()) >= options_.max_tickets) {
-    absl::erase_if(tickets_, [now](const auto& t) { return t.second.expires <= now; });
-  }
-  if (static_cast<int>(tickets_.size()) >= options_.max_tickets) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the PS holds ", options_.max_tickets, " unused data-plane tickets already; retry later"));
+  for (const auto& [b, t] : tickets_) mine += t.key == key ? 1 : 0;
+  if (mine >= options_.max_tickets_per_caller || static_cast<int>(tickets_.size()) >= options_.max_tickets) {
+    auto victim = oldest(/*same_key=*/mine >= options_.max_tickets_per_caller);
+    if (victim != tickets_.end()) tickets_.erase(victim);
+    ++tickets_dropped_;
+    LOG_EVERY_N(WARNING, 100) << "TCP data plane: " << key << " asked for a ticket with "
+                              << mine << " unused (of " << options_.max_tickets_per_caller << " a caller, "
+                              << tickets_.size() + 1 << " of " << options_.max_tickets
+                              << " in all); dropped the oldest (" << tickets_dropped_ << " so far)";
   }
   tickets_[bytes] = Issued{caller, key, now + options_.ticket_ttl};
   return Ticket{std::move(bytes), options_.ticket_ttl};
@@ -134,6 +159,29 @@ int PsTcpServer::connections() const {
   return static_cast<int>(open_.size());
 }
 
+int64_t PsTcpServer::evicted() const {
+  absl::MutexLock lock(&mu_);
+  return evicted_;
+}
+
+bool PsTcpServer::EvictOldestUnauthenticatedLocked() {
+  std::shared_ptr<Connection> oldest;
+  for (const auto& [id, c] : open_) {
+    if (c->admitted || c->evicting) continue;
+    if (oldest == nullptr || c->accepted < oldest->accepted) oldest = c;
+  }
+  if (oldest == nullptr) return false;
+  oldest->evicting = true;
+  ++evicted_;
+  // Wakes its reader out of the hello (EOF); its thread writes no verdict
+  // that matters and leaves open_.
+  ::shutdown(oldest->fd.get(), SHUT_RDWR);
+  LOG_EVERY_N(WARNING, 100) << "TCP data plane: " << options_.max_connections
+                            << " connections open; ended " << oldest->peer
+                            << ", the oldest still without its hello, to make room (" << evicted_ << " so far)";
+  return true;
+}
+
 void PsTcpServer::AcceptLoop() {
   while (!stop_.load()) {
     pollfd p{listener_.get(), POLLIN, 0};
@@ -146,10 +194,27 @@ void PsTcpServer::AcceptLoop() {
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_shared<Connection>();
     c->peer = PeerName(addr);
+    c->accepted = absl::Now();
+    const std::string source = net::SourceAddress(addr);
+    c->place = per_source_.Take(source);
+    if (!c->place.has_value()) {
+      // Refused before it costs a thread or a slot.
+      const std::string line = per_source_.Refuse(source);
+      if (!line.empty()) LOG(WARNING) << line;
+      WriteVerdict(fd.get(),
+                   grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                absl::StrCat("this address holds ", options_.max_unauthenticated_per_source,
+                                             " data-plane connections without a hello already")),
+                   c->peer);
+      continue;
+    }
     {
       absl::MutexLock lock(&mu_);
       if (stop_.load()) return;
-      if (static_cast<int>(open_.size()) >= options_.max_connections) {
+      int evicting = 0;
+      for (const auto& [id, o] : open_) evicting += o->evicting ? 1 : 0;
+      if (static_cast<int>(open_.size()) - evicting >= options_.max_connections &&
+          !EvictOldestUnauthenticatedLocked()) {
         LOG_EVERY_N(WARNING, 100) << "TCP data plane: refused a connection from " << c->peer << ": "
                                   << options_.max_connections << " open already";
         WriteVerdict(fd.get(),
@@ -160,7 +225,6 @@ void PsTcpServer::AcceptLoop() {
       }
       c->id = next_id_++;
       c->fd = std::move(fd);
-      c->writer = std::make_unique<tcpframe::FrameWriter>(c->fd.get(), c->peer, options_.send_timeout);
       open_[c->id] = c;
     }
     std::thread([this, c] { Serve(c); }).detach();
@@ -184,6 +248,19 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
     } else {
       absl::StatusOr<std::string> ticket = tcpframe::DecodeHello(hello);
       caller = ticket.ok() ? Redeem(*ticket) : ticket.status();
+    }
+    if (caller.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (c->evicting) caller = absl::UnavailableError("ended to make room");
+        if (stop_.load()) caller = absl::CancelledError("the PS is shutting down");
+        c->admitted = caller.ok();
+        if (caller.ok()) {
+          c->writer = std::make_unique<tcpframe::FrameWriter>(c->fd.get(), c->peer, options_.send_timeout,
+                                                              options_.max_queued_answers);
+        }
+      }
+      if (caller.ok()) c->place->Release();  // authenticated: counts against its source no more
     }
     if (caller.ok()) {
       who.caller = *caller;
@@ -268,11 +345,18 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
       });
     }
     if (corked) c->writer->Uncork();
+    if (c->writer->overflowed()) {
+      LOG_EVERY_N(WARNING, 20) << "TCP data plane: closed " << c->peer << ": it left "
+                               << options_.max_queued_answers << " answers unread";
+    }
   }
-  c->writer->Close();
+  if (c->writer != nullptr) c->writer->Close();
+  c->place.reset();  // now: answers still parked may keep `c` past this server
   // What this connection's requests left idle in the pool goes back past
   // the bound, and the allocator returns it to the system.
-  if (pool_->Trim(options_.pool_idle_bytes_after_close) > 0) ::malloc_trim(0);
+  // So does what its unread answers held (an admitted connection's close
+  // is rare; a flood of pulls it never read left hundreds of MB cached).
+  if (pool_->Trim(options_.pool_idle_bytes_after_close) > 0 || who.identified.ok()) ::malloc_trim(0);
   absl::MutexLock lock(&mu_);
   open_.erase(c->id);  // the last thing this thread does with `this`
 }
@@ -286,7 +370,15 @@ void PsTcpServer::Shutdown() {
     for (const auto& [id, c] : open_) open.push_back(c);
   }
   // Wakes each connection's reader (and any sender): their threads end.
-  for (const auto& c : open) c->writer->Close();
+  // One still awaiting its hello has no writer (and sees stop_ soon).
+  for (const auto& c : open) {
+    absl::MutexLock lock(&mu_);
+    if (c->writer != nullptr) {
+      c->writer->Close();
+    } else {
+      ::shutdown(c->fd.get(), SHUT_RDWR);
+    }
+  }
   absl::MutexLock lock(&mu_);
   auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return open_.empty(); };
   if (!mu_.AwaitWithTimeout(absl::Condition(&none), absl::Seconds(10))) {

@@ -9,6 +9,14 @@
 // works once, within its time to live; a hello that does not come within
 // `hello_timeout`, or carries another ticket, is refused and closed.
 //
+// Identity before resources: a source address (without its port) may hold
+// at most `max_unauthenticated_per_source` connections that have not sent
+// a valid hello yet; more are refused at once (RESOURCE_EXHAUSTED verdict,
+// a rate-limited log line). Once admitted a connection counts no more.
+// When every one of `max_connections` is taken, a new connection evicts the
+// oldest one still awaiting its hello, so strangers from many addresses
+// delay a worker's connection by at most its hello, never lock it out.
+//
 // Each connection has one thread that reads its frames (blocking) and
 // serves each in turn; a pull that must wait (SYNC, bounded staleness)
 // parks in the core and is answered later from another thread, so it does
@@ -43,6 +51,7 @@
 #include "absl/time/time.h"
 #include "common/buffer_pool.h"
 #include "common/net/socket.h"
+#include "common/net/source_limit.h"
 #include "common/rpc/roles.h"
 #include "common/transport/tcp_frame_io.h"
 
@@ -53,11 +62,16 @@ class PsServiceImpl;
 struct PsTcpServerOptions {
   std::string host;  // listen here ("" = every interface)
   int port = 0;      // 0 = any free port
-  // Connections served at once, admitted or not; more are refused.
+  // Connections served at once, admitted or not; a newcomer past it ends
+  // the oldest one still awaiting its hello, or is refused when there is none.
   int max_connections = 1024;
-  // Tickets issued and not yet used; more are refused (RESOURCE_EXHAUSTED).
+  // Connections one source address may hold that have not sent a valid
+  // hello yet; more are refused. 0: no limit.
+  int max_unauthenticated_per_source = 64;
+  // Tickets issued and not yet used; past it a new one drops the oldest.
   int max_tickets = 4096;
-  // ...and per caller (IssueTicket's key).
+  // ...and per caller (IssueTicket's key): past it a new one drops that
+  // caller's oldest.
   int max_tickets_per_caller = 64;
   absl::Duration ticket_ttl = absl::Seconds(30);
   absl::Duration hello_timeout = absl::Seconds(10);
@@ -77,6 +91,10 @@ struct PsTcpServerOptions {
   // and so is one that does not take a whole answer within this and a
   // second per MiB of it (tcpframe::FrameWriter).
   absl::Duration send_timeout = absl::Seconds(60);
+  // ...and one that leaves this many answers unsent is disconnected at once
+  // (tcpframe::FrameWriter's max_queued_frames): a worker has at most a few
+  // thousand calls in flight (--max_inflight_per_caller pulls and as many pushes, 1024 each by default).
+  size_t max_queued_answers = 4096;
   // Idle request buffers the pool keeps once a connection has closed; the
   // rest goes back to the system (a burst of large frames left its buffers
   // cached for good).
@@ -99,12 +117,18 @@ class PsTcpServer {
   // A ticket admitting one connection as `caller`.
   // `key` is who the ticket counts against (IdentityKey: the caller's
   // authenticated task, else its identity and address): at most
-  // max_tickets_per_caller unused ones each, so one caller cannot take
-  // every ticket. Empty: the caller's name.
+  // max_tickets_per_caller unused ones each, and max_tickets in all; a
+  // ticket past either drops the oldest unused one (the caller's own
+  // first), so hoarded tickets cannot lock anyone out. Empty: the caller's
+  // name.
   absl::StatusOr<Ticket> IssueTicket(const Caller& caller, const std::string& key = "");
 
   // Connections open now (admitted or awaiting their hello).
   int connections() const;
+  // Connections refused because their source held its most unauthenticated
+  // ones, and unauthenticated ones evicted for a newcomer, since Start.
+  int64_t refused_per_source() const { return per_source_.refused(); }
+  int64_t evicted() const;
   // Bytes of large requests charged to max_buffered_bytes now.
   uint64_t buffered_bytes() const { return budget_->held(); }
   // Stops accepting, ends every connection and waits for their threads.
@@ -117,6 +141,10 @@ class PsTcpServer {
   PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net::Fd listener, int port);
   void AcceptLoop();
   void Serve(std::shared_ptr<Connection> c);
+  // With every connection slot taken: ends the oldest connection still
+  // awaiting its hello (its thread then leaves open_); false when every
+  // open connection is admitted or already being evicted.
+  bool EvictOldestUnauthenticatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The caller a ticket was issued to; consumes it.
   absl::StatusOr<Caller> Redeem(const std::string& ticket);
 
@@ -126,6 +154,7 @@ class PsTcpServer {
   const int port_;
   const std::shared_ptr<BufferPool> pool_ = BufferPool::Create();
   std::shared_ptr<tcpframe::ByteBudget> budget_;
+  net::SourceLimit per_source_;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
 
@@ -139,6 +168,8 @@ class PsTcpServer {
   // Open connections by id (their threads run until they end).
   absl::flat_hash_map<uint64_t, std::shared_ptr<Connection>> open_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t tickets_dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace psrt

@@ -2,7 +2,9 @@
 // on a loopback port, raw sockets as hostile and honest clients.
 #include "common/store/ps_tcp_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <malloc.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -73,6 +75,28 @@ class PsTcpServerTest : public ::testing::Test {
     // Blocking, as the client's reader uses it.
     ::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL, 0) & ~O_NONBLOCK);
     return *std::move(fd);
+  }
+  // A blocking connection from `source` (127.0.0.2 and the like: every
+  // 127/8 address is this host's, and the PS sees each as its own source).
+  net::Fd ConnectFrom(const std::string& source) {
+    net::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << source;
+    EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << source;
+    return fd;
+  }
+  // Waits until the server counts `n` open connections; false at the deadline.
+  bool AwaitConnections(int n) {
+    for (absl::Time end = absl::Now() + kDeadline; absl::Now() < end; absl::SleepFor(absl::Milliseconds(5))) {
+      if (server_->connections() == n) return true;
+    }
+    return false;
   }
   grpc::Status Hello(int fd, const std::string& ticket) {
     const std::string hello = tcpframe::EncodeHello(ticket);
@@ -467,7 +491,7 @@ TEST_F(PsTcpServerTest, AStalledRequestHoldsOneMiBOfTheBudgetAndIsClosedAtItsIdl
             << " bytes of it; closed after " << took << "; held after: " << server_->buffered_bytes() << "\n";
 }
 
-TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAndTicketsBeyondTheirsAreRefused) {
+TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAreRefusedAndTicketsBeyondTheirsDropTheOldest) {
   PsTcpServerOptions o;
   o.max_connections = 2;
   o.max_tickets = 3;
@@ -477,28 +501,95 @@ TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAndTicketsBeyondTheirsAreRefuse
   net::Fd c = Connect();
   grpc::Status v = Verdict(c.get());
   EXPECT_EQ(v.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(server_->IssueTicket(Role(Role::kWorker, "w"), absl::StrCat("w", i)).ok());
-  absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+  a = net::Fd();
+  b = net::Fd();
+  ASSERT_TRUE(AwaitConnections(0));
+  std::vector<std::string> tickets;
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"), absl::StrCat("w", i));
+    ASSERT_TRUE(t.ok()) << t.status();
+    tickets.push_back(t->bytes);
+  }
+  // The fourth dropped the oldest, w0's; the newest still admits.
+  net::Fd old = Connect();
+  EXPECT_EQ(Hello(old.get(), tickets[0]).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  net::Fd fresh = Connect();
+  EXPECT_TRUE(Hello(fresh.get(), tickets[3]).ok());
 }
 
-// Issue #28: one caller's unused tickets cannot lock every other caller
-// out: past max_tickets_per_caller it is refused, naming itself, while
-// another caller still gets its ticket and connects.
+// Issue #28: a caller that sends calls and never reads is disconnected
+// once max_queued_answers of its answers wait unsent, instead of having
+// them (refusals, not counted against any budget) pile up until the send
+// deadline: 840,000 unread pulls grew a PS by 300 MB in 12 s.
+TEST_F(PsTcpServerTest, ACallerThatLeavesTooManyAnswersUnsentIsDisconnected) {
+  PsTcpServerOptions o;
+  o.max_queued_answers = 64;
+  StartServer(o);
+  absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
+  ASSERT_TRUE(t.ok());
+  net::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int small = 4096;  // the answers fill the socket soon
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  ASSERT_TRUE(Hello(fd.get(), t->bytes).ok());
+  // Pulls of a variable the PS does not hold: each answered at once with an
+  // error, none read.
+  pswire::PullArgs a;
+  a.variables = {"no such variable"};
+  tcpframe::Header h;
+  h.method = psframe::Method::kPull;
+  h.timeout_ms = 5000;
+  std::string wire;
+  for (int i = 0; i < 1000; ++i) {
+    h.call_id = i;
+    const grpc::ByteBuffer payload = pswire::EncodePull(a);
+    const std::unique_ptr<tcpframe::OutFrame> frame = tcpframe::Encode(h, "", payload);
+    for (const iovec& v : frame->iov()) wire.append(static_cast<const char*>(v.iov_base), v.iov_len);
+  }
+  bool closed = false;
+  for (absl::Time end = absl::Now() + kDeadline; !closed && absl::Now() < end;) {
+    closed = !net::IoExact(fd.get(), wire.data(), wire.size(), true, end, nullptr, "ps").ok();
+  }
+  EXPECT_TRUE(closed) << "the PS kept reading calls whose answers were not taken";
+  EXPECT_TRUE(AwaitConnections(0));
+}
+
+// Issue #28: one caller's unused tickets cannot lock anyone out: past
+// max_tickets_per_caller a new ticket drops that caller's oldest, so a
+// hoarder holds at most that many, and a worker that shares its key (one
+// role token from one host) still gets a ticket and connects at once (it
+// used to be refused until the hoarded tickets expired, 30 s).
 TEST_F(PsTcpServerTest, UnusedTicketsAreLimitedPerCaller) {
   PsTcpServerOptions o;
   o.max_tickets_per_caller = 4;
   StartServer(o);
   const Caller hoarder = Role(Role::kWorker, "the worker token");
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.9").ok());
-  absl::StatusOr<PsTcpServer::Ticket> more = server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.9");
-  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(more.status().message()),
-              HasSubstr("the worker token from ipv4:10.0.0.9 holds 4 unused data-plane tickets"));
-  absl::StatusOr<PsTcpServer::Ticket> mine = server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.1");
+  const std::string key = "the worker token from ipv4:10.0.0.9";
+  std::vector<std::string> hoard;
+  for (int i = 0; i < 6; ++i) {
+    absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(hoarder, key);
+    ASSERT_TRUE(t.ok()) << t.status();
+    hoard.push_back(t->bytes);
+  }
+  absl::StatusOr<PsTcpServer::Ticket> mine = server_->IssueTicket(hoarder, key);  // the worker's, same key
   ASSERT_TRUE(mine.ok()) << mine.status();
   net::Fd fd = Connect();
   EXPECT_TRUE(Hello(fd.get(), mine->bytes).ok());
+  // Of the hoard only the newest three remain (four a key, the worker's
+  // being the fourth).
+  for (int i = 0; i < 6; ++i) {
+    net::Fd h = Connect();
+    EXPECT_EQ(Hello(h.get(), hoard[i]).ok(), i >= 3) << "ticket " << i;
+  }
+  // Another key is not touched by any of it.
+  absl::StatusOr<PsTcpServer::Ticket> other = server_->IssueTicket(hoarder, "the worker token from ipv4:10.0.0.1");
+  ASSERT_TRUE(other.ok()) << other.status();
+  net::Fd o2 = Connect();
+  EXPECT_TRUE(Hello(o2.get(), other->bytes).ok());
 }
 
 // Shutdown ends every connection, also one with a pull parked in the core,

@@ -245,8 +245,8 @@ absl::Status FrameReader::Next(std::shared_ptr<TensorBuffer>* body, absl::Status
 
 // ------------------------------------------------------------ FrameWriter
 
-FrameWriter::FrameWriter(int fd, std::string what, absl::Duration send_timeout)
-    : fd_(fd), what_(std::move(what)), send_timeout_(send_timeout) {
+FrameWriter::FrameWriter(int fd, std::string what, absl::Duration send_timeout, size_t max_queued_frames)
+    : fd_(fd), what_(std::move(what)), send_timeout_(send_timeout), max_queued_frames_(max_queued_frames) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -255,7 +255,14 @@ FrameWriter::~FrameWriter() { Close(); }
 bool FrameWriter::Send(std::unique_ptr<OutFrame> frame, bool may_wait) {
   {
     absl::MutexLock lock(&mu_);
-    if (closed_ || !broken_.ok()) return false;
+    if (closed_ || !broken_.ok() || overflowed_) return false;
+    if (max_queued_frames_ > 0 && queue_.size() >= max_queued_frames_) {
+      // Not cleared here: a sender may be writing from the front frame.
+      // The owner's reader wakes and closes the writer, which drops them.
+      overflowed_ = true;
+      ::shutdown(fd_, SHUT_RDWR);
+      return false;
+    }
     queue_.push_back(std::move(frame));
     if (queue_.size() == 1) front_deadline_ = FrameDeadline(queue_.front()->bytes());
     if (sending_ || corked_ > 0) return true;
@@ -282,6 +289,11 @@ void FrameWriter::Uncork() {
 absl::Status FrameWriter::broken() const {
   absl::MutexLock lock(&mu_);
   return broken_;
+}
+
+bool FrameWriter::overflowed() const {
+  absl::MutexLock lock(&mu_);
+  return overflowed_;
 }
 
 void FrameWriter::BreakLocked(absl::Status why) {

@@ -146,7 +146,13 @@ class FrameWriter {
   // each frame must be taken whole within `send_timeout` and a second per
   // kMinSendBytesPerSecond of it from when it is next to go (a peer that
   // reads a few bytes now and then is given up too).
-  FrameWriter(int fd, std::string what, absl::Duration send_timeout = absl::Seconds(60));
+  // `max_queued_frames` (0: no bound): a peer that leaves more frames than
+  // this unsent is given up at once (the socket is shut down, so a reader
+  // blocked on it wakes), not after send_timeout: answers that are only
+  // refusals (small, and not counted against any budget) piled up by the
+  // hundred thousand behind one that never read.
+  FrameWriter(int fd, std::string what, absl::Duration send_timeout = absl::Seconds(60),
+              size_t max_queued_frames = 0);
   ~FrameWriter();  // Close()
   FrameWriter(const FrameWriter&) = delete;
   FrameWriter& operator=(const FrameWriter&) = delete;
@@ -162,6 +168,8 @@ class FrameWriter {
   void Uncork();
   // Why the connection broke, or OK.
   absl::Status broken() const;
+  // Whether it was given up for max_queued_frames.
+  bool overflowed() const;
   // Drops what is queued, stops the thread, and shuts the socket down for
   // writing and reading (a reader blocked on it wakes). Idempotent.
   void Close();
@@ -179,7 +187,9 @@ class FrameWriter {
   const int fd_;
   const std::string what_;
   const absl::Duration send_timeout_;
+  const size_t max_queued_frames_;
   mutable absl::Mutex mu_;
+  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
   // Frames keep their address in the deque while others are added.
   std::deque<std::unique_ptr<OutFrame>> queue_ ABSL_GUARDED_BY(mu_);
   size_t sent_of_front_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of queue_.front() already sent

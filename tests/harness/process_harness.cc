@@ -120,5 +120,14 @@ bool Daemon::WaitForLine(const std::string& text, absl::Duration timeout, size_t
   return mu_.AwaitWithTimeout(absl::Condition(&found), timeout);
 }
 
+int64_t RssKb(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return -1;
+}
+
 }  // namespace testing
 }  // namespace psrt

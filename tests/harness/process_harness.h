@@ -4,6 +4,9 @@
 #ifndef PSRT_TESTS_HARNESS_PROCESS_HARNESS_H_
 #define PSRT_TESTS_HARNESS_PROCESS_HARNESS_H_
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +59,10 @@ class Daemon {
   mutable absl::Mutex mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
 };
+
+// The resident memory of process `pid` now (VmRSS), in KiB; -1 when it is
+// gone.
+int64_t RssKb(pid_t pid);
 
 }  // namespace testing
 }  // namespace psrt
