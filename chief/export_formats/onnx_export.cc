@@ -284,8 +284,8 @@ absl::StatusOr<onnx::ModelProto> ExportImported(const TrainingJob& job, const Co
   // BatchNormalization in inference mode: it normalises with running_mean
   // and running_var, which hold the trained moving statistics (written
   // above, as the variables they became). Its running-statistics outputs
-  // exist in training mode only, so they go where nothing reads them (the
-  // import refused a graph that did).
+  // exist in training mode only: they go where no node or graph output
+  // reads them (the import refuses a graph whose loss reads them).
   std::set<std::string> read;
   for (const onnx::NodeProto& n : g->node()) read.insert(n.input().begin(), n.input().end());
   for (const onnx::ValueInfoProto& o : g->output()) read.insert(o.name());
