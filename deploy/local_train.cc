@@ -75,7 +75,7 @@ absl::Status Train() {
   ASSIGN_OR_RETURN(DeviceChoice device, ChooseDevice(absl::GetFlag(FLAGS_device)));
   ASSIGN_OR_RETURN(auto graph_runner, GraphStepRunner::Create(a, threads, ExecutorFactoryFor(device)));
   // The job's gradient clipping, as a worker applies it (none: no wrapper).
-  std::unique_ptr<StepRunner> runner = MaybeClipGradients(std::move(graph_runner), a.clip());
+  std::unique_ptr<StepRunner> runner = MaybeClipGradients(std::move(graph_runner), a);
   DatasetOptions d;
   d.input = job.input();
   d.split = job.input().train();

@@ -228,7 +228,7 @@ int Main(int argc, char** argv) {
     // Gradient clipping (none: no wrapper) around the worker's whole
     // runner: under mirrored{devices}, after the devices' local reduce.
     if (ClippingEnabled(a.clip())) LOG(INFO) << "clipping gradients: " << a.clip().ShortDebugString();
-    return MeterRunner(MaybeClipGradients(*std::move(r), a.clip()), metrics);
+    return MeterRunner(MaybeClipGradients(*std::move(r), a), metrics);
   };
   deps.report_failure = [&](const absl::Status& s, int64_t step) {
     ReportFailureRequest req;

@@ -89,6 +89,38 @@ TEST(OnnxExportTest, MlpDropsDropoutAndKeepsTheTrainedWeights) {
   }
 }
 
+// An imported model with BatchNormalization goes out in inference mode:
+// each node's running_mean / running_var initializer holds the trained
+// moving statistics, training_mode is 0 and its training-only outputs are
+// gone.
+TEST(OnnxExportTest, ImportedBatchNormGoesOutWithItsMovingStatistics) {
+  TrainingJob job = Load("examples/fashion_mnist_onnx_resnet_bn.pbtxt");
+  std::map<std::string, Tensor> values;
+  absl::StatusOr<onnx::ModelProto> m = Onnx(job, &values);
+  ASSERT_TRUE(m.ok()) << m.status();
+  int nodes = 0;
+  for (const onnx::NodeProto& n : m->graph().node()) {
+    if (n.op_type() != "BatchNormalization") continue;
+    ++nodes;
+    EXPECT_EQ(n.output_size(), 1) << n.name();
+    int64_t mode = -1;
+    for (const onnx::AttributeProto& a : n.attribute()) {
+      if (a.name() == "training_mode") mode = a.i();
+    }
+    EXPECT_EQ(mode, 0) << n.name();
+  }
+  EXPECT_EQ(nodes, 9);
+  int running = 0;
+  for (const onnx::TensorProto& t : m->graph().initializer()) {
+    if (t.name() != "1.running_var" && t.name() != "5.shortcut.1.running_mean") continue;
+    ++running;
+    ASSERT_EQ(t.raw_data().size(), t.dims(0) * sizeof(float)) << t.name();
+    const float* f = reinterpret_cast<const float*>(t.raw_data().data());
+    for (int64_t i = 0; i < t.dims(0); ++i) EXPECT_EQ(f[i], static_cast<float>(i)) << t.name();  // Counting's
+  }
+  EXPECT_EQ(running, 2);
+}
+
 TEST(OnnxExportTest, ConvKernelsAreStoredFiltersFirst) {
   auto model = Onnx(Load("examples/fashion_mnist_cnn.pbtxt"));
   ASSERT_TRUE(model.ok()) << model.status();

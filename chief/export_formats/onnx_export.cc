@@ -281,6 +281,33 @@ absl::StatusOr<onnx::ModelProto> ExportImported(const TrainingJob& job, const Co
     return absl::InvalidArgumentError(absl::StrCat(model.onnx_initializers.size() - written,
                                                    " trained variables have no initializer in ", job.model().onnx().path()));
   }
+  // BatchNormalization in inference mode: it normalises with running_mean
+  // and running_var, which hold the trained moving statistics (written
+  // above, as the variables they became). Its running-statistics outputs
+  // exist in training mode only: they go where no node or graph output
+  // reads them (the import refuses a graph whose loss reads them).
+  std::set<std::string> read;
+  for (const onnx::NodeProto& n : g->node()) read.insert(n.input().begin(), n.input().end());
+  for (const onnx::ValueInfoProto& o : g->output()) read.insert(o.name());
+  for (onnx::NodeProto& n : *g->mutable_node()) {
+    if (n.op_type() != "BatchNormalization") continue;
+    bool set = false;
+    for (onnx::AttributeProto& a : *n.mutable_attribute()) {
+      if (a.name() != "training_mode") continue;
+      a.set_type(onnx::AttributeProto::INT);
+      a.set_i(0);
+      set = true;
+    }
+    if (!set) {
+      onnx::AttributeProto* a = n.add_attribute();
+      a->set_name("training_mode");
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(0);
+    }
+    while (n.output_size() > 1 && (n.output(n.output_size() - 1).empty() || !read.count(n.output(n.output_size() - 1)))) {
+      n.mutable_output()->RemoveLast();
+    }
+  }
   const std::string inference = "psrt_inference_mode";
   bool dropout = false;
   for (onnx::NodeProto& n : *g->mutable_node()) {

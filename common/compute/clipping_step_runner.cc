@@ -1,5 +1,6 @@
 #include "common/compute/clipping_step_runner.h"
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,8 +24,8 @@ absl::Status Named(const std::string& variable, const absl::Status& s) {
 
 class ClippingStepRunner : public StepRunner {
  public:
-  ClippingStepRunner(std::unique_ptr<StepRunner> inner, const GradientClipping& clip)
-      : inner_(std::move(inner)), clip_(clip) {}
+  ClippingStepRunner(std::unique_ptr<StepRunner> inner, const GradientClipping& clip, std::set<std::string> unclipped)
+      : inner_(std::move(inner)), clip_(clip), unclipped_(std::move(unclipped)) {}
 
   std::vector<std::string> DenseVariables() const override { return inner_->DenseVariables(); }
   absl::StatusOr<RowRequest> SparseRows(const Batch& batch) const override { return inner_->SparseRows(batch); }
@@ -34,7 +35,7 @@ class ClippingStepRunner : public StepRunner {
                                  int64_t step) override {
     absl::StatusOr<StepResult> r = inner_->Run(dense, rows, batch, step);
     if (!r.ok()) return r;
-    if (absl::Status s = ClipStepGradients(clip_, &*r); !s.ok()) return s;
+    if (absl::Status s = ClipStepGradients(clip_, &*r, unclipped_); !s.ok()) return s;
     return r;
   }
 
@@ -47,6 +48,10 @@ class ClippingStepRunner : public StepRunner {
     absl::StatusOr<StepResult> r =
         inner_->RunStreaming(dense, rows, batch, step, [&](const std::string& v, const Tensor& g) {
           if (!failed.ok()) return;
+          if (unclipped_.count(v)) {
+            ready(v, g);
+            return;
+          }
           absl::StatusOr<Tensor> c = ClipOne(clip_, g);
           if (!c.ok()) {
             failed = Named(v, c.status());
@@ -56,7 +61,7 @@ class ClippingStepRunner : public StepRunner {
         });
     if (!r.ok()) return r;
     if (!failed.ok()) return failed;
-    if (absl::Status s = ClipStepGradients(clip_, &*r); !s.ok()) return s;  // sparse ones, any not handed over
+    if (absl::Status s = ClipStepGradients(clip_, &*r, unclipped_); !s.ok()) return s;  // sparse ones, any not handed over
     return r;
   }
 
@@ -70,8 +75,12 @@ class ClippingStepRunner : public StepRunner {
         dense, rows, batch, step, [&](const std::string& v, const Tensor& g) { held.emplace_back(v, g); });
     if (!r.ok()) return r;
     std::vector<Tensor*> all;
-    for (auto& [v, g] : held) all.push_back(&g);
-    for (auto& [v, g] : r->dense_gradients) all.push_back(&g);
+    for (auto& [v, g] : held) {
+      if (!unclipped_.count(v)) all.push_back(&g);
+    }
+    for (auto& [v, g] : r->dense_gradients) {
+      if (!unclipped_.count(v)) all.push_back(&g);
+    }
     for (auto& [v, ids_rows] : r->sparse_gradients) all.push_back(&ids_rows.second);
     absl::StatusOr<double> norm = ClipByGlobalNorm(all, clip_.global_clipnorm());
     if (!norm.ok()) return norm.status();
@@ -81,19 +90,24 @@ class ClippingStepRunner : public StepRunner {
 
   const std::unique_ptr<StepRunner> inner_;
   const GradientClipping clip_;
+  const std::set<std::string> unclipped_;  // moving-average variables
 };
 
 }  // namespace
 
-absl::Status ClipStepGradients(const GradientClipping& clip, StepResult* result) {
+absl::Status ClipStepGradients(const GradientClipping& clip, StepResult* result,
+                               const std::set<std::string>& unclipped) {
   if (clip.global_clipnorm() > 0) {
     std::vector<Tensor*> all;
-    for (auto& [v, g] : result->dense_gradients) all.push_back(&g);
+    for (auto& [v, g] : result->dense_gradients) {
+      if (!unclipped.count(v)) all.push_back(&g);
+    }
     for (auto& [v, ids_rows] : result->sparse_gradients) all.push_back(&ids_rows.second);
     return ClipByGlobalNorm(all, clip.global_clipnorm()).status();
   }
   if (clip.clipnorm() <= 0 && clip.clipvalue() <= 0) return absl::OkStatus();
   for (auto& [v, g] : result->dense_gradients) {
+    if (unclipped.count(v)) continue;
     absl::StatusOr<Tensor> c = ClipOne(clip, g);
     if (!c.ok()) return Named(v, c.status());
     g = *std::move(c);
@@ -106,9 +120,18 @@ absl::Status ClipStepGradients(const GradientClipping& clip, StepResult* result)
   return absl::OkStatus();
 }
 
-std::unique_ptr<StepRunner> MaybeClipGradients(std::unique_ptr<StepRunner> runner, const GradientClipping& clip) {
+std::unique_ptr<StepRunner> MaybeClipGradients(std::unique_ptr<StepRunner> runner, const GradientClipping& clip,
+                                               std::set<std::string> unclipped) {
   if (!ClippingEnabled(clip)) return runner;
-  return std::make_unique<ClippingStepRunner>(std::move(runner), clip);
+  return std::make_unique<ClippingStepRunner>(std::move(runner), clip, std::move(unclipped));
+}
+
+std::unique_ptr<StepRunner> MaybeClipGradients(std::unique_ptr<StepRunner> runner, const WorkerAssignment& a) {
+  std::set<std::string> moving;
+  for (const VariablePlacement& vp : a.placement().variable()) {
+    if (vp.variable().has_moving_average()) moving.insert(vp.variable().name());
+  }
+  return MaybeClipGradients(std::move(runner), a.clip(), std::move(moving));
 }
 
 }  // namespace psrt

@@ -18,30 +18,46 @@
 // Clipping off costs nothing: MaybeClipGradients returns the runner as it
 // is, with no wrapper.
 //
+// A moving-average variable's "gradient" (VariableDef.moving_average: a
+// batch statistic the store assigns from) is no gradient: it is neither
+// clipped nor counted in the global norm (Keras' optimizers clip only the
+// trainable variables' gradients).
+//
 //   ASSIGN_OR_RETURN(std::unique_ptr<StepRunner> runner, make_runner(a));
-//   runner = MaybeClipGradients(std::move(runner), a.clip());
+//   runner = MaybeClipGradients(std::move(runner), a);
 //
 // Thread-compatible, as the runner it wraps: one Run at a time.
 #ifndef PSRT_COMMON_COMPUTE_CLIPPING_STEP_RUNNER_H_
 #define PSRT_COMMON_COMPUTE_CLIPPING_STEP_RUNNER_H_
 
 #include <memory>
+#include <set>
+#include <string>
 
 #include "absl/status/status.h"
 #include "common/compute/step_runner.h"
 #include "proto/job.pb.h"
+#include "proto/worker_service.pb.h"
 
 namespace psrt {
 
 // Clips a whole step's gradients in place: dense ones, and the rows of
 // sparse ones (global_clipnorm: all of them together). Clipping off leaves
 // `result` as it is. Fails (INVALID_ARGUMENT) for a gradient that is not
-// float; `result` may then be partly clipped.
-absl::Status ClipStepGradients(const GradientClipping& clip, StepResult* result);
+// float; `result` may then be partly clipped. The dense values of the
+// variables in `unclipped` are left as they are and out of the global norm.
+absl::Status ClipStepGradients(const GradientClipping& clip, StepResult* result,
+                               const std::set<std::string>& unclipped = {});
 
-// `runner` clipping its gradients as `clip` says, or `runner` itself when
-// no clipping is set. `clip` must have passed CheckClipping.
-std::unique_ptr<StepRunner> MaybeClipGradients(std::unique_ptr<StepRunner> runner, const GradientClipping& clip);
+// `runner` clipping its gradients as `clip` says (but for `unclipped`'s),
+// or `runner` itself when no clipping is set. `clip` must have passed
+// CheckClipping.
+std::unique_ptr<StepRunner> MaybeClipGradients(std::unique_ptr<StepRunner> runner, const GradientClipping& clip,
+                                               std::set<std::string> unclipped = {});
+
+// As above with the assignment's clip, leaving its moving-average
+// variables' values unclipped.
+std::unique_ptr<StepRunner> MaybeClipGradients(std::unique_ptr<StepRunner> runner, const WorkerAssignment& a);
 
 }  // namespace psrt
 

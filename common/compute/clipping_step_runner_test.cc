@@ -184,6 +184,35 @@ TEST(ClippingStepRunnerTest, GlobalClipnormHoldsEveryGradientUntilTheStepEnds) {
               Pointwise(FloatNear(1e-6), std::vector<float>{0, 6, 0, 0}));
 }
 
+// A moving-average variable's value (a batch statistic, not a gradient:
+// VariableDef.moving_average in the assignment's placement) passes every
+// kind of clipping as it is and stays out of the global norm.
+TEST(ClippingStepRunnerTest, MovingAverageValuesAreNeitherClippedNorCounted) {
+  WorkerAssignment a;
+  VariableDef* b = a.mutable_placement()->add_variable()->mutable_variable();
+  b->set_name("b");
+  b->mutable_moving_average()->set_momentum(0.9f);
+  a.mutable_placement()->add_variable()->mutable_variable()->set_name("a");
+  for (const GradientClipping& clip : {Clip(3.5f, 0, 0), Clip(0, 3.25f, 0), Clip(0, 0, 6.5f)}) {
+    *a.mutable_clip() = clip;
+    std::vector<std::string> log;
+    auto runner = MaybeClipGradients(std::make_unique<FakeRunner>(&log), a);
+    absl::StatusOr<StepResult> r = runner->Run({}, {}, Batch{}, 0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_THAT(Values(r->dense_gradients.at("b")), ElementsAre(0, -4)) << clip.ShortDebugString();
+    if (clip.global_clipnorm() > 0) {
+      // The norm of a and emb alone, sqrt(9 + 144).
+      const float scale = 6.5f / std::sqrt(153.0f);
+      EXPECT_THAT(Values(r->dense_gradients.at("a")), Pointwise(FloatNear(1e-5), std::vector<float>{3 * scale, 0}));
+      Streamed s;
+      auto streaming = MaybeClipGradients(std::make_unique<FakeRunner>(&s.log), a);
+      ASSERT_TRUE(streaming->RunStreaming({}, {}, Batch{}, 3, [&](const std::string& v, const Tensor& g) { s.dense[v] = g; }).ok());
+      EXPECT_THAT(Values(s.dense.at("b")), ElementsAre(0, -4));
+      EXPECT_THAT(Values(s.dense.at("a")), Pointwise(FloatNear(1e-5), std::vector<float>{3 * scale, 0}));
+    }
+  }
+}
+
 TEST(ClippingStepRunnerTest, NonFiniteGlobalNormGivesNaNAsTensorFlow) {
   std::vector<std::string> log;
   FakeRunner fake(&log);

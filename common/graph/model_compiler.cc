@@ -140,6 +140,8 @@ class Compiler {
   GraphBuilder b_;
   std::vector<std::string> regularization_;  // scalar terms added to the loss
   std::map<std::string, Value> values_;  // by layer or feature name
+  // model.onnx: moving-average variable -> the batch statistic it takes.
+  std::map<std::string, std::string> moving_statistics_;
 };
 
 absl::StatusOr<Value> Compiler::Layer(int i, const LayerDef& l, const std::vector<Value>& in, bool last) {
@@ -351,6 +353,7 @@ absl::StatusOr<Value> Compiler::Onnx(const OnnxModel& o) {
   model_.variables = std::move(imported->variables);
   model_.onnx_initializers = std::move(imported->variable_of);
   for (const auto& [variable, table] : imported->tables) model_.tables[variable] = TableInput{table.feature, table.index, ""};
+  moving_statistics_ = std::move(imported->moving_statistics);
   Value out{imported->outputs[output], imported->output_shapes[output]};
   // A last softmax (or sigmoid) belongs to the loss, which takes logits.
   const LossDef::Kind loss = job_.model().loss().kind();
@@ -438,9 +441,22 @@ absl::StatusOr<CompiledModel> Compiler::Run() {
     }
     model_.variables = std::move(used);
   }
+  // Gradients of the trained variables; a moving-average variable's
+  // "gradient" is the forward statistic the store folds into it (no
+  // derivative is taken of it or through it).
   std::vector<std::string> vars;
-  for (const VariableDef& v : model_.variables) vars.push_back(v.name());
+  for (const VariableDef& v : model_.variables) {
+    if (!v.has_moving_average()) vars.push_back(v.name());
+  }
   ASSIGN_OR_RETURN(model_.gradients, AddGradients(&model_.graph, model_.loss, vars));
+  for (const VariableDef& v : model_.variables) {
+    if (!v.has_moving_average()) continue;
+    auto stat = moving_statistics_.find(v.name());
+    if (stat == moving_statistics_.end()) {
+      return absl::InternalError(absl::StrCat("moving-average variable ", v.name(), " has no statistic"));
+    }
+    model_.gradients[v.name()] = stat->second;
+  }
   for (const auto& [v, g] : model_.gradients) fetches.push_back(g);
   ASSIGN_OR_RETURN(model_.graph, Prune(model_.graph, fetches));
   RETURN_IF_ERROR(ValidateGraph(model_.graph).status());

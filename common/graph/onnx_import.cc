@@ -553,23 +553,28 @@ absl::Status Importer::ClipNode(const Node& n) {
   return absl::OkStatus();
 }
 
-// BatchNormalization, normalised with the batch's statistics (training
-// steps and evaluation alike): scale and B are trained variables; the
-// file's running mean and variance are not read and its running-statistics
-// outputs are refused, as psrt keeps no moving statistics yet
-// (docs/models.md, "Batch normalisation").
+// BatchNormalization (docs/models.md, "Batch normalisation"): scale and B
+// are trained variables; the file's running mean and variance (initializers)
+// become two moving-average variables (VariableDef.moving_average, with the
+// node's momentum), which the kernel normalises with in evaluation, a
+// training step normalising with the batch's statistics. The step reports
+// the batch's mean and unbiased variance for them (moving_statistics), and
+// the store folds those into the moving values after the step. A graph
+// reading the node's running-statistics outputs is refused: the update is
+// the store's, after the step, and no node of the step can see it.
 absl::Status Importer::BatchNormNode(const Node& n) {
   RETURN_IF_ERROR(OnlyAttrs(n, {"epsilon", "momentum", "training_mode", "spatial"}));
   ASSIGN_OR_RETURN(float eps, Float(n, "epsilon", 1e-5f));
   if (!(eps > 0 && eps < 1)) return Bad(n, absl::StrCat("epsilon ", eps, " is not in (0, 1)"));
   ASSIGN_OR_RETURN(float momentum, Float(n, "momentum", 0.9f));
-  if (!std::isfinite(momentum)) return Bad(n, "momentum is not finite");
+  if (!(momentum >= 0 && momentum <= 1)) return Bad(n, absl::StrCat("momentum ", momentum, " is not in [0, 1]"));
   ASSIGN_OR_RETURN(int64_t spatial, Int(n, "spatial", 1));
   if (spatial != 1) return Unsupported(n, "spatial 0 (statistics per position) is not supported");
   if (!HasInput(n, 3) || !HasInput(n, 4)) return Bad(n, "needs 5 inputs (X, scale, B, input_mean, input_var)");
   for (int k = 1; k < n.output_size(); ++k) {
     if (!n.output(k).empty() && consumed_mask_.count(n.output(k))) {
-      return Unsupported(n, absl::StrCat("output ", k, " (the running statistics) is read; moving statistics are not kept yet"));
+      return Unsupported(n, absl::StrCat("output ", k, " (the updated running statistics) is read; psrt updates the ",
+                                         "moving statistics in its store after the step, where no node can read them"));
     }
   }
   ASSIGN_OR_RETURN(Val x, In(n, 0));
@@ -583,10 +588,33 @@ absl::Status Importer::BatchNormNode(const Node& n) {
   for (const Val* v : {&scale, &bias}) {
     if (v->shape != Shape{ch}) return Bad(n, absl::StrCat(v == &scale ? "scale " : "B ", ShapeString(v->shape), " is not [", ch, "]"));
   }
+  Val moving[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string& name = n.input(3 + i);
+    const char* what = i == 0 ? "input_mean" : "input_var";
+    auto init = initializers_.find(name);
+    if (init == initializers_.end() || values_.count(name) || constants_.count(name)) {
+      return Unsupported(n, absl::StrCat(what, " (\"", name, "\") must be an initializer of its own (it becomes ",
+                                         "the node's moving statistic)"));
+    }
+    ASSIGN_OR_RETURN(Tensor t, OnnxTensor(*init->second, absl::StrCat(Where(n), ": initializer \"", name, "\"")));
+    if (t.dtype() != DT_FLOAT || t.shape().dims() != Shape{ch}) {
+      return Bad(n, absl::StrCat(what, " ", DataTypeName(t.dtype()), t.shape().ToString(), " is not float [", ch, "]"));
+    }
+    ASSIGN_OR_RETURN(moving[i], NewVariable(name, t, VariableDef::DENSE));
+    result_.variables.back().mutable_moving_average()->set_momentum(momentum);
+    values_[name] = moving[i];
+  }
   if (x.shape.size() == 4) {
     ASSIGN_OR_RETURN(x, Nhwc(n, x));  // channels last, as the kernel normalises
   }
-  Set(n, 0, Val{b_->Add("BatchNorm", Hint(n), {x.tensor, scale.tensor, bias.tensor}, {{"epsilon", AttrF(eps)}}), x.shape, x.nhwc});
+  const std::string bn = b_->Add("BatchNorm", Hint(n), {x.tensor, scale.tensor, bias.tensor, moving[0].tensor, moving[1].tensor},
+                                 {{"epsilon", AttrF(eps)}});
+  // What the step reports for each moving variable: the batch's mean and
+  // its unbiased variance (PyTorch's running_var takes var * n / (n - 1)).
+  result_.moving_statistics[moving[0].tensor] = TensorName(bn, 1);
+  result_.moving_statistics[moving[1].tensor] = TensorName(bn, 3);
+  Set(n, 0, Val{bn, x.shape, x.nhwc});
   return absl::OkStatus();
 }
 

@@ -94,6 +94,10 @@ struct OnnxImport {
   std::vector<VariableDef> variables;          // in the order first used
   std::map<std::string, std::string> variable_of;  // ONNX initializer -> the variable it became
   std::map<std::string, OnnxTable> tables;         // variable -> its ids, where row_tables made one
+  // Moving-average variables (a BatchNormalization's running mean and
+  // variance) -> the batch statistic a step reports for each in place of a
+  // gradient.
+  std::map<std::string, std::string> moving_statistics;
 };
 
 // Adds the forward nodes to `builder`'s graph. REQUIRES: every graph input

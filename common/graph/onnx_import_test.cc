@@ -4,6 +4,7 @@
 #include "common/graph/onnx_import.h"
 
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <random>
 
@@ -132,7 +133,7 @@ Tensor RandomBatch(TensorShape shape, uint32_t seed) {
 // Imports `m` with `input` fed by a placeholder of `feed_shape`, runs the
 // forward pass on `x` and returns the output.
 absl::StatusOr<Tensor> Forward(const onnx::ModelProto& m, const Shape& feed_shape, const Tensor& x,
-                               const std::string& output, OnnxImport* imported = nullptr) {
+                               const std::string& output, OnnxImport* imported = nullptr, bool training = false) {
   GraphDef g;
   GraphBuilder b(&g);
   b.Add("Placeholder", "image", {}, {{"shape", AttrShape(feed_shape)}, {"dtype", AttrType(DT_FLOAT)}});
@@ -149,7 +150,7 @@ absl::StatusOr<Tensor> Forward(const onnx::ModelProto& m, const Shape& feed_shap
   }
   absl::StatusOr<std::unique_ptr<Executor>> exec = Executor::Create(g, ExecutorOptions{1});
   if (!exec.ok()) return exec.status();
-  absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds, {r->outputs[output]}, 1, false);
+  absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds, {r->outputs[output]}, 1, training);
   if (!out.ok()) return out.status();
   if (imported) *imported = *r;
   return (*out)[0];
@@ -541,48 +542,83 @@ TEST(OnnxImportTest, AZeroPadBeforeAConvIsItsPadding) {
   }
 }
 
-// BatchNormalization normalises with the batch's statistics; a graph that
-// reads the running statistics it would update is refused, naming them.
-TEST(OnnxImportTest, BatchNormUsesTheBatchAndRefusesRunningStatistics) {
-  for (bool read_running : {false, true}) {
+// BatchNormalization normalises with the batch's statistics in a training
+// step and with its running statistics (two moving-average variables made
+// from the file's initializers) in evaluation; a graph that reads the
+// running statistics the node would output is refused, naming them, and so
+// is a momentum out of [0, 1].
+TEST(OnnxImportTest, BatchNormTrainsOnTheBatchAndEvaluatesOnMovingStatistics) {
+  auto make = [](bool read_running, float momentum) {
     ModelMaker m;
     m.Input("input", {-1, 2, 3, 3});
     m.Init("scale", {2}, {2.0f, 0.5f});
     m.Init("B", {2}, {1.0f, -1.0f});
-    m.Init("mean", {2}, {100.0f, 100.0f});  // not used: the batch's mean is
-    m.Init("var", {2}, {100.0f, 100.0f});
+    m.Init("mean", {2}, {100.0f, -3.0f});
+    m.Init("var", {2}, {4.0f, 0.25f});
     onnx::NodeProto* n = m.Node("BatchNormalization", "bn", {"input", "scale", "B", "mean", "var"},
                                 {"y", "running_mean", "running_var"});
     ModelMaker::IntAttr(n, "training_mode", 1);
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name("momentum");
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(momentum);
     m.Output("y");
-    std::string out = "y";
-    if (read_running) {
-      m.Node("Identity", "read", {"running_mean"}, {"rm"});
-      out = "rm";
-    }
-    const Tensor x = RandomBatch(TensorShape({4, 2, 3, 3}), 3);
-    absl::StatusOr<Tensor> y = Forward(m.model(), {-1, 2, 3, 3}, x, out);
-    if (read_running) {
-      ASSERT_FALSE(y.ok());
-      EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
-      EXPECT_THAT(y.status().message(), HasSubstr("ONNX node bn (BatchNormalization): output 1 (the running statistics) is read"));
-      continue;
-    }
-    ASSERT_TRUE(y.ok()) << y.status();
-    // Per channel over batch and positions: mean B, standard deviation |scale|.
-    for (int ch = 0; ch < 2; ++ch) {
-      double sum = 0, sq = 0;
-      for (int b = 0; b < 4; ++b) {
-        for (int p = 0; p < 9; ++p) {
-          const double v = y->data<float>()[(b * 2 + ch) * 9 + p];
-          sum += v;
-          sq += v * v;
-        }
+    if (read_running) m.Node("Identity", "read", {"running_mean"}, {"rm"});
+    return m;
+  };
+  const Tensor x = RandomBatch(TensorShape({4, 2, 3, 3}), 3);
+  {
+    absl::StatusOr<Tensor> y = Forward(make(true, 0.9f).model(), {-1, 2, 3, 3}, x, "rm");
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(y.status().message(),
+                HasSubstr("ONNX node bn (BatchNormalization): output 1 (the updated running statistics) is read"));
+  }
+  for (float bad : {-0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    absl::StatusOr<Tensor> y = Forward(make(false, bad).model(), {-1, 2, 3, 3}, x, "y");
+    ASSERT_FALSE(y.ok()) << bad;
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(y.status().message(), HasSubstr("is not in [0, 1]"));
+  }
+  // Training: per channel over batch and positions, mean B and standard
+  // deviation |scale|, whatever the running statistics.
+  OnnxImport imported;
+  absl::StatusOr<Tensor> y = Forward(make(false, 0.75f).model(), {-1, 2, 3, 3}, x, "y", &imported, /*training=*/true);
+  ASSERT_TRUE(y.ok()) << y.status();
+  for (int ch = 0; ch < 2; ++ch) {
+    double sum = 0, sq = 0;
+    for (int b = 0; b < 4; ++b) {
+      for (int p = 0; p < 9; ++p) {
+        const double v = y->data<float>()[(b * 2 + ch) * 9 + p];
+        sum += v;
+        sq += v * v;
       }
-      const double mean = sum / 36, sd = std::sqrt(sq / 36 - mean * mean);
-      EXPECT_NEAR(mean, ch == 0 ? 1.0 : -1.0, 1e-5) << ch;
-      EXPECT_NEAR(sd, ch == 0 ? 2.0 : 0.5, 1e-3) << ch;
     }
+    const double mean = sum / 36, sd = std::sqrt(sq / 36 - mean * mean);
+    EXPECT_NEAR(mean, ch == 0 ? 1.0 : -1.0, 1e-5) << ch;
+    EXPECT_NEAR(sd, ch == 0 ? 2.0 : 0.5, 1e-3) << ch;
+  }
+  // The running statistics became moving-average variables with the
+  // node's momentum; the step reports the batch's mean (output 1) and
+  // unbiased variance (output 3) for them.
+  int moving = 0;
+  for (const VariableDef& v : imported.variables) {
+    if (!v.has_moving_average()) continue;
+    ++moving;
+    EXPECT_FLOAT_EQ(v.moving_average().momentum(), 0.75f) << v.name();
+    ASSERT_TRUE(imported.moving_statistics.count(v.name())) << v.name();
+    EXPECT_THAT(imported.moving_statistics[v.name()], ::testing::EndsWith(v.name() == imported.variable_of["mean"] ? ":1" : ":3"));
+  }
+  EXPECT_EQ(moving, 2);
+  EXPECT_TRUE(imported.variable_of.count("mean") && imported.variable_of.count("var"));
+  // Evaluation: (x - running_mean) / sqrt(running_var + eps) * scale + B.
+  y = Forward(make(false, 0.75f).model(), {-1, 2, 3, 3}, x, "y", nullptr, /*training=*/false);
+  ASSERT_TRUE(y.ok()) << y.status();
+  const float rm[2] = {100.0f, -3.0f}, rv[2] = {4.0f, 0.25f}, sc[2] = {2.0f, 0.5f}, bias[2] = {1.0f, -1.0f};
+  for (int i = 0; i < x.NumElements(); ++i) {
+    const int ch = (i / 9) % 2;
+    const float want = (x.data<float>()[i] - rm[ch]) / std::sqrt(rv[ch] + 1e-5f) * sc[ch] + bias[ch];
+    EXPECT_NEAR(y->data<float>()[i], want, 1e-4f * std::max(1.0f, std::fabs(want))) << i;
   }
 }
 

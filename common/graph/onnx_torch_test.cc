@@ -125,17 +125,27 @@ TEST_P(OnnxTorchTest, GradientsMatchTheFrameworks) {
   for (const auto& [table, in] : c->tables) feeds[in.index] = x;
   std::vector<std::string> fetches = {c->loss};
   std::vector<std::string> names;
+  bool batch_norm = false;
   for (const VariableDef& v : c->variables) {
     absl::StatusOr<Tensor> t = Tensor::FromProto(v.initializer().tensor());
     ASSERT_TRUE(t.ok()) << v.name() << ": " << t.status();
     feeds[v.name()] = *t;
+    // A BatchNormalization's running statistics are no parameters: checked
+    // by BatchNormMovingStatisticsMatchPyTorch below.
+    if (v.has_moving_average()) {
+      batch_norm = true;
+      continue;
+    }
     names.push_back(v.name());
     fetches.push_back(c->gradients.at(v.name()));
   }
   ASSERT_EQ(names.size() + 3, ref.size()) << "a variable per PyTorch parameter";
   absl::StatusOr<std::unique_ptr<Executor>> exec = Executor::Create(c->graph, ExecutorOptions{2});
   ASSERT_TRUE(exec.ok()) << exec.status();
-  absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds, fetches, 1, /*training=*/false);
+  // PyTorch's reference ran a model with batch normalisation in train mode
+  // (the batch's statistics; such a model has no dropout), any other in
+  // eval mode (no dropout).
+  absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds, fetches, 1, /*training=*/batch_norm);
   ASSERT_TRUE(out.ok()) << out.status();
 
   const float loss = (*out)[0].data<float>()[0], want = ref["loss"].data<float>()[0];
@@ -212,10 +222,96 @@ TEST(OnnxPsTest, TheParameterServersStartFromTheFilesWeights) {
   EXPECT_EQ(checked, 8);  // 6 variables, two of them in two slices
 }
 
+// Batch normalisation's moving statistics against PyTorch's running_mean /
+// running_var (examples/onnx/make_bn_steps.py): from resnet_bn.onnx's
+// weights, a few plain SGD steps in train mode, each variable applied as
+// the store applies it (Variable::ApplyDense: SGD for the trained ones, the
+// moving-average assignment for the statistics), then the eval-mode loss
+// on a test batch (the kernels normalising with the moving statistics).
+TEST(OnnxTorchTest, BatchNormMovingStatisticsMatchPyTorch) {
+  std::map<std::string, Tensor> ref = ReadReference("examples/onnx/resnet_bn.steps.pb");
+  ASSERT_TRUE(ref.count("input") && ref.count("label") && ref.count("eval_input") && ref.count("eval_loss"));
+  TrainingJob job;
+  job.mutable_model()->mutable_onnx()->set_path("examples/onnx/resnet_bn.onnx");
+  job.mutable_model()->mutable_onnx()->set_output("logits");
+  auto* f = job.mutable_input()->add_feature();
+  f->set_name("image");
+  for (int64_t d : {28, 28, 1}) f->add_shape(d);
+  job.mutable_input()->set_num_classes(10);
+  absl::StatusOr<CompiledModel> c = CompileModel(job);
+  ASSERT_TRUE(c.ok()) << c.status();
+  OptimizerDef sgd;
+  sgd.mutable_sgd()->set_learning_rate(ref["lr"].data<float>()[0]);
+  std::unique_ptr<Optimizer> optimizer = *Optimizer::Create(sgd);
+  std::map<std::string, std::unique_ptr<Variable>> vars;
+  std::vector<std::string> names, fetches = {c->loss};
+  int moving = 0;
+  for (const VariableDef& v : c->variables) {
+    absl::StatusOr<std::unique_ptr<Variable>> var = Variable::Create(v, optimizer.get());
+    ASSERT_TRUE(var.ok()) << var.status();
+    vars[v.name()] = *std::move(var);
+    names.push_back(v.name());
+    fetches.push_back(c->gradients.at(v.name()));
+    if (v.has_moving_average()) {
+      ++moving;
+      EXPECT_FLOAT_EQ(v.moving_average().momentum(), 0.9f) << v.name();  // PyTorch's 0.1
+    }
+  }
+  EXPECT_EQ(moving, 18);  // 9 BatchNorm2d, a mean and a variance each
+  absl::StatusOr<std::unique_ptr<Executor>> exec = Executor::Create(c->graph, ExecutorOptions{2});
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  auto values = [&] {
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, v] : vars) feeds[name] = *v->Read();
+    return feeds;
+  };
+  const int64_t batch = 32, steps = ref["train_loss"].NumElements();
+  ASSERT_EQ(ref["input"].shape().dim(0), steps * batch);
+  for (int64_t s = 0; s < steps; ++s) {
+    std::map<std::string, Tensor> feeds = values();
+    feeds["image"] = *ref["input"].Slice(s * batch, (s + 1) * batch).Copy().Reshape(TensorShape({batch, 28, 28, 1}));
+    feeds["label"] = ref["label"].Slice(s * batch, (s + 1) * batch).Copy();
+    absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds, fetches, 1, /*training=*/true);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const float loss = (*out)[0].data<float>()[0], want = ref["train_loss"].data<float>()[s];
+    EXPECT_NEAR(loss, want, 1e-5 * std::fabs(want)) << "step " << s;
+    for (size_t i = 0; i < names.size(); ++i) ASSERT_TRUE(vars[names[i]]->ApplyDense((*out)[i + 1]).ok()) << names[i];
+  }
+  // The moving statistics (by the file's running_mean / running_var names)
+  // and the trained weights after the steps.
+  double worst_running = 0, worst_weight = 0;
+  int running = 0;
+  for (const auto& [onnx_name, variable] : c->onnx_initializers) {
+    const bool stat = ref.count("running/" + onnx_name) > 0;
+    auto r = ref.find((stat ? "running/" : "weight/") + onnx_name);
+    ASSERT_NE(r, ref.end()) << onnx_name;
+    const Tensor got = *vars.at(variable)->Read();
+    ASSERT_EQ(got.NumElements(), r->second.NumElements()) << onnx_name;
+    const double rel = Norm(got.data<float>(), r->second.data<float>(), got.NumElements()) /
+                       Norm(r->second.data<float>(), nullptr, got.NumElements());
+    EXPECT_LE(rel, 1e-5) << onnx_name;
+    (stat ? worst_running : worst_weight) = std::max(stat ? worst_running : worst_weight, rel);
+    running += stat;
+  }
+  EXPECT_EQ(running, 18);
+  // Evaluation normalises with the moving statistics.
+  std::map<std::string, Tensor> feeds = values();
+  const Tensor& ex = ref["eval_input"];
+  feeds["image"] = *ex.Reshape(TensorShape({ex.shape().dim(0), 28, 28, 1}));
+  feeds["label"] = ref["eval_label"];
+  absl::StatusOr<std::vector<Tensor>> out = (*exec)->Run(feeds, {c->loss}, 1, /*training=*/false);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const float eval = (*out)[0].data<float>()[0], want = ref["eval_loss"].data<float>()[0];
+  std::cout << "resnet_bn after " << steps << " SGD steps: running statistics relative error " << worst_running
+            << " (worst), weights " << worst_weight << "; eval-mode loss psrt " << eval << " PyTorch " << want
+            << " relative error " << std::fabs(eval - want) / std::fabs(want) << "\n";
+  EXPECT_NEAR(eval, want, 1e-5 * std::fabs(want));
+}
+
 // ops: strided, padded, dilated, grouped and depthwise Conv, Clip (ReLU6),
 // AveragePool, broadcasting Mul/Sub/Div against parameters, ReduceMean and
 // ReduceSum; resnet: residual Adds, strided 1x1 projections, a global pool;
-// resnet_bn: the same with BatchNormalization (the batch's statistics);
+// resnet_bn: the same with BatchNormalization (a training step: the batch's statistics);
 // vit: PyTorch's nn.TransformerEncoderLayer (batched MatMul, Softmax,
 // LayerNormalization, Erf, Expand, Concat, Gather, the exporter's shape
 // arithmetic on the batch size) under a patch embedding and a class token;

@@ -159,33 +159,43 @@ void RegisterNnOps(OpRegistry* r) {
   }
   {
     // Batch normalisation over every axis but the last (the channels: NHWC
-    // or [N, C]) with the batch's own statistics, in training steps and
-    // evaluation alike (moving statistics are not kept yet: see
-    // docs/models.md, "Batch normalisation"). x, scale [C], offset [C] -> y, and the
-    // batch's mean and (biased) variance [C] for the gradient.
+    // or [N, C]). x, scale [C], offset [C], and optionally the moving mean
+    // and variance [C] (docs/models.md, "Batch normalisation") -> y, and
+    // the batch's mean, biased variance (for the gradient) and unbiased
+    // variance (n / (n - 1) times the biased one, n the rows per channel:
+    // what PyTorch folds into its running_var) [C]. A training step
+    // normalises with the batch's statistics; evaluation (the kernel
+    // context's training off) with the moving ones where they are given.
+    // Outputs 1 and 3 are what a step reports for the moving variables;
+    // nothing differentiates through them.
     OpDef d;
     d.name = "BatchNorm";
-    d.num_inputs = 3;
-    d.num_outputs = 3;
+    d.num_inputs = -1;  // 3, or 5 with the moving statistics
+    d.num_outputs = 4;
     d.shape = [](const NodeDef& n, const std::vector<Shape>& in, std::vector<Shape>* out) {
+      if (in.size() != 3 && in.size() != 5) {
+        return ShapeError(n, absl::StrCat(in.size(), " inputs; takes x, scale, offset and optionally moving mean and variance"));
+      }
       if (in[0].size() < 2) return ShapeError(n, absl::StrCat("input ", ShapeString(in[0]), " has no channel axis"));
       const int64_t c = in[0].back();
-      for (int i = 1; i <= 2; ++i) {
+      static const char* const kNames[] = {"x", "scale ", "offset ", "moving mean ", "moving variance "};
+      for (size_t i = 1; i < in.size(); ++i) {
         if (in[i].size() != 1 || !DimsAgree(in[i][0], c)) {
-          return ShapeError(n, absl::StrCat(i == 1 ? "scale " : "offset ", ShapeString(in[i]), " is not [", c, "]"));
+          return ShapeError(n, absl::StrCat(kNames[i], ShapeString(in[i]), " is not [", c, "]"));
         }
       }
       if (!(GetAttrF(n, "epsilon", 1e-5f) > 0)) return ShapeError(n, "epsilon must be positive");
-      *out = {in[0], {c}, {c}};
+      *out = {in[0], {c}, {c}, {c}};
       return absl::OkStatus();
     };
     d.grad = [](const GradContext& c) -> Grads {
-      if (!c.dy[1].empty() || !c.dy[2].empty()) {
+      if (!c.dy[1].empty() || !c.dy[2].empty() || !c.dy[3].empty()) {
         return absl::UnimplementedError(absl::StrCat("node ", c.node->name(), " (BatchNorm): gradients through the batch statistics outputs"));
       }
       const std::string g = c.Add("BatchNormGrad", "grad", {c.dy[0], c.in(0), c.in(1), c.out(1), c.out(2)},
                                   {{"epsilon", AttrF(GetAttrF(*c.node, "epsilon", 1e-5f))}});
-      return std::vector<std::string>{TensorName(g, 0), TensorName(g, 1), TensorName(g, 2)};
+      // The moving statistics (inputs 3, 4) only feed evaluation: no gradient.
+      return std::vector<std::string>{TensorName(g, 0), TensorName(g, 1), TensorName(g, 2), "", ""};
     };
     r->Register(d);
     // (dy, x, scale, mean, var) -> dx, dscale, doffset.

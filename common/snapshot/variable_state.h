@@ -24,6 +24,13 @@ struct VariableState {
   bool delta = false;
 };
 
+// The optimizer slots a variable has (and its snapshot holds): the
+// optimizer's, or none for a moving-average variable
+// (VariableDef.moving_average), which the store assigns instead of training.
+inline int SlotsOf(const VariableDef& def, int optimizer_slots) {
+  return def.has_moving_average() ? 0 : optimizer_slots;
+}
+
 }  // namespace psrt
 
 #endif  // PSRT_COMMON_SNAPSHOT_VARIABLE_STATE_H_

@@ -88,7 +88,7 @@ absl::StatusOr<VariableState> AssembleHashTable(const VariableDef& def, int num_
 }  // namespace
 
 absl::StatusOr<std::vector<VariableState>> AssembleVariables(const std::vector<VariableDef>& wanted,
-                                                             int num_slots,
+                                                             int optimizer_slots,
                                                              const std::vector<PsSnapshot>& sources) {
   std::multimap<std::string, const VariableState*> pieces;
   for (const PsSnapshot& snap : sources) {
@@ -96,6 +96,7 @@ absl::StatusOr<std::vector<VariableState>> AssembleVariables(const std::vector<V
   }
   std::vector<VariableState> out;
   for (const VariableDef& def : wanted) {
+    const int num_slots = SlotsOf(def, optimizer_slots);  // none for a moving average
     if (def.kind() == VariableDef::HASH_TABLE) {
       ASSIGN_OR_RETURN(VariableState table, AssembleHashTable(def, num_slots, pieces.equal_range(def.name())));
       out.push_back(std::move(table));

@@ -23,9 +23,10 @@ namespace psrt {
 // variable and the rows no piece covers (a variable no piece has at all is
 // said to be missing, another model's checkpoint); FAILED_PRECONDITION for a piece
 // whose shape, dtype or slot count does not fit (another model or
-// optimizer). `sources` are read, not changed.
+// optimizer). Each variable has `optimizer_slots` slots, or none for a
+// moving average (SlotsOf). `sources` are read, not changed.
 absl::StatusOr<std::vector<VariableState>> AssembleVariables(const std::vector<VariableDef>& wanted,
-                                                             int num_slots,
+                                                             int optimizer_slots,
                                                              const std::vector<PsSnapshot>& sources);
 
 }  // namespace psrt

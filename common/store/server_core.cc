@@ -598,10 +598,11 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     for (const VariableState& st : snap.variables) {
       ASSIGN_OR_RETURN(Variable * v, Find(st.def.name()));
       RETURN_IF_ERROR(v->CheckState(st));
-      if (st.slots.size() != static_cast<size_t>(optimizer_->num_slots())) {
+      const int num_slots = SlotsOf(v->def(), optimizer_->num_slots());
+      if (st.slots.size() != static_cast<size_t>(num_slots)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "snapshot of step ", req.step(), " has ", st.slots.size(), " slots for ", st.def.name(),
-            "; the job's optimizer has ", optimizer_->num_slots()));
+            "; it has ", num_slots, " with the job's optimizer"));
       }
       in_snapshot.insert(st.def.name());
     }

@@ -63,6 +63,15 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   if (def.kind() != VariableDef::HASH_TABLE && def.hash_shards() != 0) {
     return Bad(def, "hash_shard/hash_shards are for a HASH_TABLE");
   }
+  if (def.has_moving_average()) {
+    // The value of a peer's request: NaN or out of range would corrupt the
+    // statistic at every step.
+    const float m = def.moving_average().momentum();
+    if (!(m >= 0.0f && m <= 1.0f)) {
+      return Bad(def, absl::StrCat("moving_average.momentum ", m, " is not in [0, 1]"));
+    }
+    if (def.kind() != VariableDef::DENSE) return Bad(def, "a moving average is a DENSE variable, not a table");
+  }
   if (def.kind() == VariableDef::HASH_TABLE) {
     dims[0] = 0;
   } else if (def.row_begin() != 0 || def.row_end() != 0) {
@@ -85,11 +94,12 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
     }
   }
   // Value plus optimizer slots, against what this PS has left.
-  const unsigned __int128 needed = bytes * static_cast<unsigned>(1 + optimizer->num_slots());
+  const int num_slots = SlotsOf(def, optimizer->num_slots());
+  const unsigned __int128 needed = bytes * static_cast<unsigned>(1 + num_slots);
   if (needed > static_cast<unsigned __int128>(limits.max_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "variable ", def.name(), " ", full.ToString(), " needs ", static_cast<uint64_t>(needed),
-        " bytes with its ", optimizer->num_slots(), " optimizer slots; this PS has ", limits.max_bytes,
+        " bytes with its ", num_slots, " optimizer slots; this PS has ", limits.max_bytes,
         " bytes left (--max_memory_mb)"));
   }
   auto v = std::unique_ptr<Variable>(new Variable(def, TensorShape(dims), optimizer));
@@ -111,7 +121,7 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   RETURN_IF_ERROR(InitializeRows(def.initializer(), full, def.seed(), def.name(), begin,
                                  begin + rows, v->value_.data<float>()));
   if (def.kind() == VariableDef::FIXED_TABLE) v->touched_.assign(rows, 0);
-  for (int i = 0; i < optimizer->num_slots(); ++i) {
+  for (int i = 0; i < num_slots; ++i) {
     Tensor s(DT_FLOAT, v->shape_);
     s.flat<float>().setConstant(optimizer->slot_initial_value(i));
     v->slots_.push_back(std::move(s));
@@ -169,6 +179,9 @@ absl::Status Variable::ApplyDense(const Tensor& grad, WorkPool* pool) {
   const float* g = grad.data<float>();
   std::vector<float*> slots;
   for (Tensor& s : slots_) slots.push_back(s.data<float>());
+  // A moving average takes a value, not a gradient: assigned, not trained.
+  const bool assign = def_.has_moving_average();
+  const float momentum = def_.moving_average().momentum();
   // Every rule is element-wise: a range gets exactly the arithmetic it
   // would in one pass. The writer lock is held until every range is done.
   // Ranges are whole 64-byte lines of the (64-byte-aligned) storage, so
@@ -179,6 +192,10 @@ absl::Status Variable::ApplyDense(const Tensor& grad, WorkPool* pool) {
     const int64_t begin = first_line * kLine, end = std::min(n, end_line * kLine);
     std::vector<float*> at(slots.size());
     for (size_t k = 0; k < slots.size(); ++k) at[k] = slots[k] + begin;
+    if (assign) {
+      for (int64_t i = begin; i < end; ++i) var[i] = momentum * var[i] + (1.0f - momentum) * g[i];
+      return;
+    }
     optimizer_->Apply(var + begin, g + begin, end - begin, at.data(), t);
   });
   return absl::OkStatus();
@@ -441,9 +458,10 @@ absl::Status Variable::CheckState(const VariableState& state) const {
     saved.set_hash_shards(def_.hash_shards());
   }
   RETURN_IF_ERROR(SameAs(saved));
-  if (state.slots.size() != static_cast<size_t>(optimizer_->num_slots())) {
+  const int num_slots = SlotsOf(def_, optimizer_->num_slots());
+  if (state.slots.size() != static_cast<size_t>(num_slots)) {
     return Bad(def_, absl::StrCat("snapshot has ", state.slots.size(), " optimizer slots, ",
-                                  optimizer_->name(), " needs ", optimizer_->num_slots()));
+                                  def_.has_moving_average() ? "a moving average" : optimizer_->name(), " needs ", num_slots));
   }
   // The value's shape: ours, or [n, dim] for a hash table of n ids.
   TensorShape expected = shape_;

@@ -153,19 +153,33 @@ absl::Status ChannelRows(const GpuKernelContext& c, const Tensor& x, int64_t* ro
   return absl::OkStatus();
 }
 
-absl::Status BatchNormOp(GpuKernelContext& c) {  // (x, scale, offset) -> y, mean, var
+// (x, scale, offset[, moving mean, moving var]) -> y, mean, var, unbiased
+// var, as the CPU kernel: evaluation normalises with the moving statistics
+// where they are given, a training step with the batch's.
+absl::Status BatchNormOp(GpuKernelContext& c) {
   const Tensor& x = c.inputs[0];
   int64_t rows, ch;
   RETURN_IF_ERROR(ChannelRows(c, x, &rows, &ch));
-  if (c.inputs[1].NumElements() != ch || c.inputs[2].NumElements() != ch) return c.Error("scale or offset does not match the channels");
+  if (c.inputs.size() != 3 && c.inputs.size() != 5) return c.Error("takes 3 or 5 inputs");
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    if (c.inputs[i].NumElements() != ch) return c.Error("scale, offset or a moving statistic does not match the channels");
+  }
   ASSIGN_OR_RETURN(Tensor y, c.Output(x.shape()));
   ASSIGN_OR_RETURN(Tensor mean, c.Output(TensorShape({ch})));
   ASSIGN_OR_RETURN(Tensor var, c.Output(TensorShape({ch})));
+  ASSIGN_OR_RETURN(Tensor unbiased, c.Output(TensorShape({ch})));
   const float eps = GetAttrF(*c.node, "epsilon", 1e-5f);
   PSRT_GPU_CHECK(c, BatchNormStats(c.stream(), x.data<float>(), rows, ch, mean.data<float>(), var.data<float>()));
+  // unbiased = var * n / (n - 1); a single row keeps its biased 0.
+  const float factor = rows > 1 ? static_cast<float>(static_cast<double>(rows) / (rows - 1)) : 1.0f;
+  PSRT_GPU_CHECK(c, Fill(c.stream(), unbiased.data<float>(), factor, ch));
+  PSRT_GPU_CHECK(c, Binary(c.stream(), BinaryOp::kMul, var.data<float>(), unbiased.data<float>(), unbiased.data<float>(), ch));
+  const bool moving = !c.training && c.inputs.size() == 5;
+  const float* use_mean = moving ? c.inputs[3].data<float>() : mean.data<float>();
+  const float* use_var = moving ? c.inputs[4].data<float>() : var.data<float>();
   PSRT_GPU_CHECK(c, BatchNormApply(c.stream(), x.data<float>(), c.inputs[1].data<float>(), c.inputs[2].data<float>(),
-                                   mean.data<float>(), var.data<float>(), eps, rows, ch, y.data<float>()));
-  c.outputs = {y, mean, var};
+                                   use_mean, use_var, eps, rows, ch, y.data<float>()));
+  c.outputs = {y, mean, var, unbiased};
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "common/cuda/gpu_axpy.h"
 #include "common/graph/graph_analysis.h"
 #include "common/graph/graph_builder.h"
@@ -260,6 +261,37 @@ TEST(GpuKernelsTest, GroupedConvAvgPoolBroadcastReduceClipMatchCpu) {
   cases.push_back({"BatchNorm", [](GraphBuilder& b) { return b.Add("BatchNorm", "y", {"x", "scale", "offset"}); },
                    {{"x", Random({4, 5, 5, 6}, &rng)}, {"scale", Random({6}, &rng, 0.5f, 1.5f)}, {"offset", Random({6}, &rng)}}});
   for (const Case& c : cases) Compare(c);
+}
+
+// BatchNorm with its moving statistics (inputs 3 and 4): a training step
+// normalises with the batch's, evaluation with the moving ones; the batch
+// mean and unbiased variance (outputs 1 and 3) match the CPU's either way.
+TEST(GpuKernelsTest, BatchNormWithMovingStatisticsMatchesCpuInBothModes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  GraphDef g;
+  GraphBuilder b(&g);
+  const std::map<std::string, Tensor> feeds = {{"x", Random({4, 5, 5, 6}, &rng)},
+                                               {"scale", Random({6}, &rng, 0.5f, 1.5f)},
+                                               {"offset", Random({6}, &rng)},
+                                               {"mean", Random({6}, &rng)},
+                                               {"var", Random({6}, &rng, 0.5f, 2.0f)}};
+  for (const auto& [name, t] : feeds) {
+    b.Add("Placeholder", name, {}, {{"shape", AttrShape(t.shape().dims())}, {"dtype", AttrType(DT_FLOAT)}});
+  }
+  const std::string y = b.Add("BatchNorm", "bn", {"x", "scale", "offset", "mean", "var"});
+  const std::vector<std::string> fetches = {y, "bn:1", "bn:2", "bn:3"};
+  auto cpu = Executor::Create(g, ExecutorOptions{2});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = GpuExecutor::Create(g);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  for (bool training : {true, false}) {
+    auto want = (*cpu)->Run(feeds, fetches, 7, training);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*gpu)->Run(feeds, fetches, 7, training);
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (size_t i = 0; i < fetches.size(); ++i) ExpectClose((*want)[i], (*got)[i], absl::StrCat(fetches[i], training ? " training" : " evaluation"));
+  }
 }
 
 // The transformer ops (ONNX imports): batched products, layer norm, the

@@ -441,16 +441,24 @@ absl::Status ChannelRows(const KernelContext& c, const Tensor& x, int64_t* rows,
   return absl::OkStatus();
 }
 
-// y = (x - mean) / sqrt(var + epsilon) * scale + offset with the batch's
-// per-channel mean and biased variance (sums in double: a batch of images
-// is tens of thousands of rows per channel).
+// y = (x - mean) / sqrt(var + epsilon) * scale + offset, with the batch's
+// per-channel mean and biased variance in a training step, and with the
+// moving mean and variance (inputs 3 and 4, where given) in evaluation.
+// Outputs the batch's mean, biased variance and unbiased variance either
+// way (sums in double: a batch of images is tens of thousands of rows per
+// channel). A single row has no unbiased variance: its biased one (0)
+// stands in, so that evaluating one example does not divide by zero.
 absl::Status BatchNorm(KernelContext& c) {
   const Tensor& x = c.inputs[0];
   int64_t rows, ch;
   if (auto s = ChannelRows(c, x, &rows, &ch); !s.ok()) return s;
-  if (c.inputs[1].NumElements() != ch || c.inputs[2].NumElements() != ch) return c.Error("scale or offset does not match the channels");
+  if (c.inputs.size() != 3 && c.inputs.size() != 5) return c.Error("takes 3 or 5 inputs");
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    if (c.inputs[i].NumElements() != ch) return c.Error("scale, offset or a moving statistic does not match the channels");
+  }
   const float eps = GetAttrF(*c.node, "epsilon", 1e-5f);
   Tensor y(DT_FLOAT, x.shape()), mean(DT_FLOAT, TensorShape({ch})), var(DT_FLOAT, TensorShape({ch}));
+  Tensor unbiased(DT_FLOAT, TensorShape({ch}));
   std::vector<double> sum(ch, 0.0), sq(ch, 0.0);
   const float* in = x.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
@@ -465,11 +473,15 @@ absl::Status BatchNorm(KernelContext& c) {
       sq[j] += d * d;
     }
   }
+  const bool moving = !c.training && c.inputs.size() == 5;
+  const float* use_mean = moving ? c.inputs[3].data<float>() : mean.data<float>();
+  const float* use_var = moving ? c.inputs[4].data<float>() : var.data<float>();
   std::vector<float> a(ch), b(ch);  // y = x * a + b
   for (int64_t j = 0; j < ch; ++j) {
     var.data<float>()[j] = static_cast<float>(sq[j] / rows);
-    a[j] = c.inputs[1].data<float>()[j] / std::sqrt(var.data<float>()[j] + eps);
-    b[j] = c.inputs[2].data<float>()[j] - mean.data<float>()[j] * a[j];
+    unbiased.data<float>()[j] = static_cast<float>(rows > 1 ? sq[j] / (rows - 1) : sq[j] / rows);
+    a[j] = c.inputs[1].data<float>()[j] / std::sqrt(use_var[j] + eps);
+    b[j] = c.inputs[2].data<float>()[j] - use_mean[j] * a[j];
   }
   float* out = y.data<float>();
   c.device->parallelFor(rows, Eigen::TensorOpCost(ch * 4, ch * 4, ch * 2), [&](Eigen::Index begin, Eigen::Index end) {
@@ -477,7 +489,7 @@ absl::Status BatchNorm(KernelContext& c) {
       for (int64_t j = 0; j < ch; ++j) out[r * ch + j] = in[r * ch + j] * a[j] + b[j];
     }
   });
-  c.outputs = {y, mean, var};
+  c.outputs = {y, mean, var, unbiased};
   return absl::OkStatus();
 }
 
