@@ -90,6 +90,12 @@ size_t Daemon::lines() const {
   return lines_.size();
 }
 
+std::vector<std::string> Daemon::Lines(size_t from) const {
+  absl::MutexLock lock(&mu_);
+  if (from >= lines_.size()) return {};
+  return std::vector<std::string>(lines_.begin() + from, lines_.end());
+}
+
 std::string Daemon::WaitForMatch(const std::string& pattern, absl::Duration timeout, size_t from) {
   std::regex re(pattern);
   absl::MutexLock lock(&mu_);

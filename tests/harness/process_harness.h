@@ -45,6 +45,8 @@ class Daemon {
   std::string WaitForMatch(const std::string& pattern, absl::Duration timeout, size_t from = 0);
   // Lines printed so far: a `from` for what comes after now.
   size_t lines() const;
+  // A copy of the lines printed so far, from line number `from` on.
+  std::vector<std::string> Lines(size_t from = 0) const;
   bool Kill(int sig) { return process_->Signal(sig); }
   absl::StatusOr<int> Wait(absl::Duration timeout) { return process_->Wait(timeout); }
   Subprocess* process() { return process_.get(); }
