@@ -65,5 +65,30 @@ TEST(ChiefClusterTest, AnEarlyEndKeepsTheSchedulesLengthAndIsSaved) {
   EXPECT_EQ(state->stopped_early_at_step(), 409);
 }
 
+// The steps rolled back are kept in the job state with the failures, so a
+// chief taking over counts on from them (#27: the summary had counted only
+// the last chief's own).
+TEST(ChiefClusterTest, RolledBackStepsAreSavedWithTheJobState) {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_mlp.pbtxt");
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<ClusterSpec> spec =
+      ClusterSpec::FromJson(R"({"chief": ["localhost:1"], "ps": ["localhost:2"], "worker": ["localhost:3"]})", "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  TaskRegistry registry(*spec, absl::Seconds(10));
+  ChannelCache channels;
+  CoordinatorOptions o;
+  o.job = *job;
+  o.cluster = *spec;
+  o.checkpoint_dir = std::string(std::getenv("TEST_TMPDIR")) + "/rolled";
+  ChiefCluster cluster(o, &registry, &channels);
+  cluster.summary.rolled_back_steps = 302;
+  cluster.CountFailure();
+  absl::StatusOr<ChiefJobState> state = cluster.manifests.ReadJobState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->rolled_back_steps(), 302);
+  EXPECT_EQ(state->failures_survived(), 1);
+  EXPECT_TRUE(state->running());
+}
+
 }  // namespace
 }  // namespace psrt

@@ -43,5 +43,31 @@ TEST(ChaosTest, TheDefaultJobFinishesUnderASeededScheduleOfFaultsWithEveryInvari
                                     << absl::StrJoin(r.skipped, "; ");
 }
 
+// A PS killed (a restore rolls steps back), then the chief killed (the
+// next one takes over): the summary the last chief writes must count both
+// rollbacks. It counted only its own, the earlier chiefs' were lost.
+TEST(ChaosTest, RolledBackStepsSurviveAChiefRestart) {
+  testing::ChaosOptions o;
+  o.seed = 0;  // the schedule below
+  o.epochs = 15;
+  o.accuracy_bar = 0.8833;
+  o.dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/rollback");
+  testing::Fault ps;
+  ps.at = 0.3;
+  ps.kind = testing::FaultKind::kKillPs;
+  ps.target = "ps:1";
+  testing::Fault chief;
+  chief.at = 0.6;
+  chief.kind = testing::FaultKind::kKillChief;
+  chief.target = "chief:0";
+  chief.delay = absl::Milliseconds(500);
+  o.schedule = {ps, chief};
+  testing::ChaosReport r = testing::RunChaos(o);
+  std::cout << r.ToString() << std::flush;
+  EXPECT_TRUE(r.violations.empty()) << absl::StrJoin(r.violations, "\n");
+  EXPECT_EQ(r.expected_failures, 2);
+  EXPECT_GT(r.rolled_back_logged, 0);
+}
+
 }  // namespace
 }  // namespace psrt

@@ -9,8 +9,8 @@
 //   - the summary's failures_survived equals the kills the chief had to
 //     recover from (a PS SIGKILL: a restore; a chief SIGKILL: a takeover;
 //     a worker SIGKILL, a SIGSTOP, a full disk or a corrupt old snapshot
-//     are none), and rolled_back_steps covers what each recovery said it
-//     rolled back;
+//     are none), and rolled_back_steps is the sum of what every chief's
+//     restores and takeovers said they rolled back;
 //   - every checkpoint the retention keeps verifies (the checkpoints tool,
 //     --verify) but those whose files the run corrupted, and one restores;
 //   - no daemon dies of anything but the run's own SIGKILLs, none logs a
@@ -94,7 +94,7 @@ struct ChaosReport {
   std::vector<std::string> skipped;     // faults that could not be injected, and why
   int expected_failures = 0;            // PS and chief SIGKILLs
   int recoveries_logged = 0;            // "recovering:" and "taking over" lines of every chief
-  int64_t rolled_back_logged = 0;       // rolled_back_steps=N of every chief's recoveries
+  int64_t rolled_back_logged = 0;       // rolled_back_steps=N of every chief's restores and takeovers
   double failures_survived = -1, rolled_back_steps = -1, accuracy = -1, steps = -1, total_steps = -1;
   int checkpoints_kept = 0, checkpoints_ok = 0, checkpoints_damaged = 0;
   std::vector<double> settle_seconds;  // per fault: injected -> the cluster settled
