@@ -4,10 +4,12 @@
 //
 //   bazel run //tests/bench:chaos -- --minutes=30 --seed=100 --faults=10
 //   bazel run //tests/bench:chaos -- --seed=103 --runs=1       (replay one seed)
+//   bazel run //tests/bench:chaos -- --seed=100 --runs=5 --print_schedule
 //
 // Exits 1 if any invariant failed on any seed (each named with its seed).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -27,6 +29,9 @@ ABSL_FLAG(int, faults, 10, "Faults per run.");
 ABSL_FLAG(int, epochs, 30, "The job's epochs (twice the example's 15, whose accuracy bar stays the bar).");
 ABSL_FLAG(double, accuracy_bar, 0.8833, "The final test accuracy every run must reach.");
 ABSL_FLAG(std::string, dir, "", "Where each run's files go (default: /tmp/psrt-chaos-PID).");
+ABSL_FLAG(bool, print_schedule, false,
+          "Print the schedules of --runs seeds (default 1) from --seed and exit, running nothing (with every kind "
+          "of fault; a run without mount rights or libfaketime draws without those).");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -37,6 +42,16 @@ int main(int argc, char** argv) {
     const std::string dir = runfiles != nullptr ? runfiles : std::string(argv[0]) + ".runfiles";
     setenv("TEST_SRCDIR", dir.c_str(), 1);
     setenv("TEST_WORKSPACE", "psrt", 1);
+  }
+  if (absl::GetFlag(FLAGS_print_schedule)) {
+    const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
+    for (uint64_t seed = absl::GetFlag(FLAGS_seed); seed < absl::GetFlag(FLAGS_seed) + runs; ++seed) {
+      std::cout << "seed " << seed << ":\n";
+      for (const psrt::testing::Fault& f : psrt::testing::DrawSchedule(seed, absl::GetFlag(FLAGS_faults), true, true)) {
+        std::cout << "  " << f.ToString() << "\n";
+      }
+    }
+    return 0;
   }
   std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) dir = absl::StrCat("/tmp/psrt-chaos-", getpid());

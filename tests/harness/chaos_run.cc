@@ -66,21 +66,6 @@ double JsonNumber(const std::string& json, const std::string& key) {
   return absl::SimpleAtod(m[1].str(), &v) ? v : -1;
 }
 
-// Processes (other than us) whose command line names `needle`.
-std::vector<std::string> ProcessesNaming(const std::string& needle) {
-  std::vector<std::string> out;
-  for (const std::string& e : ListDir("/proc")) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(e, &pid) || pid == ::getpid()) continue;
-    std::ifstream in("/proc/" + e + "/cmdline", std::ios::binary);
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find(needle) == std::string::npos) continue;
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    out.push_back(absl::StrCat(pid, ": ", cmd.substr(0, 200)));
-  }
-  return out;
-}
-
 }  // namespace
 
 const char* FaultName(FaultKind kind) {

@@ -29,6 +29,10 @@ struct TestCluster {
 };
 absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name);
 
+// "PID: command line" of every process but this one whose command line
+// names `needle` (a run's cluster spec path: what of a job is left).
+std::vector<std::string> ProcessesNaming(const std::string& needle);
+
 // A daemon under test. Its lines go to the test log with a prefix and are
 // kept for WaitForLine. Killed (SIGKILL) when destroyed.
 class Daemon {
