@@ -573,6 +573,14 @@ class ChaosRun {
     io.flush();
     corrupted_.insert(step);
     std::cerr << "CHAOS corrupted byte " << at << " of " << file << " (checkpoint of step " << step << ")\n";
+    // The damage is seen (unless retention pruned the checkpoint meanwhile).
+    // Only this step is judged: while the job runs, a checkpoint being
+    // pruned may read as damaged.
+    const std::map<int64_t, std::string> seen = Verify();
+    if (auto it = seen.find(step); it != seen.end() && it->second == " ok") {
+      Violation(absl::StrCat("checkpoints --verify finds no damage in the checkpoint of step ", step, " after byte ",
+                             at, " of ", file, " was flipped"));
+    }
     return true;
   }
 
@@ -630,13 +638,6 @@ class ChaosRun {
     std::vector<std::string> left = ProcessesNaming(cluster_.spec_path);
     if (!left.empty()) Violation(absl::StrCat("processes of the job left: ", absl::StrJoin(left, "; ")));
 
-    // No daemon crashed or failed a check, in any incarnation.
-    const std::regex crash(kCrashPattern);
-    for (const auto& d : graveyard_) {
-      for (const std::string& line : d->Lines()) {
-        if (std::regex_search(line, crash)) Violation(absl::StrCat("a daemon logged: ", line));
-      }
-    }
 
     // The counters: every chief's own words against the summary.
     static const std::regex recovering("recovering: |did not finish: taking over");
@@ -690,35 +691,58 @@ class ChaosRun {
       }
     }
     VerifyCheckpoints();
+
+    // No daemon crashed or failed a check, in any incarnation. Last: the
+    // final lines of the PS stopped above have had the verification's
+    // seconds to come through their pipes.
+    const std::regex crash(kCrashPattern);
+    for (const auto& d : graveyard_) {
+      for (const std::string& line : d->Lines()) {
+        if (std::regex_search(line, crash)) Violation(absl::StrCat("a daemon logged: ", line));
+      }
+    }
   }
 
-  // `checkpoints DIR --verify`: every kept checkpoint reads whole but those
-  // the run damaged, and at least one does.
-  void VerifyCheckpoints() {
+  // `checkpoints DIR --verify`: each kept checkpoint's step -> " ok", or
+  // what is wrong with it. Empty (and a violation) if the tool fails.
+  std::map<int64_t, std::string> Verify() {
+    std::map<int64_t, std::string> out;
     auto v = Daemon::Start("checkpoints", {RunfilePath("chief/checkpoints"), o_.dir + "/ckpt", "--verify"});
     if (!v.ok()) {
       Violation(absl::StrCat("checkpoints --verify: ", v.status().ToString()));
-      return;
+      return out;
     }
-    absl::StatusOr<int> st = (*v)->Wait(absl::Minutes(3));
-    if (!st.ok() || !WIFEXITED(*st) || WEXITSTATUS(*st) > 1) {
+    // Its last line, not its exit: the lines of a process that has exited
+    // may still be on their way from its pipe.
+    const bool said = Until(
+        [&] { return !(*v)->WaitForMatch("of [0-9]+ checkpoints damaged|^error: ", absl::ZeroDuration()).empty(); },
+        absl::Minutes(3));
+    absl::StatusOr<int> st = (*v)->Wait(absl::Seconds(30));
+    if (!said || !st.ok() || !WIFEXITED(*st) || WEXITSTATUS(*st) > 1) {
       Violation(absl::StrCat("checkpoints --verify did not finish: ",
                              st.ok() ? DescribeWaitStatus(*st) : st.status().ToString()));
-      return;
+      return out;
     }
     static const std::regex row("^([0-9]+) .*( ok| DAMAGED: .*|CORRUPT: .*)$");
     for (const std::string& line : (*v)->Lines()) {
       std::smatch m;
-      if (!std::regex_match(line, m, row)) continue;
+      if (std::regex_match(line, m, row)) out[std::stoll(m[1])] = m[2];
+    }
+    return out;
+  }
+
+  // Every kept checkpoint reads whole but those the run damaged, and at
+  // least one does.
+  void VerifyCheckpoints() {
+    for (const auto& [step, what] : Verify()) {
       ++report_.checkpoints_kept;
-      const int64_t step = std::stoll(m[1]);
-      if (m[2] == " ok") {
+      if (what == " ok") {
         ++report_.checkpoints_ok;
       } else if (corrupted_.count(step) > 0) {
         ++report_.checkpoints_damaged;
       } else {
-        Violation(absl::StrCat("kept checkpoint of step ", step, " does not verify and the run did not damage it: ",
-                               line));
+        Violation(absl::StrCat("kept checkpoint of step ", step, " does not verify and the run did not damage it:",
+                               what));
       }
     }
     if (report_.checkpoints_ok == 0) Violation("no kept checkpoint verifies: nothing left to restore");
