@@ -380,7 +380,6 @@ class ChaosRun {
       if (!std::regex_search(line, m, re)) continue;
       last_step_ = std::stoll(m[1]);
       end_step_ = std::stoll(m[2]);
-      ++progress_lines_;
     }
   }
 
@@ -758,7 +757,6 @@ class ChaosRun {
   std::vector<Daemon*> chiefs_;                     // every chief incarnation, in order (not owned)
   Daemon* progress_of_ = nullptr;
   size_t progress_from_ = 0;
-  int64_t progress_lines_ = 0;
   int64_t last_step_ = -1, end_step_ = -1;
   bool chief_done_ = false;
   std::string stopped_;
