@@ -342,7 +342,10 @@ class ChaosRun {
     }
     for (Task& t : tasks_) {
       if (t.d == nullptr) {
-        if (t.restart_at.has_value() && now >= *t.restart_at) Start(&t);
+        // Once the chief is done nothing is restarted, as the launcher
+        // stops supervising then: a worker started after the job ended
+        // would wait for a chief for good.
+        if (t.restart_at.has_value() && now >= *t.restart_at && !chief_done_) Start(&t);
         continue;
       }
       std::optional<int> st = t.d->process()->Poll();
@@ -421,7 +424,9 @@ class ChaosRun {
   bool WaitForFraction(double at) {
     bool ok = Until([&] { return chief_done_ || (end_step_ > 0 && last_step_ >= at * end_step_); }, absl::Minutes(10));
     if (!ok) Violation(absl::StrCat("no progress to ", at, " of the steps within 10 minutes (at ", last_step_, ")"));
-    return ok && !chief_done_;
+    // Training over (faults before took that long): the chief is at its
+    // final checkpoint and shutdown, which are not what is under test.
+    return ok && !chief_done_ && last_step_ < end_step_;
   }
 
   // Training moves again: two progress lines after `from` with rising steps.
@@ -609,7 +614,8 @@ class ChaosRun {
       const bool workers_gone = Until(
           [this] {
             for (Task& t : tasks_) {
-              if (absl::StartsWith(t.name, "worker:") && !t.finished) return false;
+              // Exited (Tick reaps it) or killed and, the job over, not restarted.
+              if (absl::StartsWith(t.name, "worker:") && t.d != nullptr) return false;
             }
             return true;
           },
