@@ -289,6 +289,7 @@ void ChiefCluster::LearnGenerationFloor(int64_t saved, int64_t saved_epoch) {
 void ChiefCluster::SaveJobState(bool running) {
   ChiefJobState state;
   state.set_failures_survived(summary.failures_survived);
+  state.set_rolled_back_steps(summary.rolled_back_steps);
   state.set_running(running);
   state.set_generation(generation);
   state.set_epoch(roles.epoch);

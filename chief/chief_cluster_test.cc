@@ -1,4 +1,5 @@
-// ChiefCluster::AssignmentFor: what the chief's Start carries to a worker.
+// ChiefCluster: what the chief's Start carries to a worker (AssignmentFor),
+// and what it keeps in the job state for the chief after it.
 #include "chief/chief_cluster.h"
 
 #include <cstdlib>
@@ -9,20 +10,29 @@
 namespace psrt {
 namespace {
 
-TEST(ChiefClusterTest, TheAssignmentCarriesTheOptimizersClipping) {
+constexpr char kOneWorker[] = R"({"chief": ["localhost:1"], "ps": ["localhost:2"], "worker": ["localhost:3"]})";
+
+// The MLP example's job on the cluster `spec_json` (no task of it runs),
+// its checkpoints under $TEST_TMPDIR/`dir`.
+CoordinatorOptions MlpOptions(const std::string& spec_json, const std::string& dir) {
+  CoordinatorOptions o;
   absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_mlp.pbtxt");
-  ASSERT_TRUE(job.ok()) << job.status();
-  absl::StatusOr<ClusterSpec> spec =
-      ClusterSpec::FromJson(R"({"chief": ["localhost:1"], "ps": ["localhost:2"], "worker": ["localhost:3"]})", "test");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  TaskRegistry registry(*spec, absl::Seconds(10));
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (job.ok()) o.job = *job;
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromJson(spec_json, "test");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (spec.ok()) o.cluster = *spec;
+  o.checkpoint_dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + dir;
+  return o;
+}
+
+TEST(ChiefClusterTest, TheAssignmentCarriesTheOptimizersClipping) {
+  const CoordinatorOptions base = MlpOptions(kOneWorker, "ckpt");
+  TaskRegistry registry(base.cluster, absl::Seconds(10));
   ChannelCache channels;
   for (const float global_clipnorm : {0.0f, 1.25f}) {
-    CoordinatorOptions o;
-    o.job = *job;
+    CoordinatorOptions o = base;
     o.job.mutable_optimizer()->set_global_clipnorm(global_clipnorm);
-    o.cluster = *spec;
-    o.checkpoint_dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt";
     ChiefCluster cluster(o, &registry, &channels);
     const WorkerAssignment a = cluster.AssignmentFor(0, 0);
     EXPECT_EQ(a.clip().global_clipnorm(), global_clipnorm);
@@ -34,17 +44,10 @@ TEST(ChiefClusterTest, TheAssignmentCarriesTheOptimizersClipping) {
 // Early stopping (#25): a shorter end changes where workers stop, not the
 // schedule the stores apply; the decision is kept in the job state.
 TEST(ChiefClusterTest, AnEarlyEndKeepsTheSchedulesLengthAndIsSaved) {
-  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_mlp.pbtxt");
-  ASSERT_TRUE(job.ok()) << job.status();
-  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromJson(
-      R"({"chief": ["localhost:1"], "ps": ["localhost:2"], "worker": ["localhost:3", "localhost:4"]})", "test");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  TaskRegistry registry(*spec, absl::Seconds(10));
+  const CoordinatorOptions o = MlpOptions(
+      R"({"chief": ["localhost:1"], "ps": ["localhost:2"], "worker": ["localhost:3", "localhost:4"]})", "early");
+  TaskRegistry registry(o.cluster, absl::Seconds(10));
   ChannelCache channels;
-  CoordinatorOptions o;
-  o.job = *job;
-  o.cluster = *spec;
-  o.checkpoint_dir = std::string(std::getenv("TEST_TMPDIR")) + "/early";
   ChiefCluster cluster(o, &registry, &channels);
   cluster.end_step = cluster.job_steps = 7035;
   const OptimizerDef before = cluster.StoreOptimizer();
@@ -63,6 +66,23 @@ TEST(ChiefClusterTest, AnEarlyEndKeepsTheSchedulesLengthAndIsSaved) {
   ASSERT_TRUE(state.ok()) << state.status();
   ASSERT_TRUE(state->has_stopped_early_at_step());
   EXPECT_EQ(state->stopped_early_at_step(), 409);
+}
+
+// The steps rolled back are kept in the job state with the failures, so a
+// chief taking over counts on from them (#27: the summary had counted only
+// the last chief's own).
+TEST(ChiefClusterTest, RolledBackStepsAreSavedWithTheJobState) {
+  const CoordinatorOptions o = MlpOptions(kOneWorker, "rolled");
+  TaskRegistry registry(o.cluster, absl::Seconds(10));
+  ChannelCache channels;
+  ChiefCluster cluster(o, &registry, &channels);
+  cluster.summary.rolled_back_steps = 302;
+  cluster.CountFailure();
+  absl::StatusOr<ChiefJobState> state = cluster.manifests.ReadJobState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->rolled_back_steps(), 302);
+  EXPECT_EQ(state->failures_survived(), 1);
+  EXPECT_TRUE(state->running());
 }
 
 }  // namespace

@@ -108,7 +108,10 @@ absl::Status Coordinator::Setup() {
   // the job still marked running took over from one that died.
   absl::StatusOr<ChiefJobState> state = cluster_.manifests.ReadJobState();
   if (!state.ok()) cluster_.report(absl::StrCat("ignoring the job state: ", state.status().message()));
-  if (state.ok()) cluster_.summary.failures_survived = state->failures_survived();
+  if (state.ok()) {
+    cluster_.summary.failures_survived = state->failures_survived();
+    cluster_.summary.rolled_back_steps = state->rolled_back_steps();
+  }
   if (state.ok() && state->has_stopped_early_at_step()) {
     // A chief before this one ended the run early: it ends there again
     // (the schedule still spans job_steps).
@@ -139,11 +142,16 @@ absl::Status Coordinator::Setup() {
     RETURN_IF_ERROR(recovery_.RestoreOrStartFresh());
     if (state.ok() && state->running()) {
       // Taking over: what the workers had pushed past the checkpoint under
-      // the chief that died is redone, and counted.
+      // the chief that died is redone, and counted (and said, as a
+      // recovery says its own).
+      int64_t rolled_back = 0;
       for (int i = 0; i < cluster_.NumWorkers() && i < static_cast<int>(cluster_.steps_at_takeover.size()); ++i) {
-        cluster_.summary.rolled_back_steps +=
-            std::max<int64_t>(0, cluster_.steps_at_takeover[i] - cluster_.workers[i].step);
+        rolled_back += std::max<int64_t>(0, cluster_.steps_at_takeover[i] - cluster_.workers[i].step);
       }
+      cluster_.summary.rolled_back_steps += rolled_back;
+      cluster_.SaveJobState(true);  // for the chief after this one
+      cluster_.report(absl::StrCat("took over at the checkpoint of step ", cluster_.last_checkpoint_step,
+                                   "; rolled_back_steps=", rolled_back));
     }
   } else if (cluster_.options.restore == "never") {
     RETURN_IF_ERROR(recovery_.StartFresh());

@@ -48,6 +48,7 @@ absl::Status RecoveryRunner::Recover(const std::string& why, bool failure) {
     rolled_back += std::max<int64_t>(0, reached[i] - cluster_.workers[i].step);
   }
   cluster_.summary.rolled_back_steps += rolled_back;
+  cluster_.SaveJobState(true);  // a chief taking over after this one goes on from it
   std::vector<absl::Status> resumed = cluster_.ForEachWorker([this](int i) {
     WorkerView& w = cluster_.workers[i];
     if (w.removed) return absl::OkStatus();  // not in the group it re-forms

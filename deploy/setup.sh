@@ -21,7 +21,7 @@ PACKAGES=(
   # tools the tests use (prometheus: promtool lints every /metrics page and
   # tests/metrics_test has a real Prometheus scrape a PS and a worker;
   # openssl: deploy/make_certs.sh; faketime: a chief whose clock is off,
-  # tests/recovery_test)
+  # tests/recovery_test and the chaos run, tests/harness/chaos_run.cc)
   prometheus openssl faketime
   # data
   dataset-fashion-mnist

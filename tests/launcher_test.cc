@@ -1,7 +1,6 @@
 // The local launcher end to end: a short job on a real local cluster, a PS
 // killed mid-run, the summary's accuracy and failures, and no child left;
 // the evaluator task beside training, read back with TensorBoard's reader.
-#include <dirent.h>
 #include <signal.h>
 
 #include <fstream>
@@ -18,20 +17,6 @@
 
 namespace psrt {
 namespace {
-
-// Processes whose command line mentions `text`.
-int ProcessesMentioning(const std::string& text) {
-  int n = 0;
-  DIR* d = opendir("/proc");
-  while (dirent* e = readdir(d)) {
-    if (!isdigit(e->d_name[0])) continue;
-    std::ifstream f(absl::StrCat("/proc/", e->d_name, "/cmdline"));
-    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (cmd.find(text) != std::string::npos) ++n;
-  }
-  closedir(d);
-  return n;
-}
 
 // The MLP example as a job file beside `dir`: `steps` steps, a checkpoint
 // every `every` steps, evaluation on `eval_examples` test examples.
@@ -107,7 +92,7 @@ TEST(LauncherTest, TrainsSurvivesAPsKillAndLeavesNoChildBehind) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"failures_survived\": ([0-9]+)"))) << summary;
   EXPECT_EQ(std::stoi(m[1]), 1) << summary;
-  EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
+  EXPECT_EQ(testing::ProcessesNaming(dir + "/cluster.json").size(), 0u);
 }
 
 // Every daemon under mutual TLS and per-role tokens at once: the calls a
@@ -137,7 +122,7 @@ TEST(LauncherTest, TrainsAndRecoversUnderTlsAndRoleTokens) {
     EXPECT_EQ(line.find("PERMISSION_DENIED"), std::string::npos) << line;
     EXPECT_EQ(line.find("may not call"), std::string::npos) << line;
   }
-  EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
+  EXPECT_EQ(testing::ProcessesNaming(dir + "/cluster.json").size(), 0u);
 }
 
 // --evaluator: the evaluator follows the committed checkpoints while the
@@ -187,7 +172,7 @@ TEST(LauncherTest, TheEvaluatorFollowsCheckpointsIntoTensorBoard) {
   EXPECT_EQ(accuracy.back().first, 3000);
   EXPECT_NEAR(accuracy.back().second, chief_accuracy, 1e-4) << summary;
   EXPECT_GT(accuracy.back().second, accuracy.front().second);  // training shows in the curve
-  EXPECT_EQ(ProcessesMentioning(dir + "/cluster.json"), 0);
+  EXPECT_EQ(testing::ProcessesNaming(dir + "/cluster.json").size(), 0u);
 }
 
 // --scale: a worker beyond the spec joins at one step, then two leave
@@ -212,7 +197,7 @@ TEST(LauncherTest, ScalesWorkersUpAndDownWhileTraining) {
   ASSERT_TRUE((*launcher)->WaitForLine("stopped (SIGTERM) worker:1, worker:2", absl::Minutes(3)));
   EXPECT_FALSE((*launcher)->WaitForMatch("membership: .*worker:2 leaves at step", absl::Minutes(1)).empty());
   FinishedSummary(launcher->get(), dir);
-  EXPECT_EQ(ProcessesMentioning(dir + "/cluster"), 0);
+  EXPECT_EQ(testing::ProcessesNaming(dir + "/cluster").size(), 0u);
 }
 
 // The launcher run with `flag` alone says `message` and exits 2.

@@ -9,7 +9,6 @@
 // lost, none applied twice, none of an old generation applied.
 #include <dirent.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -27,12 +26,14 @@
 #include "common/rpc/channel_cache.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/harness/tmpfs.h"
 #include "tests/harness/training_cluster.h"
 
 namespace psrt {
 namespace {
 
 using testing::Daemon;
+using testing::Tmpfs;
 
 constexpr int64_t kSteps = 1500;  // per worker
 
@@ -171,25 +172,6 @@ class ChiefClockTest : public RecoveryTest {
     ExpectFinishedWithEveryPushOnce(baseline);
     EXPECT_FALSE(chief_->WaitForLine("already running generation", absl::ZeroDuration()));
   }
-};
-
-// A tmpfs of `size` mounted at `dir` (created) while it lives; nullptr
-// where this process may not mount.
-class Tmpfs {
- public:
-  static std::unique_ptr<Tmpfs> Mount(const std::string& dir, const std::string& size) {
-    if (std::system(absl::StrCat("mkdir -p '", dir, "'").c_str()) != 0) return nullptr;
-    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0) {
-      std::cerr << "mount tmpfs at " << dir << ": " << std::strerror(errno) << "\n";
-      return nullptr;
-    }
-    return std::unique_ptr<Tmpfs>(new Tmpfs(dir));
-  }
-  ~Tmpfs() { ::umount2(dir_.c_str(), MNT_DETACH); }
-
- private:
-  explicit Tmpfs(std::string dir) : dir_(std::move(dir)) {}
-  const std::string dir_;
 };
 
 TEST_F(ChiefClockTest, AChiefRestartedWithItsClockAnHourBehindResumes) { RestartTheChiefWithItsClockOff("-1h"); }

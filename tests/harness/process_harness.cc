@@ -1,13 +1,17 @@
 #include "tests/harness/process_harness.h"
 
+#include <dirent.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <regex>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -59,6 +63,23 @@ absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::stri
   return c;
 }
 
+std::vector<std::string> ProcessesNaming(const std::string& needle) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid == ::getpid()) continue;
+    std::ifstream in(absl::StrCat("/proc/", e->d_name, "/cmdline"), std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find(needle) == std::string::npos) continue;
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    out.push_back(absl::StrCat(pid, ": ", cmd.substr(0, 200)));
+  }
+  ::closedir(d);
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const std::string& name,
                                                       std::vector<std::string> argv) {
   auto d = std::unique_ptr<Daemon>(new Daemon());
@@ -88,6 +109,12 @@ Daemon::~Daemon() {
 size_t Daemon::lines() const {
   absl::MutexLock lock(&mu_);
   return lines_.size();
+}
+
+std::vector<std::string> Daemon::Lines(size_t from) const {
+  absl::MutexLock lock(&mu_);
+  if (from >= lines_.size()) return {};
+  return std::vector<std::string>(lines_.begin() + from, lines_.end());
 }
 
 std::string Daemon::WaitForMatch(const std::string& pattern, absl::Duration timeout, size_t from) {

@@ -32,6 +32,10 @@ struct TestCluster {
 };
 absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name);
 
+// "PID: command line" of every process but this one whose command line
+// names `needle` (a run's cluster spec path: what of a job is left).
+std::vector<std::string> ProcessesNaming(const std::string& needle);
+
 // A daemon under test. Its lines go to the test log with a prefix and are
 // kept for WaitForLine. Killed (SIGKILL) when destroyed.
 class Daemon {
@@ -48,6 +52,8 @@ class Daemon {
   std::string WaitForMatch(const std::string& pattern, absl::Duration timeout, size_t from = 0);
   // Lines printed so far: a `from` for what comes after now.
   size_t lines() const;
+  // A copy of the lines printed so far, from line number `from` on.
+  std::vector<std::string> Lines(size_t from = 0) const;
   bool Kill(int sig) { return process_->Signal(sig); }
   absl::StatusOr<int> Wait(absl::Duration timeout) { return process_->Wait(timeout); }
   Subprocess* process() { return process_.get(); }
