@@ -92,8 +92,6 @@ Result RunLauncher(const std::string& name, std::vector<std::string> extra,
   return r;
 }
 
-std::string Bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.raw_data()), t.TotalBytes()); }
-
 // The final checkpoint of a mirrored job: each replica wrote its share
 // (1/N of the state), the shares together hold every variable once, each
 // updated once a step.

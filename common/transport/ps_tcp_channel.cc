@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -186,6 +187,20 @@ absl::StatusOr<std::shared_ptr<PsTcpChannel::Connection>> PsTcpChannel::Open(uin
   absl::StatusOr<OpenDataPlaneResponse> open =
       CallUnary(stub.get(), &ParameterServer::Stub::OpenDataPlane, OpenDataPlaneRequest(),
                 options_.connect_timeout, peer_, "OpenDataPlane");
+  if (open.status().code() == absl::StatusCode::kUnavailable) {
+    // One failed connection attempt leaves the channel in TRANSIENT_FAILURE,
+    // where a plain call fails at once, even when the PS is serving (CI saw
+    // "failed to connect to all addresses ... No such file or directory" on
+    // a client's first call to a PS that was answering others): a worker
+    // would park and wait for the chief over one lost connection. One more
+    // try that waits for gRPC's reconnect (options_.reconnect_wait) rides
+    // over that; a dead PS still fails, with the first status.
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + options_.reconnect_wait)));
+    OpenDataPlaneResponse again;
+    if (stub->OpenDataPlane(&ctx, OpenDataPlaneRequest(), &again).ok()) open = std::move(again);
+  }
   if (open.status().code() == absl::StatusCode::kUnimplemented) {
     return fall_back(absl::UnimplementedError("the PS has no OpenDataPlane (an older PS)"));
   }

@@ -44,6 +44,11 @@ struct PsTcpChannelOptions {
   // The most Start waits to open a connection (OpenDataPlane, connect,
   // hello) before its call fails.
   absl::Duration connect_timeout = absl::Seconds(5);
+  // After a failed first OpenDataPlane (UNAVAILABLE), how long one more try
+  // waits for gRPC to reconnect (within connect_timeout) before the call
+  // fails with the first status: a lost connection attempt to a serving PS
+  // is ridden over, a dead PS costs at most this much more.
+  absl::Duration reconnect_wait = absl::Seconds(1);
   // Answers larger than this fail their call (RESOURCE_EXHAUSTED) unread.
   uint64_t max_response_bytes = uint64_t{2} << 30;
 };
