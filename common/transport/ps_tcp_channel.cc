@@ -187,14 +187,21 @@ absl::StatusOr<std::shared_ptr<PsTcpChannel::Connection>> PsTcpChannel::Open(uin
   absl::StatusOr<OpenDataPlaneResponse> open =
       CallUnary(stub.get(), &ParameterServer::Stub::OpenDataPlane, OpenDataPlaneRequest(),
                 options_.connect_timeout, peer_, "OpenDataPlane");
-  if (open.status().code() == absl::StatusCode::kUnavailable) {
+  bool answered_before;
+  {
+    absl::MutexLock lock(&mu_);
+    answered_before = answered_;
+  }
+  if (open.status().code() == absl::StatusCode::kUnavailable && !answered_before) {
     // One failed connection attempt leaves the channel in TRANSIENT_FAILURE,
     // where a plain call fails at once, even when the PS is serving (CI saw
     // "failed to connect to all addresses ... No such file or directory" on
     // a client's first call to a PS that was answering others): a worker
     // would park and wait for the chief over one lost connection. One more
     // try that waits for gRPC's reconnect (options_.reconnect_wait) rides
-    // over that; a dead PS still fails, with the first status.
+    // over that; a dead PS still fails, with the first status. Only until
+    // the PS first answers: later, a failure is most likely a PS that died,
+    // and a failover must not wait on it.
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);
     ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + options_.reconnect_wait)));
@@ -205,6 +212,10 @@ absl::StatusOr<std::shared_ptr<PsTcpChannel::Connection>> PsTcpChannel::Open(uin
     return fall_back(absl::UnimplementedError("the PS has no OpenDataPlane (an older PS)"));
   }
   if (!open.ok()) return open.status();
+  {
+    absl::MutexLock lock(&mu_);
+    answered_ = true;
+  }
   if (open->port() == 0) return std::shared_ptr<Connection>();  // none offered
   if (open->port() < 0 || open->port() > 65535 || open->ticket().size() != tcpframe::kTicketBytes) {
     return fall_back(absl::DataLossError(absl::StrCat("its OpenDataPlane answer names port ", open->port(),

@@ -44,10 +44,11 @@ struct PsTcpChannelOptions {
   // The most Start waits to open a connection (OpenDataPlane, connect,
   // hello) before its call fails.
   absl::Duration connect_timeout = absl::Seconds(5);
-  // After a failed first OpenDataPlane (UNAVAILABLE), how long one more try
-  // waits for gRPC to reconnect (within connect_timeout) before the call
-  // fails with the first status: a lost connection attempt to a serving PS
-  // is ridden over, a dead PS costs at most this much more.
+  // Until the PS has first answered: after a failed OpenDataPlane
+  // (UNAVAILABLE), how long one more try waits for gRPC to reconnect
+  // (within connect_timeout) before the call fails with the first status. A
+  // lost connection attempt to a serving PS is ridden over; a PS not up yet
+  // costs at most this much more. Once it has answered, failures are fast.
   absl::Duration reconnect_wait = absl::Seconds(1);
   // Answers larger than this fail their call (RESOURCE_EXHAUSTED) unread.
   uint64_t max_response_bytes = uint64_t{2} << 30;
@@ -90,6 +91,7 @@ class PsTcpChannel : public PsCallChannel {
   mutable absl::Mutex mu_;
   std::shared_ptr<Connection> current_ ABSL_GUARDED_BY(mu_);
   int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;  // connections opened: each one's id
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;  // an OpenDataPlane has succeeded
   std::unique_ptr<PsStream> fallback_ ABSL_GUARDED_BY(mu_);  // set once, never reset
 };
 

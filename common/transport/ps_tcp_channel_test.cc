@@ -5,6 +5,10 @@
 // parks over it. Here the PS starts only once the channel has failed to
 // connect: the one more try that waits for gRPC's reconnect reaches it. A PS
 // that never comes fails within the reconnect wait, with the first status.
+// (Once a PS has answered, a failure is fast again: a failover does not wait
+// on a dead PS.)
+#include "common/transport/ps_tcp_channel.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/rpc/channel_cache.h"
-#include "common/transport/ps_tcp_channel.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/ps_service.grpc.pb.h"
