@@ -57,7 +57,10 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const SubprocessOp
   auto p = std::unique_ptr<Subprocess>(new Subprocess(pid));
   if (options.on_line) {
     ::close(fds[1]);
-    p->reader_ = std::thread([sp = p.get(), fd = fds[0], cb = options.on_line] { sp->ReaderLoop(fd, cb); });
+    p->reader_ = std::thread([sp = p.get(), fd = fds[0], cb = options.on_line, end = options.on_end] {
+      sp->ReaderLoop(fd, cb);
+      if (end) end();
+    });
   }
   return p;
 }

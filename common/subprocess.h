@@ -38,6 +38,10 @@ struct SubprocessOptions {
   // Gets each line of the child's stdout and stderr (merged), from a reader
   // thread. Null: the child writes straight to our stdout/stderr.
   std::function<void(absl::string_view)> on_line;
+  // Called once from the reader thread after the last line, when the output
+  // ends (every process holding it has closed it: the child and any
+  // children it left). Only with on_line.
+  std::function<void()> on_end;
 };
 
 class Subprocess {

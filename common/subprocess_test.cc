@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <vector>
@@ -29,6 +30,32 @@ TEST(SubprocessTest, CapturesLinesAndExitStatus) {
     EXPECT_EQ(DescribeWaitStatus(*status), "exit 3");
   }  // joins the reader
   EXPECT_EQ(lines, (std::vector<std::string>{"one", "two", "three"}));
+}
+
+// on_end comes after the last line, once every holder of the output has
+// closed it: here the child's own child, which outlives it by a moment.
+TEST(SubprocessTest, OnEndFollowsTheLastLineOfEveryWriter) {
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  bool ended = false;
+  SubprocessOptions o;
+  o.argv = {"/bin/sh", "-c", "(read x < /dev/null; echo grandchild) & echo child"};
+  o.on_line = [&](absl::string_view l) {
+    absl::MutexLock lock(&mu);
+    EXPECT_FALSE(ended) << "a line after the end: " << l;
+    lines.emplace_back(l);
+  };
+  o.on_end = [&] {
+    absl::MutexLock lock(&mu);
+    ended = true;
+  };
+  auto p = Subprocess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE((*p)->Wait(absl::Seconds(30)).ok());
+  absl::MutexLock lock(&mu);
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(30)));
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"child", "grandchild"}));
 }
 
 TEST(SubprocessTest, KillAndTimeout) {

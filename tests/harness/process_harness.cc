@@ -58,8 +58,8 @@ absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::stri
   };
   const char* tmp = std::getenv("TEST_TMPDIR");
   c.spec_path = absl::StrCat(tmp ? tmp : "/tmp", "/", name, ".json");
-  std::ofstream(c.spec_path) << "{\"chief\": [\"" << c.chief << "\"], \"ps\": [" << quote(c.ps)
-                             << "], \"worker\": [" << quote(c.workers) << "]}\n";
+  std::ofstream(c.spec_path) << "{\"chief\": [\"" << c.chief << "\"], \"ps\": [" << quote(c.ps) << "], \"worker\": ["
+                             << quote(c.workers) << "]}\n";
   return c;
 }
 
@@ -80,8 +80,7 @@ std::vector<std::string> ProcessesNaming(const std::string& needle) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const std::string& name,
-                                                      std::vector<std::string> argv) {
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const std::string& name, std::vector<std::string> argv) {
   auto d = std::unique_ptr<Daemon>(new Daemon());
   d->name_ = name;
   SubprocessOptions o;
@@ -91,6 +90,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const std::string& name,
     std::cerr << "[" << raw->name_ << "] " << line << "\n";
     absl::MutexLock lock(&raw->mu_);
     raw->lines_.emplace_back(line);
+  };
+  o.on_end = [raw] {
+    absl::MutexLock lock(&raw->mu_);
+    raw->output_ended_ = true;
   };
   absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(o);
   if (!p.ok()) return p.status();
@@ -104,6 +107,16 @@ Daemon::~Daemon() {
     (void)process_->Wait(absl::Seconds(10));
   }
   process_.reset();  // joins the reader before lines_ goes
+}
+
+absl::StatusOr<int> Daemon::Wait(absl::Duration timeout) {
+  absl::StatusOr<int> status = process_->Wait(timeout);
+  if (!status.ok()) return status;
+  // Not an error if it never ends: a child the process left may hold the
+  // output open (the test's own checks say whether one may).
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&output_ended_), absl::Seconds(10));
+  return status;
 }
 
 size_t Daemon::lines() const {

@@ -55,7 +55,10 @@ class Daemon {
   // A copy of the lines printed so far, from line number `from` on.
   std::vector<std::string> Lines(size_t from = 0) const;
   bool Kill(int sig) { return process_->Signal(sig); }
-  absl::StatusOr<int> Wait(absl::Duration timeout) { return process_->Wait(timeout); }
+  // Waits for the process to exit (its wait status), then up to 10 s more
+  // for the lines it printed before exiting to be read (a WaitForLine right
+  // after Wait sees them, however loaded the machine).
+  absl::StatusOr<int> Wait(absl::Duration timeout);
   Subprocess* process() { return process_.get(); }
 
  private:
@@ -64,6 +67,7 @@ class Daemon {
   std::unique_ptr<Subprocess> process_;
   mutable absl::Mutex mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+  bool output_ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The resident memory of process `pid` now (VmRSS), in KiB; -1 when it is
