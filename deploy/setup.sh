@@ -2,13 +2,22 @@
 # Installs every Debian package the project needs to build, test and run.
 # Idempotent: a second run checks what is installed and returns in seconds.
 # Runs `apt-get update` only when a package is missing and unknown to apt.
+#
+#   deploy/setup.sh               # build, test and run (tools, data, venvs)
+#   deploy/setup.sh --build_only  # only what `bazel build` needs (an image's
+#                                 # build stage: deploy/Dockerfile)
 set -euo pipefail
 
-PACKAGES=(
-  # build
-  bazel-bootstrap bazel-rules-java g++ git python3 python3-venv zlib1g-dev
-  # fuzzing (bazel test --config=fuzz //tests/fuzz/...): clang and libFuzzer
-  clang-14 libclang-rt-14-dev
+build_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --build_only) build_only=1 ;;
+    *) echo "setup: unknown argument '$arg' (--build_only, or none)" >&2; exit 2 ;;
+  esac
+done
+
+BUILD_PACKAGES=(
+  bazel-bootstrap bazel-rules-java g++ git python3 zlib1g-dev
   # libraries wrapped in third_party/
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev
@@ -18,6 +27,11 @@ PACKAGES=(
   libhdf5-dev
   # PNG and JPEG images in TFRecord features (decode: ENCODED_IMAGE)
   libpng-dev libjpeg62-turbo-dev
+)
+TEST_PACKAGES=(
+  python3-venv
+  # fuzzing (bazel test --config=fuzz //tests/fuzz/...): clang and libFuzzer
+  clang-14 libclang-rt-14-dev
   # tools the tests use (prometheus: promtool lints every /metrics page and
   # tests/metrics_test has a real Prometheus scrape a PS and a worker;
   # openssl: deploy/make_certs.sh; faketime: a chief whose clock is off,
@@ -26,6 +40,8 @@ PACKAGES=(
   # data
   dataset-fashion-mnist
 )
+PACKAGES=("${BUILD_PACKAGES[@]}")
+if [ "$build_only" -eq 0 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -51,6 +67,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all ${#PACKAGES[@]} Debian packages present"
+fi
+
+if [ "$build_only" -eq 1 ]; then
+  echo "setup: done (build only)"
+  exit 0
 fi
 
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && \

@@ -3,6 +3,7 @@
 // loader with the address the manifests give it.
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -47,7 +48,8 @@ void ExpectAcceptedTfConfigs(const std::string& rel, const std::set<std::string>
     int port = spec.second["template"]["spec"]["containers"][0]["ports"][0]["containerPort"].as<int>();
     replicas[type] = n;
     std::vector<std::string> addrs;
-    for (int i = 0; i < n; ++i) addrs.push_back(absl::StrCat("\"", name, "-", type, "-", i, ".", ns, ".svc:", port, "\""));
+    for (int i = 0; i < n; ++i)
+      addrs.push_back(absl::StrCat("\"", name, "-", type, "-", i, ".", ns, ".svc:", port, "\""));
     cluster += absl::StrCat(cluster.size() > 1 ? ", " : "", "\"", type, "\": [", absl::StrJoin(addrs, ", "), "]");
   }
   cluster += "}";
@@ -56,8 +58,8 @@ void ExpectAcceptedTfConfigs(const std::string& rel, const std::set<std::string>
   ASSERT_EQ(got, types) << rel;
   for (const auto& [type, n] : replicas) {
     for (int i = 0; i < n; ++i) {
-      std::string tf = absl::StrCat(R"({"cluster": )", cluster, R"(, "task": {"type": ")", type,
-                                    R"(", "index": )", i, "}}");
+      std::string tf =
+          absl::StrCat(R"({"cluster": )", cluster, R"(, "task": {"type": ")", type, R"(", "index": )", i, "}}");
       auto config = LoadTaskConfig("", "", tf.c_str());
       ASSERT_TRUE(config.ok()) << config.status() << "\n" << tf;
       EXPECT_EQ(config->address, absl::StrCat(name, "-", type, "-", i, ".", ns, ".svc:2222"));
@@ -123,7 +125,7 @@ TEST(DeployManifestsTest, EveryPodMountsItsCertificatesAndRunsMutualTls) {
     const YAML::Node& c = pod["containers"][0];
     std::string command;
     for (const auto& part : c["command"]) command += part.as<std::string>() + " ";
-    if (command.find("/app/worker/evaluator") != std::string::npos) {
+    if (command.find("/opt/psrt/bin/evaluator") != std::string::npos) {
       // The evaluator calls no daemon: it needs, and holds, no key.
       EXPECT_EQ(command.find("--tls"), std::string::npos) << command;
       for (const auto& v : pod["volumes"]) EXPECT_FALSE(v["secret"]) << "the evaluator mounts a Secret";
@@ -131,12 +133,18 @@ TEST(DeployManifestsTest, EveryPodMountsItsCertificatesAndRunsMutualTls) {
     }
     std::string role;
     for (const char* r : {"ps", "worker", "chief"}) {
-      if (command.find(absl::StrCat("/app/", r == std::string("ps") ? "ps/server" : absl::StrCat(r, "/main"))) != std::string::npos) role = r;
+      // The image's paths (deploy/Dockerfile, deploy/install.sh).
+      if (command.find(absl::StrCat("/opt/psrt/bin/", r == std::string("ps") ? "ps_server" : r, " ")) !=
+          std::string::npos) {
+        role = r;
+      }
     }
     ASSERT_FALSE(role.empty()) << command;
     EXPECT_NE(command.find("--tls_ca=/etc/psrt-tls/ca.pem"), std::string::npos) << command;
-    EXPECT_NE(command.find(absl::StrCat("--tls_cert=/etc/psrt-tls/", role, "-${HOSTNAME##*-}.pem")), std::string::npos) << command;
-    EXPECT_NE(command.find(absl::StrCat("--tls_key=/etc/psrt-tls/", role, "-${HOSTNAME##*-}.key")), std::string::npos) << command;
+    EXPECT_NE(command.find(absl::StrCat("--tls_cert=/etc/psrt-tls/", role, "-${HOSTNAME##*-}.pem")), std::string::npos)
+        << command;
+    EXPECT_NE(command.find(absl::StrCat("--tls_key=/etc/psrt-tls/", role, "-${HOSTNAME##*-}.key")), std::string::npos)
+        << command;
     bool mounted = false, secret = false;
     for (const auto& m : c["volumeMounts"]) mounted |= m["mountPath"].as<std::string>() == "/etc/psrt-tls";
     int secrets = 0;
@@ -168,6 +176,42 @@ TEST(DeployManifestsTest, ExampleSpecsAndSystemdUnits) {
 std::string FileText(const std::string& rel) {
   std::ifstream in(testing::RunfilePath(rel));
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Every pod runs a binary the image has (deploy/Dockerfile installs with
+// deploy/install.sh into /opt/psrt/bin) as the image's user, whose group owns
+// the pod's volumes (fsGroup): the daemons can write /checkpoints.
+TEST(DeployManifestsTest, EveryPodRunsTheImagesBinariesAsItsUser) {
+  const std::string dockerfile = FileText("deploy/Dockerfile");
+  const std::string install = FileText("deploy/install.sh");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dockerfile, m, std::regex("useradd --system --uid ([0-9]+)"))) << dockerfile;
+  const int uid = std::stoi(m[1]);
+  ASSERT_NE(dockerfile.find("deploy/install.sh --bin_dir=bazel-bin --destdir=/stage"), std::string::npos);
+  int pods = 0;
+  for (const char* manifest :
+       {"deploy/k8s/statefulset.yaml", "deploy/k8s/tfjob.yaml", "deploy/k8s/tfjob_mirrored.yaml"}) {
+    std::vector<YAML::Node> specs;
+    for (const YAML::Node& d : Documents(manifest)) {
+      if (d["kind"].as<std::string>() == "StatefulSet") specs.push_back(d["spec"]["template"]["spec"]);
+      if (d["kind"].as<std::string>() == "TFJob") {
+        for (const auto& r : d["spec"]["tfReplicaSpecs"]) specs.push_back(r.second["template"]["spec"]);
+      }
+    }
+    for (const YAML::Node& pod : specs) {
+      ++pods;
+      std::string command;
+      for (const auto& part : pod["containers"][0]["command"]) command += part.as<std::string>() + " ";
+      ASSERT_TRUE(std::regex_search(command, m, std::regex("/opt/psrt/bin/([a-z_]+)"))) << manifest << ": " << command;
+      EXPECT_NE(install.find(absl::StrCat(":", m[1].str(), "\"")), std::string::npos)
+          << manifest << " runs /opt/psrt/bin/" << m[1] << ", which install.sh does not install";
+      const YAML::Node& sc = pod["securityContext"];
+      ASSERT_TRUE(sc) << manifest << ": a pod without a securityContext";
+      EXPECT_EQ(sc["runAsUser"].as<int>(), uid) << manifest;
+      EXPECT_EQ(sc["fsGroup"].as<int>(), uid) << manifest;
+    }
+  }
+  EXPECT_EQ(pods, 9);
 }
 
 // Every pod of every manifest serves /metrics on the port its
@@ -224,7 +268,8 @@ TEST(DeployManifestsTest, SystemdUnitsServeWhatHostsYmlScrapes) {
   auto spec = ClusterSpec::FromJsonFile(testing::RunfilePath("deploy/specs/three_hosts.json"));
   ASSERT_TRUE(spec.ok()) << spec.status();
   std::set<std::string> want;
-  for (const auto& [job, base] : std::map<std::string, std::string>{{"chief", "909"}, {"ps", "930"}, {"worker", "940"}}) {
+  for (const auto& [job, base] :
+       std::map<std::string, std::string>{{"chief", "909"}, {"ps", "930"}, {"worker", "940"}}) {
     for (int i = 0; i < spec->NumTasks(job); ++i) {
       std::string address = *spec->AddressOf(MakeTaskId(job, i));
       want.insert(absl::StrCat(address.substr(0, address.rfind(':')), ":", base, i));
@@ -237,9 +282,10 @@ TEST(DeployManifestsTest, SystemdUnitsServeWhatHostsYmlScrapes) {
   }
   EXPECT_EQ(got, want);
   if (!std::ifstream("/usr/bin/promtool").good()) GTEST_SKIP() << "no /usr/bin/promtool (deploy/setup.sh installs it)";
-  EXPECT_EQ(std::system(absl::StrCat("/usr/bin/promtool check config ",
-                                     testing::RunfilePath("deploy/prometheus/hosts.yml")).c_str()),
-            0);
+  EXPECT_EQ(
+      std::system(
+          absl::StrCat("/usr/bin/promtool check config ", testing::RunfilePath("deploy/prometheus/hosts.yml")).c_str()),
+      0);
 }
 
 }  // namespace
