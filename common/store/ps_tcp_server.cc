@@ -23,15 +23,16 @@ namespace psrt {
 
 struct PsTcpServer::Connection {
   uint64_t id = 0;
-  std::thread::id reader;  // the thread serving it
+  std::thread::id reader;  // the thread serving it, once admitted
   net::Fd fd;
   std::string peer;  // "127.0.0.1:51234", for messages
   // Made (under the server's mu_) once its hello is accepted: a connection
-  // awaiting its hello costs one thread, not two (1,024 of them took 80 MB).
+  // awaiting its hello costs no thread (1,024 of them took 80 MB with two
+  // threads each, 40 MB with one).
   std::unique_ptr<tcpframe::FrameWriter> writer;
   absl::Time accepted;
-  // Its source's place while it has not authenticated; released (by its
-  // thread) once its hello is accepted, or when it ends.
+  // Its source's place while it has not authenticated; released once its
+  // hello is accepted, or when it ends.
   std::optional<net::SourceLimit::Place> place;
   // Set (under the server's mu_) once its hello is accepted, or once it is
   // chosen to make room: neither may be evicted.
@@ -65,14 +66,23 @@ absl::StatusOr<ReplicaHeader> FrameRoute(const tcpframe::Header& h) {
   ReplicaHeader r;
   if (h.store == -1 && h.epoch == 0 && !h.replica) return r;
   if (h.store < 0 || h.epoch < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("frame names store ", h.store, " and epoch ", h.epoch,
-                                                   ": want a store of 0 or more and an epoch of 1 or more, or neither"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame names store ", h.store, " and epoch ", h.epoch,
+                     ": want a store of 0 or more and an epoch of 1 or more, or neither"));
   }
   r.present = true;
   r.store = h.store;
   r.epoch = h.epoch;
   r.replica = h.replica;
   return r;
+}
+
+// A refusal, on the acceptor's or the poller's thread: one attempt that
+// never waits (the verdict is the first thing sent on the connection, so a
+// peer cannot have filled its send buffer), best effort.
+void WriteRefusal(int fd, const grpc::Status& s) {
+  std::string v = tcpframe::EncodeVerdict(s);
+  (void)::send(fd, v.data(), v.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 // The answer to a hello; best effort (a peer that does not read it is gone).
@@ -90,6 +100,13 @@ absl::StatusOr<std::unique_ptr<PsTcpServer>> PsTcpServer::Start(PsServiceImpl* s
   }
   const int port = l->port;
   std::unique_ptr<PsTcpServer> s(new PsTcpServer(service, std::move(options), std::move(l->fd), port));
+  absl::StatusOr<std::unique_ptr<HelloPoller>> poller = HelloPoller::Start(
+      tcpframe::kHelloBytes,
+      [p = s.get()](uint64_t id, absl::StatusOr<std::string> hello) { p->OnHello(id, std::move(hello)); });
+  if (!poller.ok()) {
+    return absl::Status(poller.status().code(), absl::StrCat("TCP data plane: ", poller.status().message()));
+  }
+  s->poller_ = *std::move(poller);
   s->acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(); });
   return s;
 }
@@ -133,10 +150,10 @@ absl::StatusOr<PsTcpServer::Ticket> PsTcpServer::IssueTicket(const Caller& calle
     auto victim = oldest(/*same_key=*/mine >= options_.max_tickets_per_caller);
     if (victim != tickets_.end()) tickets_.erase(victim);
     ++tickets_dropped_;
-    LOG_EVERY_N(WARNING, 100) << "TCP data plane: " << key << " asked for a ticket with "
-                              << mine << " unused (of " << options_.max_tickets_per_caller << " a caller, "
-                              << tickets_.size() + 1 << " of " << options_.max_tickets
-                              << " in all); dropped the oldest (" << tickets_dropped_ << " so far)";
+    LOG_EVERY_N(WARNING, 100) << "TCP data plane: " << key << " asked for a ticket with " << mine << " unused (of "
+                              << options_.max_tickets_per_caller << " a caller, " << tickets_.size() + 1 << " of "
+                              << options_.max_tickets << " in all); dropped the oldest (" << tickets_dropped_
+                              << " so far)";
   }
   tickets_[bytes] = Issued{caller, key, now + options_.ticket_ttl};
   return Ticket{std::move(bytes), options_.ticket_ttl};
@@ -176,9 +193,9 @@ bool PsTcpServer::EvictOldestUnauthenticatedLocked() {
   // Wakes its reader out of the hello (EOF); its thread writes no verdict
   // that matters and leaves open_.
   ::shutdown(oldest->fd.get(), SHUT_RDWR);
-  LOG_EVERY_N(WARNING, 100) << "TCP data plane: " << options_.max_connections
-                            << " connections open; ended " << oldest->peer
-                            << ", the oldest still without its hello, to make room (" << evicted_ << " so far)";
+  LOG_EVERY_N(WARNING, 100) << "TCP data plane: " << options_.max_connections << " connections open; ended "
+                            << oldest->peer << ", the oldest still without its hello, to make room (" << evicted_
+                            << " so far)";
   return true;
 }
 
@@ -201,11 +218,9 @@ void PsTcpServer::AcceptLoop() {
       // Refused before it costs a thread or a slot.
       const std::string line = per_source_.Refuse(source);
       if (!line.empty()) LOG(WARNING) << line;
-      WriteVerdict(fd.get(),
-                   grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                absl::StrCat("this address holds ", options_.max_unauthenticated_per_source,
-                                             " data-plane connections without a hello already")),
-                   c->peer);
+      WriteRefusal(fd.get(), grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                          absl::StrCat("this address holds ", options_.max_unauthenticated_per_source,
+                                                       " data-plane connections without a hello already")));
       continue;
     }
     {
@@ -217,66 +232,72 @@ void PsTcpServer::AcceptLoop() {
           !EvictOldestUnauthenticatedLocked()) {
         LOG_EVERY_N(WARNING, 100) << "TCP data plane: refused a connection from " << c->peer << ": "
                                   << options_.max_connections << " open already";
-        WriteVerdict(fd.get(),
-                     grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                  "the PS serves its most data-plane connections already"),
-                     c->peer);
+        WriteRefusal(fd.get(), grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                            "the PS serves its most data-plane connections already"));
         continue;
       }
       c->id = next_id_++;
       c->fd = std::move(fd);
       open_[c->id] = c;
     }
-    std::thread([this, c] { Serve(c); }).detach();
+    // Its fd stays open until the poller has reported it (OnHello).
+    poller_->Add(c->id, c->fd.get(), c->accepted + options_.hello_timeout);
   }
 }
 
-void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
-  c->reader = std::this_thread::get_id();
-  // The hello, within its time (or until shutdown).
-  DataCaller who;
+void PsTcpServer::OnHello(uint64_t id, absl::StatusOr<std::string> hello) {
+  std::shared_ptr<Connection> c;
   {
-    uint8_t hello[tcpframe::kHelloBytes];
-    absl::Status read = net::IoExact(c->fd.get(), hello, sizeof(hello), /*write=*/false,
-                                     absl::Now() + options_.hello_timeout, &stop_, c->peer);
-    absl::StatusOr<Caller> caller = absl::UnauthenticatedError("no hello");
-    if (read.code() == absl::StatusCode::kDeadlineExceeded) {
-      caller = absl::DeadlineExceededError(
-          absl::StrCat("no data-plane hello within ", absl::FormatDuration(options_.hello_timeout)));
-    } else if (!read.ok()) {
-      caller = read;
-    } else {
-      absl::StatusOr<std::string> ticket = tcpframe::DecodeHello(hello);
-      caller = ticket.ok() ? Redeem(*ticket) : ticket.status();
-    }
-    if (caller.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (c->evicting) caller = absl::UnavailableError("ended to make room");
-        if (stop_.load()) caller = absl::CancelledError("the PS is shutting down");
-        c->admitted = caller.ok();
-        if (caller.ok()) {
-          c->writer = std::make_unique<tcpframe::FrameWriter>(c->fd.get(), c->peer, options_.send_timeout,
-                                                              options_.max_queued_answers);
-        }
+    absl::MutexLock lock(&mu_);
+    auto it = open_.find(id);
+    if (it == open_.end()) return;  // a bug of ours; nothing to answer
+    c = it->second;
+  }
+  absl::StatusOr<Caller> caller = absl::UnauthenticatedError("no hello");
+  if (hello.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    caller = absl::DeadlineExceededError(
+        absl::StrCat("no data-plane hello within ", absl::FormatDuration(options_.hello_timeout)));
+  } else if (!hello.ok()) {
+    caller = hello.status();  // closed, reset or ended to make room; CANCELLED at shutdown
+  } else if (hello->size() != tcpframe::kHelloBytes) {
+    caller = absl::InternalError("a hello of the wrong size");  // HelloPoller's contract
+  } else {
+    absl::StatusOr<std::string> ticket = tcpframe::DecodeHello(reinterpret_cast<const uint8_t*>(hello->data()));
+    caller = ticket.ok() ? Redeem(*ticket) : ticket.status();
+  }
+  if (caller.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (c->evicting) caller = absl::UnavailableError("ended to make room");
+      if (stop_.load()) caller = absl::CancelledError("the PS is shutting down");
+      c->admitted = caller.ok();
+      if (caller.ok()) {
+        c->writer = std::make_unique<tcpframe::FrameWriter>(c->fd.get(), c->peer, options_.send_timeout,
+                                                            options_.max_queued_answers);
       }
-      if (caller.ok()) c->place->Release();  // authenticated: counts against its source no more
     }
     if (caller.ok()) {
+      c->place->Release();  // authenticated: counts against its source no more
+      DataCaller who;
       who.caller = *caller;
       who.key = IdentityKey(who.caller, absl::StrCat("data-plane connection ", c->peer));
-      WriteVerdict(c->fd.get(), grpc::Status::OK, c->peer);
-    } else {
-      who.identified = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no ticket");
-      if (!stop_.load()) {
-        LOG_EVERY_N(WARNING, 20) << "TCP data plane: refused " << c->peer << ": " << caller.status().message();
-        WriteVerdict(c->fd.get(),
-                     grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(caller.status().message())),
-                     c->peer);
-      }
+      std::thread([this, c, who] { Serve(c, who); }).detach();
+      return;
     }
   }
-  if (who.identified.ok()) {
+  if (!stop_.load()) {
+    LOG_EVERY_N(WARNING, 20) << "TCP data plane: refused " << c->peer << ": " << caller.status().message();
+    WriteRefusal(c->fd.get(), grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(caller.status().message())));
+  }
+  c->place.reset();
+  absl::MutexLock lock(&mu_);
+  open_.erase(id);  // closes it
+}
+
+void PsTcpServer::Serve(const std::shared_ptr<Connection>& c, const DataCaller& who) {
+  c->reader = std::this_thread::get_id();
+  WriteVerdict(c->fd.get(), grpc::Status::OK, c->peer);
+  {
     tcpframe::FrameReader reader(c->fd.get(), pool_, options_.max_request_bytes, c->peer, budget_,
                                  options_.frame_deadlines);
     bool corked = false;
@@ -331,32 +352,33 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
       // closed, Send drops it.
       service_->ServeDataAs(*as, h.method, payload, deadline,
                             [c, call](grpc::Status st, grpc::ByteBuffer b, std::shared_ptr<void> hold) {
-        tcpframe::Header r;
-        r.response = true;
-        r.code = st.error_code();
-        r.call_id = call;
-        std::unique_ptr<tcpframe::OutFrame> frame =
-            tcpframe::Encode(r, st.ok() ? std::string() : st.error_message(), b);
-        frame->Hold(std::move(hold));  // the call's slots, until the answer is out
-        // Answered inline by the connection's reader, which may as well wait
-        // for the socket itself (it reads nothing meanwhile); from another
-        // thread (a parked pull released by a push), never wait.
-        c->writer->Send(std::move(frame), /*may_wait=*/std::this_thread::get_id() == c->reader);
-      });
+                              tcpframe::Header r;
+                              r.response = true;
+                              r.code = st.error_code();
+                              r.call_id = call;
+                              std::unique_ptr<tcpframe::OutFrame> frame =
+                                  tcpframe::Encode(r, st.ok() ? std::string() : st.error_message(), b);
+                              frame->Hold(std::move(hold));  // the call's slots, until the answer is out
+                              // Answered inline by the connection's reader, which may as well wait
+                              // for the socket itself (it reads nothing meanwhile); from another
+                              // thread (a parked pull released by a push), never wait.
+                              c->writer->Send(std::move(frame), /*may_wait=*/std::this_thread::get_id() == c->reader);
+                            });
     }
     if (corked) c->writer->Uncork();
     if (c->writer->overflowed()) {
-      LOG_EVERY_N(WARNING, 20) << "TCP data plane: closed " << c->peer << ": it left "
-                               << options_.max_queued_answers << " answers unread";
+      LOG_EVERY_N(WARNING, 20) << "TCP data plane: closed " << c->peer << ": it left " << options_.max_queued_answers
+                               << " answers unread";
     }
   }
-  if (c->writer != nullptr) c->writer->Close();
+  c->writer->Close();
   c->place.reset();  // now: answers still parked may keep `c` past this server
   // What this connection's requests left idle in the pool goes back past
   // the bound, and the allocator returns it to the system.
   // So does what its unread answers held (an admitted connection's close
   // is rare; a flood of pulls it never read left hundreds of MB cached).
-  if (pool_->Trim(options_.pool_idle_bytes_after_close) > 0 || who.identified.ok()) ::malloc_trim(0);
+  pool_->Trim(options_.pool_idle_bytes_after_close);
+  ::malloc_trim(0);
   absl::MutexLock lock(&mu_);
   open_.erase(c->id);  // the last thing this thread does with `this`
 }
@@ -364,13 +386,15 @@ void PsTcpServer::Serve(std::shared_ptr<Connection> c) {
 void PsTcpServer::Shutdown() {
   if (stop_.exchange(true)) return;
   if (acceptor_.joinable()) acceptor_.join();
+  // Every connection still awaiting its hello is reported CANCELLED, and
+  // closed without a verdict; the rest are admitted.
+  if (poller_ != nullptr) poller_->Shutdown();
   std::vector<std::shared_ptr<Connection>> open;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, c] : open_) open.push_back(c);
   }
   // Wakes each connection's reader (and any sender): their threads end.
-  // One still awaiting its hello has no writer (and sees stop_ soon).
   for (const auto& c : open) {
     absl::MutexLock lock(&mu_);
     if (c->writer != nullptr) {

@@ -17,8 +17,12 @@
 // oldest one still awaiting its hello, so strangers from many addresses
 // delay a worker's connection by at most its hello, never lock it out.
 //
-// Each connection has one thread that reads its frames (blocking) and
-// serves each in turn; a pull that must wait (SYNC, bounded staleness)
+// Nothing a caller has not authenticated holds a thread: every connection
+// awaiting its hello is held by one poller thread (HelloPoller), which reads
+// the hellos as their bytes come and ends each whose whole hello is not in
+// by `hello_timeout` after its accept. Once its ticket is accepted, each
+// connection has one thread that reads its frames (blocking) and serves
+// each in turn; a pull that must wait (SYNC, bounded staleness)
 // parks in the core and is answered later from another thread, so it does
 // not hold up the frames behind it. Answers to the frames of one read go
 // out in one send. A malformed frame ends the connection (the client's
@@ -53,11 +57,13 @@
 #include "common/net/socket.h"
 #include "common/net/source_limit.h"
 #include "common/rpc/roles.h"
+#include "common/store/hello_poller.h"
 #include "common/transport/tcp_frame_io.h"
 
 namespace psrt {
 
 class PsServiceImpl;
+struct DataCaller;
 
 struct PsTcpServerOptions {
   std::string host;  // listen here ("" = every interface)
@@ -140,7 +146,11 @@ class PsTcpServer {
  private:
   PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net::Fd listener, int port);
   void AcceptLoop();
-  void Serve(std::shared_ptr<Connection> c);
+  // On the poller's thread: admits connection `id` (its serving thread
+  // starts) or refuses it (a verdict, and it is closed).
+  void OnHello(uint64_t id, absl::StatusOr<std::string> hello);
+  // The thread of an admitted connection: its verdict, then its frames.
+  void Serve(const std::shared_ptr<Connection>& c, const DataCaller& who);
   // With every connection slot taken: ends the oldest connection still
   // awaiting its hello (its thread then leaves open_); false when every
   // open connection is admitted or already being evicted.
@@ -157,6 +167,7 @@ class PsTcpServer {
   net::SourceLimit per_source_;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
+  std::unique_ptr<HelloPoller> poller_;  // set by Start, before acceptor_
 
   mutable absl::Mutex mu_;
   struct Issued {

@@ -3,9 +3,10 @@
 #include "common/store/ps_tcp_server.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <malloc.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -52,7 +53,8 @@ class PsTcpServerTest : public ::testing::Test {
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"(
         variable { name: "w" dtype: DT_FLOAT shape { dim: 2 } initializer { kind: ZEROS } }
         optimizer { sgd { learning_rate: 1 } }
-        consistency { mode: SYNC } num_workers: 2)", &req));
+        consistency { mode: SYNC } num_workers: 2)",
+                                                              &req));
     ASSERT_TRUE(core_->CreateVariables(req).ok());
     service_ = std::make_unique<PsServiceImpl>(core_.get());
   }
@@ -100,8 +102,8 @@ class PsTcpServerTest : public ::testing::Test {
   }
   grpc::Status Hello(int fd, const std::string& ticket) {
     const std::string hello = tcpframe::EncodeHello(ticket);
-    if (!net::IoExact(fd, const_cast<char*>(hello.data()), hello.size(), true, absl::Now() + kDeadline, nullptr,
-                      "ps").ok()) {
+    if (!net::IoExact(fd, const_cast<char*>(hello.data()), hello.size(), true, absl::Now() + kDeadline, nullptr, "ps")
+             .ok()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "hello not sent");
     }
     return Verdict(fd);
@@ -196,8 +198,9 @@ TEST_F(PsTcpServerTest, ATicketAdmitsOneConnectionOnceAndOthersAreRefused) {
   // Not a hello at all: refused, and the connection is closed.
   net::Fd http = Connect();
   const std::string get = "GET / HTTP/1.1\r\nHost: ps\r\n\r\n" + std::string(tcpframe::kHelloBytes, ' ');
-  ASSERT_TRUE(net::IoExact(http.get(), const_cast<char*>(get.data()), get.size(), true, absl::Now() + kDeadline,
-                           nullptr, "ps").ok());
+  ASSERT_TRUE(
+      net::IoExact(http.get(), const_cast<char*>(get.data()), get.size(), true, absl::Now() + kDeadline, nullptr, "ps")
+          .ok());
   v = Verdict(http.get());
   EXPECT_EQ(v.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(v.error_message(), HasSubstr("bad magic"));
@@ -294,8 +297,8 @@ TEST_F(PsTcpServerTest, EachFrameIsCheckedAsItsMethodWithTheTicketsRoles) {
     std::string wire;
     const std::unique_ptr<tcpframe::OutFrame> frame = tcpframe::Encode(h, "", Push(0, 9));
     for (const iovec& v : frame->iov()) wire.append(static_cast<const char*>(v.iov_base), v.iov_len);
-    ASSERT_TRUE(net::IoExact(worker.get(), wire.data(), wire.size(), true, absl::Now() + kDeadline, nullptr,
-                             "ps").ok());
+    ASSERT_TRUE(
+        net::IoExact(worker.get(), wire.data(), wire.size(), true, absl::Now() + kDeadline, nullptr, "ps").ok());
     r = Read(&wreader);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << store << " " << epoch;
@@ -355,12 +358,12 @@ TEST_F(PsTcpServerTest, AnOversizedFrameIsAnsweredAndSkippedAMalformedOneEndsThe
   // A frame with a bad pad table: the PS cannot trust what follows.
   std::string bad(tcpframe::kPrefixBytes + tcpframe::kHeaderBytes + 8, '\0');
   bad[0] = static_cast<char>(tcpframe::kHeaderBytes + 8);
-  bad[8] = 1;   // version
-  bad[9] = 3;   // push
-  bad[10] = 1;  // one pad entry...
-  bad[12] = 100;  // timeout
+  bad[8] = 1;                                                       // version
+  bad[9] = 3;                                                       // push
+  bad[10] = 1;                                                      // one pad entry...
+  bad[12] = 100;                                                    // timeout
   bad[24] = bad[25] = bad[26] = bad[27] = static_cast<char>(0xff);  // store -1
-  bad[40] = 2;  // ...at offset 2: inside the header
+  bad[40] = 2;                                                      // ...at offset 2: inside the header
   ASSERT_TRUE(net::IoExact(a.get(), bad.data(), bad.size(), true, absl::Now() + kDeadline, nullptr, "ps").ok());
   r = Read(&reader);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << "the PS closes the connection";
@@ -376,7 +379,8 @@ TEST_F(PsTcpServerTest, LargeRequestsBeyondTheBudgetAreRefusedUnallocated) {
   CreateVariablesRequest req;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"(
       variable { name: "big" dtype: DT_FLOAT shape { dim: 20000 } initializer { kind: ZEROS } }
-      optimizer { sgd { learning_rate: 1 } } num_workers: 1)", &req));
+      optimizer { sgd { learning_rate: 1 } } num_workers: 1)",
+                                                            &req));
   ASSERT_TRUE(core_->CreateVariables(req).ok());
   auto big_push = [](int64_t step) {
     pswire::PushArgs a;
@@ -394,8 +398,8 @@ TEST_F(PsTcpServerTest, LargeRequestsBeyondTheBudgetAreRefusedUnallocated) {
   std::string wire;
   const std::unique_ptr<tcpframe::OutFrame> frame = tcpframe::Encode(h, "", big_push(0));
   for (const iovec& v : frame->iov()) wire.append(static_cast<const char*>(v.iov_base), v.iov_len);
-  ASSERT_TRUE(net::IoExact(holder.get(), wire.data(), wire.size() / 2, true, absl::Now() + kDeadline, nullptr,
-                           "ps").ok());
+  ASSERT_TRUE(
+      net::IoExact(holder.get(), wire.data(), wire.size() / 2, true, absl::Now() + kDeadline, nullptr, "ps").ok());
   net::Fd other = Admitted(Role(Role::kWorker, "w"));
   tcpframe::FrameReader reader(other.get(), BufferPool::Create(), 1 << 20, "ps");
   absl::StatusOr<Answer> r = absl::UnknownError("");
@@ -412,7 +416,8 @@ TEST_F(PsTcpServerTest, LargeRequestsBeyondTheBudgetAreRefusedUnallocated) {
   // The holder finishes its frame: its body is served and freed; the other
   // connection's next large push is served.
   ASSERT_TRUE(net::IoExact(holder.get(), wire.data() + wire.size() / 2, wire.size() - wire.size() / 2, true,
-                           absl::Now() + kDeadline, nullptr, "ps").ok());
+                           absl::Now() + kDeadline, nullptr, "ps")
+                  .ok());
   tcpframe::FrameReader hreader(holder.get(), BufferPool::Create(), 1 << 20, "ps");
   r = Read(&hreader);
   const absl::Time start = absl::Now();
@@ -440,7 +445,8 @@ TEST_F(PsTcpServerTest, AStalledRequestHoldsOneMiBOfTheBudgetAndIsClosedAtItsIdl
   CreateVariablesRequest req;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"(
       variable { name: "big" dtype: DT_FLOAT shape { dim: 1572864 } initializer { kind: ZEROS } }
-      optimizer { sgd { learning_rate: 1 } } num_workers: 1)", &req));
+      optimizer { sgd { learning_rate: 1 } } num_workers: 1)",
+                                                            &req));
   ASSERT_TRUE(core_->CreateVariables(req).ok());
   net::Fd stall = Admitted(Role(Role::kWorker, "w"));
   const absl::Time stall_start = absl::Now();
@@ -455,8 +461,7 @@ TEST_F(PsTcpServerTest, AStalledRequestHoldsOneMiBOfTheBudgetAndIsClosedAtItsIdl
     const uint64_t announced = 8 * kMiB;  // all of the budget
     for (int i = 0; i < 8; ++i) wire[i] = static_cast<char>((announced >> (8 * i)) & 0xff);
     wire.append(1000, 'x');  // a little of its body; then nothing
-    ASSERT_TRUE(net::IoExact(stall.get(), wire.data(), wire.size(), true, absl::Now() + kDeadline, nullptr,
-                             "ps").ok());
+    ASSERT_TRUE(net::IoExact(stall.get(), wire.data(), wire.size(), true, absl::Now() + kDeadline, nullptr, "ps").ok());
   }
   for (absl::Time end = absl::Now() + kDeadline; server_->buffered_bytes() == 0 && absl::Now() < end;) {
     absl::SleepFor(absl::Milliseconds(2));
@@ -487,8 +492,8 @@ TEST_F(PsTcpServerTest, AStalledRequestHoldsOneMiBOfTheBudgetAndIsClosedAtItsIdl
   EXPECT_GE(took, o.frame_deadlines.idle);
   char byte;
   EXPECT_LE(::recv(stall.get(), &byte, 1, 0), 0) << "the stalled connection is still open";
-  std::cout << "a request announcing all of an 8 MiB budget and stalling held " << held
-            << " bytes of it; closed after " << took << "; held after: " << server_->buffered_bytes() << "\n";
+  std::cout << "a request announcing all of an 8 MiB budget and stalling held " << held << " bytes of it; closed after "
+            << took << "; held after: " << server_->buffered_bytes() << "\n";
 }
 
 TEST_F(PsTcpServerTest, ConnectionsBeyondTheLimitAreRefusedAndTicketsBeyondTheirsDropTheOldest) {
@@ -609,6 +614,93 @@ TEST_F(PsTcpServerTest, ShutdownEndsConnectionsWithParkedPulls) {
   EXPECT_EQ(Read(&reader).status().code(), absl::StatusCode::kUnavailable);
 }
 
+// Threads of this process (the server runs in it) now.
+int Threads() {
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.' ? 1 : 0;
+  ::closedir(d);
+  return n;
+}
+
+// Issue #28: nothing a caller has not authenticated holds a thread. 1,024
+// connections that trickled their hellos held 1,024 thread stacks (~40 MB
+// of a PS); now one poller thread holds every connection awaiting its hello.
+TEST_F(PsTcpServerTest, ConnectionsAwaitingTheirHelloHoldNoThreadAndAWorkerIsStillServed) {
+  StartServer();  // the default limits: 1,024 connections, 64 a source
+  const int before = Threads();
+  std::vector<net::Fd> silent;
+  for (int i = 0; i < 500; ++i) silent.push_back(ConnectFrom(absl::StrCat("127.0.0.", 2 + i / 50)));
+  ASSERT_TRUE(AwaitConnections(500)) << server_->connections();
+  const int during = Threads();
+  std::cout << "threads: " << before << " before, " << during << " with 500 connections awaiting their hello\n";
+  EXPECT_LE(during - before, 4) << "connections awaiting their hello hold threads";
+  const absl::Time start = absl::Now();
+  net::Fd worker = Admitted(Role(Role::kWorker, "w"));
+  tcpframe::FrameReader reader(worker.get(), BufferPool::Create(), 1 << 20, "ps");
+  SendFrame(worker.get(), psframe::Method::kPush, 3, Push(0, 0));
+  absl::StatusOr<Answer> r = Read(&reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->status.ok()) << r->status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(server_->connections(), 501);
+  EXPECT_EQ(server_->refused_per_source(), 0);
+}
+
+// The hello's deadline is its whole hello's, counted from the accept: a
+// valid hello trickled a byte every 50 ms (1.8 s in all) is refused at
+// 500 ms, though no byte comes more than 50 ms after the one before.
+TEST_F(PsTcpServerTest, AValidHelloTrickledPastTheHelloTimeoutIsRefused) {
+  PsTcpServerOptions o;
+  o.hello_timeout = absl::Milliseconds(500);
+  StartServer(o);
+  absl::StatusOr<PsTcpServer::Ticket> t = server_->IssueTicket(Role(Role::kWorker, "w"));
+  ASSERT_TRUE(t.ok());
+  const std::string hello = tcpframe::EncodeHello(t->bytes);
+  net::Fd fd = Connect();
+  const absl::Time start = absl::Now();
+  size_t sent = 0;
+  for (bool answered = false; !answered && sent < hello.size();) {
+    ASSERT_EQ(::send(fd.get(), hello.data() + sent, 1, MSG_NOSIGNAL), 1);
+    ++sent;
+    pollfd p{fd.get(), POLLIN, 0};
+    answered = ::poll(&p, 1, 50) == 1;  // the pacing: the verdict ends it
+  }
+  EXPECT_LT(sent, hello.size()) << "the whole hello went in";
+  grpc::Status v = Verdict(fd.get());
+  EXPECT_EQ(v.error_code(), grpc::StatusCode::UNAUTHENTICATED) << v.error_message();
+  EXPECT_THAT(v.error_message(), HasSubstr("no data-plane hello within 500ms"));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(400));
+  EXPECT_LT(took, absl::Seconds(3));
+  ASSERT_TRUE(AwaitConnections(0));
+}
+
+TEST_F(PsTcpServerTest, ShutdownWithHundredsOfConnectionsAwaitingTheirHelloIsPrompt) {
+  StartServer();
+  std::vector<net::Fd> silent;
+  for (int i = 0; i < 300; ++i) silent.push_back(ConnectFrom(absl::StrCat("127.0.0.", 2 + i / 50)));
+  // One trickling, one admitted.
+  silent.push_back(Connect());
+  ASSERT_EQ(::send(silent.back().get(), "P", 1, MSG_NOSIGNAL), 1);
+  net::Fd admitted = Admitted(Role(Role::kWorker, "w"));
+  ASSERT_TRUE(AwaitConnections(302)) << server_->connections();
+  const absl::Time start = absl::Now();
+  server_->Shutdown();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(server_->connections(), 0);
+  // Each was closed (an end of stream, or a reset), without a verdict.
+  const absl::Time end = absl::Now() + kDeadline;
+  for (const net::Fd& fd : silent) {
+    pollfd p{fd.get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(end - absl::Now()))), 1);
+    char byte;
+    const ssize_t n = ::recv(fd.get(), &byte, 1, MSG_DONTWAIT);
+    EXPECT_TRUE(n == 0 || (n < 0 && errno == ECONNRESET)) << n;
+  }
+}
+
 // This process's resident memory (the server runs in it), in KiB.
 int64_t RssKb() {
   std::ifstream in("/proc/self/status");
@@ -642,9 +734,11 @@ TEST_F(PsTcpServerTest, AnswersACallerDoesNotReadAreBoundedAndItIsDisconnected) 
   core_ = std::make_unique<ParameterServerCore>(co);
   CreateVariablesRequest req;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(absl::StrCat(R"(
-      variable { name: "w" dtype: DT_FLOAT shape { dim: )", kFloats, R"( } initializer { kind: ZEROS } }
+      variable { name: "w" dtype: DT_FLOAT shape { dim: )",
+                                                                         kFloats, R"( } initializer { kind: ZEROS } }
       optimizer { sgd { learning_rate: 1 } }
-      consistency { mode: ASYNC } num_workers: 2)"), &req));
+      consistency { mode: ASYNC } num_workers: 2)"),
+                                                            &req));
   ASSERT_TRUE(core_->CreateVariables(req).ok());
   service_ = std::make_unique<PsServiceImpl>(core_.get());
   service_->set_max_unread_answer_bytes(int64_t{32} << 20);
