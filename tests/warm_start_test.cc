@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <regex>
@@ -156,6 +157,40 @@ TEST_F(WarmStartTest, SecondJobStartsFromTheTrainedWeights) {
   EXPECT_LT(warm.at("loss"), fresh.at("loss") / 2);
 }
 
+// The same mechanism under multi_worker_mirrored: each worker's replica is
+// created from the source's values (taken under the PS strategy, two PS).
+TEST_F(WarmStartTest, MirroredWorkersStartFromAParameterServerCheckpoint) {
+  source_job_.set_steps(100);
+  std::map<std::string, Tensor> source = TrainSource();
+  ASSERT_FALSE(source.empty());
+
+  auto mirrored = testing::MakeTestCluster(0, 2, name_ + "-mirrored");
+  ASSERT_TRUE(mirrored.ok()) << mirrored.status();
+  cluster_ = *mirrored;
+  job_ = WarmJob(/*steps=*/10);
+  job_.mutable_strategy()->mutable_multi_worker_mirrored();
+  job_.mutable_consistency()->set_mode(ConsistencyDef::SYNC);
+  job_.mutable_checkpoint()->set_dir(dir_ + "/mirrored");
+  WriteJob();
+  // A replica's store beside the manifests, as a PS's.
+  std::vector<std::unique_ptr<Daemon>> workers;
+  for (int i = 0; i < 2; ++i) workers.push_back(StartWorker(i, {"--snapshot_dir=" + dir_}));
+  auto chief = StartChief();
+  ASSERT_NE(chief, nullptr);
+  ASSERT_EQ(ExitCode(chief.get()), 0);
+  auto first = ReadCheckpointVariables(dir_ + "/mirrored", 0, job_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::map<std::string, Tensor>& start = first->values;
+  EXPECT_TRUE(SameBytes(start.at("hidden/kernel"), source.at("dense_1/kernel")));
+  EXPECT_TRUE(SameBytes(start.at("dense_3/kernel"), source.at("dense_3/kernel")));
+  EXPECT_TRUE(SameBytes(start.at("dense_5/bias"), source.at("dense_5/bias")));
+  EXPECT_TRUE(SameBytes(start.at("dense_3/bias"), InitialValues(job_).at("dense_3/bias")));
+  const std::map<std::string, float> warm = Evaluate(job_, start);
+  std::cerr << "FIGURE: multi_worker_mirrored job at step 0, warm from 100 PS steps: accuracy " << warm.at("accuracy")
+            << std::endl;
+  EXPECT_GT(warm.at("accuracy"), 0.5f);
+}
+
 TEST_F(WarmStartTest, AnotherShapeIsRefusedBeforeTrainingNamingTheVariable) {
   source_job_.set_steps(10);
   ASSERT_FALSE(TrainSource().empty());
@@ -206,14 +241,42 @@ TEST_F(WarmStartTest, AnotherShapeIsRefusedBeforeTrainingNamingTheVariable) {
   nowhere.mutable_warm_start()->set_ckpt_to_initialize_from(dir_ + "/nowhere");
   EXPECT_NE(refused(nowhere).find("no checkpoint directory"), std::string::npos) << refused(nowhere);
 
+  // A hash table has no whole value: refused before the source is read.
+  VariableDef table;
+  table.set_name("hidden/kernel");
+  table.set_kind(VariableDef::HASH_TABLE);
+  absl::StatusOr<WarmStartValues> hashed = ReadWarmStart(WarmJob(20), {table});
+  ASSERT_FALSE(hashed.ok());
+  EXPECT_NE(hashed.status().message().find("variable hidden/kernel is a hash table"), std::string::npos)
+      << hashed.status();
+
   // Fields refused at parse, naming them.
-  TrainingJob bad = WarmJob(20);
-  bad.mutable_warm_start()->set_vars_to_warm_start("(unclosed");
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(bad, &text);
-  auto parsed = ParseJob(text, "bad.pbtxt");
-  ASSERT_FALSE(parsed.ok());
-  EXPECT_NE(parsed.status().message().find("warm_start.vars_to_warm_start"), std::string::npos) << parsed.status();
+  auto parse_error = [](const std::function<void(WarmStartDef*)>& edit) {
+    TrainingJob bad;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
+        "model { sequential { layer { dense { units: 10 } } } } input { batch_size: 8 train { files: \"x\" } }", &bad));
+    bad.mutable_warm_start()->set_ckpt_to_initialize_from("/some/dir");
+    edit(bad.mutable_warm_start());
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(bad, &text);
+    auto parsed = ParseJob(text, "bad.pbtxt");
+    EXPECT_FALSE(parsed.ok());
+    return std::string(parsed.status().message());
+  };
+  EXPECT_NE(parse_error([](WarmStartDef* w) {
+              w->set_vars_to_warm_start("(unclosed");
+            }).find("warm_start.vars_to_warm_start: \"(unclosed\" is not an RE2 regular expression"),
+            std::string::npos);
+  EXPECT_NE(parse_error([](WarmStartDef* w) {
+              w->clear_ckpt_to_initialize_from();
+            }).find("warm_start.ckpt_to_initialize_from: empty"),
+            std::string::npos);
+  EXPECT_NE(parse_error([](WarmStartDef* w) { w->set_step(-2); }).find("warm_start.step: -2 is negative"),
+            std::string::npos);
+  EXPECT_NE(parse_error([](WarmStartDef* w) {
+              (*w->mutable_var_name_to_prev_var_name())["a"] = "";
+            }).find("warm_start.var_name_to_prev_var_name: an empty name"),
+            std::string::npos);
 }
 
 TEST_F(WarmStartTest, RestartedJobRestoresItsOwnCheckpointNotTheSource) {
