@@ -25,6 +25,7 @@
 #include "common/graph/model_compiler.h"
 #include "common/initializer.h"
 #include "common/plan/job_planner.h"
+#include "common/snapshot/snapshot_store.h"
 #include "gtest/gtest.h"
 #include "tests/harness/training_cluster.h"
 
@@ -144,6 +145,22 @@ TEST_F(WarmStartTest, SecondJobStartsFromTheTrainedWeights) {
   EXPECT_TRUE(SameBytes(start.at("dense_3/bias"), cold.at("dense_3/bias")));
   EXPECT_FALSE(SameBytes(source.at("dense_3/bias"), cold.at("dense_3/bias")));
   EXPECT_FALSE(SameBytes(start.at("hidden/kernel"), cold.at("hidden/kernel")));
+
+  // The PS created them from TENSOR initializers; their snapshots record
+  // the definition without those values (the snapshot's value is the one).
+  int tensor_initialized = 0;
+  for (int p = 0; p < 2; ++p) {
+    auto store = SnapshotStore::OpenReadOnly(absl::StrCat(dir_, "/warm/ps-", p));
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto snap = (*store)->Read(0);
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    for (const VariableState& v : snap->variables) {
+      if (v.def.initializer().kind() != InitializerDef::TENSOR) continue;
+      ++tensor_initialized;
+      EXPECT_FALSE(v.def.initializer().has_tensor()) << v.def.name();
+    }
+  }
+  EXPECT_EQ(tensor_initialized, 5);
 
   const std::map<std::string, float> warm = Evaluate(job_, start);
   const std::map<std::string, float> fresh = Evaluate(job_, cold);
