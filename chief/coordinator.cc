@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -201,11 +202,22 @@ absl::StatusOr<std::optional<WarmStartValues>> Coordinator::ReadWarmStartIfFirst
   if (!job.has_warm_start()) return std::nullopt;
   // TensorFlow's rule: only a job with no checkpoint of its own is warm
   // started (or one told to start afresh); any other restores its own.
+  std::error_code ec;
+  const std::filesystem::path source =
+      std::filesystem::weakly_canonical(job.warm_start().ckpt_to_initialize_from(), ec);
+  if (!ec && source == std::filesystem::weakly_canonical(cluster_.manifests.dir(), ec) && !ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warm_start.ckpt_to_initialize_from: ", job.warm_start().ckpt_to_initialize_from(),
+                     " is this job's own checkpoint directory; name another job's"));
+  }
   const std::string& restore = cluster_.options.restore;
-  const std::vector<int64_t> own = cluster_.manifests.Steps();
-  if (restore != "never" && !(restore == "auto" && own.empty())) {
-    cluster_.report(absl::StrCat("warm_start ignored: the job has checkpoints of its own in ", cluster_.manifests.dir(),
-                                 " (--restore=", restore, ")"));
+  if (restore != "auto" && restore != "never") {
+    cluster_.report(absl::StrCat("warm_start ignored: --restore=", restore, " restores the job's own checkpoint"));
+    return std::nullopt;
+  }
+  if (restore == "auto" && !cluster_.manifests.Steps().empty()) {
+    cluster_.report(
+        absl::StrCat("warm_start ignored: the job has checkpoints of its own in ", cluster_.manifests.dir()));
     return std::nullopt;
   }
   ASSIGN_OR_RETURN(CompiledModel model, CompileModel(job));

@@ -230,6 +230,15 @@ TEST_F(WarmStartTest, AnotherShapeIsRefusedBeforeTrainingNamingTheVariable) {
   struct stat st;
   EXPECT_NE(stat((dir_ + "/mismatch/checkpoint-0.manifest").c_str(), &st), 0) << "it must not have started";
 
+  // Its own checkpoint directory as the source: refused, not "restored".
+  job_ = WarmJob(/*steps=*/20);
+  job_.mutable_checkpoint()->set_dir(dir_ + "/source/");
+  WriteJob();
+  auto self = StartChief();
+  ASSERT_NE(self, nullptr);
+  EXPECT_NE(ExitCode(self.get(), absl::Minutes(1)), 0);
+  EXPECT_TRUE(self->WaitForLine("is this job's own checkpoint directory", absl::Seconds(5)));
+
   // The other refusals, by the same reader the chief calls.
   auto model = CompileModel(WarmJob(20));
   ASSERT_TRUE(model.ok());
