@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/graph/model_compiler.h"
 #include "common/input/source.h"
 #include "common/json_string.h"
 #include "common/optimizer.h"
@@ -85,11 +87,17 @@ Coordinator::Coordinator(CoordinatorOptions options, TaskRegistry* registry, Cha
 absl::Status Coordinator::Setup() {
   const TrainingJob& job = cluster_.options.job;
   RETURN_IF_ERROR(CheckStrategy(job, cluster_.options.cluster.NumTasks(kPsJob), cluster_.NumWorkers()));
+  // A warm start is read and checked now, before any task is waited for:
+  // a source that does not fit the job stops it before it starts.
+  ASSIGN_OR_RETURN(std::optional<WarmStartValues> warm, ReadWarmStartIfFirst());
   if (cluster_.shape.replicated) cluster_.InitReplicas();
   Report(true);
   RETURN_IF_ERROR(WaitForRegistration());
   cluster_.EditStatus([&](JobStatusResponse* status) { status->clear_waiting_for(); });
   ASSIGN_OR_RETURN(cluster_.plan, planner_(job, cluster_.shape.num_ps_tasks));
+  // Every store creates the warm-started variables from the source's values
+  // (at the first start, and at any fresh start of this chief after it).
+  if (warm.has_value()) ApplyWarmStart(*warm, &cluster_.plan.placement);
   RETURN_IF_ERROR(group_.ShareReplicaVariables());
 
   if (job.steps() > 0) {
@@ -187,6 +195,41 @@ absl::Status Coordinator::Setup() {
   }
   cluster_.EditStatus([&](JobStatusResponse* status) { status->set_state(JobStatusResponse::RUNNING); });
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<WarmStartValues>> Coordinator::ReadWarmStartIfFirst() {
+  const TrainingJob& job = cluster_.options.job;
+  if (!job.has_warm_start()) return std::nullopt;
+  // TensorFlow's rule: only a job with no checkpoint of its own is warm
+  // started (or one told to start afresh); any other restores its own.
+  std::error_code ec;
+  const std::filesystem::path source =
+      std::filesystem::weakly_canonical(job.warm_start().ckpt_to_initialize_from(), ec);
+  if (!ec && source == std::filesystem::weakly_canonical(cluster_.manifests.dir(), ec) && !ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warm_start.ckpt_to_initialize_from: ", job.warm_start().ckpt_to_initialize_from(),
+                     " is this job's own checkpoint directory; name another job's"));
+  }
+  const std::string& restore = cluster_.options.restore;
+  if (restore != "auto" && restore != "never") {
+    cluster_.report(absl::StrCat("warm_start ignored: --restore=", restore, " restores the job's own checkpoint"));
+    return std::nullopt;
+  }
+  if (restore == "auto" && !cluster_.manifests.Steps().empty()) {
+    cluster_.report(
+        absl::StrCat("warm_start ignored: the job has checkpoints of its own in ", cluster_.manifests.dir()));
+    return std::nullopt;
+  }
+  ASSIGN_OR_RETURN(CompiledModel model, CompileModel(job));
+  ASSIGN_OR_RETURN(WarmStartValues warm, ReadWarmStart(job, model.variables));
+  std::vector<std::string> names;
+  for (const auto& [name, prev] : warm.source_name) {
+    names.push_back(name == prev ? name : absl::StrCat(name, " (from ", prev, ")"));
+  }
+  cluster_.report(absl::StrCat("warm start: ", warm.values.size(), " of ", model.variables.size(), " variables from ",
+                               warm.source, ": ", absl::StrJoin(names, ", "),
+                               "; optimizer slots and the global step start fresh"));
+  return warm;
 }
 
 absl::Status Coordinator::WaitForRegistration() {
@@ -438,8 +481,8 @@ absl::Status Coordinator::Watch(bool* done) {
     for (const WorkerView& w : cluster_.workers) {
       if (w.removed || w.left || !w.reachable || w.state != WorkerStatusResponse::RUNNING) continue;
       if (w.step <= cluster_.end_step) continue;
-      cluster_.report(absl::StrCat(w.control->name(), " runs past the early end at step ", cluster_.end_step,
-                                   " (at ", w.step, "): telling it"));
+      cluster_.report(absl::StrCat(w.control->name(), " runs past the early end at step ", cluster_.end_step, " (at ",
+                                   w.step, "): telling it"));
       cluster_.ResumeWorkers(cluster_.PauseWorkers(), "the early end");
       return absl::OkStatus();
     }
@@ -660,21 +703,20 @@ absl::Status Coordinator::Evaluate(int64_t step) {
 std::string JobSummary::ToJson() const {
   std::vector<std::string> m;
   for (const auto& [k, v] : metrics) m.push_back(absl::StrCat("\"", k, "\": ", v));
-  return absl::StrCat("{\n  \"job\": \"", job_name, "\",\n  \"metrics\": {", absl::StrJoin(m, ", "),
-                      "},\n  \"final_loss\": ", final_loss, ",\n  \"steps\": ", steps,
-                      ",\n  \"total_steps\": ", total_steps, ",\n  \"restored_from_step\": ", restored_from_step,
-                      ",\n  \"wall_seconds\": ", wall_seconds, ",\n  \"examples_per_sec\": ", examples_per_sec,
-                      ",\n  \"examples_per_sec_last_window\": ", examples_per_sec_last_window,
-                      ",\n  \"checkpoints\": [", absl::StrJoin(checkpoints, ", "), "],\n  \"checkpoint_dir\": \"",
-                      checkpoint_dir, "\",\n  \"failures_survived\": ", failures_survived,
-                      ",\n  \"failovers\": ", failovers, ",\n  \"rolled_back_steps\": ", rolled_back_steps,
-                      ",\n  \"rebuilds\": ", rebuilds,
-                      stopped_early_at_step < 0 ? ""
-                                                : absl::StrCat(",\n  \"stopped_early_at_step\": ", stopped_early_at_step),
-                      final_evaluation_error.empty()
-                          ? ""
-                          : absl::StrCat(",\n  \"final_evaluation_error\": ", JsonString(final_evaluation_error)),
-                      "\n}\n");
+  return absl::StrCat(
+      "{\n  \"job\": \"", job_name, "\",\n  \"metrics\": {", absl::StrJoin(m, ", "),
+      "},\n  \"final_loss\": ", final_loss, ",\n  \"steps\": ", steps, ",\n  \"total_steps\": ", total_steps,
+      ",\n  \"restored_from_step\": ", restored_from_step, ",\n  \"wall_seconds\": ", wall_seconds,
+      ",\n  \"examples_per_sec\": ", examples_per_sec,
+      ",\n  \"examples_per_sec_last_window\": ", examples_per_sec_last_window, ",\n  \"checkpoints\": [",
+      absl::StrJoin(checkpoints, ", "), "],\n  \"checkpoint_dir\": \"", checkpoint_dir,
+      "\",\n  \"failures_survived\": ", failures_survived, ",\n  \"failovers\": ", failovers,
+      ",\n  \"rolled_back_steps\": ", rolled_back_steps, ",\n  \"rebuilds\": ", rebuilds,
+      stopped_early_at_step < 0 ? "" : absl::StrCat(",\n  \"stopped_early_at_step\": ", stopped_early_at_step),
+      final_evaluation_error.empty()
+          ? ""
+          : absl::StrCat(",\n  \"final_evaluation_error\": ", JsonString(final_evaluation_error)),
+      "\n}\n");
 }
 
 }  // namespace psrt

@@ -67,6 +67,7 @@
 #include "common/optimizer.h"
 #include "common/plan/early_stopping.h"
 #include "common/plan/job_planner.h"
+#include "common/plan/warm_start.h"
 #include "common/rpc/channel_cache.h"
 #include "proto/chief_service.pb.h"
 
@@ -86,6 +87,10 @@ class Coordinator {
   // Plans the job, creates the variables, restores (or starts fresh, or
   // the step --restore names), takes the first checkpoint, starts workers.
   absl::Status Setup();
+  // job.warm_start's values when this is the job's first start (no
+  // committed checkpoint of its own, or --restore=never); nullopt otherwise.
+  // Errors (a source that does not fit) stop the job before it starts.
+  absl::StatusOr<std::optional<WarmStartValues>> ReadWarmStartIfFirst();
   absl::Status WaitForRegistration();
   // One pass of watching; sets *done when every worker has finished. The
   // decisions are the core's (WatchCore); this runs its probes and commands.

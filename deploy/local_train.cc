@@ -13,17 +13,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/plan/job_planner.h"
-#include "common/daemon.h"
-#include "common/optimizer.h"
-#include "common/status_macros.h"
-#include "glog/logging.h"
-#include "common/store/local_ps_client.h"
-#include "worker/device_select.h"
 #include "common/compute/clipping_step_runner.h"
 #include "common/compute/graph_step_runner.h"
+#include "common/daemon.h"
 #include "common/input/dataset.h"
 #include "common/input/source.h"
+#include "common/optimizer.h"
+#include "common/plan/job_planner.h"
+#include "common/plan/warm_start.h"
+#include "common/status_macros.h"
+#include "common/store/local_ps_client.h"
+#include "glog/logging.h"
+#include "worker/device_select.h"
 
 ABSL_FLAG(std::string, job, "", "Job file (.pbtxt). Required.");
 ABSL_FLAG(int, epochs, 0, "Override the job's epochs.");
@@ -32,7 +33,8 @@ ABSL_FLAG(std::string, summary, "", "Write a JSON summary here (default: the job
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or gpu: where the training steps run (evaluation stays on the CPU).");
 ABSL_FLAG(int, report_every, 100, "Steps between progress lines.");
-ABSL_FLAG(bool, shuffle, true, "Shuffle the training examples (false: the files' order, to line steps up with another trainer's).");
+ABSL_FLAG(bool, shuffle, true,
+          "Shuffle the training examples (false: the files' order, to line steps up with another trainer's).");
 ABSL_FLAG(std::string, loss_log, "", "Write each step's training loss here, one per line (a loss curve to compare).");
 
 namespace psrt {
@@ -54,6 +56,15 @@ absl::Status Train() {
   if (absl::GetFlag(FLAGS_steps) > 0) job.set_steps(absl::GetFlag(FLAGS_steps));
   ASSIGN_OR_RETURN(JobPlan plan, PlanJob(job, 1));
   RETURN_IF_ERROR(CheckTestSplit(job));
+  if (job.has_warm_start()) {
+    // No checkpoint of its own here: every run is a first start.
+    std::vector<VariableDef> variables;
+    for (const VariablePlacement& vp : plan.placement.variable()) variables.push_back(vp.variable());
+    ASSIGN_OR_RETURN(WarmStartValues warm, ReadWarmStart(job, variables));
+    ApplyWarmStart(warm, &plan.placement);
+    std::printf("warm start: %zu of %zu variables from %s\n", warm.values.size(), variables.size(),
+                warm.source.c_str());
+  }
 
   ASSIGN_OR_RETURN(int64_t examples, CountExamples(job.input(), job.input().train()));
   const int64_t per_epoch = (examples + job.input().batch_size() - 1) / job.input().batch_size();
@@ -88,10 +99,9 @@ absl::Status Train() {
     if (loss_log == nullptr) return absl::NotFoundError(absl::StrCat("--loss_log: cannot write ", path));
   }
   Evaluator evaluate = MakeEvaluator(job, plan, threads);
-  std::printf("training %s: %lld examples, batch %d, %lld steps (%lld per epoch), %s\n",
-              job.name().c_str(), static_cast<long long>(examples), job.input().batch_size(),
-              static_cast<long long>(steps), static_cast<long long>(per_epoch),
-              runner->device().c_str());
+  std::printf("training %s: %lld examples, batch %d, %lld steps (%lld per epoch), %s\n", job.name().c_str(),
+              static_cast<long long>(examples), job.input().batch_size(), static_cast<long long>(steps),
+              static_cast<long long>(per_epoch), runner->device().c_str());
 
   const absl::Time start = absl::Now();
   absl::Time window = start;
@@ -102,17 +112,16 @@ absl::Status Train() {
   std::vector<std::string> whole;
   for (const VariablePlacement& vp : plan.placement.variable()) {
     if (vp.variable().kind() == VariableDef::HASH_TABLE) {
-      return absl::UnimplementedError(absl::StrCat("variable ", vp.variable().name(),
-                                                   ": the in-process trainer cannot evaluate hash tables"));
+      return absl::UnimplementedError(
+          absl::StrCat("variable ", vp.variable().name(), ": the in-process trainer cannot evaluate hash tables"));
     }
     whole.push_back(vp.variable().name());
   }
   auto eval = [&](int64_t step) -> absl::Status {
     ASSIGN_OR_RETURN(TensorMap vars, client.Pull(whole, step));
     ASSIGN_OR_RETURN(last_eval, evaluate(vars, nullptr));
-    std::printf("eval after step %lld: test loss %.4f accuracy %.4f (%d examples)\n",
-                static_cast<long long>(step), last_eval["loss"], last_eval["accuracy"],
-                static_cast<int>(last_eval["examples"]));
+    std::printf("eval after step %lld: test loss %.4f accuracy %.4f (%d examples)\n", static_cast<long long>(step),
+                last_eval["loss"], last_eval["accuracy"], static_cast<int>(last_eval["examples"]));
     std::fflush(stdout);
     return absl::OkStatus();
   };
@@ -136,8 +145,8 @@ absl::Status Train() {
     window_examples += batch.size;
     if ((step + 1) % absl::GetFlag(FLAGS_report_every) == 0) {
       absl::Time now = absl::Now();
-      std::printf("step %lld/%lld epoch %d loss %.4f examples/s %.0f elapsed %s\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(steps),
+      std::printf("step %lld/%lld epoch %d loss %.4f examples/s %.0f elapsed %s\n", static_cast<long long>(step + 1),
+                  static_cast<long long>(steps),
                   // the last batch of an epoch starts the next pass (see the chief's progress line)
                   job.steps() <= 0 && job.epochs() > 0 ? std::min(batch.epoch + 1, job.epochs()) : batch.epoch + 1,
                   loss_avg, window_examples / absl::ToDoubleSeconds(now - window),
@@ -151,8 +160,8 @@ absl::Status Train() {
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   RETURN_IF_ERROR(eval(steps));
   double eps = static_cast<double>(steps) * job.input().batch_size() / wall;
-  std::printf("done: %lld steps in %.1f s (%.0f examples/s), test accuracy %.4f\n",
-              static_cast<long long>(steps), wall, eps, last_eval["accuracy"]);
+  std::printf("done: %lld steps in %.1f s (%.0f examples/s), test accuracy %.4f\n", static_cast<long long>(steps), wall,
+              eps, last_eval["accuracy"]);
   std::string summary = absl::GetFlag(FLAGS_summary).empty() ? job.summary_path() : absl::GetFlag(FLAGS_summary);
   if (!summary.empty()) {
     std::ofstream(summary) << absl::StrFormat(

@@ -40,8 +40,8 @@ absl::StatusOr<CheckpointManifest> SelectManifest(const std::string& dir, int64_
     manifest = *std::move(latest);
   } else {
     if (std::find(steps.begin(), steps.end(), step) == steps.end()) {
-      return absl::NotFoundError(absl::StrCat("no committed checkpoint at step ", step, " in ", dir,
-                                              " (it has steps ", absl::StrJoin(steps, ", "), ")"));
+      return absl::NotFoundError(absl::StrCat("no committed checkpoint at step ", step, " in ", dir, " (it has steps ",
+                                              absl::StrJoin(steps, ", "), ")"));
     }
     ASSIGN_OR_RETURN(manifest, store.Read(step));
   }
@@ -50,8 +50,9 @@ absl::StatusOr<CheckpointManifest> SelectManifest(const std::string& dir, int64_
 
 }  // namespace
 
-absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step) {
+absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step, int64_t* found_step) {
   ASSIGN_OR_RETURN(CheckpointManifest manifest, SelectManifest(dir, step));
+  if (found_step != nullptr) *found_step = manifest.step();
   if (!manifest.has_job()) {
     return absl::NotFoundError(absl::StrCat("the checkpoint of step ", manifest.step(), " in ", dir,
                                             " does not record its job (written before checkpoints did): give --job"));
@@ -60,8 +61,7 @@ absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step) {
 }
 
 absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
-                                                            const TrainingJob& job,
-                                                            const std::string& stores_dir) {
+                                                            const TrainingJob& job, const std::string& stores_dir) {
   ASSIGN_OR_RETURN(CheckpointManifest manifest, SelectManifest(dir, step));
   CheckpointVariables out;
   out.step = manifest.step();
@@ -82,7 +82,8 @@ absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& d
   read_options.check_variable = [&by_name](const VariableDef& saved, DataType dtype, const TensorShape& value) {
     auto it = by_name.find(saved.name());
     if (it == by_name.end()) {
-      return absl::FailedPreconditionError(absl::StrCat("variable ", saved.name(), " is not the job's (another model?)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("variable ", saved.name(), " is not the job's (another model?)"));
     }
     return FitsVariable(*it->second, saved, dtype, value);
   };

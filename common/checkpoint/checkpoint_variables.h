@@ -23,17 +23,19 @@ namespace psrt {
 
 struct CheckpointVariables {
   int64_t step = 0;
-  std::string job_name;                   // as the manifest recorded it
-  CompiledModel model;                    // the job's model, compiled
-  std::map<std::string, Tensor> values;   // every model variable but hash tables, whole
+  std::string job_name;                  // as the manifest recorded it
+  CompiledModel model;                   // the job's model, compiled
+  std::map<std::string, Tensor> values;  // every model variable but hash tables, whole
   // Hash tables, every id of every store in one state (value [n, dim] and
   // ids [n]): a table has no whole tensor, only the rows training made.
   std::map<std::string, VariableState> hash_tables;
 };
 
 // The job that wrote that checkpoint (CheckpointManifest.job); NOT_FOUND,
-// saying so, for a checkpoint written before manifests recorded it.
-absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step);
+// saying so, for a checkpoint written before manifests recorded it. Sets
+// *found_step (when given) to the step of the manifest it read, so that a
+// caller reads that checkpoint and not a newer one committed meanwhile.
+absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step, int64_t* found_step = nullptr);
 
 // The checkpoint at `step` of `dir` (step < 0: the newest one that
 // verifies) for `job`'s model. NOT_FOUND naming the directory when it is
@@ -45,8 +47,7 @@ absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step);
 // to it); empty: `dir` itself, where the chief and PS put them when the
 // daemons' --snapshot_dir is the directory above the checkpoint directory.
 absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
-                                                            const TrainingJob& job,
-                                                            const std::string& stores_dir = "");
+                                                            const TrainingJob& job, const std::string& stores_dir = "");
 
 }  // namespace psrt
 

@@ -1,23 +1,23 @@
 #include "common/plan/job_planner.h"
 
-#include <cstring>
-
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/compute/gradient_clipping.h"
+#include "common/compute/graph_step_runner.h"
+#include "common/graph/model_compiler.h"
+#include "common/input/dataset.h"
+#include "common/input/source.h"
+#include "common/optimizer.h"
 #include "common/plan/early_stopping.h"
 #include "common/plan/placement.h"
-#include "common/graph/model_compiler.h"
-#include "common/optimizer.h"
-#include "common/compute/gradient_clipping.h"
+#include "common/plan/warm_start.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "common/compute/graph_step_runner.h"
-#include "common/input/dataset.h"
-#include "common/input/source.h"
 
 namespace psrt {
 namespace {
@@ -47,21 +47,23 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
   Collector errors(source);
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &job)) {
-    return absl::InvalidArgumentError(errors.error().empty() ? absl::StrCat(source, ": unparsable job") : errors.error());
+    return absl::InvalidArgumentError(errors.error().empty() ? absl::StrCat(source, ": unparsable job")
+                                                             : errors.error());
   }
   // Before anything is built from the model: each layer and node costs
   // graph building, autodiff and placement.
   if (job.model().sequential().layer_size() > limits.max_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": model.sequential has ", job.model().sequential().layer_size(),
-                                                   " layers, more than the bound of ", limits.max_layers,
-                                                   " (--max_model_layers)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": model.sequential has ", job.model().sequential().layer_size(),
+                     " layers, more than the bound of ", limits.max_layers, " (--max_model_layers)"));
   }
   if (job.model().graph().node_size() > limits.max_graph_nodes) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": model.graph has ", job.model().graph().node_size(),
                                                    " nodes, more than the bound of ", limits.max_graph_nodes,
                                                    " (--max_graph_nodes)"));
   }
-  if (job.input().batch_size() <= 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size must be positive"));
+  if (job.input().batch_size() <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size must be positive"));
   // The workers' own bound (AssignmentLimits.max_batch_size): a job they
   // would all refuse is refused here, before anything starts.
   constexpr int kMaxBatchSize = 1 << 20;
@@ -69,20 +71,22 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
     return absl::InvalidArgumentError(absl::StrCat(source, ": input.batch_size is ", job.input().batch_size(),
                                                    "; at most ", kMaxBatchSize, " examples"));
   }
-  if (job.input().train().files_size() == 0) return absl::InvalidArgumentError(absl::StrCat(source, ": input.train lists no files"));
+  if (job.input().train().files_size() == 0)
+    return absl::InvalidArgumentError(absl::StrCat(source, ": input.train lists no files"));
   if (job.checkpoint().full_every() < 0 || job.checkpoint().full_every() > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": checkpoint.full_every is ", job.checkpoint().full_every(),
-                                                   "; want 0 (8) to 1000"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": checkpoint.full_every is ", job.checkpoint().full_every(), "; want 0 (8) to 1000"));
   }
   const LossDef& loss = job.model().loss();
   if (!(loss.label_smoothing() >= 0.0f && loss.label_smoothing() < 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": model.loss.label_smoothing is ",
-                                                   loss.label_smoothing(), "; it must be in [0, 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": model.loss.label_smoothing is ", loss.label_smoothing(), "; it must be in [0, 1)"));
   }
   if (loss.label_smoothing() > 0.0f && loss.kind() == LossDef::MEAN_SQUARED_ERROR) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": model.loss.label_smoothing is for the cross-entropies (SOFTMAX_CROSS_ENTROPY, "
-        "SIGMOID_CROSS_ENTROPY), not MEAN_SQUARED_ERROR"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source,
+                     ": model.loss.label_smoothing is for the cross-entropies (SOFTMAX_CROSS_ENTROPY, "
+                     "SIGMOID_CROSS_ENTROPY), not MEAN_SQUARED_ERROR"));
   }
   if (absl::Status m = CheckMetrics(job.model()); !m.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", m.message()));
@@ -97,6 +101,7 @@ absl::StatusOr<TrainingJob> ParseJob(const std::string& text, const std::string&
     if (s.ok()) s = CheckClipping(ClippingOf(job.optimizer()), "optimizer");
   }
   if (s.ok()) s = CheckEarlyStopping(job);
+  if (s.ok()) s = CheckWarmStartFields(job);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
   return job;
 }
@@ -110,7 +115,8 @@ absl::StatusOr<TrainingJob> LoadJob(const std::string& path, const JobLimits& li
   size_t got = 0;
   while (in && static_cast<int64_t>(got) <= limits.max_file_bytes) {
     if (got == text.size()) {
-      text.resize(std::min<size_t>(std::max<size_t>(2 * text.size(), 4096), static_cast<size_t>(limits.max_file_bytes) + 1));
+      text.resize(
+          std::min<size_t>(std::max<size_t>(2 * text.size(), 4096), static_cast<size_t>(limits.max_file_bytes) + 1));
     }
     in.read(&text[got], static_cast<std::streamsize>(text.size() - got));
     got += static_cast<size_t>(in.gcount());
@@ -127,6 +133,12 @@ absl::StatusOr<TrainingJob> LoadJob(const std::string& path, const JobLimits& li
   if (job.ok() && job->model().has_onnx() && slash != std::string::npos) {
     OnnxModel* onnx = job->mutable_model()->mutable_onnx();
     if (!onnx->path().empty() && onnx->path()[0] != '/') onnx->set_path(path.substr(0, slash + 1) + onnx->path());
+  }
+  // So is a warm start's source checkpoint.
+  if (job.ok() && job->has_warm_start() && slash != std::string::npos) {
+    WarmStartDef* warm = job->mutable_warm_start();
+    const std::string& from = warm->ckpt_to_initialize_from();
+    if (!from.empty() && from[0] != '/') warm->set_ckpt_to_initialize_from(path.substr(0, slash + 1) + from);
   }
   return job;
 }
@@ -167,16 +179,18 @@ int ReplicationFactor(const TrainingJob& job) { return std::max(1, job.replicati
 absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) {
   const int factor = job.replication().factor();
   if (factor < 0 || factor > 2) {
-    return absl::InvalidArgumentError(absl::StrCat("job.replication.factor: ", factor,
-                                                   " is not 1 or 2 (more replicas are not built)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job.replication.factor: ", factor, " is not 1 or 2 (more replicas are not built)"));
   }
   if (factor == 2 && IsCollective(job)) {
     return absl::InvalidArgumentError(
         "job.replication.factor: 2 replicates PS shards; only the parameter_server strategy has them");
   }
   if (factor == 2 && num_ps < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("job.replication.factor: 2 needs at least 2 ps tasks (a "
-                                                   "backup on another PS), the cluster has ", num_ps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job.replication.factor: 2 needs at least 2 ps tasks (a "
+                     "backup on another PS), the cluster has ",
+                     num_ps));
   }
   const int min_workers = job.failure().min_workers();
   if (min_workers < 0 || (min_workers > num_workers && num_workers > 0)) {
@@ -185,8 +199,8 @@ absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) 
   }
   const int max_workers = job.failure().max_workers();
   if (max_workers != 0 && (max_workers < num_workers || max_workers > kMaxElasticWorkers)) {
-    return absl::InvalidArgumentError(absl::StrCat("job.failure.max_workers: ", max_workers, " is not in [", num_workers,
-                                                   " (the cluster's workers), ", kMaxElasticWorkers, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("job.failure.max_workers: ", max_workers, " is not in [",
+                                                   num_workers, " (the cluster's workers), ", kMaxElasticWorkers, "]"));
   }
   if (max_workers > num_workers && IsCollective(job)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -196,16 +210,15 @@ absl::Status CheckStrategy(const TrainingJob& job, int num_ps, int num_workers) 
   if (IsMirrored(job)) {
     const std::string field = "job.strategy." + StrategyName(job);
     if (num_ps > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": the cluster has ", num_ps,
-          " ps tasks, which this strategy does not use (workers hold the variables); remove them "
-          "from the cluster spec"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": the cluster has ", num_ps,
+                       " ps tasks, which this strategy does not use (workers hold the variables); remove them "
+                       "from the cluster spec"));
     }
     if (num_workers < 1) return absl::InvalidArgumentError(absl::StrCat(field, ": the cluster has no worker"));
     if (!job.strategy().has_multi_worker_mirrored() && num_workers != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": runs on one worker, the cluster has ", num_workers,
-          " (for several, use multi_worker_mirrored with devices)"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": runs on one worker, the cluster has ", num_workers,
+                                                     " (for several, use multi_worker_mirrored with devices)"));
     }
     if (job.strategy().multi_worker_mirrored().collective_timeout_ms() < 0) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".collective_timeout_ms: negative"));
@@ -238,9 +251,9 @@ absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps) {
   if (IsMirrored(job)) {
     for (const VariableDef& v : model.variables) {
       if (v.kind() != VariableDef::DENSE) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "job.strategy.", StrategyName(job), ": ", v.name(),
-            " is an embedding table; mirrored strategies all-reduce dense variables only"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("job.strategy.", StrategyName(job), ": ", v.name(),
+                         " is an embedding table; mirrored strategies all-reduce dense variables only"));
       }
     }
     num_ps = 1;
@@ -296,8 +309,8 @@ namespace {
 // hash table among them, each table's rows for the batch's unique ids
 // (gathered from a whole table, or read by `read_rows`), as a step is fed.
 absl::StatusOr<GraphStepRunner::BatchEvaluation> EvaluateBatch(GraphStepRunner* runner,
-                                                           const std::map<std::string, Tensor>& variables,
-                                                           const RowReader& read_rows, const Batch& batch) {
+                                                               const std::map<std::string, Tensor>& variables,
+                                                               const RowReader& read_rows, const Batch& batch) {
   ASSIGN_OR_RETURN(RowRequest wanted, runner->SparseRows(batch));
   bool all_whole = true;
   for (const auto& [table, ids] : wanted) all_whole = all_whole && variables.count(table) > 0;
@@ -349,8 +362,7 @@ absl::Status CheckTestSplit(const TrainingJob& job) {
   if (job.input().test().files_size() == 0) return absl::OkStatus();
   auto cannot = [](absl::string_view why) {
     return absl::FailedPreconditionError(
-        absl::StrCat("input.test: the test split cannot be read, so the job would end with no final metric: ",
-                     why));
+        absl::StrCat("input.test: the test split cannot be read, so the job would end with no final metric: ", why));
   };
   absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Create(TestSplitOptions(job));
   if (!data.ok()) return cannot(data.status().message());
@@ -363,8 +375,8 @@ absl::Status CheckTestSplit(const TrainingJob& job) {
 
 Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads) {
   WorkerAssignment a = AssignmentOf(job, plan);
-  return [job, a, threads](const std::map<std::string, Tensor>& variables, const RowReader& read_rows)
-             -> absl::StatusOr<std::map<std::string, float>> {
+  return [job, a, threads](const std::map<std::string, Tensor>& variables,
+                           const RowReader& read_rows) -> absl::StatusOr<std::map<std::string, float>> {
     if (job.input().test().files_size() == 0) return absl::FailedPreconditionError("the job has no test split");
     ASSIGN_OR_RETURN(auto runner, GraphStepRunner::Create(a, threads));
     ASSIGN_OR_RETURN(auto data, Dataset::Create(TestSplitOptions(job)));

@@ -25,10 +25,8 @@ std::string HashShardText(const VariableDef& def) {
 
 // fn(begin, end) over [0, units) in one part, or with a pool in parts of
 // at least Variable::kMinPartElements elements on its threads.
-void InParts(WorkPool* pool, int64_t units, int64_t unit_elements,
-             const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t parts =
-      pool == nullptr ? 1 : pool->Parts(units * unit_elements, Variable::kMinPartElements);
+void InParts(WorkPool* pool, int64_t units, int64_t unit_elements, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t parts = pool == nullptr ? 1 : pool->Parts(units * unit_elements, Variable::kMinPartElements);
   if (parts == 1) {
     fn(0, units);
     return;
@@ -38,13 +36,11 @@ void InParts(WorkPool* pool, int64_t units, int64_t unit_elements,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def,
-                                                           const Optimizer* optimizer) {
+absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def, const Optimizer* optimizer) {
   return Create(def, optimizer, VariableLimits());
 }
 
-absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def,
-                                                           const Optimizer* optimizer,
+absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& def, const Optimizer* optimizer,
                                                            const VariableLimits& limits) {
   if (def.name().empty()) return absl::InvalidArgumentError("variable with no name");
   if (def.dtype() != DT_FLOAT) {
@@ -75,10 +71,9 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   if (def.kind() == VariableDef::HASH_TABLE) {
     dims[0] = 0;
   } else if (def.row_begin() != 0 || def.row_end() != 0) {
-    if (full.rank() == 0 || def.row_begin() < 0 || def.row_end() <= def.row_begin() ||
-        def.row_end() > full.dim(0)) {
-      return Bad(def, absl::StrCat("row slice [", def.row_begin(), ", ", def.row_end(),
-                                   ") does not fit shape ", full.ToString()));
+    if (full.rank() == 0 || def.row_begin() < 0 || def.row_end() <= def.row_begin() || def.row_end() > full.dim(0)) {
+      return Bad(def, absl::StrCat("row slice [", def.row_begin(), ", ", def.row_end(), ") does not fit shape ",
+                                   full.ToString()));
     }
     dims[0] = def.row_end() - def.row_begin();
   }
@@ -98,9 +93,8 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   const unsigned __int128 needed = bytes * static_cast<unsigned>(1 + num_slots);
   if (needed > static_cast<unsigned __int128>(limits.max_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "variable ", def.name(), " ", full.ToString(), " needs ", static_cast<uint64_t>(needed),
-        " bytes with its ", num_slots, " optimizer slots; this PS has ", limits.max_bytes,
-        " bytes left (--max_memory_mb)"));
+        "variable ", def.name(), " ", full.ToString(), " needs ", static_cast<uint64_t>(needed), " bytes with its ",
+        num_slots, " optimizer slots; this PS has ", limits.max_bytes, " bytes left (--max_memory_mb)"));
   }
   auto v = std::unique_ptr<Variable>(new Variable(def, TensorShape(dims), optimizer));
   v->max_hash_rows_ = limits.max_hash_rows;
@@ -118,8 +112,8 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   v->value_ = Tensor(DT_FLOAT, v->shape_);
   int64_t begin = def.row_end() > 0 ? def.row_begin() : 0;
   int64_t rows = full.rank() == 0 ? 1 : v->shape_.dim(0);
-  RETURN_IF_ERROR(InitializeRows(def.initializer(), full, def.seed(), def.name(), begin,
-                                 begin + rows, v->value_.data<float>()));
+  RETURN_IF_ERROR(
+      InitializeRows(def.initializer(), full, def.seed(), def.name(), begin, begin + rows, v->value_.data<float>()));
   if (def.kind() == VariableDef::FIXED_TABLE) v->touched_.assign(rows, 0);
   for (int i = 0; i < num_slots; ++i) {
     Tensor s(DT_FLOAT, v->shape_);
@@ -129,24 +123,36 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(const VariableDef& de
   return v;
 }
 
+namespace {
+
+VariableDef WithoutInitialTensor(const VariableDef& def) {
+  if (!def.initializer().has_tensor()) return def;
+  VariableDef out = def;
+  out.mutable_initializer()->clear_tensor();
+  return out;
+}
+
+}  // namespace
+
 Variable::Variable(const VariableDef& def, TensorShape shape, const Optimizer* optimizer)
     : def_(def),
+      snapshot_def_(WithoutInitialTensor(def)),
       shape_(std::move(shape)),
       row_elements_(shape_.rank() == 0 ? 1 : shape_.row_elements()),
       optimizer_(optimizer) {}
 
 absl::Status Variable::SameAs(const VariableDef& other) const {
   if (other.kind() != def_.kind() || other.dtype() != def_.dtype() ||
-      other.shape().SerializeAsString() != def_.shape().SerializeAsString() ||
-      other.row_begin() != def_.row_begin() || other.row_end() != def_.row_end() ||
-      other.hash_shard() != def_.hash_shard() || other.hash_shards() != def_.hash_shards()) {
+      other.shape().SerializeAsString() != def_.shape().SerializeAsString() || other.row_begin() != def_.row_begin() ||
+      other.row_end() != def_.row_end() || other.hash_shard() != def_.hash_shard() ||
+      other.hash_shards() != def_.hash_shards()) {
     ASSIGN_OR_RETURN(TensorShape theirs, TensorShape::FromProto(other.shape()));
     ASSIGN_OR_RETURN(TensorShape ours, TensorShape::FromProto(def_.shape()));
-    return Bad(def_, absl::StrCat("exists as ", VariableDef::Kind_Name(def_.kind()), " ",
-                                  ours.ToString(), " rows [", def_.row_begin(), ",", def_.row_end(),
-                                  "), asked for ", VariableDef::Kind_Name(other.kind()), " ",
-                                  theirs.ToString(), " rows [", other.row_begin(), ",",
-                                  other.row_end(), ")", HashShardText(other), " (ours", HashShardText(def_), ")"));
+    return Bad(
+        def_, absl::StrCat("exists as ", VariableDef::Kind_Name(def_.kind()), " ", ours.ToString(), " rows [",
+                           def_.row_begin(), ",", def_.row_end(), "), asked for ", VariableDef::Kind_Name(other.kind()),
+                           " ", theirs.ToString(), " rows [", other.row_begin(), ",", other.row_end(), ")",
+                           HashShardText(other), " (ours", HashShardText(def_), ")"));
   }
   return absl::OkStatus();
 }
@@ -204,16 +210,15 @@ absl::Status Variable::ApplyDense(const Tensor& grad, WorkPool* pool) {
 absl::Status Variable::CheckIds(const Tensor& ids) const {
   if (def_.kind() == VariableDef::DENSE) return Bad(def_, "a dense variable has no rows to pull");
   if (ids.dtype() != DT_INT64 || ids.shape().rank() != 1) {
-    return Bad(def_, absl::StrCat("ids must be int64 [n], got ", DataTypeName(ids.dtype()),
-                                  ids.shape().ToString()));
+    return Bad(def_, absl::StrCat("ids must be int64 [n], got ", DataTypeName(ids.dtype()), ids.shape().ToString()));
   }
   if (def_.kind() == VariableDef::FIXED_TABLE) {
     int64_t begin = def_.row_end() > 0 ? def_.row_begin() : 0;
     int64_t end = begin + shape_.dim(0);
     for (int64_t id : ids.span<int64_t>()) {
       if (id < begin || id >= end) {
-        return absl::InvalidArgumentError(absl::StrCat("variable ", def_.name(), ": id ", id,
-                                                       " is out of range [", begin, ", ", end, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable ", def_.name(), ": id ", id, " is out of range [", begin, ", ", end, ")"));
       }
     }
   }
@@ -248,9 +253,9 @@ absl::Status Variable::CheckRoomLocked(const int64_t* ids, int64_t n) const {
     if (!index_.contains(ids[i])) fresh.insert(ids[i]);
   }
   if (made + static_cast<int64_t>(fresh.size()) > max_hash_rows_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "variable ", def_.name(), ": ", fresh.size(), " new ids would make ", made + fresh.size(),
-        " rows, over the limit of ", max_hash_rows_, " (--max_hash_table_rows)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("variable ", def_.name(), ": ", fresh.size(), " new ids would make ", made + fresh.size(),
+                     " rows, over the limit of ", max_hash_rows_, " (--max_hash_table_rows)"));
   }
   return absl::OkStatus();
 }
@@ -286,9 +291,8 @@ absl::StatusOr<Tensor> Variable::ReadRows(const Tensor& ids, BufferPool* pool, b
   const int64_t n = ids.NumElements();
   const int64_t dim = def_.shape().dim(1);
   TensorShape shape({n, dim});
-  Tensor out = pool != nullptr
-                   ? Tensor(DT_FLOAT, shape, pool->Allocate(n * dim * sizeof(float)))
-                   : Tensor(DT_FLOAT, shape);
+  Tensor out =
+      pool != nullptr ? Tensor(DT_FLOAT, shape, pool->Allocate(n * dim * sizeof(float))) : Tensor(DT_FLOAT, shape);
   if (!make_rows && def_.kind() == VariableDef::HASH_TABLE) {
     absl::ReaderMutexLock lock(&mu_);
     for (int64_t i = 0; i < n; ++i) {
@@ -319,8 +323,8 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads, WorkPoo
   const int64_t n = ids.NumElements();
   const int64_t dim = def_.shape().dim(1);
   if (grads.dtype() != DT_FLOAT || grads.shape() != TensorShape({n, dim})) {
-    return Bad(def_, absl::StrCat("row gradients must be float32[", n, ",", dim, "], got ",
-                                  DataTypeName(grads.dtype()), grads.shape().ToString()));
+    return Bad(def_, absl::StrCat("row gradients must be float32[", n, ",", dim, "], got ", DataTypeName(grads.dtype()),
+                                  grads.shape().ToString()));
   }
   // Sum the gradients of repeated ids, so each row gets one update. The
   // usual case (ids already unique, as workers send them) reads the
@@ -333,7 +337,7 @@ absl::Status Variable::ApplyRows(const Tensor& ids, const Tensor& grads, WorkPoo
   unique.reserve(n);
   std::vector<const float*> source;  // the gradient row of each unique id
   source.reserve(n);
-  std::vector<std::vector<float>> sums;  // for ids seen more than once
+  std::vector<std::vector<float>> sums;         // for ids seen more than once
   absl::flat_hash_map<int64_t, size_t> sum_of;  // unique index -> sums index
   for (int64_t i = 0; i < n; ++i) {
     auto [it, inserted] = first.emplace(id_data[i], static_cast<int64_t>(unique.size()));
@@ -392,15 +396,15 @@ int64_t Variable::rows() const {
 
 VariableState Variable::CopyState(BufferPool* pool) const {
   absl::ReaderMutexLock lock(&mu_);
-  return CopyStateLocked(pool);
+  return CopyStateLocked(pool, def_);
 }
 
 VariableState Variable::CopyForSnapshot(BufferPool* pool, bool delta) {
   absl::MutexLock lock(&mu_);
-  if (def_.kind() == VariableDef::DENSE) return CopyStateLocked(pool);
+  if (def_.kind() == VariableDef::DENSE) return CopyStateLocked(pool, snapshot_def_);
   VariableState s;
   if (!delta) {
-    s = CopyStateLocked(pool);
+    s = CopyStateLocked(pool, snapshot_def_);
   } else {
     // Sorted: the rows are gathered front to back.
     std::sort(touched_rows_.begin(), touched_rows_.end());
@@ -415,7 +419,7 @@ VariableState Variable::CopyForSnapshot(BufferPool* pool, bool delta) {
       }
       return t;
     };
-    s.def = def_;
+    s.def = snapshot_def_;
     s.updates = updates_;
     s.delta = true;
     s.value = gather(value_);
@@ -424,7 +428,8 @@ VariableState Variable::CopyForSnapshot(BufferPool* pool, bool delta) {
     // A fixed table's ids are its row numbers (row_begin + row).
     const int64_t begin = def_.row_end() > 0 ? def_.row_begin() : 0;
     for (int64_t i = 0; i < k; ++i) {
-      s.ids.data<int64_t>()[i] = def_.kind() == VariableDef::HASH_TABLE ? ids_[touched_rows_[i]] : begin + touched_rows_[i];
+      s.ids.data<int64_t>()[i] =
+          def_.kind() == VariableDef::HASH_TABLE ? ids_[touched_rows_[i]] : begin + touched_rows_[i];
     }
   }
   for (int64_t row : touched_rows_) touched_[row] = 0;
@@ -432,9 +437,9 @@ VariableState Variable::CopyForSnapshot(BufferPool* pool, bool delta) {
   return s;
 }
 
-VariableState Variable::CopyStateLocked(BufferPool* pool) const {
+VariableState Variable::CopyStateLocked(BufferPool* pool, const VariableDef& def) const {
   VariableState s;
-  s.def = def_;
+  s.def = def;
   s.updates = updates_;
   auto copy = [pool](const Tensor& t) { return pool != nullptr ? pool->Copy(t) : t.Copy(); };
   if (def_.kind() != VariableDef::HASH_TABLE) {
@@ -460,8 +465,9 @@ absl::Status Variable::CheckState(const VariableState& state) const {
   RETURN_IF_ERROR(SameAs(saved));
   const int num_slots = SlotsOf(def_, optimizer_->num_slots());
   if (state.slots.size() != static_cast<size_t>(num_slots)) {
-    return Bad(def_, absl::StrCat("snapshot has ", state.slots.size(), " optimizer slots, ",
-                                  def_.has_moving_average() ? "a moving average" : optimizer_->name(), " needs ", num_slots));
+    return Bad(def_,
+               absl::StrCat("snapshot has ", state.slots.size(), " optimizer slots, ",
+                            def_.has_moving_average() ? "a moving average" : optimizer_->name(), " needs ", num_slots));
   }
   // The value's shape: ours, or [n, dim] for a hash table of n ids.
   TensorShape expected = shape_;
@@ -480,13 +486,12 @@ absl::Status Variable::CheckState(const VariableState& state) const {
   }
   if (state.value.dtype() != DT_FLOAT || state.value.shape() != expected) {
     return Bad(def_, absl::StrCat("snapshot value is ", DataTypeName(state.value.dtype()),
-                                  state.value.shape().ToString(), ", expected float32",
-                                  expected.ToString()));
+                                  state.value.shape().ToString(), ", expected float32", expected.ToString()));
   }
   for (const Tensor& t : state.slots) {
     if (t.dtype() != DT_FLOAT || t.shape() != expected) {
-      return Bad(def_, absl::StrCat("snapshot slot is ", DataTypeName(t.dtype()),
-                                    t.shape().ToString(), ", expected float32", expected.ToString()));
+      return Bad(def_, absl::StrCat("snapshot slot is ", DataTypeName(t.dtype()), t.shape().ToString(),
+                                    ", expected float32", expected.ToString()));
     }
   }
   return absl::OkStatus();

@@ -23,8 +23,8 @@
 #include "common/buffer_pool.h"
 #include "common/optimizer.h"
 #include "common/snapshot/variable_state.h"
-#include "common/transport/ps_types.h"
 #include "common/tensor.h"
+#include "common/transport/ps_types.h"
 #include "common/work_pool.h"
 #include "proto/ps_service.pb.h"
 
@@ -44,11 +44,9 @@ class Variable {
   // initializer. Refuses bad definitions, naming the variable.
   // A variable larger than limits.max_bytes is refused with
   // RESOURCE_EXHAUSTED before anything is allocated.
-  static absl::StatusOr<std::unique_ptr<Variable>> Create(const VariableDef& def,
-                                                          const Optimizer* optimizer,
+  static absl::StatusOr<std::unique_ptr<Variable>> Create(const VariableDef& def, const Optimizer* optimizer,
                                                           const struct VariableLimits& limits);
-  static absl::StatusOr<std::unique_ptr<Variable>> Create(const VariableDef& def,
-                                                          const Optimizer* optimizer);
+  static absl::StatusOr<std::unique_ptr<Variable>> Create(const VariableDef& def, const Optimizer* optimizer);
 
   const VariableDef& def() const { return def_; }
   const TensorShape& shape() const { return shape_; }  // of what this PS holds
@@ -114,12 +112,18 @@ class Variable {
     touched_[row] = 1;
     touched_rows_.push_back(row);
   }
-  VariableState CopyStateLocked(BufferPool* pool) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The state with `def` as its definition (def_, or snapshot_def_).
+  VariableState CopyStateLocked(BufferPool* pool, const VariableDef& def) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Before an in-place update: gives value_ storage of its own if a Read()
   // result still shares it.
   void UnshareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const VariableDef def_;
+  // What a snapshot records: def_ without the values of a TENSOR initializer
+  // (an imported model's or a warm start's), which the snapshot's own value
+  // supersedes; copied in the snapshot's pause and written to every index
+  // otherwise. Nothing reads a snapshot's initializer.
+  const VariableDef snapshot_def_;
   const TensorShape shape_;
   const int64_t row_elements_;
   const Optimizer* const optimizer_;
