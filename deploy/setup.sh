@@ -22,7 +22,7 @@ BUILD_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev librocksdb-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev
-  libssl-dev libgloo-dev libleveldb-dev
+  libssl-dev libgloo-dev libleveldb-dev libre2-dev
   # HDF5 (serial): the .weights.h5 files //chief:export writes for Keras 3
   libhdf5-dev
   # PNG and JPEG images in TFRecord features (decode: ENCODED_IMAGE)
