@@ -9,6 +9,9 @@
      the loaded state gives the weights psrt's own update rule
      (common/optimizer.cc, written out below in float32 numpy) gives from
      psrt's checkpointed weights and slots with the same gradient, to 1e-6;
+     the gradients and Keras' weights after the step are written to
+     raw_dir (grad<i>.bin, keras_after<i>.bin) for the C++ test to apply
+     psrt's Optimizer itself to;
   3. the same step in a Keras model whose optimizer was built by hand
      (keras.optimizers.<Class>(...), slots assigned by name from psrt's raw
      values) gives the same weights as the loaded one, to 1e-7;
@@ -201,6 +204,11 @@ def main():
     grads = [g.numpy() for g in tape.gradient(loss, weights)]
     expected = [psrt_update(hp, value, g, slots, updates + 1) for (name, value, slots), g in zip(raw, grads)]
     model.train_on_batch(x, y)
+    # For the C++ test, which applies psrt's own Optimizer to the same
+    # gradients: each gradient and Keras' weight after the step.
+    for i, (g, w) in enumerate(zip(grads, weights)):
+        g.astype(np.float32).tofile(os.path.join(a.raw_dir, "grad%d.bin" % i))
+        w.numpy().astype(np.float32).tofile(os.path.join(a.raw_dir, "keras_after%d.bin" % i))
     if int(opt.iterations.numpy()) != updates + 1:
         fail("iterations after one step: %d" % int(opt.iterations.numpy()))
     worst = max(float(np.max(np.abs(w.numpy() - e))) for w, e in zip(weights, expected))
