@@ -2,7 +2,7 @@
 // runtimes read.
 //
 //   bazel run //chief:export -- --checkpoint_dir=DIR [--step=S] [--job=JOB.pbtxt]
-//           --format=weights_h5|keras|tf|onnx --out=PATH [--evaluate]
+//           --format=weights_h5|keras|tf|onnx --out=PATH [--include_optimizer] [--evaluate]
 //
 // A checkpoint records the job that wrote it (CheckpointManifest.job), so
 // --job is needed only for checkpoints from before it did; a --job whose
@@ -10,7 +10,9 @@
 //
 // --format=weights_h5 writes the .weights.h5 file Keras 3's
 // model.load_weights takes, and --format=keras the .keras file
-// keras.models.load_model opens (chief/export_formats/keras_saving.h).
+// keras.models.load_model opens (chief/export_formats/keras_saving.h); with
+// --include_optimizer also the compiled optimizer in the checkpoint's state
+// (chief/export_formats/keras_optimizer.h says which optimizers and how).
 // --format=tf writes a TensorFlow checkpoint, PATH.index and
 // PATH.data-00000-of-00001 (tf.train.load_checkpoint reads every variable
 // bit for bit), laid out for a Keras 3 model built from the job's layer

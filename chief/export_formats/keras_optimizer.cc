@@ -39,7 +39,8 @@ absl::Status Refused(const std::string& optimizer, const std::string& why) {
 }
 
 absl::StatusOr<Mapping> MapOptimizer(const OptimizerDef& def) {
-  if (def.has_schedule()) {
+  // A constant rate with no warm-up (or an empty schedule {}) is no schedule.
+  if (def.schedule().kind() != LearningRateSchedule::CONSTANT || def.schedule().warmup_steps() > 0) {
     const auto* kind = def.GetDescriptor()->FindFieldByNumber(def.kind_case());
     return Refused(absl::StrCat(kind == nullptr ? "(none)" : kind->name(), " with a learning-rate schedule"),
                    "psrt evaluates the schedule at the update's own 1-based count and Keras at the count before "

@@ -118,6 +118,8 @@ TEST(KerasOptimizerTest, WhatKerasCannotCarryOnIsRefusedSayingWhy) {
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << c.optimizer;
     EXPECT_TRUE(absl::StrContains(s.message(), c.said)) << s;
   }
+  EXPECT_TRUE(CheckKerasOptimizer(Mlp("adam { learning_rate: 0.1 } schedule { kind: CONSTANT }")).ok());
+  EXPECT_FALSE(CheckKerasOptimizer(Mlp("adam { learning_rate: 0.1 } schedule { warmup_steps: 5 }")).ok());
   TrainingJob smoothed = Mlp("adam { learning_rate: 0.1 }");
   smoothed.mutable_model()->mutable_loss()->set_label_smoothing(0.1f);
   EXPECT_TRUE(absl::StrContains(CheckKerasOptimizer(smoothed).message(), "label_smoothing"))
