@@ -2,7 +2,7 @@
 // runtimes read.
 //
 //   bazel run //chief:export -- --checkpoint_dir=DIR [--step=S] [--job=JOB.pbtxt]
-//           --format=weights_h5|keras|tf|onnx --out=PATH [--evaluate]
+//           --format=weights_h5|keras|tf|onnx --out=PATH [--include_optimizer] [--evaluate]
 //
 // A checkpoint records the job that wrote it (CheckpointManifest.job), so
 // --job is needed only for checkpoints from before it did; a --job whose
@@ -10,7 +10,9 @@
 //
 // --format=weights_h5 writes the .weights.h5 file Keras 3's
 // model.load_weights takes, and --format=keras the .keras file
-// keras.models.load_model opens (chief/export_formats/keras_saving.h).
+// keras.models.load_model opens (chief/export_formats/keras_saving.h); with
+// --include_optimizer also the compiled optimizer in the checkpoint's state
+// (chief/export_formats/keras_optimizer.h says which optimizers and how).
 // --format=tf writes a TensorFlow checkpoint, PATH.index and
 // PATH.data-00000-of-00001 (tf.train.load_checkpoint reads every variable
 // bit for bit), laid out for a Keras 3 model built from the job's layer
@@ -22,23 +24,27 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/flags_help.h"
-#include "common/checkpoint/checkpoint_variables.h"
 #include "chief/export_formats/keras_checkpoint.h"
 #include "chief/export_formats/keras_saving.h"
 #include "chief/export_formats/onnx_export.h"
+#include "common/checkpoint/checkpoint_slots.h"
+#include "common/checkpoint/checkpoint_variables.h"
+#include "common/flags_help.h"
 #include "common/plan/job_flags.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "common/plan/job_planner.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 
-ABSL_FLAG(std::string, job, "", "The job file (.pbtxt) the checkpoint was trained with. Optional: a checkpoint records its job, and a --job whose model differs from it is refused.");
+ABSL_FLAG(std::string, job, "",
+          "The job file (.pbtxt) the checkpoint was trained with. Optional: a checkpoint records its job, and a --job "
+          "whose model differs from it is refused.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "The job's checkpoint directory (checkpoint.dir). Required.");
 ABSL_FLAG(int64_t, step, -1, "The committed step to export (default: the newest that verifies).");
 ABSL_FLAG(std::string, format, "",
@@ -47,6 +53,10 @@ ABSL_FLAG(std::string, format, "",
 ABSL_FLAG(std::string, out, "",
           "weights_h5, keras, onnx: the file (Keras wants the names to end .weights.h5 and .keras); "
           "tf: the checkpoint prefix (writes PATH.index, PATH.data-00000-of-00001, PATH.keras.json). Required.");
+ABSL_FLAG(bool, include_optimizer, false,
+          "keras: also carry the optimizer (compile_config and its variables: iterations, learning rate, slots), "
+          "as model.save(include_optimizer=True) does, so training resumes in Keras where psrt left off. Only "
+          "sgd, momentum, adam, adamw and rmsprop without a learning-rate schedule; others are refused saying why.");
 ABSL_FLAG(bool, evaluate, false, "Also print psrt's metrics of the exported weights on the job's test split.");
 
 namespace psrt {
@@ -55,7 +65,7 @@ namespace {
 constexpr char kUsage[] =
     "Exports a committed psrt checkpoint for Keras 3, TensorFlow or ONNX Runtime.\n"
     "Usage: export --checkpoint_dir=DIR [--step=S] [--job=JOB.pbtxt] --format=weights_h5|keras|tf|onnx\n"
-    "              --out=PATH [--evaluate]\n"
+    "              --out=PATH [--include_optimizer] [--evaluate]\n"
     "(the checkpoint records its job; --job only for checkpoints older than that, and refused when its\n"
     "model differs from the recorded one)\n"
     "\n"
@@ -66,6 +76,13 @@ constexpr char kUsage[] =
     "keras: PATH (name it *.keras), the file model.save writes: config.json (a keras.Sequential of the\n"
     "      job's layers), metadata.json and model.weights.h5 (as weights_h5). No code of yours needed:\n"
     "        model = keras.models.load_model(\"PATH\")\n"
+    "      --include_optimizer (keras only; off by default): the file also holds the compiled optimizer, as\n"
+    "      model.save writes it: config.json's compile_config (the optimizer with the job's hyperparameters,\n"
+    "      the loss, the metrics) and model.weights.h5's optimizer/vars (iterations = the variables' update\n"
+    "      count, the learning rate, the slots), so model.fit/train_on_batch carries on the same run.\n"
+    "      sgd, momentum (Keras' SGD slot is -learning_rate times psrt's accumulator), adam, adamw and\n"
+    "      rmsprop; adagrad (epsilon placed otherwise), ftrl and any learning-rate schedule are refused,\n"
+    "      saying why (nothing is written).\n"
     "      Layers exported (both formats): dense, conv2d, max_pool2d, flatten, dropout, activation; an\n"
     "      embedding (a sum or mean over variable-length ids) or a layer with named inputs is refused,\n"
     "      naming it. A checkpoint variable no layer has, or one a layer lacks, is an error naming it.\n"
@@ -118,6 +135,10 @@ absl::Status Export() {
         absl::StrCat("--format must be weights_h5, keras, tf or onnx, not \"", format, "\""));
   }
   if (out.empty()) return absl::InvalidArgumentError("--out=PATH is required");
+  const bool include_optimizer = absl::GetFlag(FLAGS_include_optimizer);
+  if (include_optimizer && format != "keras") {
+    return absl::InvalidArgumentError("--include_optimizer is for --format=keras only");
+  }
   ASSIGN_OR_RETURN(JobLimits limits, JobLimitsFromFlags());
   // The checkpoint's own job (manifests record it), or --job; a --job
   // whose model is not the recorded one is refused saying so.
@@ -131,11 +152,14 @@ absl::Status Export() {
   } else {
     ASSIGN_OR_RETURN(job, LoadJob(job_path, limits));
   }
+  // Refused before any store is read: an optimizer Keras cannot carry on.
+  if (include_optimizer) RETURN_IF_ERROR(CheckKerasOptimizer(job));
   const bool mismatch = !job_path.empty() && recorded.ok() &&
                         !google::protobuf::util::MessageDifferencer::Equals(recorded->model(), job.model());
   const std::string mismatch_said =
       mismatch ? absl::StrCat("--job=", job_path, " does not match this checkpoint: its model is not the one job \"",
-                              recorded->name(), "\" trained, which the checkpoint records (leave --job out to export "
+                              recorded->name(),
+                              "\" trained, which the checkpoint records (leave --job out to export "
                               "that one)")
                : "";
   absl::StatusOr<CheckpointVariables> read = ReadCheckpointVariables(dir, step, job);
@@ -146,19 +170,29 @@ absl::Status Export() {
   if (mismatch) return absl::FailedPreconditionError(mismatch_said);
   CheckpointVariables ckpt = *std::move(read);
   if (!ckpt.job_name.empty() && ckpt.job_name != job.name()) {
-    std::fprintf(stderr, "warning: the checkpoint was written by job \"%s\", --job is \"%s\"\n",
-                 ckpt.job_name.c_str(), job.name().c_str());
+    std::fprintf(stderr, "warning: the checkpoint was written by job \"%s\", --job is \"%s\"\n", ckpt.job_name.c_str(),
+                 job.name().c_str());
   }
   if (format == "tf") {
     RETURN_IF_ERROR(WriteKerasCheckpoint(job, ckpt.values, out));
     std::printf("step %lld: %zu variables -> %s (+ .data-00000-of-00001, .keras.json)\n",
                 static_cast<long long>(ckpt.step), ckpt.values.size(), (out + ".index").c_str());
   } else if (format == "weights_h5" || format == "keras") {
-    ASSIGN_OR_RETURN(std::string bytes,
-                     format == "keras" ? KerasArchive(job, ckpt.values) : KerasWeightsH5(job, ckpt.values));
+    std::optional<KerasOptimizerState> optimizer;
+    if (include_optimizer) {
+      ASSIGN_OR_RETURN(CheckpointSlots slots, ReadCheckpointSlots(dir, ckpt.step, job));
+      ASSIGN_OR_RETURN(optimizer, KerasOptimizer(job, slots));
+    }
+    ASSIGN_OR_RETURN(std::string bytes, format == "keras"
+                                            ? KerasArchive(job, ckpt.values, optimizer ? &*optimizer : nullptr)
+                                            : KerasWeightsH5(job, ckpt.values));
     RETURN_IF_ERROR(WriteFileAtomically(bytes, out));
-    std::printf("step %lld: %zu variables -> %s (%zu bytes)\n", static_cast<long long>(ckpt.step),
-                ckpt.values.size(), out.c_str(), bytes.size());
+    std::printf("step %lld: %zu variables -> %s (%zu bytes)\n", static_cast<long long>(ckpt.step), ckpt.values.size(),
+                out.c_str(), bytes.size());
+    if (optimizer) {
+      std::printf("optimizer %s: %zu variables (iterations %lld)\n", optimizer->name.c_str(),
+                  optimizer->variables.size(), static_cast<long long>(*optimizer->variables[0].data<int64_t>()));
+    }
   } else {
     ASSIGN_OR_RETURN(onnx::ModelProto model, ExportOnnx(job, ckpt.model, ckpt.values));
     RETURN_IF_ERROR(WriteFileAtomically(model.SerializeAsString(), out));

@@ -66,7 +66,7 @@ INSTANTIATE_TEST_SUITE_P(
         Binary{"worker/evaluator", Plus({"job", "checkpoint_dir", "http_port", "cluster_spec", "task"}, kJobFlags),
                {"tls_ca", "auth_token_file"}},
         Binary{"chief/checkpoints", {"step", "variable", "verify"}},
-        Binary{"chief/export", Plus({"job", "checkpoint_dir", "format", "out"}, kJobFlags)},
+        Binary{"chief/export", Plus({"job", "checkpoint_dir", "format", "out", "include_optimizer"}, kJobFlags)},
         Binary{"chief/core/sim", {"seeds", "first", "seed"}},
         Binary{"deploy/local_cluster", {"job", "cluster_spec", "ps", "workers", "kill"}},
         Binary{"deploy/local_train", {"job", "device", "epochs"}}),

@@ -94,18 +94,31 @@ absl::Status H5Writer::AddGroup(const std::string& path,
 }
 
 absl::Status H5Writer::AddFloatDataset(const std::string& path, const Tensor& t) {
+  return AddDataset(path, t, DT_FLOAT);
+}
+
+absl::Status H5Writer::AddInt64Dataset(const std::string& path, const Tensor& t) {
+  return AddDataset(path, t, DT_INT64);
+}
+
+absl::Status H5Writer::AddDataset(const std::string& path, const Tensor& t, DataType dtype) {
   if (auto s = CheckPath(path); !s.ok()) return s;
-  if (t.dtype() != DT_FLOAT) {
-    return absl::InvalidArgumentError(absl::StrCat("HDF5: ", path, " must be float32, is ", DataTypeName(t.dtype())));
+  if (t.dtype() != dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HDF5: ", path, " must be ", DataTypeName(dtype), ", is ", DataTypeName(t.dtype())));
   }
+  const bool is_float = dtype == DT_FLOAT;
   std::vector<hsize_t> dims(t.shape().dims().begin(), t.shape().dims().end());
-  hid_t space = dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  hid_t space =
+      dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
   if (space < 0) return Failed(absl::StrCat("make dataspace ", t.shape().ToString(), " for"), path);
   absl::Cleanup close_space = [space] { H5Sclose(space); };
-  hid_t ds = H5Dcreate2(file_, path.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t ds = H5Dcreate2(file_, path.c_str(), is_float ? H5T_IEEE_F32LE : H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                        H5P_DEFAULT);
   if (ds < 0) return Failed("create dataset", path);
   absl::Cleanup close_ds = [ds] { H5Dclose(ds); };
-  if (t.NumElements() > 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) < 0) {
+  if (t.NumElements() > 0 &&
+      H5Dwrite(ds, is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) < 0) {
     return Failed("write dataset", path);
   }
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 // An HDF5 file built in memory with Debian's libhdf5 (its "core" driver,
 // no backing file), for the .weights.h5 files Keras 3 reads with h5py:
-// groups with string attributes and float32 datasets, nothing more.
+// groups with string attributes and float32 (and int64) datasets, nothing
+// more.
 //
 //   ASSIGN_OR_RETURN(auto h5, H5Writer::Create());
 //   RETURN_IF_ERROR(h5->AddGroup("layers/dense/vars", {{"name", "dense_1"}}));
@@ -45,11 +46,16 @@ class H5Writer {
   // a tensor that is not DT_FLOAT; INTERNAL naming the path if libhdf5 fails.
   absl::Status AddFloatDataset(const std::string& path, const Tensor& t);
 
+  // The same for a DT_INT64 tensor (little-endian int64, as numpy's int64
+  // Keras writes an optimizer's iteration count with).
+  absl::Status AddInt64Dataset(const std::string& path, const Tensor& t);
+
   // Closes the file and returns its bytes. Nothing may be called after.
   absl::StatusOr<std::string> Finish();
 
  private:
   explicit H5Writer(int64_t file) : file_(file) {}
+  absl::Status AddDataset(const std::string& path, const Tensor& t, DataType dtype);
 
   int64_t file_;  // hid_t; negative once closed
 };

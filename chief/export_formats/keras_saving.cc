@@ -49,15 +49,13 @@ absl::Status CheckVariable(const LayerDef& l, const std::string& layer, const st
   if (ok) return absl::OkStatus();
   std::vector<std::string> dims;
   for (int64_t d : want) dims.push_back(d < 0 ? "?" : absl::StrCat(d));
-  return absl::FailedPreconditionError(absl::StrCat("variable ", variable, " is ", DataTypeName(t.dtype()), " ",
-                                                    t.shape().ToString(), "; layer ", layer,
-                                                    " needs float32 [", absl::StrJoin(dims, ","),
-                                                    "] (is the job the one that wrote the checkpoint?)"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("variable ", variable, " is ", DataTypeName(t.dtype()), " ", t.shape().ToString(), "; layer ", layer,
+                   " needs float32 [", absl::StrJoin(dims, ","), "] (is the job the one that wrote the checkpoint?)"));
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> KerasWeightsH5(const TrainingJob& job, const std::map<std::string, Tensor>& values) {
+absl::StatusOr<std::string> WeightsH5(const TrainingJob& job, const std::map<std::string, Tensor>& values,
+                                      const KerasOptimizerState* optimizer) {
   ASSIGN_OR_RETURN(std::vector<KerasLayer> layers, KerasLayers(job));
   const auto& defs = job.model().sequential().layer();
   ASSIGN_OR_RETURN(std::unique_ptr<H5Writer> h5, H5Writer::Create());
@@ -89,10 +87,24 @@ absl::StatusOr<std::string> KerasWeightsH5(const TrainingJob& job, const std::ma
                                                         "(is the job the one that wrote the checkpoint?)"));
     }
   }
+  if (optimizer != nullptr) {
+    RETURN_IF_ERROR(h5->AddGroup("optimizer/vars", {{"name", optimizer->name}}));
+    for (size_t i = 0; i < optimizer->variables.size(); ++i) {
+      const Tensor& t = optimizer->variables[i];
+      const std::string path = absl::StrCat("optimizer/vars/", i);
+      RETURN_IF_ERROR(t.dtype() == DT_INT64 ? h5->AddInt64Dataset(path, t) : h5->AddFloatDataset(path, t));
+    }
+  }
   return h5->Finish();
 }
 
-absl::StatusOr<std::string> KerasModelConfig(const TrainingJob& job) {
+}  // namespace
+
+absl::StatusOr<std::string> KerasWeightsH5(const TrainingJob& job, const std::map<std::string, Tensor>& values) {
+  return WeightsH5(job, values, /*optimizer=*/nullptr);
+}
+
+absl::StatusOr<std::string> KerasModelConfig(const TrainingJob& job, const std::string& compile_config_json) {
   ASSIGN_OR_RETURN(std::vector<KerasLayer> layers, KerasLayers(job));
   ASSIGN_OR_RETURN(std::vector<int64_t> shape, KerasInputShape(job));
   std::string input_name = "input_layer";
@@ -102,27 +114,30 @@ absl::StatusOr<std::string> KerasModelConfig(const TrainingJob& job) {
       break;
     }
   }
-  std::vector<std::string> items = {absl::StrCat(
-      "{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null",
-      shape.empty() ? "" : ", ", absl::StrJoin(shape, ", "), "], \"dtype\": \"float32\", \"name\": ",
-      JsonString(input_name), "}, \"registered_name\": null}")};
+  std::vector<std::string> items = {
+      absl::StrCat("{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null",
+                   shape.empty() ? "" : ", ", absl::StrJoin(shape, ", "),
+                   "], \"dtype\": \"float32\", \"name\": ", JsonString(input_name), "}, \"registered_name\": null}")};
   for (const KerasLayer& k : layers) {
     items.push_back(absl::StrCat("{\"module\": \"keras.layers\", \"class_name\": \"", k.class_name,
                                  "\", \"config\": ", k.config_json, ", \"registered_name\": null}"));
   }
-  return absl::StrCat("{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": ",
-                      JsonString(ModelName(job)), ", \"trainable\": true, \"layers\": [\n  ",
-                      absl::StrJoin(items, ",\n  "), "\n]}, \"registered_name\": null}\n");
+  return absl::StrCat(
+      "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": ", JsonString(ModelName(job)),
+      ", \"trainable\": true, \"layers\": [\n  ", absl::StrJoin(items, ",\n  "), "\n]}, \"registered_name\": null",
+      compile_config_json.empty() ? "" : absl::StrCat(",\n\"compile_config\": ", compile_config_json), "}\n");
 }
 
-absl::StatusOr<std::string> KerasArchive(const TrainingJob& job, const std::map<std::string, Tensor>& values) {
-  ASSIGN_OR_RETURN(std::string config, KerasModelConfig(job));
-  ASSIGN_OR_RETURN(std::string weights, KerasWeightsH5(job, values));
+absl::StatusOr<std::string> KerasArchive(const TrainingJob& job, const std::map<std::string, Tensor>& values,
+                                         const KerasOptimizerState* optimizer) {
+  ASSIGN_OR_RETURN(std::string config,
+                   KerasModelConfig(job, optimizer == nullptr ? "" : optimizer->compile_config_json));
+  ASSIGN_OR_RETURN(std::string weights, WeightsH5(job, values, optimizer));
   // Keras reads neither field back; keras_version names the saving format
   // followed (Keras 3's, the same from 3.0 to 3.15 for these layers).
-  const std::string metadata = absl::StrCat(
-      "{\"keras_version\": \"3.0.0\", \"date_saved\": \"",
-      absl::FormatTime("%Y-%m-%d@%H:%M:%S", absl::Now(), absl::UTCTimeZone()), "\", \"producer\": \"psrt export\"}");
+  const std::string metadata = absl::StrCat("{\"keras_version\": \"3.0.0\", \"date_saved\": \"",
+                                            absl::FormatTime("%Y-%m-%d@%H:%M:%S", absl::Now(), absl::UTCTimeZone()),
+                                            "\", \"producer\": \"psrt export\"}");
   return StoredZip({{"metadata.json", metadata}, {"config.json", config}, {"model.weights.h5", weights}});
 }
 

@@ -15,7 +15,12 @@
 // .keras, what model.save writes and keras.models.load_model opens with no
 // code of the user's: a zip of config.json (a keras.Sequential of an
 // InputLayer and the job's layers, by their Keras class and config),
-// metadata.json and model.weights.h5 (the file above).
+// metadata.json and model.weights.h5 (the file above). With the optimizer
+// (KerasOptimizer, keras_optimizer.h), config.json also has the model's
+// "compile_config" (optimizer, loss, metrics: load_model compiles it) and
+// model.weights.h5 the group optimizer/vars (attribute name = the
+// optimizer's), datasets 0..n-1 as the optimizer's save_own_variables
+// writes them, so training goes on where the checkpoint left off.
 //
 // Kernels keep psrt's layouts, which are Keras' ([in, units] for Dense,
 // [kh, kw, in, filters] for Conv2D).
@@ -26,6 +31,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "chief/export_formats/keras_optimizer.h"
 #include "common/tensor.h"
 #include "proto/job.pb.h"
 
@@ -40,12 +46,15 @@ namespace psrt {
 absl::StatusOr<std::string> KerasWeightsH5(const TrainingJob& job, const std::map<std::string, Tensor>& values);
 
 // config.json of a .keras file: the job's model as a keras.Sequential
-// (input: the first DENSE feature). Errors as KerasLayers.
-absl::StatusOr<std::string> KerasModelConfig(const TrainingJob& job);
+// (input: the first DENSE feature), with `compile_config_json` as its
+// "compile_config" unless empty. Errors as KerasLayers.
+absl::StatusOr<std::string> KerasModelConfig(const TrainingJob& job, const std::string& compile_config_json = "");
 
-// The bytes of a .keras file: config.json, metadata.json, model.weights.h5.
-// Errors as KerasWeightsH5.
-absl::StatusOr<std::string> KerasArchive(const TrainingJob& job, const std::map<std::string, Tensor>& values);
+// The bytes of a .keras file: config.json, metadata.json, model.weights.h5,
+// with `optimizer`'s state when not null (not owned). Errors as
+// KerasWeightsH5.
+absl::StatusOr<std::string> KerasArchive(const TrainingJob& job, const std::map<std::string, Tensor>& values,
+                                         const KerasOptimizerState* optimizer = nullptr);
 
 }  // namespace psrt
 
