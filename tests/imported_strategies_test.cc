@@ -7,11 +7,14 @@
 // strategy and its failures, not only the native layer list.
 //
 //   bazel test //tests:imported_strategies_test --test_output=streamed
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint/checkpoint_variables.h"
 #include "common/plan/job_planner.h"
 #include "gtest/gtest.h"
 #include "tests/harness/process_harness.h"
@@ -21,11 +24,14 @@ namespace psrt {
 namespace {
 
 // The imported MLP example cut to `steps` steps under `strategy`, its model
-// path made absolute by LoadJob, written beside `run_dir`.
-std::string WriteOnnxMlpJob(const std::string& run_dir, const std::string& name, int64_t steps, bool mirrored) {
+// path made absolute by LoadJob (or `model`, a file of examples/onnx/),
+// written beside `run_dir`.
+std::string WriteOnnxMlpJob(const std::string& run_dir, const std::string& name, int64_t steps, bool mirrored,
+                            const std::string& model = "") {
   auto job = LoadJob(testing::RunfilePath("examples/fashion_mnist_onnx_mlp.pbtxt"));
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return "";
+  if (!model.empty()) job->mutable_model()->mutable_onnx()->set_path(testing::RunfilePath("examples/onnx/" + model));
   job->set_epochs(0);
   job->set_steps(steps);
   job->mutable_checkpoint()->set_every_steps(200);
@@ -92,6 +98,53 @@ TEST(ImportedStrategiesTest, MirroredWithAWorkerKilledThenThePsStrategyFromItsCh
   const std::string second_accuracy = Field(second, "accuracy");
   ASSERT_FALSE(second_accuracy.empty()) << second;
   // Trained on from the restored weights, not from fresh ones.
+  EXPECT_GT(std::stod(second_accuracy), 0.75) << second;
+  EXPECT_EQ(testing::ProcessesNaming(run_dir + "/cluster.json").size(), 0u);
+}
+
+// Batch normalisation (examples/onnx/cnn_bn.onnx: BatchNormalization in
+// training mode after each convolution) under all-reduce: each replica's
+// moving statistics are updated from the all-reduced mean of the replicas'
+// batch statistics, so the one copy the checkpoint keeps is every
+// replica's; evaluation normalises with them. Then the PS strategy restores
+// them (moving-average variables on the PS) and trains on.
+TEST(ImportedStrategiesTest, BatchNormUnderAllReduceThenThePsStrategy) {
+  const std::string run_dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/imported_bn");
+  const std::string mirrored = WriteOnnxMlpJob(run_dir, "mirrored", 400, /*mirrored=*/true, "cnn_bn.onnx");
+  const std::string ps = WriteOnnxMlpJob(run_dir, "ps", 600, /*mirrored=*/false, "cnn_bn.onnx");
+  ASSERT_FALSE(mirrored.empty());
+  ASSERT_FALSE(ps.empty());
+
+  const std::string first = RunLauncher(run_dir, {"--job=" + mirrored, "--workers=2"}, {"final test accuracy"});
+  ASSERT_FALSE(first.empty()) << "no summary";
+  const std::string first_accuracy = Field(first, "accuracy");
+  ASSERT_FALSE(first_accuracy.empty()) << first;
+  EXPECT_GT(std::stod(first_accuracy), 0.75) << first;
+
+  // The moving statistics moved from their initial 0 and 1 (PyTorch's
+  // running_mean and running_var), and every variance stays positive.
+  auto job = LoadJob(mirrored);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto ckpt = ReadCheckpointVariables(run_dir + "/checkpoints", -1, *job);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->step, 400);
+  for (const char* layer : {"1", "5"}) {
+    const Tensor& mean = ckpt->values.at(absl::StrCat(layer, ".running_mean"));
+    const Tensor& var = ckpt->values.at(absl::StrCat(layer, ".running_var"));
+    float moved = 0;
+    for (int64_t i = 0; i < mean.NumElements(); ++i) {
+      moved = std::max({moved, std::abs(mean.span<float>()[i]), std::abs(var.span<float>()[i] - 1.0f)});
+      EXPECT_GT(var.span<float>()[i], 0.0f) << layer << ".running_var[" << i << "]";
+    }
+    EXPECT_GT(moved, 1e-3) << layer << ": the moving statistics never moved";
+  }
+
+  const std::string second = RunLauncher(run_dir, {"--job=" + ps, "--ps=2", "--workers=2"},
+                                         {"taken with another layout", "final test accuracy"});
+  ASSERT_FALSE(second.empty()) << "no summary";
+  EXPECT_EQ(Field(second, "restored_from_step"), "400") << second;
+  const std::string second_accuracy = Field(second, "accuracy");
+  ASSERT_FALSE(second_accuracy.empty()) << second;
   EXPECT_GT(std::stod(second_accuracy), 0.75) << second;
   EXPECT_EQ(testing::ProcessesNaming(run_dir + "/cluster.json").size(), 0u);
 }

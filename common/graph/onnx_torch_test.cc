@@ -1,4 +1,4 @@
-// Real exported models: examples/onnx/{mlp,cnn,ops,resnet,resnet_bn,vit,mobilenetv2,tokens}.onnx, written by
+// Real exported models: examples/onnx/{mlp,cnn,cnn_bn,ops,resnet,resnet_bn,vit,mobilenetv2,tokens}.onnx, written by
 // torch.onnx.export (examples/onnx/make_models.py), and keras_cnn.onnx,
 // written by Keras 3's model.export (examples/onnx/make_keras_models.py),
 // compiled as a job compiles them, one step's loss and gradients on a
@@ -90,7 +90,7 @@ TEST_P(OnnxTorchTest, GradientsMatchTheFrameworks) {
     if (n.op() == "Dropout") rates.push_back(GetAttrF(n, "rate"));
   }
   const std::map<std::string, std::vector<float>> want_rates = {
-      {"mlp", {0.2f, 0.2f}}, {"cnn", {0.3f}}, {"ops", {}}, {"resnet", {}}, {"resnet_bn", {}},
+      {"mlp", {0.2f, 0.2f}}, {"cnn", {0.3f}}, {"cnn_bn", {}}, {"ops", {}}, {"resnet", {}}, {"resnet_bn", {}},
       {"vit", std::vector<float>(8, 0.1f)}, {"mobilenetv2", {}}, {"keras_cnn", {}}, {"tokens", {}}};
   EXPECT_EQ(rates, want_rates.at(model));
   if (model == "vit") {
@@ -312,6 +312,7 @@ TEST(OnnxTorchTest, BatchNormMovingStatisticsMatchPyTorch) {
 // AveragePool, broadcasting Mul/Sub/Div against parameters, ReduceMean and
 // ReduceSum; resnet: residual Adds, strided 1x1 projections, a global pool;
 // resnet_bn: the same with BatchNormalization (a training step: the batch's statistics);
+// cnn_bn: a narrow CNN with BatchNormalization after each convolution;
 // vit: PyTorch's nn.TransformerEncoderLayer (batched MatMul, Softmax,
 // LayerNormalization, Erf, Expand, Concat, Gather, the exporter's shape
 // arithmetic on the batch size) under a patch embedding and a class token;
@@ -320,7 +321,7 @@ TEST(OnnxTorchTest, BatchNormMovingStatisticsMatchPyTorch) {
 // zero Pad of the 28x28 image to 32x32 (the TorchScript exporter's pad
 // arithmetic: Shape, ConstantOfShape, a reversing Slice, Transpose).
 INSTANTIATE_TEST_SUITE_P(Models, OnnxTorchTest,
-                         ::testing::Values("mlp", "cnn", "ops", "resnet", "resnet_bn", "vit", "mobilenetv2"));
+                         ::testing::Values("mlp", "cnn", "cnn_bn", "ops", "resnet", "resnet_bn", "vit", "mobilenetv2"));
 // tokens: the pixels' bytes as token ids (an int64 graph input), PyTorch's
 // nn.Embedding (a Gather of the run-time ids: an EmbeddingLookup, the table
 // pulled by rows under the PS strategy, dense under mirrored ones) plus a

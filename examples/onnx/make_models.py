@@ -2,7 +2,8 @@
 """Exports the Fashion-MNIST example models from PyTorch to ONNX, with
 PyTorch's loss and gradients on a fixed batch for psrt's tests.
 
-For each model (an MLP, a small CNN, "ops" that uses every op of the
+For each model (an MLP, a small CNN, a narrower one with batch
+normalisation, "ops" that uses every op of the
 second import slice, a small ResNet, the same ResNet with batch
 normalisation, a small vision transformer, a narrow MobileNetV2 and
 "tokens", the pixels as token ids through nn.Embedding) it writes, beside
@@ -129,6 +130,16 @@ def resnet_bn():
         BnBlock(16, 16, 1), BnBlock(16, 32, 2), BnBlock(32, 64, 2),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(64, 10))
+
+
+def cnn_bn():
+    # A narrow CNN with batch normalisation after each convolution, small
+    # enough for the multi-process strategy tests (tests:imported_strategies_test).
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 7 * 7, 10))
 
 
 def resnet():
@@ -316,7 +327,7 @@ def reference(model_path, images, labels, out_path):
     print(f"{out_path}: loss {loss.item():.6f}, {len(state)} gradients")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn, "vit": Vit,
+MODELS = {"mlp": mlp, "cnn": cnn, "cnn_bn": cnn_bn, "ops": Ops, "resnet": resnet, "resnet_bn": resnet_bn, "vit": Vit,
           "mobilenetv2": MobileNetV2, "tokens": Tokens}
 
 
