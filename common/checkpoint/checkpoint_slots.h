@@ -3,8 +3,8 @@
 // (//chief:export --include_optimizer).
 //
 // ReadCheckpointVariables (checkpoint_variables.h) gives the values alone;
-// this reads the same stores again, keeping what it drops. The stores are
-// opened read-only.
+// this reads the same stores (ReadWholeStates, the same checks), keeping
+// what it drops. The stores are opened read-only.
 #ifndef PSRT_COMMON_CHECKPOINT_CHECKPOINT_SLOTS_H_
 #define PSRT_COMMON_CHECKPOINT_CHECKPOINT_SLOTS_H_
 

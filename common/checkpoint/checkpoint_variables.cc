@@ -60,24 +60,15 @@ absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step, in
   return manifest.job();
 }
 
-absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
-                                                            const TrainingJob& job, const std::string& stores_dir) {
-  ASSIGN_OR_RETURN(CheckpointManifest manifest, SelectManifest(dir, step));
-  CheckpointVariables out;
-  out.step = manifest.step();
-  out.job_name = manifest.job_name();
-  ASSIGN_OR_RETURN(out.model, CompileModel(job));
-  // Only the slot count matters here; the schedule (whose decay steps the
-  // chief fills in from the run's length) does not change it.
-  OptimizerDef optimizer_def = job.optimizer();
-  optimizer_def.clear_schedule();
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(optimizer_def));
-
+absl::StatusOr<std::vector<VariableState>> ReadWholeStates(const std::string& dir, const std::string& stores_dir,
+                                                           const CheckpointManifest& manifest,
+                                                           const CompiledModel& model, int num_slots,
+                                                           bool hash_tables) {
   // Every piece the stores name is checked against the job's variable
   // before it is allocated: a file cannot make this reader ask for more
   // than the model's own size (hash tables: the file's).
   std::map<std::string, const VariableDef*> by_name;
-  for (const VariableDef& def : out.model.variables) by_name[def.name()] = &def;
+  for (const VariableDef& def : model.variables) by_name[def.name()] = &def;
   SnapshotReadOptions read_options;
   read_options.check_variable = [&by_name](const VariableDef& saved, DataType dtype, const TensorShape& value) {
     auto it = by_name.find(saved.name());
@@ -103,14 +94,32 @@ absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& d
   // Whole variables: the job's definitions with no row range; hash tables
   // as one shard of one (every id).
   std::vector<VariableDef> wanted;
-  for (VariableDef def : out.model.variables) {
+  for (VariableDef def : model.variables) {
+    if (!hash_tables && def.kind() == VariableDef::HASH_TABLE) continue;
     def.set_row_begin(0);
     def.set_row_end(0);
     def.set_hash_shard(0);
     def.set_hash_shards(0);
     wanted.push_back(def);
   }
-  ASSIGN_OR_RETURN(std::vector<VariableState> states, AssembleVariables(wanted, optimizer->num_slots(), sources));
+  return AssembleVariables(wanted, num_slots, sources);
+}
+
+absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
+                                                            const TrainingJob& job, const std::string& stores_dir) {
+  ASSIGN_OR_RETURN(CheckpointManifest manifest, SelectManifest(dir, step));
+  CheckpointVariables out;
+  out.step = manifest.step();
+  out.job_name = manifest.job_name();
+  ASSIGN_OR_RETURN(out.model, CompileModel(job));
+  // Only the slot count matters here; the schedule (whose decay steps the
+  // chief fills in from the run's length) does not change it.
+  OptimizerDef optimizer_def = job.optimizer();
+  optimizer_def.clear_schedule();
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(optimizer_def));
+
+  ASSIGN_OR_RETURN(std::vector<VariableState> states,
+                   ReadWholeStates(dir, stores_dir, manifest, out.model, optimizer->num_slots(), /*hash_tables=*/true));
   for (VariableState& s : states) {
     if (s.def.kind() == VariableDef::HASH_TABLE) {
       out.hash_tables[s.def.name()] = std::move(s);

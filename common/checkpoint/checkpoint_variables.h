@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/checkpoint/checkpoint_manifest.h"
 #include "common/graph/model_compiler.h"
 #include "common/snapshot/variable_state.h"
 #include "common/tensor.h"
@@ -48,6 +50,16 @@ absl::StatusOr<TrainingJob> RecordedJob(const std::string& dir, int64_t step, in
 // daemons' --snapshot_dir is the directory above the checkpoint directory.
 absl::StatusOr<CheckpointVariables> ReadCheckpointVariables(const std::string& dir, int64_t step,
                                                             const TrainingJob& job, const std::string& stores_dir = "");
+
+// The stores' part of ReadCheckpointVariables, for readers that keep more
+// of each variable (checkpoint_slots.h): every variable of `model` (but
+// hash tables unless `hash_tables`) whole, with its `num_slots` slots and
+// update count, from the stores `manifest` names (under `stores_dir`, or
+// `dir`). Every piece is checked against the model's variable before it
+// is allocated; errors as ReadCheckpointVariables.
+absl::StatusOr<std::vector<VariableState>> ReadWholeStates(const std::string& dir, const std::string& stores_dir,
+                                                           const CheckpointManifest& manifest,
+                                                           const CompiledModel& model, int num_slots, bool hash_tables);
 
 }  // namespace psrt
 
