@@ -22,10 +22,15 @@ ABSL_FLAG(int, connections, 10000, "Stranger sockets held at once, at most (the 
 ABSL_FLAG(int, sources, 200, "Loopback addresses the strangers come from (127.0.1.2 on).");
 ABSL_FLAG(int, stalled_frames, 8, "Connections of the worker token each with a stalled 512 MiB frame.");
 ABSL_FLAG(int, pull_flooders, 2, "Connections of the worker token flooding pulls never read.");
+ABSL_FLAG(int, exchange_flooders, 2,
+          "Streams of the worker token over the PS's gRPC Exchange sending pulls never read (0: none).");
 ABSL_FLAG(std::vector<std::string>, ps_flags,
           std::vector<std::string>({"--max_unread_answer_mb=8", "--max_unread_answers_total_mb=32"}),
           "Extra PS flags, comma-separated (the default sizes the unread-answer bounds to this model; "
           "--ps_flags= runs the PS with its defaults).");
+ABSL_FLAG(bool, ring, false,
+          "The ring attack instead (RingOptions): the mirrored MLP job, strangers at both workers' collective "
+          "ports, worker:1 killed and restarted under the attack; --steps, --connections and --sources apply.");
 ABSL_FLAG(std::string, dir, "", "Scratch directory (default: $TMPDIR or /tmp, then psrt-hostile-soak).");
 
 int main(int argc, char** argv) {
@@ -33,13 +38,26 @@ int main(int argc, char** argv) {
   psrt::soak::SoakOptions o;
   const char* tmp = std::getenv("TMPDIR");
   o.dir = absl::GetFlag(FLAGS_dir).empty() ? absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/psrt-hostile-soak")
-                                          : absl::GetFlag(FLAGS_dir);
+                                           : absl::GetFlag(FLAGS_dir);
+  if (absl::GetFlag(FLAGS_ring)) {
+    psrt::soak::RingOptions r;
+    r.dir = o.dir;
+    r.steps = absl::GetFlag(FLAGS_steps);
+    r.connections = absl::GetFlag(FLAGS_connections);
+    r.sources = absl::GetFlag(FLAGS_sources);
+    const psrt::soak::RingRun quiet = psrt::soak::RunMirroredJob(r, /*attack=*/false, "ring-unattacked");
+    std::cout << psrt::soak::Describe(quiet) << std::flush;
+    const psrt::soak::RingRun loud = psrt::soak::RunMirroredJob(r, /*attack=*/true, "ring-attacked");
+    std::cout << psrt::soak::Describe(loud) << std::flush;
+    return quiet.finished && loud.finished ? 0 : 1;
+  }
   o.steps = absl::GetFlag(FLAGS_steps);
   o.workers = absl::GetFlag(FLAGS_workers);
   o.connections = absl::GetFlag(FLAGS_connections);
   o.sources = absl::GetFlag(FLAGS_sources);
   o.stalled_frames = absl::GetFlag(FLAGS_stalled_frames);
   o.pull_flooders = absl::GetFlag(FLAGS_pull_flooders);
+  o.exchange_flooders = absl::GetFlag(FLAGS_exchange_flooders);
   o.ps_flags.clear();
   for (const std::string& f : absl::GetFlag(FLAGS_ps_flags)) {
     if (!f.empty()) o.ps_flags.push_back(f);

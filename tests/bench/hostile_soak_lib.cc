@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -11,13 +12,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -31,9 +33,12 @@
 #include "common/plan/job_planner.h"
 #include "common/rpc/channel_cache.h"
 #include "common/rpc/security.h"
+#include "common/subprocess.h"
+#include "common/transport/ps_frame.h"
 #include "common/transport/ps_wire.h"
 #include "common/transport/tcp_frame.h"
 #include "common/transport/tcp_frame_io.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/chief_service.grpc.pb.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "tests/harness/training_cluster.h"
@@ -144,6 +149,7 @@ class Run {
       attackers.emplace_back([this] { HoardTickets(); });
       for (int i = 0; i < o_.stalled_frames; ++i) attackers.emplace_back([this] { StallFrame(); });
       for (int i = 0; i < o_.pull_flooders; ++i) attackers.emplace_back([this] { FloodPulls(); });
+      for (int i = 0; i < o_.exchange_flooders; ++i) attackers.emplace_back([this] { FloodExchange(); });
     }
     WaitForStep(until);
     stop_attack_ = true;
@@ -356,7 +362,8 @@ class Run {
           result_.probe_last_error = why;
         }
       }
-      absl::SleepFor(std::max(absl::ZeroDuration(), begin + absl::Milliseconds(500) - absl::Now()));  // the probe's period
+      absl::SleepFor(
+          std::max(absl::ZeroDuration(), begin + absl::Milliseconds(500) - absl::Now()));  // the probe's period
     }
   }
 
@@ -393,7 +400,8 @@ class Run {
         if (c.fd < 0 && opened < kOpenPerTick) {
           ++n;
           c.chief = n % 10 == 0;
-          const std::string source = absl::StrCat("127.0.", 1 + (n % o_.sources) / 254, ".", 2 + (n % o_.sources) % 254);
+          const std::string source =
+              absl::StrCat("127.0.", 1 + (n % o_.sources) / 254, ".", 2 + (n % o_.sources) % 254);
           c.fd = ConnectFrom(source, c.chief ? chief_port_ : data_port_, /*blocking=*/false);
           c.sent = 0;
           c.next_byte = now + absl::Seconds(2);
@@ -506,6 +514,75 @@ class Run {
     }
   }
 
+  // Pull frames of every variable over one Exchange stream of the worker
+  // token, written as fast as gRPC takes them, no answer ever read; a new
+  // stream (on a new channel: a new connection) when the PS ends one.
+  void FloodExchange() {
+    class Flood : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+     public:
+      Flood(const std::atomic<bool>* stop, grpc::ByteBuffer frame) : stop_(stop), frame_(std::move(frame)) {}
+      void Begin(grpc::GenericStub* stub) {
+        stub->PrepareBidiStreamingCall(&ctx_, psframe::kExchangeMethod, grpc::StubOptions(), this);
+        StartWrite(&frame_);
+        StartCall();
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) return;  // the stream is over
+        if (stop_->load()) {
+          ctx_.TryCancel();
+          return;
+        }
+        sent_.fetch_add(1);
+        StartWrite(&frame_);
+      }
+      void OnDone(const grpc::Status& s) override {
+        absl::MutexLock lock(&mu_);
+        status_ = s;
+        done_ = true;
+      }
+      // Waits for the stream's end (the PS's, or the attack's: it cancels
+      // the stream then): frames sent.
+      int64_t Wait(const std::atomic<bool>* stop) {
+        while (true) {
+          {
+            absl::MutexLock lock(&mu_);
+            if (mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Milliseconds(100))) break;
+          }
+          if (stop->load()) ctx_.TryCancel();
+        }
+        return sent_.load();
+      }
+
+     private:
+      const std::atomic<bool>* const stop_;
+      grpc::ByteBuffer frame_;
+      grpc::ClientContext ctx_;
+      std::atomic<int64_t> sent_{0};
+      absl::Mutex mu_;
+      bool done_ ABSL_GUARDED_BY(mu_) = false;
+      grpc::Status status_ ABSL_GUARDED_BY(mu_);
+    };
+    psframe::RequestHeader h;
+    h.method = psframe::Method::kPull;
+    h.timeout_ms = 60000;
+    const grpc::ByteBuffer frame = psframe::EncodeRequest(h, PullAll());
+    std::vector<std::unique_ptr<Flood>> floods;
+    while (!stop_attack_ && !stop_) {
+      std::shared_ptr<grpc::Channel> channel = MakeChannel(cluster_.ps[0], TokenOptions(certs_, "worker"));
+      grpc::GenericStub stub(channel);
+      // Kept to the end: OnDone may still be returning when Wait does.
+      floods.push_back(std::make_unique<Flood>(&stop_attack_, frame));
+      floods.back()->Begin(&stub);
+      const int64_t sent = floods.back()->Wait(&stop_attack_);
+      {
+        absl::MutexLock lock(&mu_);
+        result_.exchange_frames_sent += sent;
+        ++result_.exchange_streams;
+      }
+      if (!stop_attack_) absl::SleepFor(absl::Milliseconds(200));  // the retry pace
+    }
+  }
+
   const SoakOptions o_;
   const bool attack_;
   const std::string name_;
@@ -523,11 +600,295 @@ class Run {
   SoakRun result_ ABSL_GUARDED_BY(mu_);
 };
 
+// The mirrored job, worker:1 killed and restarted mid-run, strangers at
+// the collective ports (RingOptions).
+class MirroredRun {
+ public:
+  MirroredRun(const RingOptions& o, bool attack, const std::string& name) : o_(o), attack_(attack), name_(name) {
+    result_.attacked = attack;
+  }
+
+  RingRun Go() {
+    if (!Start()) return Result();
+    const int64_t from = o_.steps / 5, until = o_.steps * 7 / 10;
+    if (!WaitForStep(from, absl::Minutes(10))) {
+      Fail("the job never reached the attack's first step");
+    } else {
+      std::thread strangers;
+      if (attack_) strangers = std::thread([this] { Strangers(); });
+      if (attack_) {
+        // The kill comes once the strangers have opened as many connections
+        // as they hold at once (the ports' queues are full), or after
+        // kill_after at most.
+        absl::MutexLock lock(&mu_);
+        auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return result_.stranger_opened >= o_.connections; };
+        mu_.AwaitWithTimeout(absl::Condition(&opened), absl::Seconds(o_.kill_after_seconds));
+      }
+      KillAndRestart();
+      WaitForStep(until, absl::Minutes(10));
+      stop_attack_ = true;
+      if (strangers.joinable()) strangers.join();
+    }
+    absl::StatusOr<int> exit = chief_->Wait(absl::Minutes(10));
+    {
+      absl::MutexLock lock(&mu_);
+      result_.finished = exit.ok() && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0;
+      std::ifstream in(dir_ + "/summary.json");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      result_.summary = ss.str();
+      result_.accuracy = testing::SummaryNumber(result_.summary, "\"accuracy\": ([0-9.e+-]+)");
+      result_.wall_seconds = testing::SummaryNumber(result_.summary, "\"wall_seconds\": ([0-9.e+-]+)");
+      result_.failures_survived =
+          static_cast<int64_t>(testing::SummaryNumber(result_.summary, "\"failures_survived\": ([0-9]+)"));
+    }
+    for (std::unique_ptr<Daemon>& w : workers_) {
+      if (w != nullptr) (void)w->Wait(absl::Seconds(30));
+    }
+    return Result();
+  }
+
+ private:
+  RingRun Result() {
+    absl::MutexLock lock(&mu_);
+    return result_;
+  }
+
+  bool Fail(const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    if (result_.error.empty()) result_.error = why;
+    return false;
+  }
+
+  std::unique_ptr<Daemon> StartDaemon(const std::string& task, const std::vector<std::string>& argv) {
+    absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(absl::StrCat(name_, " ", task), argv);
+    return d.ok() ? *std::move(d) : nullptr;
+  }
+
+  bool Start() {
+    dir_ = absl::StrCat(o_.dir, "/", name_);
+    std::filesystem::create_directories(dir_);
+    certs_ = dir_ + "/certs";
+    const std::string make_certs = testing::RunfilePath("deploy/make_certs.sh");
+    if (std::system((make_certs + " " + certs_ + " chief worker-0 worker-1 >/dev/null 2>&1").c_str()) != 0) {
+      return Fail("make_certs.sh failed");
+    }
+    absl::StatusOr<testing::TestCluster> c = testing::MakeTestCluster(0, 2, name_);
+    if (!c.ok()) return Fail(std::string(c.status().message()));
+    cluster_ = *c;
+    absl::StatusOr<TrainingJob> job = LoadJob(testing::RunfilePath("examples/fashion_mnist_mlp_mirrored.pbtxt"));
+    if (!job.ok()) return Fail(std::string(job.status().message()));
+    job->set_steps(o_.steps);
+    job->set_epochs(0);
+    job->mutable_strategy()->mutable_multi_worker_mirrored()->set_collective_timeout_ms(2000);
+    job->mutable_checkpoint()->set_dir(dir_ + "/ckpt");
+    job->mutable_checkpoint()->set_every_steps(std::max<int64_t>(100, o_.steps / 20));
+    job->mutable_eval()->set_every_steps(0);
+    job->mutable_failure()->set_heartbeat_timeout_ms(2000);
+    // The restarted worker is waited for, not dropped from the group.
+    job->mutable_failure()->set_sync_wait_for_worker_ms(120000);
+    job->clear_log_dir();
+    job->set_summary_path(dir_ + "/summary.json");
+    const std::string job_path = testing::WriteJobFile(*job, dir_ + "/job.pbtxt");
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<int> port = PickFreePort();
+      if (!port.ok()) return Fail(std::string(port.status().message()));
+      ring_ports_.push_back(*port);
+      worker_argv_.push_back({testing::RunfilePath("worker/main"), "--cluster_spec=" + cluster_.spec_path,
+                              absl::StrCat("--task=worker:", i), "--auth_token_file=" + certs_ + "/tokens/worker",
+                              "--threads=1", "--snapshot_dir=" + dir_, absl::StrCat("--collective_port=", *port)});
+      workers_.push_back(StartDaemon(absl::StrCat("worker:", i), worker_argv_.back()));
+    }
+    chief_ = StartDaemon("chief:0",
+                         {testing::RunfilePath("chief/main"), "--cluster_spec=" + cluster_.spec_path, "--task=chief:0",
+                          "--auth_token_file=" + certs_ + "/tokens/chief", "--job=" + job_path, "--threads=1"});
+    if (chief_ == nullptr || workers_[0] == nullptr || workers_[1] == nullptr) return Fail("a daemon did not start");
+    if (!chief_->WaitForLine("chief serving at", absl::Seconds(60))) return Fail("the chief did not serve");
+    return true;
+  }
+
+  // The job's status now, or nullopt when the chief did not answer.
+  std::optional<JobStatusResponse> Status(Chief::Stub* stub) {
+    JobStatusRequest req;
+    JobStatusResponse st;
+    grpc::Status s = Call(absl::Seconds(5), [&](grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+      stub->async()->JobStatus(ctx, &req, &st, std::move(done));
+    });
+    if (!s.ok()) return std::nullopt;
+    return st;
+  }
+
+  Chief::Stub* Stub() {
+    if (stub_ == nullptr) stub_ = Chief::NewStub(MakeChannel(cluster_.chief, TokenOptions(certs_, "observer")));
+    return stub_.get();
+  }
+
+  // Polls the job's step every 100 ms until it reaches `step` (true), the
+  // job ends or `timeout` passes (false); `seen` gets the last step read.
+  bool WaitForStep(int64_t step, absl::Duration timeout, int64_t* seen = nullptr) {
+    const absl::Time end = absl::Now() + timeout;
+    while (absl::Now() < end) {
+      std::optional<JobStatusResponse> st = Status(Stub());
+      if (st.has_value() && seen != nullptr) *seen = st->step();
+      if (st.has_value() && st->step() >= step) return true;
+      if (st.has_value() && (st->state() == JobStatusResponse::DONE || st->state() == JobStatusResponse::FAILED)) {
+        return false;
+      }
+      if (chief_->Wait(absl::Milliseconds(100)).ok()) return false;  // the poll's period; also sees the chief end
+    }
+    return false;
+  }
+
+  // SIGKILLs worker:1, starts it again at once (same collective port), and
+  // times the recovery and the group's re-formation.
+  void KillAndRestart() {
+    int64_t step = -1;
+    WaitForStep(0, absl::Seconds(5), &step);
+    const size_t from = chief_->lines();
+    const absl::Time killed = absl::Now();
+    workers_[1]->Kill(SIGKILL);
+    (void)workers_[1]->Wait(absl::Seconds(30));
+    workers_[1] = StartDaemon("worker:1 (restarted)", worker_argv_[1]);
+    {
+      absl::MutexLock lock(&mu_);
+      result_.killed_at_step = step;
+    }
+    if (workers_[1] == nullptr) {
+      Fail("worker:1 did not start again");
+      return;
+    }
+    if (chief_->WaitForMatch("recovered to the checkpoint of step", absl::Minutes(5), from).empty()) {
+      Fail("the chief never recovered from the kill");
+      return;
+    }
+    const double recovered = absl::ToDoubleSeconds(absl::Now() - killed);
+    int64_t after = -1;
+    WaitForStep(0, absl::Seconds(5), &after);
+    // Every step is an all-reduce: 20 more steps mean the ring is whole.
+    const bool resumed = WaitForStep(after + 20, absl::Minutes(5));
+    absl::MutexLock lock(&mu_);
+    result_.recovered_seconds = recovered;
+    if (resumed) result_.resumed_seconds = absl::ToDoubleSeconds(absl::Now() - killed);
+    if (!resumed) result_.error = "training did not resume after the kill";
+  }
+
+  // Up to o_.connections sockets to the two collective ports, half silent,
+  // half trickling a ClientHello, reopened when a worker closes them.
+  void Strangers() {
+    rlimit lim{};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    const int target = static_cast<int>(std::min<int64_t>(o_.connections, static_cast<int64_t>(lim.rlim_cur) - 512));
+    // A ring ClientHello's start ("PSRTRING", version 1, size 2): never
+    // finished, and its MAC would be wrong.
+    std::string hello = "PSRTRING";
+    hello += std::string("\x01\0\0\0\x02\0\0\0", 8);
+    hello.resize(92, '\0');
+    struct Conn {
+      int fd = -1;
+      bool silent = false;
+      size_t sent = 0;
+      absl::Time next_byte;
+    };
+    std::vector<Conn> conns(std::max(target, 0));
+    int64_t n = 0;
+    const int kOpenPerTick = 200;  // at most 2,000 a second
+    char sink[256];
+    while (!stop_attack_) {
+      const absl::Time now = absl::Now();
+      int opened = 0, open = 0;
+      int64_t closed = 0, read = 0, opened_ok = 0, failed = 0;
+      for (Conn& c : conns) {
+        if (c.fd >= 0) {
+          pollfd p{c.fd, POLLIN, 0};
+          if (::poll(&p, 1, 0) == 1) {
+            const ssize_t got = ::recv(c.fd, sink, sizeof(sink), MSG_DONTWAIT);
+            if (got > 0) {
+              read += got;
+            } else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+              ::close(c.fd);
+              c.fd = -1;
+              ++closed;
+            }
+          }
+        }
+        if (c.fd < 0 && opened < kOpenPerTick) {
+          ++n;
+          const int64_t k = n % o_.sources;
+          const std::string source = absl::StrCat("127.0.", 2 + k / 254, ".", 2 + k % 254);
+          c.fd = ConnectFrom(source, ring_ports_[n % 2], /*blocking=*/false);
+          c.silent = (n / 2) % 2 == 0;
+          c.sent = 0;
+          c.next_byte = now + absl::Seconds(2);
+          ++opened;
+          ++(c.fd >= 0 ? opened_ok : failed);
+        }
+        if (c.fd >= 0 && !c.silent && now >= c.next_byte) {
+          if (c.sent < hello.size() && ::send(c.fd, hello.data() + c.sent, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
+            ++c.sent;
+          }
+          c.next_byte = now + absl::Seconds(2);
+        }
+        open += c.fd >= 0 ? 1 : 0;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        result_.stranger_opened += opened_ok;
+        result_.stranger_connect_failed += failed;
+        result_.stranger_closed_by_peer += closed;
+        result_.stranger_hello_bytes_read += read;
+        result_.stranger_open_peak = std::max<int64_t>(result_.stranger_open_peak, open);
+      }
+      absl::SleepFor(absl::Milliseconds(100));  // the tick
+    }
+    for (Conn& c : conns) {
+      if (c.fd >= 0) ::close(c.fd);
+    }
+  }
+
+  const RingOptions o_;
+  const bool attack_;
+  const std::string name_;
+  std::string dir_, certs_;
+  testing::TestCluster cluster_;
+  std::vector<int> ring_ports_;
+  std::vector<std::vector<std::string>> worker_argv_;
+  std::unique_ptr<Daemon> chief_;
+  std::vector<std::unique_ptr<Daemon>> workers_;
+  std::unique_ptr<Chief::Stub> stub_;  // used by the main thread only
+  std::atomic<bool> stop_attack_{false};
+
+  absl::Mutex mu_;
+  RingRun result_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 SoakRun RunJob(const SoakOptions& options, bool attack, const std::string& name) {
   Run run(options, attack, name);
   return run.Go();
+}
+
+RingRun RunMirroredJob(const RingOptions& options, bool attack, const std::string& name) {
+  MirroredRun run(options, attack, name);
+  return run.Go();
+}
+
+std::string Describe(const RingRun& r) {
+  const std::string who = r.attacked ? "ring_attacked" : "ring_unattacked";
+  std::string out;
+  absl::StrAppend(&out, "FIGURE: ", who, " finished=", r.finished, " accuracy=", r.accuracy,
+                  " wall_seconds=", r.wall_seconds, " failures_survived=", r.failures_survived, "\n");
+  absl::StrAppend(&out, "FIGURE: ", who, " worker:1 killed at step ", r.killed_at_step,
+                  " recovered_s=", r.recovered_seconds, " group_reformed_and_20_steps_s=", r.resumed_seconds,
+                  " error=\"", r.error, "\"\n");
+  if (r.attacked) {
+    absl::StrAppend(&out, "FIGURE: ring_strangers opened=", r.stranger_opened, " open_peak=", r.stranger_open_peak,
+                    " closed_by_worker=", r.stranger_closed_by_peer, " connect_failed=", r.stranger_connect_failed,
+                    " server_hello_bytes_read=", r.stranger_hello_bytes_read, "\n");
+  }
+  return out;
 }
 
 std::string Describe(const SoakRun& r) {
@@ -551,6 +912,8 @@ std::string Describe(const SoakRun& r) {
                     " tickets_refused=", r.tickets_refused, " stalled_frames=", r.stalled_opened,
                     " stalled_ended_by_ps=", r.stalled_closed_by_peer, " pulls_sent_unread=", r.pulls_sent,
                     " flood_reconnects=", r.flood_reconnects, "\n");
+    absl::StrAppend(&out, "FIGURE: exchange_flood frames_sent_unread=", r.exchange_frames_sent,
+                    " streams=", r.exchange_streams, "\n");
   }
   return out;
 }

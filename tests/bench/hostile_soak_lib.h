@@ -14,7 +14,9 @@
 //    gives it and never uses them, keeps `stalled_frames` connections each
 //    with a frame announcing 512 MiB stalled after 1 KiB, and on
 //    `pull_flooders` connections sends pulls of every variable it never
-//    reads.
+//    reads;
+//  - `exchange_flooders` streams of the worker token over the gRPC Exchange
+//    method send pull frames of every variable, never reading an answer.
 // A probe, in both runs, connects as a worker every 500 ms (ticket,
 // connect, hello, one pull) and times how long it waited for its slot.
 //
@@ -38,6 +40,10 @@ struct SoakOptions {
   int sources = 200;        // 127.0.1.2 ... 127.0.1.(1 + sources)
   int stalled_frames = 8;
   int pull_flooders = 2;
+  // Streams of the worker token over the PS's gRPC Exchange (the fallback
+  // data plane, ps_exchange.h), each sending pull frames of every variable
+  // as fast as gRPC takes them and never reading an answer.
+  int exchange_flooders = 2;
   // Extra PS flags: by default the unread-answer bounds sized to this
   // model (a pull answer is 0.9 MB; the defaults, 1 and 2 GiB, are sized
   // for large models and would let a flood hold that much).
@@ -59,20 +65,66 @@ struct SoakRun {
   Rss ps, chief;
   int64_t ps_fds_peak = 0;  // the PS's open descriptors, most seen
   // Strangers.
-  int64_t stranger_opened = 0;         // connections made (accepted by the kernel)
-  int64_t stranger_open_peak = 0;      // open at once, most
-  int64_t stranger_closed_by_peer = 0; // refused, evicted or timed out by a daemon
+  int64_t stranger_opened = 0;          // connections made (accepted by the kernel)
+  int64_t stranger_open_peak = 0;       // open at once, most
+  int64_t stranger_closed_by_peer = 0;  // refused, evicted or timed out by a daemon
   int64_t stranger_connect_failed = 0;
   // The worker-token holder.
   int64_t tickets_taken = 0, tickets_refused = 0;
   int64_t stalled_opened = 0, stalled_closed_by_peer = 0;
   int64_t pulls_sent = 0, flood_reconnects = 0;
+  int64_t exchange_frames_sent = 0, exchange_streams = 0;  // the Exchange flood
   // The probe.
   int64_t probes = 0, probe_failures = 0, probe_ticket_refusals = 0;
   double probe_slot_wait_max_ms = 0;  // connect to an admitted hello, most
   double probe_pull_max_ms = 0;       // one pull answered, most
   std::string probe_last_error;
 };
+
+// The ring attack (issue #28): the mirrored MLP job
+// (examples/fashion_mnist_mlp_mirrored.pbtxt; a chief and two workers, no
+// PS, per-role tokens, each worker's collective port fixed so a restarted
+// worker listens where it did). From a fifth of the steps on, strangers
+// (no token) hold up to `connections` sockets to the two collective ports
+// from `sources` loopback addresses (127.0.2.2 on): half send nothing,
+// half trickle one byte of a ring ClientHello every 2 s; each is opened
+// again when the worker closes it (or the connect fails). Once they have
+// opened `connections` (or after `kill_after_seconds`), worker:1 is
+// SIGKILLed and started again, so the group re-forms beside them; the attack stops when training has gone
+// 20 steps past the re-formation (or at seven tenths of the steps, if
+// later). The unattacked run kills and restarts worker:1 at the same step.
+struct RingOptions {
+  std::string dir;  // scratch directory, made if absent
+  int64_t steps = 3000;
+  int connections = 2000;  // stranger sockets held at once over both ports, at most
+  int sources = 100;       // 127.0.2.2 ... 127.0.2.(1 + sources)
+  double kill_after_seconds = 10;
+};
+
+struct RingRun {
+  bool attacked = false;
+  bool finished = false;  // the chief exited 0 with a summary
+  double accuracy = -1;
+  double wall_seconds = -1;
+  int64_t failures_survived = -1;
+  std::string summary;
+  std::string error;  // what went wrong, if anything
+  int64_t killed_at_step = -1;
+  // From SIGKILL of worker:1: the chief's "recovered to the checkpoint"
+  // line, and training 20 steps on from there (the group re-formed: every
+  // step is an all-reduce).
+  double recovered_seconds = -1;
+  double resumed_seconds = -1;
+  // Strangers.
+  int64_t stranger_opened = 0;
+  int64_t stranger_open_peak = 0;
+  int64_t stranger_closed_by_peer = 0;  // ended by a worker (handshake limit, eviction, exit)
+  int64_t stranger_connect_failed = 0;
+  int64_t stranger_hello_bytes_read = 0;  // ServerHello bytes the workers sent them
+};
+
+RingRun RunMirroredJob(const RingOptions& options, bool attack, const std::string& name);
+std::string Describe(const RingRun& run);
 
 // Runs the job once, attacked or not. Never aborts: a failure is in the
 // result (finished false, summary empty).
