@@ -13,6 +13,12 @@ namespace {
 
 // The longest a frame's call may wait (a parked pull), whatever it asks.
 constexpr absl::Duration kMaxWait = absl::Seconds(60);
+// Answers made and not yet written to the caller, at most, before the
+// stream stops reading frames: a caller that never reads its answers
+// stalls its own writes (HTTP/2 flow control) instead of making the PS
+// queue an answer (if only a refusal) for every frame it sends. Reading
+// goes on once the queue is down to half.
+constexpr size_t kMaxUnwrittenAnswers = 64;
 
 class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -34,11 +40,14 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
         if (final_.ok()) final_ = ToGrpcStatus(h.status());
       });
     }
+    bool read;
     {
       absl::MutexLock lock(&mu_);
       ++serving_;
+      read = !read_paused_ && !ReadFullLocked();
+      if (!read) read_paused_ = true;  // OnWriteDone reads on
     }
-    StartRead(&in_);  // the next frame may be served while this one is
+    if (read) StartRead(&in_);  // the next frame may be served while this one is
     const absl::Duration wait = std::min(absl::Milliseconds(h->timeout_ms), kMaxWait);
     const uint64_t id = h->call_id;
     service_->ServeData(*ctx_, h->method, payload, absl::Now() + wait,
@@ -58,11 +67,16 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     });
   }
 
+  // Reading stops at kMaxUnwrittenAnswers answers unwritten (frames being
+  // served, a parked pull among them, do not count) and resumes at half.
+  bool ReadFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return out_.size() >= kMaxUnwrittenAnswers; }
+
   void OnDone() override { delete this; }
 
  private:
   // What to start once the lock is released.
   struct Next {
+    bool read = false;
     grpc::ByteBuffer* write = nullptr;
     bool finish = false;
     grpc::Status status;
@@ -96,6 +110,10 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
   Next NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Next n;
     if (finished_) return n;
+    if (read_paused_ && (broken_ || out_.size() <= kMaxUnwrittenAnswers / 2)) {
+      read_paused_ = false;  // a broken stream reads on to see its end
+      n.read = true;
+    }
     if (!writing_ && !out_.empty()) {
       writing_ = true;
       n.write = &out_.front().frame;  // deque elements keep their address while others are added
@@ -108,6 +126,7 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
   }
 
   void Run(const Next& n) {
+    if (n.read) StartRead(&in_);
     if (n.write != nullptr) StartWrite(n.write);
     if (n.finish) Finish(n.status);  // may delete this (OnDone): nothing after it
   }
@@ -116,7 +135,8 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
   grpc::CallbackServerContext* const ctx_;
   grpc::ByteBuffer in_;
   absl::Mutex mu_;
-  bool reading_ ABSL_GUARDED_BY(mu_) = true;
+  bool reading_ ABSL_GUARDED_BY(mu_) = true;       // a read is or will be pending (false once they end)
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // no read pending: too many answers unwritten
   int serving_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;

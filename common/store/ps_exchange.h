@@ -10,6 +10,13 @@
 // INVALID_ARGUMENT (the caller's pending calls fail and it reopens); the
 // reactor finishes only when every frame it took has been answered, so a
 // late answer never touches a finished stream.
+//
+// A caller that does not read its answers is not read either: once 64
+// answers wait to be written, the stream reads no more frames until half
+// of them are (frames being served, a parked pull among them, do not
+// count). Its writes then stall under HTTP/2 flow control, instead of the
+// PS making and keeping an answer, if only a refusal, for every frame it
+// sends (issue #28: 44 MB to 981 MB in 30 s of one such flood).
 #ifndef PSRT_COMMON_STORE_PS_EXCHANGE_H_
 #define PSRT_COMMON_STORE_PS_EXCHANGE_H_
 
