@@ -535,9 +535,8 @@ class Run {
         sent_.fetch_add(1);
         StartWrite(&frame_);
       }
-      void OnDone(const grpc::Status& s) override {
+      void OnDone(const grpc::Status&) override {
         absl::MutexLock lock(&mu_);
-        status_ = s;
         done_ = true;
       }
       // Waits for the stream's end (the PS's, or the attack's: it cancels
@@ -560,7 +559,6 @@ class Run {
       std::atomic<int64_t> sent_{0};
       absl::Mutex mu_;
       bool done_ ABSL_GUARDED_BY(mu_) = false;
-      grpc::Status status_ ABSL_GUARDED_BY(mu_);
     };
     psframe::RequestHeader h;
     h.method = psframe::Method::kPull;
@@ -619,7 +617,7 @@ class MirroredRun {
       if (attack_) {
         // The kill comes once the strangers have opened as many connections
         // as they hold at once (the ports' queues are full), or after
-        // kill_after at most.
+        // kill_after_seconds at most.
         absl::MutexLock lock(&mu_);
         auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return result_.stranger_opened >= o_.connections; };
         mu_.AwaitWithTimeout(absl::Condition(&opened), absl::Seconds(o_.kill_after_seconds));
