@@ -45,7 +45,11 @@ struct SimPs {
   bool created = false;  // variables created (a restarted PS holds none)
   Applied applied;
   std::vector<int64_t> worker_next;  // each worker's next step here
-  std::vector<bool> active;          // SYNC waits for these workers
+  // ASYNC: each stream's next batch applied here since the last restore
+  // or fresh start (-1: none). A push of a batch below it is answered
+  // "duplicate" and not applied (PsStatusResponse.stream_next_batch).
+  std::vector<int64_t> stream_next;
+  std::vector<bool> active;  // SYNC waits for these workers
   // SYNC: the step being aggregated, and who pushed it.
   int64_t sync_step = 0;
   std::vector<bool> sync_pushed;
@@ -68,10 +72,6 @@ struct SimWorker {
   int64_t stream_base = 0;
   absl::Time back_at = absl::InfiniteFuture();
   bool restarts = false;
-  // A killed worker's steps pushed after the chief last heard of it: when
-  // it is started below them, they are pushed again (see the header).
-  int64_t pushed_before_kill = -1;
-  int64_t redo_until = -1;
 };
 
 struct SimCheckpoint {
@@ -94,6 +94,7 @@ class Simulation {
       p.incarnation = NewIncarnation();
       p.applied.assign(o.num_workers, 0);
       p.worker_next.assign(o.num_workers, 0);
+      p.stream_next.assign(o.num_workers, -1);
       p.active.assign(o.num_workers, true);
     }
     workers_.resize(o.num_workers);
@@ -107,7 +108,8 @@ class Simulation {
     bool done = false;
     while (!done && now_ < give_up && result_.violations.empty()) {
       if (now_ < fault_end) MaybeFault();
-      if (now_ < fault_end && o_.chief_restarts && rng_.Unit() < o_.fault_rate_per_s * absl::ToDoubleSeconds(kTick) / 8) {
+      if (now_ < fault_end && o_.chief_restarts &&
+          rng_.Unit() < o_.fault_rate_per_s * absl::ToDoubleSeconds(kTick) / 8) {
         Log("chief restarted");
         ++result_.chief_restarts;
         ++result_.faults;
@@ -159,8 +161,8 @@ class Simulation {
     for (int i = 0; i < o_.num_workers; ++i) {
       const SimWorker& w = workers_[i];
       parts.push_back(absl::StrCat("worker:", i, (w.alive ? "" : " dead"), (w.answering ? "" : " stopped"), " ",
-                                   WorkerStatusResponse::State_Name(w.state), " step ", w.step, " gen ",
-                                   w.generation, " of ", w.end, " streams ", w.streams.size(),
+                                   WorkerStatusResponse::State_Name(w.state), " step ", w.step, " gen ", w.generation,
+                                   " of ", w.end, " streams ", w.streams.size(),
                                    (chief_.workers[i].removed ? " removed" : "")));
     }
     return absl::StrJoin(parts, "; ");
@@ -185,12 +187,34 @@ class Simulation {
       const int i = rng_.Below(o_.num_workers);
       SimWorker& w = workers_[i];
       if (!w.alive || !w.answering) return;
-      Log(absl::StrCat(kill ? "kill" : "stop", " worker:", i, " at step ", w.step, " for ",
-                       absl::FormatDuration(lasts)));
+      // It may push a few steps after the chief last heard from it (its
+      // record lags), then dies.
+      for (int k = kill ? rng_.Below(3) : 0; k > 0; --k) StepWorker(i);
+      if (!result_.violations.empty()) return;
+      Log(absl::StrCat(kill ? "kill" : "stop", " worker:", i, " at step ", w.step, " (recorded ",
+                       chief_.workers[i].step, ") for ", absl::FormatDuration(lasts)));
       (kill ? w.alive : w.answering) = false;
       w.back_at = now_ + lasts;
       w.restarts = kill;
-      if (kill) w.pushed_before_kill = w.step;
+      if (kill && !o_.sync && o_.num_ps > 1 && w.state == WorkerStatusResponse::RUNNING && w.step < w.end &&
+          rng_.Below(2) == 0) {
+        // Killed in the middle of its step's pushes: some PS applied it,
+        // the others never will.
+        const int reached = 1 + rng_.Below(o_.num_ps - 1);
+        bool all_up = true;
+        for (int p = 0; p < reached; ++p) {
+          const SimPs& ps = ps_[p];
+          all_up = all_up && ps.alive && ps.answering && ps.created && ps.generation == w.generation;
+        }
+        if (all_up) {
+          Log(absl::StrCat("worker:", i, " step ", w.step, " pushed to ", reached, " of ", o_.num_ps,
+                           " PS before it died"));
+          ++result_.partial_steps;
+          for (int p = 0; p < reached; ++p) {
+            if (!PushTo(i, p)) return;
+          }
+        }
+      }
     }
   }
 
@@ -206,6 +230,7 @@ class Simulation {
         ps.incarnation = NewIncarnation();
         ps.applied.assign(o_.num_workers, 0);
         ps.worker_next.assign(o_.num_workers, 0);
+        ps.stream_next.assign(o_.num_workers, -1);
         ps.active.assign(o_.num_workers, true);
         Log(absl::StrCat("ps:", p, " back (new incarnation, empty)"));
       } else {
@@ -218,10 +243,8 @@ class Simulation {
       w.back_at = absl::InfiniteFuture();
       w.answering = true;
       if (w.restarts) {
-        const int64_t pushed = w.pushed_before_kill;
         w = SimWorker();
         w.incarnation = NewIncarnation();
-        w.pushed_before_kill = pushed;
         Log(absl::StrCat("worker:", i, " back (new incarnation, idle)"));
       } else {
         Log(absl::StrCat("worker:", i, " answers again"));
@@ -240,6 +263,7 @@ class Simulation {
 
   void StepWorker(int i) {
     SimWorker& w = workers_[i];
+    if (!result_.violations.empty()) return;
     if (!w.alive || !w.answering || w.state != WorkerStatusResponse::RUNNING) return;
     if (w.step >= w.end) {
       w.state = WorkerStatusResponse::DONE;
@@ -257,29 +281,49 @@ class Simulation {
       StepSync(i);
       return;
     }
-    const StreamPos batch = StreamAt(w.streams, w.stream_base, w.step);
     for (int p = 0; p < o_.num_ps; ++p) {
-      SimPs& ps = ps_[p];
-      int64_t& next = ps.applied[batch.index];
-      if (batch.batch < next) {
-        if (w.step < w.redo_until) {
-          if (p == 0) ++result_.redone_after_kill;
-        } else {
-          Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ",
-                                 batch.index, " to ps:", p, " again (it had applied up to ", next, ")"));
-          return;
-        }
-      } else if (batch.batch > next) {
-        Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ",
-                               batch.index, " to ps:", p, ", skipping batches ", next, "..", batch.batch - 1));
-        return;
-      } else {
-        ++next;
-      }
-      ps.worker_next[i] = std::max(ps.worker_next[i], w.step + 1);
+      if (!PushTo(i, p)) return;
     }
     ++w.step;
     if (w.step >= w.end) w.state = WorkerStatusResponse::DONE;
+  }
+
+  // ASYNC: worker i's push of its step to ps:p, as the PS takes it: a batch
+  // below what the PS applied of its stream since the restore is a
+  // duplicate (acknowledged, not applied); any other is applied, and must
+  // be its stream's next batch there. The duplicate must complete a step
+  // some PS missed: a batch every PS applied pushed again means the chief
+  // started a worker too early. False: a violation.
+  bool PushTo(int i, int p) {
+    const SimWorker& w = workers_[i];
+    SimPs& ps = ps_[p];
+    const StreamPos batch = StreamAt(w.streams, w.stream_base, w.step);
+    int64_t& next = ps.applied[batch.index];
+    if (batch.batch < ps.stream_next[batch.index]) {
+      bool everywhere = true;
+      for (const SimPs& q : ps_) everywhere = everywhere && batch.batch < q.applied[batch.index];
+      if (everywhere) {
+        Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ",
+                               batch.index, " again, which every PS had applied"));
+        return false;
+      }
+      ++result_.duplicate_pushes;
+      return true;
+    }
+    if (batch.batch < next) {
+      Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ", batch.index,
+                             " to ps:", p, " again (it had applied up to ", next, ")"));
+      return false;
+    }
+    if (batch.batch > next) {
+      Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ", batch.index,
+                             " to ps:", p, ", skipping batches ", next, "..", batch.batch - 1));
+      return false;
+    }
+    ++next;
+    ps.stream_next[batch.index] = next;
+    ps.worker_next[i] = std::max(ps.worker_next[i], w.step + 1);
+    return true;
   }
 
   // SYNC: a worker pushes its step and waits; the PS apply the step once
@@ -389,8 +433,7 @@ class Simulation {
   void NewGeneration() {
     ++chief_.generation;
     if (chief_.generation <= max_generation_) {
-      Violation(absl::StrCat("generation ", chief_.generation, " handed out again (", max_generation_,
-                             " was before)"));
+      Violation(absl::StrCat("generation ", chief_.generation, " handed out again (", max_generation_, " was before)"));
     }
     max_generation_ = std::max(max_generation_, chief_.generation);
     saved_generation_ = chief_.generation;
@@ -422,10 +465,12 @@ class Simulation {
       if (reinitialize) {
         ps.worker_next[i] = 0;
       } else if (!chief_.workers[i].removed) {
-        ps.worker_next[i] = new_generation ? chief_.workers[i].step : std::max(ps.worker_next[i], chief_.workers[i].step);
+        ps.worker_next[i] =
+            new_generation ? chief_.workers[i].step : std::max(ps.worker_next[i], chief_.workers[i].step);
       }
     }
     if (reinitialize) ps.applied.assign(o_.num_workers, 0);
+    if (reinitialize) ps.stream_next.assign(o_.num_workers, -1);
     if (new_generation || reinitialize) {
       // A new generation drops what was pushed of the step in progress
       // (ParameterServerCore::CreateVariables); the step stays.
@@ -461,6 +506,7 @@ class Simulation {
       ps_[p].applied = c.applied;
       ps_[p].worker_next = c.worker_next;
       ps_[p].sync_step = c.sync_step;
+      ps_[p].stream_next.assign(o_.num_workers, -1);  // a restore forgets what was pushed since
     }
     chief_.last_checkpoint_step = c.step;
     // The restored state and the steps the workers resume at must agree:
@@ -498,9 +544,10 @@ class Simulation {
       return;
     }
     if (r.removed) return;
-    Log(absl::StrCat("start worker:", i, " at step ", step, " generation ", chief_.generation, " streams ",
-                     absl::StrJoin(PositionsAt(r.streams, r.stream_base, step), " ",
-                                   [](std::string* out, const StreamPos& p) { absl::StrAppend(out, p.index, "@", p.batch); })));
+    Log(absl::StrCat(
+        "start worker:", i, " at step ", step, " generation ", chief_.generation, " streams ",
+        absl::StrJoin(PositionsAt(r.streams, r.stream_base, step), " ",
+                      [](std::string* out, const StreamPos& p) { absl::StrAppend(out, p.index, "@", p.batch); })));
     w.state = WorkerStatusResponse::RUNNING;
     w.step = step;
     w.end = o_.end_step;
@@ -508,8 +555,6 @@ class Simulation {
     w.streams = r.streams;
     w.stream_base = r.stream_base;
     w.error.clear();
-    w.redo_until = w.pushed_before_kill;
-    w.pushed_before_kill = -1;
     r.step = step;
     r.state = WorkerStatusResponse::RUNNING;
     r.incarnation = w.incarnation;
@@ -563,6 +608,11 @@ class Simulation {
       if (active[i] && !paused[i]) ok = false;  // one that may still push makes the copy inconsistent
     }
     for (int p = 0; p < o_.num_ps; ++p) ok = ok && PsAnswers(p) && ps_[p].incarnation == chief_.ps[p].incarnation;
+    std::string differ;
+    if (ok && !o_.sync && !StoresAgreeOnStreams(ProbeStores(), &differ)) {
+      Log("checkpoint waits: " + differ);
+      ok = false;
+    }
     const int64_t step = MinStepOf(chief_.workers, chief_.end_step);
     SimCheckpoint c;
     c.step = step;
@@ -622,8 +672,7 @@ class Simulation {
         r.incarnation = 0;  // the watch starts it when it answers
         continue;
       }
-      if (w.state == WorkerStatusResponse::DONE ||
-          std::find(redealt_.begin(), redealt_.end(), i) != redealt_.end()) {
+      if (w.state == WorkerStatusResponse::DONE || std::find(redealt_.begin(), redealt_.end(), i) != redealt_.end()) {
         StartWorker(i, r.step);
       } else {
         w.state = WorkerStatusResponse::RUNNING;
@@ -651,6 +700,21 @@ class Simulation {
     const std::vector<bool> paused = PauseWorkers(/*mark_unreachable=*/true);
     for (int i = 0; i < o_.num_workers; ++i) {
       if (!workers_[i].alive || !workers_[i].answering) chief_.workers[i].reachable = false;
+    }
+    // ASYNC: a holder that did not answer the pause (killed, cut off) may
+    // have pushed past its record: its streams go on after the last batch
+    // every PS applied (a step some took and others not is pushed again by
+    // the next holder, a duplicate where it was taken).
+    if (!o_.sync) {
+      std::string why;
+      const std::optional<std::map<int, int64_t>> floors = StreamFloors(ProbeStores(), chief_, &why);
+      for (int i = 0; i < o_.num_workers; ++i) {
+        WorkerRecord& r = chief_.workers[i];
+        if (r.streams.empty() || paused[i] || !floors.has_value()) continue;
+        const int64_t step = FirstStepNotApplied(r, r.step, *floors, chief_.end_step);
+        if (step != r.step) Log(absl::StrCat("worker:", i, " pushed up to step ", step, ", past its record ", r.step));
+        r.step = step;
+      }
     }
     // Coordinator::SyncGroupStep: SYNC asks the PS.
     int64_t group_step = GroupStep(chief_.workers, paused, chief_.end_step);
@@ -722,6 +786,11 @@ class Simulation {
       } else {
         probe.answer.set_incarnation(ps_[p].incarnation);
         probe.answer.set_generation(ps_[p].generation);
+        if (!o_.sync) {
+          for (int k = 0; k < o_.num_workers; ++k) {
+            if (ps_[p].stream_next[k] >= 0) (*probe.answer.mutable_stream_next_batch())[k] = ps_[p].stream_next[k];
+          }
+        }
       }
       out[p] = probe;
     }
@@ -758,6 +827,12 @@ class Simulation {
         return true;
       case WatchCommand::kStartWorker:
         StartWorker(c.index, c.step);
+        return true;
+      case WatchCommand::kRestartWorker:
+        // Coordinator::RunCommand: the stores asked, the core decides.
+        for (const WatchCommand& next : core_.DecideRestart(c.index, ProbeStores(), &chief_)) {
+          if (!RunCommand(next)) return false;
+        }
         return true;
       case WatchCommand::kResumeWorker: {
         SimWorker& w = workers_[c.index];

@@ -54,9 +54,10 @@ PsPass WatchCore::DecideStores(const std::vector<std::optional<PsProbe>>& probes
     if (probe.error.ok()) {
       const PsStatusResponse& st = probe.answer;
       if (ps.down_since != absl::InfiniteFuture() && st.incarnation() == ps.incarnation) {
-        out.commands.push_back(Say(absl::StrCat(
-            ps.name, " answers again after ", absl::FormatDuration(absl::Trunc(now - ps.down_since, absl::Milliseconds(1))),
-            " with its state intact (same incarnation): no restore")));
+        out.commands.push_back(
+            Say(absl::StrCat(ps.name, " answers again after ",
+                             absl::FormatDuration(absl::Trunc(now - ps.down_since, absl::Milliseconds(1))),
+                             " with its state intact (same incarnation): no restore")));
       }
       ps.down_since = absl::InfiniteFuture();
       ps.probes_timed_out = 0;
@@ -79,9 +80,9 @@ PsPass WatchCore::DecideStores(const std::vector<std::optional<PsProbe>>& probes
     const absl::Duration down = now - ps.down_since;
     out.all_answer = false;
     if (rules_.replicated && FailOverNow(ps, down)) {
-      out.commands.push_back(Command(WatchCommand::kFailover, p,
-                                     absl::StrCat("not answering for ", absl::FormatDuration(down), ": ",
-                                                  probe.error.message())));
+      out.commands.push_back(
+          Command(WatchCommand::kFailover, p,
+                  absl::StrCat("not answering for ", absl::FormatDuration(down), ": ", probe.error.message())));
       return out;
     }
     if (ShrinkGroupNow(p, static_cast<int>(MembersOf(state->workers).size()), down)) {
@@ -98,10 +99,10 @@ PsPass WatchCore::DecideStores(const std::vector<std::optional<PsProbe>>& probes
       out.commands.push_back(Say(absl::StrCat("waiting for ", out.waiting_for)));
     }
     if (down > rules_.ps_wait) {
-      out.commands.push_back(Fail(absl::StatusCode::kUnavailable,
-                                  absl::StrCat(ps.name, " did not answer within ps_wait_ms ",
-                                               absl::ToInt64Milliseconds(rules_.ps_wait), ": ",
-                                               probe.error.message())));
+      out.commands.push_back(
+          Fail(absl::StatusCode::kUnavailable,
+               absl::StrCat(ps.name, " did not answer within ps_wait_ms ", absl::ToInt64Milliseconds(rules_.ps_wait),
+                            ": ", probe.error.message())));
       return out;
     }
   }
@@ -132,10 +133,11 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
           static_cast<int>(MembersOf(state->workers).size()) > rules_.min_workers) {
         w.removed = true;
         // Its data goes to the others (a SYNC group shrinks with it).
-        WatchCommand c = Command(WatchCommand::kChangeMembership, i,
-                                 absl::StrCat(w.name, " did not answer for ", absl::FormatDuration(give_up),
-                                              rules_.sync ? ": the SYNC group shrinks" : ": ASYNC training goes on without it",
-                                              " and its data goes to the others"));
+        WatchCommand c =
+            Command(WatchCommand::kChangeMembership, i,
+                    absl::StrCat(w.name, " did not answer for ", absl::FormatDuration(give_up),
+                                 rules_.sync ? ": the SYNC group shrinks" : ": ASYNC training goes on without it",
+                                 " and its data goes to the others"));
         out.commands.push_back(std::move(c));
         out.all_done = false;
         return out;
@@ -165,6 +167,14 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
       // incarnation of workers it could not reach): what it pushed stands.
       int64_t step = st.incarnation() == w.incarnation ? std::max(w.step, st.step()) : w.step;
       if (rules_.sync) step = std::min(step, MinStepOf(state->workers, state->end_step));
+      if (!rules_.sync && !rules_.collective && st.incarnation() != w.incarnation) {
+        // A new process: the old one may have pushed past its record. What
+        // the stores applied of it says where it stands (DecideRestart).
+        WatchCommand c = Command(WatchCommand::kRestartWorker, i, "");
+        c.step = step;
+        out.commands.push_back(std::move(c));
+        continue;
+      }
       out.commands.push_back(Say(absl::StrCat(w.name, " (re)started; starting it at step ", step)));
       WatchCommand c = Command(WatchCommand::kStartWorker, i, "");
       c.step = step;
@@ -202,6 +212,104 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
     }
     if (w.state != WorkerStatusResponse::DONE) out.all_done = false;
   }
+  return out;
+}
+
+std::optional<std::map<int, int64_t>> StreamFloors(const std::vector<std::optional<PsProbe>>& probes,
+                                                   const WatchState& state, std::string* why) {
+  std::map<int, int64_t> floors;
+  std::map<int, int> told;  // how many stores named each stream
+  int answering = 0;
+  const int n = std::min(static_cast<int>(probes.size()), static_cast<int>(state.ps.size()));
+  for (int p = 0; p < n; ++p) {
+    if (!probes[p].has_value()) continue;
+    const PsRecord& ps = state.ps[p];
+    const PsProbe& probe = *probes[p];
+    if (!probe.error.ok()) {
+      *why = absl::StrCat(ps.name, " does not answer: ", probe.error.message());
+      return std::nullopt;
+    }
+    const PsStatusResponse& st = probe.answer;
+    if (st.incarnation() != ps.incarnation || st.generation() != state.generation) {
+      *why = absl::StrCat(ps.name, " is incarnation ", st.incarnation(), " at generation ", st.generation(), ", not ",
+                          ps.incarnation, " at ", state.generation);
+      return std::nullopt;
+    }
+    ++answering;
+    for (const auto& [stream, batch] : st.stream_next_batch()) {
+      if (stream < 0 || batch < 0) {
+        *why = absl::StrCat(ps.name, " says stream ", stream, " is applied up to batch ", batch);
+        return std::nullopt;
+      }
+      auto [it, first] = floors.emplace(stream, batch);
+      if (!first) it->second = std::min(it->second, batch);
+      ++told[stream];
+    }
+  }
+  for (const auto& [stream, count] : told) {
+    if (count < answering) floors.erase(stream);
+  }
+  return floors;
+}
+
+bool StoresAgreeOnStreams(const std::vector<std::optional<PsProbe>>& probes, std::string* why) {
+  const PsProbe* first = nullptr;
+  int first_index = -1;
+  for (int p = 0; p < static_cast<int>(probes.size()); ++p) {
+    if (!probes[p].has_value() || !probes[p]->error.ok()) continue;
+    if (first == nullptr) {
+      first = &*probes[p];
+      first_index = p;
+      continue;
+    }
+    const auto& a = first->answer.stream_next_batch();
+    const auto& b = probes[p]->answer.stream_next_batch();
+    for (const auto& [stream, batch] : b) {
+      auto it = a.find(stream);
+      if (it == a.end() || it->second != batch) {
+        *why = absl::StrCat("store ", p, " applied stream ", stream, " up to batch ", batch, ", store ", first_index,
+                            it == a.end() ? std::string(" none of it") : absl::StrCat(" up to ", it->second));
+        return false;
+      }
+    }
+    if (a.size() != b.size()) {
+      *why = absl::StrCat("stores ", first_index, " and ", p, " applied batches of different streams");
+      return false;
+    }
+  }
+  return true;
+}
+
+int64_t FirstStepNotApplied(const WorkerRecord& w, int64_t from, const std::map<int, int64_t>& floors, int64_t end) {
+  if (w.streams.empty()) return from;
+  int64_t step = from;
+  for (; step < end; ++step) {
+    const StreamPos b = StreamAt(w.streams, w.stream_base, step);
+    auto it = floors.find(b.index);
+    if (it == floors.end() || b.batch >= it->second) break;
+  }
+  return step;
+}
+
+std::vector<WatchCommand> WatchCore::DecideRestart(int index, const std::vector<std::optional<PsProbe>>& probes,
+                                                   WatchState* state) const {
+  std::vector<WatchCommand> out;
+  if (index < 0 || index >= static_cast<int>(state->workers.size())) return out;
+  WorkerRecord& w = state->workers[index];
+  const int64_t record = std::clamp<int64_t>(w.step, 0, state->end_step);
+  std::string why;
+  const std::optional<std::map<int, int64_t>> floors = StreamFloors(probes, *state, &why);
+  int64_t step = record;
+  if (!floors.has_value()) {
+    out.push_back(Say(absl::StrCat(w.name, " (re)started; starting it at its recorded step ", record, " (", why, ")")));
+  } else {
+    step = FirstStepNotApplied(w, record, *floors, state->end_step);
+    out.push_back(Say(absl::StrCat(w.name, " (re)started; starting it at step ", step, " (recorded ", record,
+                                   "), the first whose batch some store has not applied")));
+  }
+  WatchCommand c = Command(WatchCommand::kStartWorker, index, "");
+  c.step = step;
+  out.push_back(std::move(c));
   return out;
 }
 
