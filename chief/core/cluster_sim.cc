@@ -108,8 +108,7 @@ class Simulation {
     bool done = false;
     while (!done && now_ < give_up && result_.violations.empty()) {
       if (now_ < fault_end) MaybeFault();
-      if (now_ < fault_end && o_.chief_restarts &&
-          rng_.Unit() < o_.fault_rate_per_s * absl::ToDoubleSeconds(kTick) / 8) {
+      if (now_ < fault_end && o_.chief_restarts && rng_.Unit() < o_.fault_rate_per_s * absl::ToDoubleSeconds(kTick) / 8) {
         Log("chief restarted");
         ++result_.chief_restarts;
         ++result_.faults;
@@ -161,8 +160,8 @@ class Simulation {
     for (int i = 0; i < o_.num_workers; ++i) {
       const SimWorker& w = workers_[i];
       parts.push_back(absl::StrCat("worker:", i, (w.alive ? "" : " dead"), (w.answering ? "" : " stopped"), " ",
-                                   WorkerStatusResponse::State_Name(w.state), " step ", w.step, " gen ", w.generation,
-                                   " of ", w.end, " streams ", w.streams.size(),
+                                   WorkerStatusResponse::State_Name(w.state), " step ", w.step, " gen ",
+                                   w.generation, " of ", w.end, " streams ", w.streams.size(),
                                    (chief_.workers[i].removed ? " removed" : "")));
     }
     return absl::StrJoin(parts, "; ");
@@ -433,7 +432,8 @@ class Simulation {
   void NewGeneration() {
     ++chief_.generation;
     if (chief_.generation <= max_generation_) {
-      Violation(absl::StrCat("generation ", chief_.generation, " handed out again (", max_generation_, " was before)"));
+      Violation(absl::StrCat("generation ", chief_.generation, " handed out again (", max_generation_,
+                             " was before)"));
     }
     max_generation_ = std::max(max_generation_, chief_.generation);
     saved_generation_ = chief_.generation;
@@ -465,8 +465,7 @@ class Simulation {
       if (reinitialize) {
         ps.worker_next[i] = 0;
       } else if (!chief_.workers[i].removed) {
-        ps.worker_next[i] =
-            new_generation ? chief_.workers[i].step : std::max(ps.worker_next[i], chief_.workers[i].step);
+        ps.worker_next[i] = new_generation ? chief_.workers[i].step : std::max(ps.worker_next[i], chief_.workers[i].step);
       }
     }
     if (reinitialize) ps.applied.assign(o_.num_workers, 0);
@@ -544,10 +543,9 @@ class Simulation {
       return;
     }
     if (r.removed) return;
-    Log(absl::StrCat(
-        "start worker:", i, " at step ", step, " generation ", chief_.generation, " streams ",
-        absl::StrJoin(PositionsAt(r.streams, r.stream_base, step), " ",
-                      [](std::string* out, const StreamPos& p) { absl::StrAppend(out, p.index, "@", p.batch); })));
+    Log(absl::StrCat("start worker:", i, " at step ", step, " generation ", chief_.generation, " streams ",
+                     absl::StrJoin(PositionsAt(r.streams, r.stream_base, step), " ",
+                                   [](std::string* out, const StreamPos& p) { absl::StrAppend(out, p.index, "@", p.batch); })));
     w.state = WorkerStatusResponse::RUNNING;
     w.step = step;
     w.end = o_.end_step;
@@ -672,7 +670,8 @@ class Simulation {
         r.incarnation = 0;  // the watch starts it when it answers
         continue;
       }
-      if (w.state == WorkerStatusResponse::DONE || std::find(redealt_.begin(), redealt_.end(), i) != redealt_.end()) {
+      if (w.state == WorkerStatusResponse::DONE ||
+          std::find(redealt_.begin(), redealt_.end(), i) != redealt_.end()) {
         StartWorker(i, r.step);
       } else {
         w.state = WorkerStatusResponse::RUNNING;

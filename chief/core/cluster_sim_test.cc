@@ -17,9 +17,9 @@ int Seeds(int fallback) {
 }
 
 std::string Describe(const SimOptions& o, const SimResult& r) {
-  return absl::StrCat("seed ", o.seed, " (", o.num_ps, " PS, ", o.num_workers, " workers, ", o.sync ? "SYNC" : "ASYNC",
-                      ", ", o.end_step, " steps): ", absl::StrJoin(r.violations, "; "), "\nlast events:\n  ",
-                      absl::StrJoin(r.history, "\n  "),
+  return absl::StrCat("seed ", o.seed, " (", o.num_ps, " PS, ", o.num_workers, " workers, ",
+                      o.sync ? "SYNC" : "ASYNC", ", ", o.end_step, " steps): ", absl::StrJoin(r.violations, "; "),
+                      "\nlast events:\n  ", absl::StrJoin(r.history, "\n  "),
                       "\nreplay: bazel test //chief/core:cluster_sim_test --test_env=PSRT_SIM_SEED=", o.seed);
 }
 

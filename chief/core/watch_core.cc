@@ -54,10 +54,9 @@ PsPass WatchCore::DecideStores(const std::vector<std::optional<PsProbe>>& probes
     if (probe.error.ok()) {
       const PsStatusResponse& st = probe.answer;
       if (ps.down_since != absl::InfiniteFuture() && st.incarnation() == ps.incarnation) {
-        out.commands.push_back(
-            Say(absl::StrCat(ps.name, " answers again after ",
-                             absl::FormatDuration(absl::Trunc(now - ps.down_since, absl::Milliseconds(1))),
-                             " with its state intact (same incarnation): no restore")));
+        out.commands.push_back(Say(absl::StrCat(
+            ps.name, " answers again after ", absl::FormatDuration(absl::Trunc(now - ps.down_since, absl::Milliseconds(1))),
+            " with its state intact (same incarnation): no restore")));
       }
       ps.down_since = absl::InfiniteFuture();
       ps.probes_timed_out = 0;
@@ -80,9 +79,9 @@ PsPass WatchCore::DecideStores(const std::vector<std::optional<PsProbe>>& probes
     const absl::Duration down = now - ps.down_since;
     out.all_answer = false;
     if (rules_.replicated && FailOverNow(ps, down)) {
-      out.commands.push_back(
-          Command(WatchCommand::kFailover, p,
-                  absl::StrCat("not answering for ", absl::FormatDuration(down), ": ", probe.error.message())));
+      out.commands.push_back(Command(WatchCommand::kFailover, p,
+                                     absl::StrCat("not answering for ", absl::FormatDuration(down), ": ",
+                                                  probe.error.message())));
       return out;
     }
     if (ShrinkGroupNow(p, static_cast<int>(MembersOf(state->workers).size()), down)) {
@@ -99,10 +98,10 @@ PsPass WatchCore::DecideStores(const std::vector<std::optional<PsProbe>>& probes
       out.commands.push_back(Say(absl::StrCat("waiting for ", out.waiting_for)));
     }
     if (down > rules_.ps_wait) {
-      out.commands.push_back(
-          Fail(absl::StatusCode::kUnavailable,
-               absl::StrCat(ps.name, " did not answer within ps_wait_ms ", absl::ToInt64Milliseconds(rules_.ps_wait),
-                            ": ", probe.error.message())));
+      out.commands.push_back(Fail(absl::StatusCode::kUnavailable,
+                                  absl::StrCat(ps.name, " did not answer within ps_wait_ms ",
+                                               absl::ToInt64Milliseconds(rules_.ps_wait), ": ",
+                                               probe.error.message())));
       return out;
     }
   }
@@ -133,11 +132,10 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
           static_cast<int>(MembersOf(state->workers).size()) > rules_.min_workers) {
         w.removed = true;
         // Its data goes to the others (a SYNC group shrinks with it).
-        WatchCommand c =
-            Command(WatchCommand::kChangeMembership, i,
-                    absl::StrCat(w.name, " did not answer for ", absl::FormatDuration(give_up),
-                                 rules_.sync ? ": the SYNC group shrinks" : ": ASYNC training goes on without it",
-                                 " and its data goes to the others"));
+        WatchCommand c = Command(WatchCommand::kChangeMembership, i,
+                                 absl::StrCat(w.name, " did not answer for ", absl::FormatDuration(give_up),
+                                              rules_.sync ? ": the SYNC group shrinks" : ": ASYNC training goes on without it",
+                                              " and its data goes to the others"));
         out.commands.push_back(std::move(c));
         out.all_done = false;
         return out;
@@ -167,9 +165,12 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
       // incarnation of workers it could not reach): what it pushed stands.
       int64_t step = st.incarnation() == w.incarnation ? std::max(w.step, st.step()) : w.step;
       if (rules_.sync) step = std::min(step, MinStepOf(state->workers, state->end_step));
-      if (!rules_.sync && !rules_.collective && st.incarnation() != w.incarnation) {
+      if (!rules_.sync && !rules_.collective && w.incarnation != 0 && st.incarnation() != w.incarnation) {
         // A new process: the old one may have pushed past its record. What
         // the stores applied of it says where it stands (DecideRestart).
+        // Not one a restore or a membership change could not reach
+        // (incarnation 0): it has pushed nothing in this generation, and
+        // starts at its record.
         WatchCommand c = Command(WatchCommand::kRestartWorker, i, "");
         c.step = step;
         out.commands.push_back(std::move(c));
@@ -297,6 +298,18 @@ std::vector<WatchCommand> WatchCore::DecideRestart(int index, const std::vector<
   if (index < 0 || index >= static_cast<int>(state->workers.size())) return out;
   WorkerRecord& w = state->workers[index];
   const int64_t record = std::clamp<int64_t>(w.step, 0, state->end_step);
+  // A store silent, or not the one the chief set up (a restore is coming):
+  // not now. It stays idle (it could not push anyway), and the next pass
+  // asks again; a store that answers is believed alone.
+  const int n = std::min(static_cast<int>(probes.size()), static_cast<int>(state->ps.size()));
+  for (int p = 0; p < n; ++p) {
+    if (!probes[p].has_value()) continue;
+    const PsProbe& probe = *probes[p];
+    if (!probe.error.ok() || probe.answer.incarnation() != state->ps[p].incarnation ||
+        probe.answer.generation() != state->generation) {
+      return out;
+    }
+  }
   std::string why;
   const std::optional<std::map<int, int64_t>> floors = StreamFloors(probes, *state, &why);
   int64_t step = record;

@@ -58,7 +58,7 @@ struct WorkerRecord {
   WorkerStatusResponse::State state = WorkerStatusResponse::IDLE;
   bool reachable = false;
   float loss = 0;
-  int64_t loss_step = -1;                     // the step `loss` is from (-1: none since it started)
+  int64_t loss_step = -1;  // the step `loss` is from (-1: none since it started)
   std::map<std::string, float> train_metric;  // of that step
   double examples_per_sec = 0;
   absl::Time down_since = absl::InfiniteFuture();
@@ -94,13 +94,13 @@ struct WatchRules {
   absl::Duration ps_wait = absl::InfiniteDuration();  // a PS silent longer fails the job
   int64_t checkpoint_every_steps = 0;
   absl::Duration checkpoint_every = absl::ZeroDuration();  // 0: not by time
-  int64_t eval_every_steps = 0;                            // 0, or no evaluator: no periodic evaluation
+  int64_t eval_every_steps = 0;  // 0, or no evaluator: no periodic evaluation
 };
 
 // What the chief believes between passes; the shell keeps it, the core
 // reads and updates it.
 struct WatchState {
-  std::vector<PsRecord> ps;   // by store
+  std::vector<PsRecord> ps;  // by store
   std::vector<bool> ps_lost;  // replicated: failed over (its stores moved)
   std::vector<WorkerRecord> workers;
   int64_t generation = 0;
@@ -193,9 +193,12 @@ class WatchCore {
   // from its record on, whose batch some store has not applied
   // (StreamFloors, FirstStepNotApplied): the steps before were applied
   // everywhere; a step some store applied and another did not is pushed
-  // again, and a store that holds its batch answers "duplicate". Answers
-  // not to believe (StreamFloors) leave it at its record. Returns a kSay and
-  // a kStartWorker.
+  // again, and a store that holds its batch answers "duplicate". While a
+  // store is silent, or another incarnation or generation than the chief's
+  // record, nothing (the next pass asks again: the worker could not push
+  // anyway); an answer that names a negative stream or batch leaves it at
+  // its record (the stores' dedupe still holds). Else a kSay and a
+  // kStartWorker.
   std::vector<WatchCommand> DecideRestart(int index, const std::vector<std::optional<PsProbe>>& probes,
                                           WatchState* state) const;
 
@@ -320,9 +323,8 @@ absl::StatusOr<std::vector<int>> RestoreStreams(int num_streams, const std::map<
     const std::vector<StreamPos> mine = it == dealt.end() ? std::vector<StreamPos>() : it->second;
     // Counting back before its base is only a guess (it stops at batch 0),
     // so a record read from there is never taken as the same.
-    const bool same = w.streams.empty()
-                          ? mine.empty()
-                          : w.step >= w.stream_base && PositionsAt(w.streams, w.stream_base, w.step) == mine;
+    const bool same = w.streams.empty() ? mine.empty()
+                                        : w.step >= w.stream_base && PositionsAt(w.streams, w.stream_base, w.step) == mine;
     if (same) continue;
     w.streams = mine;
     w.stream_base = w.step;
