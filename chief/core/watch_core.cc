@@ -128,7 +128,9 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
       // A collective group cannot go on without a member: its replica is
       // waited for like a PS (DecideStores), and the group re-formed when
       // it is back.
-      if (!rules_.collective && !w.removed && now - w.down_since > give_up &&
+      // ASYNC hands its streams on from the last batch every PS applied
+      // (the record may lag): that waits for every store's word.
+      if (!rules_.collective && !w.removed && now - w.down_since > give_up && (rules_.sync || all_stores_answer) &&
           static_cast<int>(MembersOf(state->workers).size()) > rules_.min_workers) {
         w.removed = true;
         // Its data goes to the others (a SYNC group shrinks with it).
@@ -151,6 +153,8 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
     if (st.incarnation() != w.incarnation || st.state() == WorkerStatusResponse::IDLE || w.removed) {
       out.all_done = false;
       if (w.removed) {
+        // ASYNC: as a leaver's streams, a returner's wait for every store.
+        if (!rules_.sync && !rules_.collective && !all_stores_answer) continue;
         w.state = st.state();
         if (rules_.collective) {
           out.commands.push_back(Command(WatchCommand::kRejoinGroup, i, absl::StrCat(w.name, " answers again")));
