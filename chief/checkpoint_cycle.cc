@@ -48,6 +48,16 @@ absl::Status CheckpointCycle::Checkpoint() {
           absl::StrCat("cannot pause ", cluster_.workers[i].control->name(), ": ", pauses[i].message()));
     }
   }
+  if (!cluster_.shape.sync && paused.ok()) {
+    // ASYNC: a worker killed between two PS's pushes of a step left one PS
+    // ahead; its step is pushed again (a duplicate where it landed) when
+    // the worker or the stream's next holder goes on. Copied before, the
+    // restored PS would forget it holds the batch and take it twice.
+    std::string differ;
+    if (!StoresAgreeOnStreams(cluster_.StoreStatuses(), &differ)) {
+      paused = absl::UnavailableError(absl::StrCat("the PS have not applied the same batches yet: ", differ));
+    }
+  }
   int64_t step = cluster_.MinStep();
   // SYNC applies step t once every worker pushed it, so the PS state is that
   // of the slowest worker's step: all resume there.

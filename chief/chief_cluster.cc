@@ -363,6 +363,31 @@ uint64_t ChiefCluster::StoreIncarnation(int store) const {
   return ps[roles.primary_of[store]].incarnation;
 }
 
+std::vector<std::optional<PsProbe>> ChiefCluster::StoreStatuses() const {
+  std::vector<std::optional<PsProbe>> out(NumPs());
+  for (int p = 0; p < NumPs(); ++p) {
+    if (!StoreActive(p) || LostToFailover(p)) continue;
+    PsProbe probe;
+    probe.asked = ChiefNow();
+    absl::StatusOr<PsStatusResponse> st = ps[p].admin->Status(shape.ps_probe_timeout);
+    if (st.ok()) {
+      probe.answer = *std::move(st);
+    } else {
+      probe.error = st.status();
+    }
+    out[p] = std::move(probe);
+  }
+  return out;
+}
+
+WatchState ChiefCluster::StoresView() const {
+  WatchState s;
+  for (const PsView& p : ps) s.ps.push_back(p);
+  s.generation = generation;
+  s.end_step = end_step;
+  return s;
+}
+
 absl::Status ChiefCluster::ConfigureStore(int store, CreateVariablesRequest req) {
   const int primary = roles.primary_of[store], backup = roles.backup_of[store];
   ReplicaConfig* rc = req.mutable_replica();

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,11 @@ class ChiefCluster {
   // The handle reaching store s's core (its primary's PS when replicated).
   PsAdmin* StoreAdmin(int store) const;
   uint64_t StoreIncarnation(int store) const;
+  // Every watched store's status now, as the watch probes them (empty: not
+  // watched), one after another; and the records StreamFloors reads them
+  // against (the stores and the generation).
+  std::vector<std::optional<PsProbe>> StoreStatuses() const;
+  WatchState StoresView() const;
   // A handle on store `store`'s copy on PS task `ps` at the current
   // placement epoch (a backup's too: control calls may address one).
   std::unique_ptr<PsAdmin> CopyAdmin(int ps, int store) const;

@@ -402,6 +402,14 @@ absl::Status Coordinator::RunCommand(const WatchCommand& c) {
       }
       return absl::OkStatus();
     }
+    case WatchCommand::kRestartWorker: {
+      // What the stores applied of the worker decides where it starts.
+      WatchState state = CoreState();
+      const std::vector<WatchCommand> then = core_.DecideRestart(c.index, ProbeStores(), &state);
+      AdoptCoreState(state);
+      for (const WatchCommand& next : then) RETURN_IF_ERROR(RunCommand(next));
+      return absl::OkStatus();
+    }
     case WatchCommand::kResumeWorker: {
       absl::Status s = cluster_.workers[c.index].control->Resume(c.step, cluster_.generation, cluster_.Route(),
                                                                  cluster_.ResumeEndStep(c.step));

@@ -160,6 +160,25 @@ absl::Status WorkerMembership::Change(const std::string& why, const std::vector<
   const std::vector<bool> paused = cluster_.PauseWorkers({}, /*mark_unreachable=*/true);
   // 2. Where each stream stands: at each holder's step (ASYNC), or at the
   // group's step T, the oldest not applied (SYNC).
+  if (!cluster_.shape.sync) {
+    // ASYNC: a holder that did not answer the pause (killed, cut off) may
+    // have pushed past its record; its streams go on after the last batch
+    // every PS applied (a step some took and others not is pushed again by
+    // the next holder, a duplicate where it landed).
+    std::string why;
+    const std::optional<std::map<int, int64_t>> floors =
+        StreamFloors(cluster_.StoreStatuses(), cluster_.StoresView(), &why);
+    for (int i = 0; i < cluster_.NumWorkers() && floors.has_value(); ++i) {
+      WorkerView& w = cluster_.workers[i];
+      if (w.streams.empty() || paused[i]) continue;
+      const int64_t step = FirstStepNotApplied(w, w.step, *floors, cluster_.end_step);
+      if (step != w.step) {
+        cluster_.report(absl::StrCat(w.control->name(), " pushed up to step ", step, ", past its record ", w.step,
+                                     ": its streams go on from there"));
+        w.step = step;
+      }
+    }
+  }
   const int64_t group_step =
       cluster_.shape.sync ? SyncGroupStep(paused) : GroupStep(cluster_.workers, paused, cluster_.end_step);
   int64_t old_min = cluster_.end_step;

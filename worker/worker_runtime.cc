@@ -327,9 +327,13 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   }
   int64_t seen, end_step;
   bool overlap, overlap_push, lockstep;
+  std::optional<StreamPos> data;  // ASYNC: the batch the step reads (RequestId.data_*)
   {
     absl::MutexLock lock(&mu_);
     seen = interruptions_;
+    if (assignment_.consistency().mode() != ConsistencyDef::SYNC && assignment_.stream_size() > 0) {
+      data = BatchOf(assignment_, step);
+    }
     lockstep = lockstep_;
     end_step = assignment_.end_step();
     overlap = options_.overlap_pull && assignment_.consistency().mode() == ConsistencyDef::ASYNC;
@@ -354,6 +358,11 @@ void WorkerRuntime::RunStep(int64_t step, int64_t generation) {
   id.set_worker_incarnation(options_.incarnation);
   id.set_step(step);
   id.set_generation(generation);
+  if (data.has_value()) {
+    id.set_has_data(true);
+    id.set_data_stream(data->index);
+    id.set_data_batch(data->batch);
+  }
   // Bucketed push: the first part to leave commits the step to its push
   // (a Pause or Resume before it drops the step, as before any push).
   std::unique_ptr<BucketedPush> parts;

@@ -45,7 +45,11 @@ struct SimPs {
   bool created = false;  // variables created (a restarted PS holds none)
   Applied applied;
   std::vector<int64_t> worker_next;  // each worker's next step here
-  std::vector<bool> active;          // SYNC waits for these workers
+  // ASYNC: each stream's next batch applied here since the last restore
+  // or fresh start (-1: none). A push of a batch below it is answered
+  // "duplicate" and not applied (PsStatusResponse.stream_next_batch).
+  std::vector<int64_t> stream_next;
+  std::vector<bool> active;  // SYNC waits for these workers
   // SYNC: the step being aggregated, and who pushed it.
   int64_t sync_step = 0;
   std::vector<bool> sync_pushed;
@@ -68,10 +72,6 @@ struct SimWorker {
   int64_t stream_base = 0;
   absl::Time back_at = absl::InfiniteFuture();
   bool restarts = false;
-  // A killed worker's steps pushed after the chief last heard of it: when
-  // it is started below them, they are pushed again (see the header).
-  int64_t pushed_before_kill = -1;
-  int64_t redo_until = -1;
 };
 
 struct SimCheckpoint {
@@ -94,6 +94,7 @@ class Simulation {
       p.incarnation = NewIncarnation();
       p.applied.assign(o.num_workers, 0);
       p.worker_next.assign(o.num_workers, 0);
+      p.stream_next.assign(o.num_workers, -1);
       p.active.assign(o.num_workers, true);
     }
     workers_.resize(o.num_workers);
@@ -185,12 +186,34 @@ class Simulation {
       const int i = rng_.Below(o_.num_workers);
       SimWorker& w = workers_[i];
       if (!w.alive || !w.answering) return;
-      Log(absl::StrCat(kill ? "kill" : "stop", " worker:", i, " at step ", w.step, " for ",
-                       absl::FormatDuration(lasts)));
+      // It may push a few steps after the chief last heard from it (its
+      // record lags), then dies.
+      for (int k = kill ? rng_.Below(3) : 0; k > 0; --k) StepWorker(i);
+      if (!result_.violations.empty()) return;
+      Log(absl::StrCat(kill ? "kill" : "stop", " worker:", i, " at step ", w.step, " (recorded ",
+                       chief_.workers[i].step, ") for ", absl::FormatDuration(lasts)));
       (kill ? w.alive : w.answering) = false;
       w.back_at = now_ + lasts;
       w.restarts = kill;
-      if (kill) w.pushed_before_kill = w.step;
+      if (kill && !o_.sync && o_.num_ps > 1 && w.state == WorkerStatusResponse::RUNNING && w.step < w.end &&
+          rng_.Below(2) == 0) {
+        // Killed in the middle of its step's pushes: some PS applied it,
+        // the others never will.
+        const int reached = 1 + rng_.Below(o_.num_ps - 1);
+        bool all_up = true;
+        for (int p = 0; p < reached; ++p) {
+          const SimPs& ps = ps_[p];
+          all_up = all_up && ps.alive && ps.answering && ps.created && ps.generation == w.generation;
+        }
+        if (all_up) {
+          Log(absl::StrCat("worker:", i, " step ", w.step, " pushed to ", reached, " of ", o_.num_ps,
+                           " PS before it died"));
+          ++result_.partial_steps;
+          for (int p = 0; p < reached; ++p) {
+            if (!PushTo(i, p)) return;
+          }
+        }
+      }
     }
   }
 
@@ -206,6 +229,7 @@ class Simulation {
         ps.incarnation = NewIncarnation();
         ps.applied.assign(o_.num_workers, 0);
         ps.worker_next.assign(o_.num_workers, 0);
+        ps.stream_next.assign(o_.num_workers, -1);
         ps.active.assign(o_.num_workers, true);
         Log(absl::StrCat("ps:", p, " back (new incarnation, empty)"));
       } else {
@@ -218,10 +242,8 @@ class Simulation {
       w.back_at = absl::InfiniteFuture();
       w.answering = true;
       if (w.restarts) {
-        const int64_t pushed = w.pushed_before_kill;
         w = SimWorker();
         w.incarnation = NewIncarnation();
-        w.pushed_before_kill = pushed;
         Log(absl::StrCat("worker:", i, " back (new incarnation, idle)"));
       } else {
         Log(absl::StrCat("worker:", i, " answers again"));
@@ -240,6 +262,7 @@ class Simulation {
 
   void StepWorker(int i) {
     SimWorker& w = workers_[i];
+    if (!result_.violations.empty()) return;
     if (!w.alive || !w.answering || w.state != WorkerStatusResponse::RUNNING) return;
     if (w.step >= w.end) {
       w.state = WorkerStatusResponse::DONE;
@@ -257,29 +280,49 @@ class Simulation {
       StepSync(i);
       return;
     }
-    const StreamPos batch = StreamAt(w.streams, w.stream_base, w.step);
     for (int p = 0; p < o_.num_ps; ++p) {
-      SimPs& ps = ps_[p];
-      int64_t& next = ps.applied[batch.index];
-      if (batch.batch < next) {
-        if (w.step < w.redo_until) {
-          if (p == 0) ++result_.redone_after_kill;
-        } else {
-          Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ",
-                                 batch.index, " to ps:", p, " again (it had applied up to ", next, ")"));
-          return;
-        }
-      } else if (batch.batch > next) {
-        Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ",
-                               batch.index, " to ps:", p, ", skipping batches ", next, "..", batch.batch - 1));
-        return;
-      } else {
-        ++next;
-      }
-      ps.worker_next[i] = std::max(ps.worker_next[i], w.step + 1);
+      if (!PushTo(i, p)) return;
     }
     ++w.step;
     if (w.step >= w.end) w.state = WorkerStatusResponse::DONE;
+  }
+
+  // ASYNC: worker i's push of its step to ps:p, as the PS takes it: a batch
+  // below what the PS applied of its stream since the restore is a
+  // duplicate (acknowledged, not applied); any other is applied, and must
+  // be its stream's next batch there. The duplicate must complete a step
+  // some PS missed: a batch every PS applied pushed again means the chief
+  // started a worker too early. False: a violation.
+  bool PushTo(int i, int p) {
+    const SimWorker& w = workers_[i];
+    SimPs& ps = ps_[p];
+    const StreamPos batch = StreamAt(w.streams, w.stream_base, w.step);
+    int64_t& next = ps.applied[batch.index];
+    if (batch.batch < ps.stream_next[batch.index]) {
+      bool everywhere = true;
+      for (const SimPs& q : ps_) everywhere = everywhere && batch.batch < q.applied[batch.index];
+      if (everywhere) {
+        Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ",
+                               batch.index, " again, which every PS had applied"));
+        return false;
+      }
+      ++result_.duplicate_pushes;
+      return true;
+    }
+    if (batch.batch < next) {
+      Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ", batch.index,
+                             " to ps:", p, " again (it had applied up to ", next, ")"));
+      return false;
+    }
+    if (batch.batch > next) {
+      Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed batch ", batch.batch, " of stream ", batch.index,
+                             " to ps:", p, ", skipping batches ", next, "..", batch.batch - 1));
+      return false;
+    }
+    ++next;
+    ps.stream_next[batch.index] = next;
+    ps.worker_next[i] = std::max(ps.worker_next[i], w.step + 1);
+    return true;
   }
 
   // SYNC: a worker pushes its step and waits; the PS apply the step once
@@ -426,6 +469,7 @@ class Simulation {
       }
     }
     if (reinitialize) ps.applied.assign(o_.num_workers, 0);
+    if (reinitialize) ps.stream_next.assign(o_.num_workers, -1);
     if (new_generation || reinitialize) {
       // A new generation drops what was pushed of the step in progress
       // (ParameterServerCore::CreateVariables); the step stays.
@@ -461,6 +505,7 @@ class Simulation {
       ps_[p].applied = c.applied;
       ps_[p].worker_next = c.worker_next;
       ps_[p].sync_step = c.sync_step;
+      ps_[p].stream_next.assign(o_.num_workers, -1);  // a restore forgets what was pushed since
     }
     chief_.last_checkpoint_step = c.step;
     // The restored state and the steps the workers resume at must agree:
@@ -508,8 +553,6 @@ class Simulation {
     w.streams = r.streams;
     w.stream_base = r.stream_base;
     w.error.clear();
-    w.redo_until = w.pushed_before_kill;
-    w.pushed_before_kill = -1;
     r.step = step;
     r.state = WorkerStatusResponse::RUNNING;
     r.incarnation = w.incarnation;
@@ -563,6 +606,11 @@ class Simulation {
       if (active[i] && !paused[i]) ok = false;  // one that may still push makes the copy inconsistent
     }
     for (int p = 0; p < o_.num_ps; ++p) ok = ok && PsAnswers(p) && ps_[p].incarnation == chief_.ps[p].incarnation;
+    std::string differ;
+    if (ok && !o_.sync && !StoresAgreeOnStreams(ProbeStores(), &differ)) {
+      Log("checkpoint waits: " + differ);
+      ok = false;
+    }
     const int64_t step = MinStepOf(chief_.workers, chief_.end_step);
     SimCheckpoint c;
     c.step = step;
@@ -652,6 +700,21 @@ class Simulation {
     for (int i = 0; i < o_.num_workers; ++i) {
       if (!workers_[i].alive || !workers_[i].answering) chief_.workers[i].reachable = false;
     }
+    // ASYNC: a holder that did not answer the pause (killed, cut off) may
+    // have pushed past its record: its streams go on after the last batch
+    // every PS applied (a step some took and others not is pushed again by
+    // the next holder, a duplicate where it was taken).
+    if (!o_.sync) {
+      std::string why;
+      const std::optional<std::map<int, int64_t>> floors = StreamFloors(ProbeStores(), chief_, &why);
+      for (int i = 0; i < o_.num_workers; ++i) {
+        WorkerRecord& r = chief_.workers[i];
+        if (r.streams.empty() || paused[i] || !floors.has_value()) continue;
+        const int64_t step = FirstStepNotApplied(r, r.step, *floors, chief_.end_step);
+        if (step != r.step) Log(absl::StrCat("worker:", i, " pushed up to step ", step, ", past its record ", r.step));
+        r.step = step;
+      }
+    }
     // Coordinator::SyncGroupStep: SYNC asks the PS.
     int64_t group_step = GroupStep(chief_.workers, paused, chief_.end_step);
     if (o_.sync) {
@@ -722,6 +785,11 @@ class Simulation {
       } else {
         probe.answer.set_incarnation(ps_[p].incarnation);
         probe.answer.set_generation(ps_[p].generation);
+        if (!o_.sync) {
+          for (int k = 0; k < o_.num_workers; ++k) {
+            if (ps_[p].stream_next[k] >= 0) (*probe.answer.mutable_stream_next_batch())[k] = ps_[p].stream_next[k];
+          }
+        }
       }
       out[p] = probe;
     }
@@ -758,6 +826,12 @@ class Simulation {
         return true;
       case WatchCommand::kStartWorker:
         StartWorker(c.index, c.step);
+        return true;
+      case WatchCommand::kRestartWorker:
+        // Coordinator::RunCommand: the stores asked, the core decides.
+        for (const WatchCommand& next : core_.DecideRestart(c.index, ProbeStores(), &chief_)) {
+          if (!RunCommand(next)) return false;
+        }
         return true;
       case WatchCommand::kResumeWorker: {
         SimWorker& w = workers_[c.index];

@@ -14,11 +14,20 @@
 // - A PS killed loses its state and comes back under a new incarnation; a
 //   stopped one keeps it. Workers calling a PS that does not answer, or
 //   one at another generation, park (PAUSED) as real workers do.
-// - A worker killed comes back IDLE under a new incarnation. The steps it
-//   pushed after the chief last heard from it are pushed again when it is
-//   started from the chief's record: counted (redone_after_kill), not a
-//   violation (ASYNC workers run apart; exactly-once across a worker's
-//   SIGKILL needs the PS's per-worker step, which the chief does not read).
+// - A worker killed comes back IDLE under a new incarnation. ASYNC, it may
+//   push a few steps after the chief last heard from it (the record lags),
+//   and die in the middle of a step's pushes (applied on some PS, not the
+//   others: partial_steps). Each PS keeps, per data stream, the next batch
+//   it applied since the last restore (PsStatusResponse.stream_next_batch),
+//   and answers a push of a batch below it "duplicate" without applying it.
+//   The chief reads it: a worker back under a new incarnation starts at its
+//   first step whose batch some PS has not applied (kRestartWorker, then
+//   WatchCore::DecideRestart); a membership change hands a holder's streams
+//   on from there when it did not answer the pause; a checkpoint waits
+//   until the PS agree. A step only some PS applied is pushed again and
+//   taken only where it is missing (duplicate_pushes). A batch applied
+//   twice on a PS, or pushed again when every PS had applied it, is a
+//   violation.
 // - Not modelled yet: replication and failover, collective groups, PS
 //   joining and leaving, data streams beyond "a removed worker's data goes
 //   to the others", disks and files.
@@ -58,7 +67,8 @@ struct SimResult {
   int membership_changes = 0;
   int chief_restarts = 0;
   int64_t checkpoints = 0;
-  int64_t redone_after_kill = 0;  // see the header comment
+  int64_t partial_steps = 0;      // ASYNC workers killed between two PS's pushes of a step
+  int64_t duplicate_pushes = 0;   // pushes a PS answered "duplicate" (see the header comment)
   int64_t rolled_back_steps = 0;  // as the chief counted them
 };
 

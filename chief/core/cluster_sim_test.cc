@@ -27,7 +27,7 @@ TEST(ClusterSimTest, EveryInvariantHoldsOnEverySeed) {
   const char* only = std::getenv("PSRT_SIM_SEED");
   const uint64_t first = only != nullptr ? std::strtoull(only, nullptr, 10) : 1;
   const int n = only != nullptr ? 1 : Seeds(10000);
-  int64_t faults = 0, recoveries = 0, changes = 0, restarts = 0, redone = 0;
+  int64_t faults = 0, recoveries = 0, changes = 0, restarts = 0, partial = 0, duplicates = 0;
   int failed = 0;
   for (uint64_t seed = first; seed < first + n; ++seed) {
     const SimOptions o = SimOptionsForSeed(seed);
@@ -36,14 +36,16 @@ TEST(ClusterSimTest, EveryInvariantHoldsOnEverySeed) {
     recoveries += r.recoveries;
     changes += r.membership_changes;
     restarts += r.chief_restarts;
-    redone += r.redone_after_kill;
+    partial += r.partial_steps;
+    duplicates += r.duplicate_pushes;
     if (!r.violations.empty() && ++failed <= 3) ADD_FAILURE() << Describe(o, r);
   }
   EXPECT_EQ(failed, 0) << failed << " of " << n << " seeds broke an invariant";
-  std::printf("%d seeds: %lld faults, %lld recoveries, %lld membership changes, %lld chief restarts, "
-              "%lld steps pushed again after a worker was killed\n",
-              n, static_cast<long long>(faults), static_cast<long long>(recoveries),
-              static_cast<long long>(changes), static_cast<long long>(restarts), static_cast<long long>(redone));
+  std::printf(
+      "%d seeds: %lld faults, %lld recoveries, %lld membership changes, %lld chief restarts, "
+      "%lld steps pushed to only some PS when their worker was killed, %lld pushes answered as duplicates\n",
+      n, static_cast<long long>(faults), static_cast<long long>(recoveries), static_cast<long long>(changes),
+      static_cast<long long>(restarts), static_cast<long long>(partial), static_cast<long long>(duplicates));
 }
 
 // A seed replays exactly: the same history, event for event.

@@ -128,7 +128,9 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
       // A collective group cannot go on without a member: its replica is
       // waited for like a PS (DecideStores), and the group re-formed when
       // it is back.
-      if (!rules_.collective && !w.removed && now - w.down_since > give_up &&
+      // ASYNC hands its streams on from the last batch every PS applied
+      // (the record may lag): that waits for every store's word.
+      if (!rules_.collective && !w.removed && now - w.down_since > give_up && (rules_.sync || all_stores_answer) &&
           static_cast<int>(MembersOf(state->workers).size()) > rules_.min_workers) {
         w.removed = true;
         // Its data goes to the others (a SYNC group shrinks with it).
@@ -151,6 +153,8 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
     if (st.incarnation() != w.incarnation || st.state() == WorkerStatusResponse::IDLE || w.removed) {
       out.all_done = false;
       if (w.removed) {
+        // ASYNC: as a leaver's streams, a returner's wait for every store.
+        if (!rules_.sync && !rules_.collective && !all_stores_answer) continue;
         w.state = st.state();
         if (rules_.collective) {
           out.commands.push_back(Command(WatchCommand::kRejoinGroup, i, absl::StrCat(w.name, " answers again")));
@@ -165,6 +169,17 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
       // incarnation of workers it could not reach): what it pushed stands.
       int64_t step = st.incarnation() == w.incarnation ? std::max(w.step, st.step()) : w.step;
       if (rules_.sync) step = std::min(step, MinStepOf(state->workers, state->end_step));
+      if (!rules_.sync && !rules_.collective && w.incarnation != 0 && st.incarnation() != w.incarnation) {
+        // A new process: the old one may have pushed past its record. What
+        // the stores applied of it says where it stands (DecideRestart).
+        // Not one a restore or a membership change could not reach
+        // (incarnation 0): it has pushed nothing in this generation, and
+        // starts at its record.
+        WatchCommand c = Command(WatchCommand::kRestartWorker, i, "");
+        c.step = step;
+        out.commands.push_back(std::move(c));
+        continue;
+      }
       out.commands.push_back(Say(absl::StrCat(w.name, " (re)started; starting it at step ", step)));
       WatchCommand c = Command(WatchCommand::kStartWorker, i, "");
       c.step = step;
@@ -202,6 +217,116 @@ WorkerPass WatchCore::DecideWorkers(const std::vector<std::optional<WorkerProbe>
     }
     if (w.state != WorkerStatusResponse::DONE) out.all_done = false;
   }
+  return out;
+}
+
+std::optional<std::map<int, int64_t>> StreamFloors(const std::vector<std::optional<PsProbe>>& probes,
+                                                   const WatchState& state, std::string* why) {
+  std::map<int, int64_t> floors;
+  std::map<int, int> told;  // how many stores named each stream
+  int answering = 0;
+  const int n = std::min(static_cast<int>(probes.size()), static_cast<int>(state.ps.size()));
+  for (int p = 0; p < n; ++p) {
+    if (!probes[p].has_value()) continue;
+    const PsRecord& ps = state.ps[p];
+    const PsProbe& probe = *probes[p];
+    if (!probe.error.ok()) {
+      *why = absl::StrCat(ps.name, " does not answer: ", probe.error.message());
+      return std::nullopt;
+    }
+    const PsStatusResponse& st = probe.answer;
+    if (st.incarnation() != ps.incarnation || st.generation() != state.generation) {
+      *why = absl::StrCat(ps.name, " is incarnation ", st.incarnation(), " at generation ", st.generation(), ", not ",
+                          ps.incarnation, " at ", state.generation);
+      return std::nullopt;
+    }
+    ++answering;
+    for (const auto& [stream, batch] : st.stream_next_batch()) {
+      if (stream < 0 || batch < 0) {
+        *why = absl::StrCat(ps.name, " says stream ", stream, " is applied up to batch ", batch);
+        return std::nullopt;
+      }
+      auto [it, first] = floors.emplace(stream, batch);
+      if (!first) it->second = std::min(it->second, batch);
+      ++told[stream];
+    }
+  }
+  for (const auto& [stream, count] : told) {
+    if (count < answering) floors.erase(stream);
+  }
+  return floors;
+}
+
+bool StoresAgreeOnStreams(const std::vector<std::optional<PsProbe>>& probes, std::string* why) {
+  const PsProbe* first = nullptr;
+  int first_index = -1;
+  for (int p = 0; p < static_cast<int>(probes.size()); ++p) {
+    if (!probes[p].has_value() || !probes[p]->error.ok()) continue;
+    if (first == nullptr) {
+      first = &*probes[p];
+      first_index = p;
+      continue;
+    }
+    const auto& a = first->answer.stream_next_batch();
+    const auto& b = probes[p]->answer.stream_next_batch();
+    for (const auto& [stream, batch] : b) {
+      auto it = a.find(stream);
+      if (it == a.end() || it->second != batch) {
+        *why = absl::StrCat("store ", p, " applied stream ", stream, " up to batch ", batch, ", store ", first_index,
+                            it == a.end() ? std::string(" none of it") : absl::StrCat(" up to ", it->second));
+        return false;
+      }
+    }
+    if (a.size() != b.size()) {
+      *why = absl::StrCat("stores ", first_index, " and ", p, " applied batches of different streams");
+      return false;
+    }
+  }
+  return true;
+}
+
+int64_t FirstStepNotApplied(const WorkerRecord& w, int64_t from, const std::map<int, int64_t>& floors, int64_t end) {
+  if (w.streams.empty()) return from;
+  int64_t step = from;
+  for (; step < end; ++step) {
+    const StreamPos b = StreamAt(w.streams, w.stream_base, step);
+    auto it = floors.find(b.index);
+    if (it == floors.end() || b.batch >= it->second) break;
+  }
+  return step;
+}
+
+std::vector<WatchCommand> WatchCore::DecideRestart(int index, const std::vector<std::optional<PsProbe>>& probes,
+                                                   WatchState* state) const {
+  std::vector<WatchCommand> out;
+  if (index < 0 || index >= static_cast<int>(state->workers.size())) return out;
+  WorkerRecord& w = state->workers[index];
+  const int64_t record = std::clamp<int64_t>(w.step, 0, state->end_step);
+  // A store silent, or not the one the chief set up (a restore is coming):
+  // not now. It stays idle (it could not push anyway), and the next pass
+  // asks again; a store that answers is believed alone.
+  const int n = std::min(static_cast<int>(probes.size()), static_cast<int>(state->ps.size()));
+  for (int p = 0; p < n; ++p) {
+    if (!probes[p].has_value()) continue;
+    const PsProbe& probe = *probes[p];
+    if (!probe.error.ok() || probe.answer.incarnation() != state->ps[p].incarnation ||
+        probe.answer.generation() != state->generation) {
+      return out;
+    }
+  }
+  std::string why;
+  const std::optional<std::map<int, int64_t>> floors = StreamFloors(probes, *state, &why);
+  int64_t step = record;
+  if (!floors.has_value()) {
+    out.push_back(Say(absl::StrCat(w.name, " (re)started; starting it at its recorded step ", record, " (", why, ")")));
+  } else {
+    step = FirstStepNotApplied(w, record, *floors, state->end_step);
+    out.push_back(Say(absl::StrCat(w.name, " (re)started; starting it at step ", step, " (recorded ", record,
+                                   "), the first whose batch some store has not applied")));
+  }
+  WatchCommand c = Command(WatchCommand::kStartWorker, index, "");
+  c.step = step;
+  out.push_back(std::move(c));
   return out;
 }
 

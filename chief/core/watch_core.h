@@ -124,9 +124,14 @@ struct WorkerProbe {
 
 struct WatchCommand {
   enum Kind {
-    kSay,               // a progress line: `why`
-    kStartWorker,       // start worker `index` at `step` (its assignment)
-    kResumeWorker,      // resume parked worker `index` at `step`
+    kSay,           // a progress line: `why`
+    kStartWorker,   // start worker `index` at `step` (its assignment)
+    kResumeWorker,  // resume parked worker `index` at `step`
+    // ASYNC: worker `index` came back as a new process (its record says
+    // `step`). The shell asks every store for its status (what each applied
+    // of the worker this generation, PsStatusResponse.worker_next_step) and
+    // hands the answers to DecideRestart, which says where it starts.
+    kRestartWorker,
     kFailover,          // PS task `index` is gone: promote its backups
     kRecover,           // back to the last checkpoint (`failure`: counted as one)
     kShrinkGroup,       // replica `index` is gone: the group goes on without it, from the checkpoint
@@ -144,7 +149,9 @@ struct WatchCommand {
   std::string why;
 
   // Whether the shell ends its pass after running it.
-  bool EndsPass() const { return kind != kSay && kind != kStartWorker && kind != kResumeWorker; }
+  bool EndsPass() const {
+    return kind != kSay && kind != kStartWorker && kind != kResumeWorker && kind != kRestartWorker;
+  }
 };
 
 struct PsPass {
@@ -181,6 +188,20 @@ class WatchCore {
   WorkerPass DecideWorkers(const std::vector<std::optional<WorkerProbe>>& probes, bool all_stores_answer,
                            absl::Time now, WatchState* state) const;
 
+  // kRestartWorker's answer: the stores' status (probes[s] empty: not
+  // watched) asked after the worker came back. It starts at its first step,
+  // from its record on, whose batch some store has not applied
+  // (StreamFloors, FirstStepNotApplied): the steps before were applied
+  // everywhere; a step some store applied and another did not is pushed
+  // again, and a store that holds its batch answers "duplicate". While a
+  // store is silent, or another incarnation or generation than the chief's
+  // record, nothing (the next pass asks again: the worker could not push
+  // anyway); an answer that names a negative stream or batch leaves it at
+  // its record (the stores' dedupe still holds). Else a kSay and a
+  // kStartWorker.
+  std::vector<WatchCommand> DecideRestart(int index, const std::vector<std::optional<PsProbe>>& probes,
+                                          WatchState* state) const;
+
   // After the workers, when nothing ended the pass: done, or a checkpoint
   // or an evaluation due.
   NextSteps DecideNext(bool all_done, bool all_stores_answer, absl::Time now, const WatchState& state) const;
@@ -199,6 +220,25 @@ class WatchCore {
  private:
   const WatchRules rules_;
 };
+
+// ASYNC: per data stream, the lowest next batch the stores applied
+// (PsStatusResponse.stream_next_batch); a stream some answering store has
+// no word of is left out. nullopt, and `why` says it, when an answer is not
+// to be believed: a store that does not answer, is another incarnation or
+// at another generation than the chief's record, or names a negative
+// stream or batch.
+std::optional<std::map<int, int64_t>> StreamFloors(const std::vector<std::optional<PsProbe>>& probes,
+                                                   const WatchState& state, std::string* why);
+
+// ASYNC: whether the answering stores applied the same batches of every
+// stream. A checkpoint waits until they do: stores that differ hold a step
+// a worker pushed to some and not others, and restored, the step's push
+// again would be taken twice where it was. `why` says where they differ.
+bool StoresAgreeOnStreams(const std::vector<std::optional<PsProbe>>& probes, std::string* why);
+
+// The first step of `w`, from `from` (at most `end`), whose batch is not
+// below its stream's floor: the first step some store has not applied.
+int64_t FirstStepNotApplied(const WorkerRecord& w, int64_t from, const std::map<int, int64_t>& floors, int64_t end);
 
 // Where the job stands: the lowest next step of the members (and of
 // leavers still holding data streams), at most the end.

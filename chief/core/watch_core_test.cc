@@ -179,5 +179,67 @@ TEST(WatchCoreTest, RestoreStreamsRefusesPositionsNoCheckpointHolds) {
   EXPECT_EQ(s.workers[1].streams, before.workers[1].streams);
 }
 
+std::optional<PsProbe> Applied(uint64_t incarnation, int64_t generation, std::map<int, int64_t> streams) {
+  std::optional<PsProbe> p = Answer(incarnation, generation);
+  for (const auto& [stream, batch] : streams) (*p->answer.mutable_stream_next_batch())[stream] = batch;
+  return p;
+}
+
+int64_t StartStep(const std::vector<WatchCommand>& commands) {
+  for (const WatchCommand& c : commands) {
+    if (c.kind == WatchCommand::kStartWorker) return c.step;
+  }
+  return -1;
+}
+
+TEST(WatchCoreTest, AKilledAsyncWorkerIsRestartedAfterWhatEveryStoreApplied) {
+  WatchCore core{WatchRules()};
+  WatchState s = TwoPsTwoWorkers();
+  s.workers[1].step = 40;  // its record; it pushed more before it died
+  const WorkerPass pass = core.DecideWorkers(
+      {Worker(21, WorkerStatusResponse::RUNNING, 40), Worker(77, WorkerStatusResponse::IDLE, 0)}, true, kT0, &s);
+  ASSERT_EQ(pass.commands.size(), 1u);
+  EXPECT_EQ(pass.commands[0].kind, WatchCommand::kRestartWorker);
+  EXPECT_FALSE(pass.commands[0].EndsPass());
+  // ps:0 took step 43 (batch 43 of stream 1), ps:1 did not: 43 is pushed again.
+  EXPECT_EQ(StartStep(core.DecideRestart(1, {Applied(11, 5, {{1, 44}}), Applied(12, 5, {{1, 43}})}, &s)), 43);
+  EXPECT_EQ(StartStep(core.DecideRestart(1, {Applied(11, 5, {{1, 44}}), Applied(12, 5, {{1, 44}})}, &s)), 44);
+  // A store with no word of the stream (none since the restore): the record.
+  EXPECT_EQ(StartStep(core.DecideRestart(1, {Applied(11, 5, {{1, 44}}), Applied(12, 5, {})}, &s)), 40);
+  // Never below the record, never past the end.
+  EXPECT_EQ(StartStep(core.DecideRestart(1, {Applied(11, 5, {{1, 10}}), Applied(12, 5, {{1, 10}})}, &s)), 40);
+  EXPECT_EQ(StartStep(core.DecideRestart(1, {Applied(11, 5, {{1, 500}}), Applied(12, 5, {{1, 500}})}, &s)), 100);
+}
+
+TEST(WatchCoreTest, ARestartBelievesOnlyTheStoresItKnows) {
+  WatchCore core{WatchRules()};
+  WatchState s = TwoPsTwoWorkers();
+  s.workers[1].step = 40;
+  PsProbe silent;
+  silent.error = absl::UnavailableError("connection refused");
+  // Not now: the next pass asks again.
+  EXPECT_TRUE(core.DecideRestart(1, {Applied(11, 5, {{1, 44}}), silent}, &s).empty());
+  EXPECT_TRUE(core.DecideRestart(1, {Applied(11, 5, {{1, 44}}), Applied(99, 5, {{1, 44}})}, &s).empty());
+  EXPECT_TRUE(core.DecideRestart(1, {Applied(11, 5, {{1, 44}}), Applied(12, 4, {{1, 44}})}, &s).empty());
+  // A store not watched is not asked.
+  EXPECT_EQ(StartStep(core.DecideRestart(1, {Applied(11, 5, {{1, 44}}), std::nullopt}, &s)), 44);
+  // A peer's nonsense: its record (the stores' dedupe still holds).
+  for (const std::vector<std::optional<PsProbe>>& probes : std::vector<std::vector<std::optional<PsProbe>>>{
+           {Applied(11, 5, {{1, 44}}), Applied(12, 5, {{1, -3}})},           // a negative batch
+           {Applied(11, 5, {{1, 44}}), Applied(12, 5, {{1, 44}, {-1, 2}})},  // a negative stream
+       }) {
+    EXPECT_EQ(StartStep(core.DecideRestart(1, probes, &s)), 40);
+  }
+  EXPECT_TRUE(core.DecideRestart(7, {}, &s).empty());  // no such worker
+}
+
+TEST(WatchCoreTest, StoresAgreeOnStreamsOnlyWhenTheyAppliedTheSameBatches) {
+  std::string why;
+  EXPECT_TRUE(StoresAgreeOnStreams({Applied(11, 5, {{0, 3}, {1, 4}}), Applied(12, 5, {{0, 3}, {1, 4}})}, &why));
+  EXPECT_FALSE(StoresAgreeOnStreams({Applied(11, 5, {{0, 3}, {1, 5}}), Applied(12, 5, {{0, 3}, {1, 4}})}, &why));
+  EXPECT_FALSE(StoresAgreeOnStreams({Applied(11, 5, {{0, 3}, {1, 4}}), Applied(12, 5, {{0, 3}})}, &why));
+  EXPECT_FALSE(StoresAgreeOnStreams({Applied(11, 5, {{0, 3}}), Applied(12, 5, {{0, 3}, {1, 4}})}, &why));
+}
+
 }  // namespace
 }  // namespace psrt

@@ -113,7 +113,10 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
   generation_ = req.generation();
   {
     absl::MutexLock s(gate_.mu());
-    if (req.reinitialize()) ResetStepsLocked(0);
+    if (req.reinitialize()) {
+      ResetStepsLocked(0);
+      stream_next_.clear();
+    }
     // A SYNC step half gathered under the old generation is dropped: the
     // chief starts every worker of the new one (a resized group) at this
     // step, so each pushes it again and none counts twice.
@@ -271,6 +274,10 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
     RETURN_IF_ERROR(CheckGenerationLocked(id.generation(), "push"));
     // Validate everything first: a refused push changes nothing.
     RETURN_IF_ERROR(PushParts::Check(id));
+    if (id.has_data() && (id.data_stream() < 0 || id.data_batch() < 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push of stream ", id.data_stream(), " batch ", id.data_batch(), ": negative"));
+    }
     std::vector<Variable*> vars;
     for (const auto& [name, grad] : gradients) {
       ASSIGN_OR_RETURN(Variable * v, Find(name));
@@ -322,11 +329,24 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
         }
         resp.set_global_step(gate_.global_step());
       } else {
+        if (id.has_data()) {
+          // Its batch was applied here already (pushed by a worker that
+          // died before it reached every PS): a duplicate, whoever sends it.
+          auto it = stream_next_.find(id.data_stream());
+          if (it != stream_next_.end() && id.data_batch() < it->second) {
+            resp.set_duplicate(true);
+            return resp;
+          }
+        }
         // Recorded before applying, so a concurrent retry of the same id is
         // answered as a duplicate rather than applied twice. A bucket is
         // applied at once; the step counts when its last part is in.
         ASSIGN_OR_RETURN(const bool whole, ledger_.TakePart(id));
         if (whole) {
+          if (id.has_data()) {
+            int64_t& next = stream_next_[id.data_stream()];
+            next = std::max(next, id.data_batch() + 1);
+          }
           RecordLocked(id);
           resp.set_global_step(gate_.AdvanceGlobalStepLocked());
           wake = gate_.mode() == ConsistencyDef::BOUNDED_STALENESS;
@@ -559,6 +579,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     absl::MutexLock sync(gate_.mu());
     chain_ = DeltaChain();  // the restored state is no snapshot's base
     ledger_.Clear();
+    stream_next_.clear();  // the checkpoint's stream positions go on from here
     // Counters of another layout mean nothing here: start them at the step.
     gate_.RestoreAllAtLocked(req.step(), snaps.empty() ? 0 : snaps[0].global_step);
     resp.set_step(req.step());
@@ -619,6 +640,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     chain_ = DeltaChain();  // the restored state is no snapshot's base
     absl::MutexLock s(gate_.mu());
     ledger_.Clear();
+    stream_next_.clear();  // the checkpoint's stream positions go on from here
     gate_.RestoreLocked(snap.step, snap.global_step, snap.sync_step, std::move(snap.worker_next_step));
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));
@@ -667,6 +689,7 @@ PsStatusResponse ParameterServerCore::Status() {
     absl::MutexLock lock(gate_.mu());
     r.set_global_step(gate_.global_step());
     if (gate_.mode() == ConsistencyDef::SYNC) r.set_sync_step(gate_.sync_step());
+    for (const auto& [stream, next] : stream_next_) (*r.mutable_stream_next_batch())[stream] = next;
   }
   {
     absl::MutexLock lock(&stats_mu_);

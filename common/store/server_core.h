@@ -216,6 +216,12 @@ class ParameterServerCore {
   // Pushes taken: the dedup record, bucket parts, the SYNC step gathered
   // (push_ledger.h).
   PushLedger ledger_ ABSL_GUARDED_BY(gate_.mu());
+  // ASYNC: each data stream's next batch applied here since the last
+  // restore or fresh start (RequestId.data_*, PsStatusResponse.
+  // stream_next_batch). Kept across a new generation: a batch a leaver
+  // pushed here and not to another PS is pushed again by the stream's
+  // next holder, and is a duplicate here.
+  std::map<int32_t, int64_t> stream_next_ ABSL_GUARDED_BY(gate_.mu());
 
   // Counters for Status.
   absl::Mutex stats_mu_;

@@ -89,6 +89,39 @@ TEST(ServerCoreTest, AsyncAppliesAtOnceAndRetriesOnce) {
   EXPECT_EQ(ps.Status().global_step(), 2);
 }
 
+RequestId WithData(RequestId id, int stream, int64_t batch) {
+  id.set_has_data(true);
+  id.set_data_stream(stream);
+  id.set_data_batch(batch);
+  return id;
+}
+
+// A worker killed between two PS's pushes of a step is started again at
+// it: the PS that took its batch answers the new incarnation's push
+// "duplicate", whoever pushes it (a membership change gives the stream to
+// another worker), across a new generation; a restore or a fresh start
+// forgets it.
+TEST(ServerCoreTest, AsyncTakesEachBatchOfAStreamOnce) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("ASYNC", 2, 1)).ok());
+  ASSERT_FALSE(ps.Push(WithData(IdAt(0, 0, 1), 3, 7), Grad(1, 2))->duplicate());
+  EXPECT_EQ(ps.Status().stream_next_batch().at(3), 8);
+  RequestId again = WithData(IdAt(0, 0, 1), 3, 7);
+  again.set_worker_incarnation(2);
+  EXPECT_TRUE(ps.Push(again, Grad(1, 2))->duplicate());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("ASYNC", 2, 2)).ok());  // a membership change
+  EXPECT_TRUE(ps.Push(WithData(IdAt(1, 40, 2), 3, 7), Grad(1, 2))->duplicate());
+  EXPECT_FALSE(ps.Push(WithData(IdAt(1, 41, 2), 3, 8), Grad(1, 2))->duplicate());
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-2, -4}));
+  EXPECT_FALSE(ps.Push(WithData(IdAt(1, 42, 2), -1, 8), Grad(1, 2)).ok());  // a negative stream
+  EXPECT_FALSE(ps.Push(WithData(IdAt(1, 42, 2), 3, -8), Grad(1, 2)).ok());  // a negative batch
+  CreateVariablesRequest fresh = CreateAt("ASYNC", 2, 3);
+  fresh.set_reinitialize(true);
+  ASSERT_TRUE(ps.CreateVariables(fresh).ok());
+  EXPECT_TRUE(ps.Status().stream_next_batch().empty());
+  EXPECT_FALSE(ps.Push(WithData(IdAt(0, 0, 3), 3, 7), Grad(1, 2))->duplicate());
+}
+
 // A replica's reads see whole steps: under SGD with rate 1 and a gradient
 // of 1 per element, a Pull at global step g must hold exactly -g in every
 // element of every variable, however it interleaves with the pushes (a

@@ -21,6 +21,9 @@ size_t RequestIdSize(const RequestId& id) {
   if (id.generation() != 0) n += 1 + wire::VarintSize(Signed(id.generation()));
   if (id.bucket() != 0) n += 1 + wire::VarintSize(Signed(id.bucket()));
   if (id.last_bucket()) n += 1 + 1;
+  if (id.has_data()) n += 1 + 1;
+  if (id.data_stream() != 0) n += 1 + wire::VarintSize(Signed(id.data_stream()));
+  if (id.data_batch() != 0) n += 1 + wire::VarintSize(Signed(id.data_batch()));
   return n;
 }
 
@@ -32,6 +35,9 @@ void WriteRequestId(Writer* w, uint32_t field, const RequestId& id) {
   if (id.generation() != 0) w->Varint(4, Signed(id.generation()));
   if (id.bucket() != 0) w->Varint(5, Signed(id.bucket()));
   if (id.last_bucket()) w->Varint(6, 1);
+  if (id.has_data()) w->Varint(7, 1);
+  if (id.data_stream() != 0) w->Varint(8, Signed(id.data_stream()));
+  if (id.data_batch() != 0) w->Varint(9, Signed(id.data_batch()));
 }
 
 absl::Status ReadRequestId(Reader* r, RequestId* id) {
@@ -52,6 +58,12 @@ absl::Status ReadRequestId(Reader* r, RequestId* id) {
       id->set_bucket(static_cast<int32_t>(v));
     } else if (f == 6 && t == wire::kVarint && r->ReadVarint(&v)) {
       id->set_last_bucket(v != 0);
+    } else if (f == 7 && t == wire::kVarint && r->ReadVarint(&v)) {
+      id->set_has_data(v != 0);
+    } else if (f == 8 && t == wire::kVarint && r->ReadVarint(&v)) {
+      id->set_data_stream(static_cast<int32_t>(v));
+    } else if (f == 9 && t == wire::kVarint && r->ReadVarint(&v)) {
+      id->set_data_batch(static_cast<int64_t>(v));
     } else if (!r->Skip(t)) {
       break;
     }

@@ -19,6 +19,9 @@ TEST(PsWireTest, PushBothWays) {
   a.id.set_worker_incarnation(0xdeadbeefcafeull);
   a.id.set_step(1234567);
   a.id.set_generation(1795495517776);
+  a.id.set_has_data(true);  // the batch the step read (issue #27)
+  a.id.set_data_stream(5);
+  a.id.set_data_batch(987654321);
   a.gradients.emplace_back("w", Tensor::FromVector<float>({1, 2, 3}, TensorShape({3})));
   a.gradients.emplace_back("b", Tensor::Scalar<float>(4));
   // The step's rows ride in the same message (issue #13).
@@ -30,6 +33,9 @@ TEST(PsWireTest, PushBothWays) {
   EXPECT_EQ(proto.id().worker_incarnation(), 0xdeadbeefcafeull);
   EXPECT_EQ(proto.id().step(), 1234567);
   EXPECT_EQ(proto.id().generation(), 1795495517776);
+  EXPECT_TRUE(proto.id().has_data());
+  EXPECT_EQ(proto.id().data_stream(), 5);
+  EXPECT_EQ(proto.id().data_batch(), 987654321);
   ASSERT_EQ(proto.gradient_size(), 2);
   EXPECT_EQ(proto.gradient(1).name(), "b");
   ASSERT_EQ(proto.rows_size(), 1);
@@ -39,6 +45,9 @@ TEST(PsWireTest, PushBothWays) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->id.step(), 1234567);
   EXPECT_EQ(back->id.generation(), 1795495517776);
+  EXPECT_TRUE(back->id.has_data());
+  EXPECT_EQ(back->id.data_stream(), 5);
+  EXPECT_EQ(back->id.data_batch(), 987654321);
   EXPECT_EQ(back->gradients[0].second.data<float>()[2], 3.0f);
   EXPECT_EQ(back->gradients[1].second.shape().rank(), 0);
   ASSERT_EQ(back->rows.size(), 1u);
