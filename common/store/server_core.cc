@@ -278,6 +278,12 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
       return absl::InvalidArgumentError(
           absl::StrCat("push of stream ", id.data_stream(), " batch ", id.data_batch(), ": negative"));
     }
+    // Each stream named is remembered (stream_next_) until a restore: a
+    // caller inventing streams must not grow it without bound.
+    if (id.has_data() && id.data_stream() >= kMaxDataStreams) {
+      return absl::InvalidArgumentError(absl::StrCat("push of stream ", id.data_stream(), ": a job has at most ",
+                                                     kMaxDataStreams, " data streams"));
+    }
     std::vector<Variable*> vars;
     for (const auto& [name, grad] : gradients) {
       ASSIGN_OR_RETURN(Variable * v, Find(name));

@@ -222,6 +222,7 @@ class ParameterServerCore {
   // pushed here and not to another PS is pushed again by the stream's
   // next holder, and is a duplicate here.
   std::map<int32_t, int64_t> stream_next_ ABSL_GUARDED_BY(gate_.mu());
+  static constexpr int32_t kMaxDataStreams = 1 << 16;  // streams a push may name: [0, this)
 
   // Counters for Status.
   absl::Mutex stats_mu_;

@@ -115,6 +115,8 @@ TEST(ServerCoreTest, AsyncTakesEachBatchOfAStreamOnce) {
   EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-2, -4}));
   EXPECT_FALSE(ps.Push(WithData(IdAt(1, 42, 2), -1, 8), Grad(1, 2)).ok());  // a negative stream
   EXPECT_FALSE(ps.Push(WithData(IdAt(1, 42, 2), 3, -8), Grad(1, 2)).ok());  // a negative batch
+  EXPECT_FALSE(ps.Push(WithData(IdAt(1, 42, 2), 1 << 16, 8), Grad(1, 2)).ok());  // past the streams a job has
+  EXPECT_EQ(ps.Status().stream_next_batch().size(), 1u);  // refused pushes name no stream
   CreateVariablesRequest fresh = CreateAt("ASYNC", 2, 3);
   fresh.set_reinitialize(true);
   ASSERT_TRUE(ps.CreateVariables(fresh).ok());
