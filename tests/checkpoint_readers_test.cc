@@ -60,10 +60,12 @@ class CheckpointReadersTest : public ::testing::Test {
     ASSERT_TRUE((*store)->Write(snapshot_).ok());
   }
 
-  void Commit(const std::string& shard_path) {
+  // `record_job`: the manifest records job_, as the chief's do.
+  void Commit(const std::string& shard_path, bool record_job = false) {
     CheckpointManifest m;
     m.set_step(kStep);
     m.set_job_name(job_.name());
+    if (record_job) *m.mutable_job() = job_;
     auto* s = m.add_shard();
     s->set_ps_task(0);
     s->set_path(shard_path);
@@ -80,6 +82,34 @@ class CheckpointReadersTest : public ::testing::Test {
     *out = *std::move(d);
     if (!status.ok()) return -1000;
     return WIFSIGNALED(*status) ? -WTERMSIG(*status) : WEXITSTATUS(*status);
+  }
+
+  // The store ps-0 whose first variable's index entry (CRC valid) names a
+  // 1 GiB piece, float32[1048576,256], in a sparse data file of that size.
+  void WriteStoreNamingAGibibytePiece() {
+    WriteStore(dir_ + "/ps-0");
+    const std::string store = dir_ + "/ps-0";
+    auto file = testing::SnapshotDataFile(store, kStep);
+    ASSERT_TRUE(file.ok()) << file.status();
+    constexpr int64_t kHuge = int64_t{1} << 30;
+    const int64_t size = std::filesystem::file_size(*file);
+    ASSERT_EQ(::truncate(file->c_str(), size + kHuge), 0);
+    const VariableDef& def = snapshot_.variables[0].def;  // dense_1/kernel [784, 256]
+    absl::Status edited = testing::EditSnapshotIndex(store, kStep, [&](SnapshotIndex* index) {
+      SnapshotTensor* value = index->mutable_variable(0)->mutable_value();
+      value->mutable_shape()->set_dim(0, kHuge / 4 / def.shape().dim(1));
+      value->set_bytes(kHuge);
+      value->set_offset(size);
+      index->mutable_variable(0)->clear_slot();
+      index->set_data_bytes(size + kHuge);
+    });
+    ASSERT_TRUE(edited.ok()) << edited;
+  }
+
+  std::string MoreRowsThanTheVariable() const {
+    return absl::StrCat("snapshot of step 10: variable ", snapshot_.variables[0].def.name(),
+                        ": the checkpoint holds float32\\[1048576,256\\] \\(DENSE\\), the job's "
+                        "variable is float32\\[784,256\\] \\(DENSE\\): more rows than the variable has");
   }
 
   std::string root_, dir_;
@@ -141,34 +171,39 @@ TEST_F(CheckpointReadersTest, VariableOfAnotherDtypeIsAnErrorNotAnAbort) {
 // read all of it. Now it is refused against the job's shape, before
 // allocating, naming both.
 TEST_F(CheckpointReadersTest, ExportRefusesAPieceLargerThanTheJobsVariable) {
-  WriteStore(dir_ + "/ps-0");
+  WriteStoreNamingAGibibytePiece();
   Commit("ps-0");
-  const std::string store = dir_ + "/ps-0";
-  auto file = testing::SnapshotDataFile(store, kStep);
-  ASSERT_TRUE(file.ok()) << file.status();
-  constexpr int64_t kHuge = int64_t{1} << 30;
-  const int64_t size = std::filesystem::file_size(*file);
-  ASSERT_EQ(::truncate(file->c_str(), size + kHuge), 0);
-  const VariableDef& def = snapshot_.variables[0].def;  // dense_1/kernel [784, 256]
-  absl::Status edited = testing::EditSnapshotIndex(store, kStep, [&](SnapshotIndex* index) {
-    SnapshotTensor* value = index->mutable_variable(0)->mutable_value();
-    value->mutable_shape()->set_dim(0, kHuge / 4 / def.shape().dim(1));
-    value->set_bytes(kHuge);
-    value->set_offset(size);
-    index->mutable_variable(0)->clear_slot();
-    index->set_data_bytes(size + kHuge);
-  });
-  ASSERT_TRUE(edited.ok()) << edited;
   std::unique_ptr<Daemon> exporter;
   const int rc = Run({RunfilePath("chief/export"), "--job=" + RunfilePath("examples/fashion_mnist_mlp.pbtxt"),
                       "--checkpoint_dir=" + dir_, "--format=tf", "--out=" + root_ + "/out"},
                      &exporter);
   EXPECT_EQ(rc, 1);
-  EXPECT_FALSE(exporter
-                   ->WaitForMatch(absl::StrCat("error: .*snapshot of step 10: variable ", def.name(),
-                                               ": the checkpoint holds float32\\[1048576,256\\] \\(DENSE\\), the job's "
-                                               "variable is float32\\[784,256\\] \\(DENSE\\): more rows than the "
-                                               "variable has"),
+  EXPECT_FALSE(exporter->WaitForMatch("error: .*" + MoreRowsThanTheVariable(), absl::Seconds(10)).empty());
+}
+
+// The evaluator, given only the directory, takes the job the checkpoint
+// records and reads the same file through the same checks: that
+// checkpoint is reported and skipped (the run goes on to the job's end),
+// nothing allocated for it, no signal.
+TEST_F(CheckpointReadersTest, TheEvaluatorTakesTheRecordedJobAndSkipsAPieceLargerThanItsVariable) {
+  WriteStoreNamingAGibibytePiece();
+  Commit("ps-0", /*record_job=*/true);
+  ChiefJobState finished;
+  finished.set_running(false);
+  ASSERT_TRUE(ManifestStore(dir_).WriteJobState(finished).ok());
+  std::unique_ptr<Daemon> evaluator;
+  const int rc = Run(
+      {RunfilePath("worker/evaluator"), "--checkpoint_dir=" + dir_, "--tensorboard_dir=" + root_ + "/logs", "--nice=0"},
+      &evaluator);
+  EXPECT_EQ(rc, 0);
+  EXPECT_FALSE(
+      evaluator->WaitForMatch("evaluator: job \"fashion_mnist_mlp\", as the checkpoints record it", absl::Seconds(10))
+          .empty());
+  EXPECT_FALSE(
+      evaluator->WaitForMatch("checkpoint of step 10 skipped: .*" + MoreRowsThanTheVariable(), absl::Seconds(10))
+          .empty());
+  EXPECT_FALSE(evaluator
+                   ->WaitForMatch("evaluator: done: 0 checkpoint\\(s\\) evaluated, 0 skipped \\(behind\\), 1 failed",
                                   absl::Seconds(10))
                    .empty());
 }

@@ -8,6 +8,7 @@
 #include "common/plan/job_planner.h"
 #include "common/status_macros.h"
 #include "common/store/variable.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace psrt {
 
@@ -21,6 +22,19 @@ int64_t NextCheckpointStep(const std::vector<int64_t>& steps, int64_t last, int*
   }
   if (superseded != nullptr) *superseded = newer > 0 ? newer - 1 : 0;
   return next;
+}
+
+absl::StatusOr<TrainingJob> AwaitRecordedJob(const std::string& dir, absl::Duration poll,
+                                             const std::function<bool()>& stopped) {
+  while (true) {
+    int64_t found_step = -1;
+    absl::StatusOr<TrainingJob> job = RecordedJob(dir, -1, &found_step);
+    // NOT_FOUND before any manifest is read: nothing committed yet. Once
+    // one was read (found_step set), its verdict is final.
+    if (job.ok() || found_step >= 0 || !absl::IsNotFound(job.status())) return job;
+    if (stopped()) return absl::CancelledError(absl::StrCat("stopped before a checkpoint was committed in ", dir));
+    absl::SleepFor(poll);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointEvaluator>> CheckpointEvaluator::Create(
@@ -76,6 +90,18 @@ absl::StatusOr<std::map<std::string, float>> CheckpointEvaluator::EvaluateStep(i
   return evaluator_(ckpt.values, rows);
 }
 
+absl::Status CheckpointEvaluator::CheckRecordedModel(int64_t step) const {
+  absl::StatusOr<TrainingJob> recorded = RecordedJob(options_.checkpoint_dir, step);
+  if (!recorded.ok()) return absl::OkStatus();
+  if (google::protobuf::util::MessageDifferencer::Equals(recorded->model(), options_.job.model())) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("job \"", options_.job.name(), "\" does not match the checkpoint of step ", step, " in ",
+                   options_.checkpoint_dir, ": its model is not the one job \"", recorded->name(),
+                   "\" trained, which the checkpoint records (leave --job out to evaluate that one)"));
+}
+
 bool CheckpointEvaluator::JobFinished() {
   // A missing file reads as the empty state (not running): the chief has
   // not started yet, which is not the end.
@@ -106,6 +132,9 @@ absl::Status CheckpointEvaluator::Run() {
       if (superseded > 0) {
         Report(absl::StrCat("behind: skipping ", superseded, " older checkpoint(s) for the newest, step ", next));
       }
+      // Another model's checkpoint is no damaged file to skip: every later
+      // one is the other job's too.
+      RETURN_IF_ERROR(CheckRecordedModel(next));
       const absl::Time start = absl::Now();
       absl::StatusOr<std::map<std::string, float>> metrics = EvaluateStep(next);
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start);

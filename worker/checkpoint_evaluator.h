@@ -14,6 +14,12 @@
 // behind. A checkpoint that cannot be read or evaluated (a corrupt
 // manifest or store, one pruned while being read) is reported and skipped.
 //
+// Which job: the one given. A checkpoint that records its job
+// (CheckpointManifest.job) with another model ends Run() with
+// FAILED_PRECONDITION saying so (a wrong --job, not a damaged file);
+// AwaitRecordedJob gives the recorded job to an evaluator started without
+// one.
+//
 // When to stop: the chief writes DIR/job_state with running=false only
 // after the job's final checkpoint is committed (common/checkpoint's
 // ManifestStore). Run() returns once it has seen that state and evaluated
@@ -70,6 +76,13 @@ struct EvaluatorStatus {
   bool job_finished = false;
 };
 
+// The job the newest committed checkpoint in `dir` records, waiting (one
+// look every `poll`) until one is committed; CANCELLED once `stopped`
+// says so; NOT_FOUND saying to give the job for a checkpoint written
+// before manifests recorded it; the manifest's error for a corrupt one.
+absl::StatusOr<TrainingJob> AwaitRecordedJob(const std::string& dir, absl::Duration poll,
+                                             const std::function<bool()>& stopped);
+
 // The step to evaluate after `last`: the newest of `steps` (ascending) above
 // it, or -1 if none; *superseded gets how many others above `last` it passes.
 int64_t NextCheckpointStep(const std::vector<int64_t>& steps, int64_t last, int* superseded);
@@ -82,7 +95,7 @@ class CheckpointEvaluator {
 
   // Follows the checkpoints until the job is finished and its newest
   // checkpoint evaluated, or Stop(). Errors of one checkpoint are reported,
-  // not returned.
+  // not returned; a checkpoint of another model is returned.
   absl::Status Run();
   void Stop();
   EvaluatorStatus Status() const;
@@ -97,6 +110,10 @@ class CheckpointEvaluator {
   // DIR/job_state exists and says the job is over; a corrupt one is
   // reported (once) and read as still running.
   bool JobFinished();
+  // FAILED_PRECONDITION when the checkpoint of `step` records a job whose
+  // model is not options_.job's; OK otherwise (a manifest that records no
+  // job, or cannot be read, is left to the read that follows).
+  absl::Status CheckRecordedModel(int64_t step) const;
   void Report(const std::string& line) const;
 
   const CheckpointEvaluatorOptions options_;

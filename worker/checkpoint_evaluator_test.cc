@@ -4,6 +4,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint/checkpoint_manifest.h"
 #include "common/graph/model_compiler.h"
 #include "common/plan/job_planner.h"
@@ -52,7 +53,8 @@ class CheckpointEvaluatorTest : public ::testing::Test {
   }
 
   // One store (ps-0) holding every variable of Values(seed), committed at `step`.
-  void CommitCheckpoint(int64_t step, int seed) {
+  // `record_job`: the manifest records job_ (as the chief's do).
+  void CommitCheckpoint(int64_t step, int seed, bool record_job = false) {
     PsSnapshot snap;
     snap.step = step;
     std::map<std::string, Tensor> values = Values(seed);
@@ -69,6 +71,7 @@ class CheckpointEvaluatorTest : public ::testing::Test {
     CheckpointManifest m;
     m.set_step(step);
     m.set_job_name(job_.name());
+    if (record_job) *m.mutable_job() = job_;
     m.add_shard()->set_path("ps-0");
     ASSERT_TRUE(ManifestStore(dir_).Commit(m).ok());
   }
@@ -299,6 +302,54 @@ TEST_F(CheckpointEvaluatorTest, HashTableRowsComeFromTheCheckpointAndUnseenIdsFr
   });
   ASSERT_TRUE(zeros.ok()) << zeros.status();
   EXPECT_GT(std::abs(zeros->at("loss") - got->at("loss")), 1e-4);
+}
+
+// A job whose model is not the one the checkpoint records is no damaged
+// checkpoint to skip: the run ends saying which job the checkpoint holds.
+TEST_F(CheckpointEvaluatorTest, AJobThatIsNotTheRecordedOneIsRefusedSayingSo) {
+  CommitCheckpoint(100, 1, /*record_job=*/true);
+  SetRunning(false);  // finished: a run that only skipped the checkpoint would end OK
+  CheckpointEvaluatorOptions o = Options();
+  o.job.set_name("other");
+  o.job.mutable_model()->mutable_sequential()->mutable_layer(1)->mutable_dense()->set_units(255);
+  auto evaluator = CheckpointEvaluator::Create(o);
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  absl::Status s = (*evaluator)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("does not match the checkpoint of step 100"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find(absl::StrCat("job \"", job_.name(), "\" trained")), absl::string_view::npos) << s;
+  EXPECT_EQ((*evaluator)->Status().evaluated, 0);
+
+  // The same job is evaluated (the recorded one, as given).
+  auto same = CheckpointEvaluator::Create(Options());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE((*same)->Run().ok());
+  EXPECT_EQ((*same)->Status().step, 100);
+}
+
+// Without a job, the evaluator takes the one the first committed
+// checkpoint records; a checkpoint from before manifests recorded jobs is
+// an error at once that says to give one, not an endless wait.
+TEST_F(CheckpointEvaluatorTest, TheRecordedJobIsTheOneOfTheFirstCommittedCheckpoint) {
+  int looks = 0;
+  auto stopped = [&looks] { return ++looks > 3; };
+  absl::StatusOr<TrainingJob> none = AwaitRecordedJob(dir_, absl::Milliseconds(1), stopped);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kCancelled) << none.status();
+
+  std::thread commit([this] { CommitCheckpoint(100, 1, /*record_job=*/true); });
+  absl::StatusOr<TrainingJob> job = AwaitRecordedJob(dir_, absl::Milliseconds(5), [] { return false; });
+  commit.join();
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->name(), job_.name());
+  EXPECT_EQ(job->model().SerializeAsString(), job_.model().SerializeAsString());
+
+  dir_ += "_old";
+  CommitCheckpoint(200, 2, /*record_job=*/false);
+  looks = 0;
+  absl::StatusOr<TrainingJob> old = AwaitRecordedJob(dir_, absl::Milliseconds(1), [&looks] { return ++looks > 1000; });
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kNotFound) << old.status();
+  EXPECT_NE(old.status().message().find("give --job"), absl::string_view::npos) << old.status();
+  EXPECT_EQ(looks, 0);
 }
 
 TEST_F(CheckpointEvaluatorTest, AJobWithoutATestSplitIsRefused) {

@@ -1,8 +1,13 @@
 // The evaluator daemon (TensorFlow's `evaluator` task).
 //
-//   bazel run //worker:evaluator -- --job=JOB.pbtxt --checkpoint_dir=DIR
+//   bazel run //worker:evaluator -- --checkpoint_dir=DIR [--job=JOB.pbtxt]
 //       [--snapshot_dir=ROOT] [--tensorboard_dir=LOGS] [--http_port=N]
 //       [--cluster_spec=FILE --task=evaluator:0 | TF_CONFIG]
+//
+// The job is the one the checkpoints record (each manifest holds the job
+// that wrote it): without --job the evaluator waits for the first committed
+// checkpoint and takes its job. A --job whose model is not the recorded one
+// is refused saying so, as by `export`.
 //
 // Follows the chief's committed checkpoints in DIR and evaluates each on the
 // job's test split (worker/checkpoint_evaluator.h says which ones and when
@@ -20,6 +25,7 @@
 // passed over.
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -38,8 +44,10 @@
 #include "worker/checkpoint_evaluator.h"
 #include "worker/evaluator_metrics.h"
 
-ABSL_FLAG(std::string, job, "", "Training job (.pbtxt), the chief's. Required.");
-ABSL_FLAG(std::string, checkpoint_dir, "", "The chief's checkpoint directory (default: the job's checkpoint.dir).");
+ABSL_FLAG(std::string, job, "",
+          "Training job (.pbtxt), the chief's. Empty: the job the checkpoints record (waits for the first one).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "The chief's checkpoint directory (default: --job's checkpoint.dir; required without --job).");
 ABSL_FLAG(std::string, snapshot_dir, "",
           "The --snapshot_dir of the PS (and mirrored workers): their stores are in "
           "ROOT/<last component of the checkpoint directory>. Empty: in the checkpoint directory "
@@ -59,7 +67,7 @@ int Main(int argc, char** argv) {
   BlockTerminationSignals();
   InitDaemon(argc, argv,
              "Evaluator: follows the chief's committed checkpoints and evaluates each on the test split.\n"
-             "Usage: evaluator --job=JOB.pbtxt --checkpoint_dir=DIR [--snapshot_dir=ROOT] "
+             "Usage: evaluator --checkpoint_dir=DIR [--job=JOB.pbtxt] [--snapshot_dir=ROOT] "
              "[--tensorboard_dir=LOGS] [--http_port=N]",
              {{__FILE__, JobFlagsFile()}, {"cluster_spec", "task"}});
   if (!absl::GetFlag(FLAGS_cluster_spec).empty() || std::getenv("TF_CONFIG") != nullptr) {
@@ -75,20 +83,49 @@ int Main(int argc, char** argv) {
           absl::StrCat("task ", TaskName(config->task), ": this is the evaluator (task type \"evaluator\")")));
     }
   }
-  if (absl::GetFlag(FLAGS_job).empty()) return ExitWithError(absl::InvalidArgumentError("--job=FILE is required"));
-  absl::StatusOr<JobLimits> limits = JobLimitsFromFlags();
-  if (!limits.ok()) return ExitWithError(limits.status());
-  absl::StatusOr<TrainingJob> job = LoadJob(UserPath(absl::GetFlag(FLAGS_job)), *limits);
-  if (!job.ok()) return ExitWithError(job.status());
   if (absl::GetFlag(FLAGS_poll_ms) <= 0) return ExitWithError(absl::InvalidArgumentError("--poll_ms must be > 0"));
-
+  const std::string job_path = UserPath(absl::GetFlag(FLAGS_job));
   CheckpointEvaluatorOptions o;
-  o.job = *job;
   o.checkpoint_dir = UserPath(absl::GetFlag(FLAGS_checkpoint_dir));
-  if (o.checkpoint_dir.empty()) o.checkpoint_dir = job->checkpoint().dir();
-  if (o.checkpoint_dir.empty()) {
-    return ExitWithError(absl::InvalidArgumentError("no checkpoint directory: --checkpoint_dir or checkpoint.dir"));
+  if (job_path.empty() && o.checkpoint_dir.empty()) {
+    return ExitWithError(absl::InvalidArgumentError(
+        "--checkpoint_dir=DIR is required (the job is read from its checkpoints; or give --job=FILE)"));
   }
+
+  // A signal before the evaluator exists (while waiting for the first
+  // checkpoint) ends the wait; after, it stops the evaluator.
+  static std::atomic<bool> stopping{false};
+  static std::atomic<CheckpointEvaluator*> running{nullptr};
+  std::thread signals([] {
+    int sig = WaitForTerminationSignal();
+    LOG(WARNING) << "signal " << sig << ": stopping the evaluator";
+    stopping = true;
+    if (CheckpointEvaluator* e = running.load()) e->Stop();
+    // An evaluation in progress is not cut short; do not wait for a long one.
+    absl::SleepFor(absl::Seconds(10));
+    std::_Exit(130);
+  });
+  signals.detach();
+
+  absl::StatusOr<TrainingJob> job;
+  if (!job_path.empty()) {
+    absl::StatusOr<JobLimits> limits = JobLimitsFromFlags();
+    if (!limits.ok()) return ExitWithError(limits.status());
+    job = LoadJob(job_path, *limits);
+    if (!job.ok()) return ExitWithError(job.status());
+    if (o.checkpoint_dir.empty()) o.checkpoint_dir = job->checkpoint().dir();
+    if (o.checkpoint_dir.empty()) {
+      return ExitWithError(absl::InvalidArgumentError("no checkpoint directory: --checkpoint_dir or checkpoint.dir"));
+    }
+  } else {
+    std::cout << "evaluator: waiting for a committed checkpoint in " << o.checkpoint_dir << " (its job is the one)"
+              << std::endl;
+    job = AwaitRecordedJob(o.checkpoint_dir, absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms)),
+                           [] { return stopping.load(); });
+    if (!job.ok()) return ExitWithError(job.status());
+    std::cout << "evaluator: job \"" << job->name() << "\", as the checkpoints record it" << std::endl;
+  }
+  o.job = *job;
   const std::string snapshot_dir = UserPath(absl::GetFlag(FLAGS_snapshot_dir));
   if (!snapshot_dir.empty()) {
     // As the PS names its store for a checkpoint: the directory's last component.
@@ -141,19 +178,13 @@ int Main(int argc, char** argv) {
     LOG(WARNING) << "cannot lower the priority by " << nice << ": " << std::strerror(errno);
   }
 
-  std::thread signals([&evaluator] {
-    int sig = WaitForTerminationSignal();
-    LOG(WARNING) << "signal " << sig << ": stopping the evaluator";
-    (*evaluator)->Stop();
-    // An evaluation in progress is not cut short; do not wait for a long one.
-    absl::SleepFor(absl::Seconds(10));
-    std::_Exit(130);
-  });
-  signals.detach();
+  running = evaluator->get();
+  if (stopping) (*evaluator)->Stop();
 
   LOG(INFO) << "following committed checkpoints in " << o.checkpoint_dir
             << (o.stores_dir.empty() ? "" : absl::StrCat(" (stores in ", o.stores_dir, ")"));
   absl::Status s = (*evaluator)->Run();
+  running = nullptr;
   if (http) http->Stop();
   if (!s.ok()) return ExitWithError(s);
   EvaluatorStatus st = (*evaluator)->Status();
