@@ -199,6 +199,7 @@ int Main(int argc, char** argv) {
   deps.make_client = [&, make_client](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<ParameterClient>> {
     absl::StatusOr<std::unique_ptr<ParameterClient>> c = make_client(a);
     if (!c.ok()) return c.status();
+    RecordAssignment(*metrics, a);
     return MeterClient(*std::move(c), metrics);
   };
   auto make_runner = [threads, device = *device](const WorkerAssignment& a) -> absl::StatusOr<std::unique_ptr<StepRunner>> {

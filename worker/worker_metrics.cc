@@ -1,5 +1,6 @@
 #include "worker/worker_metrics.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -132,6 +133,21 @@ std::unique_ptr<StepRunner> MeterRunner(std::unique_ptr<StepRunner> runner, std:
   return std::make_unique<MeteredRunner>(std::move(runner), std::move(metrics));
 }
 
+void RecordAssignment(WorkerMetrics& m, const WorkerAssignment& a) {
+  // A replica's store index is num_ps: variables placed below it are on PS tasks.
+  bool on_ps = false;
+  if (a.has_collective()) {
+    for (const VariablePlacement& vp : a.placement().variable()) {
+      on_ps = on_ps || (vp.shard_size() > 0 && vp.shard(0).ps_task() < a.ps_size());
+    }
+  }
+  absl::MutexLock lock(&m.mu);
+  m.strategy = !a.has_collective() ? "parameter_server" : on_ps ? "hybrid" : "collective";
+  m.collective_rank = a.has_collective() ? a.collective().rank() : -1;
+  m.collective_size = a.has_collective() ? a.collective().size() : 0;
+  m.local_devices = std::max(1, a.local_devices());
+}
+
 std::string WorkerMetricsText(WorkerMetrics& m, const WorkerStatusResponse& s, const MetricLabels& task) {
   std::string out;
   AppendOne(&out, "psrt_worker_step", "gauge", "The next step this worker runs.", task, s.step());
@@ -147,6 +163,18 @@ std::string WorkerMetricsText(WorkerMetrics& m, const WorkerStatusResponse& s, c
             s.examples_per_sec());
   {
     absl::MutexLock lock(&m.mu);
+    if (!m.strategy.empty()) {
+      AppendOne(&out, "psrt_worker_role", "gauge",
+                "1, labelled with what the assignment makes this worker: parameter_server, collective (a "
+                "multi_worker_mirrored replica: its push is the all-reduce) or hybrid.",
+                WithLabel(task, "strategy", m.strategy), 1);
+      AppendOne(&out, "psrt_worker_collective_rank", "gauge", "Its rank in the collective group (-1: none).", task,
+                m.collective_rank);
+      AppendOne(&out, "psrt_worker_collective_size", "gauge", "The collective group's size (0: none).", task,
+                m.collective_size);
+      AppendOne(&out, "psrt_worker_local_devices", "gauge", "Device replicas in this worker (mirrored devices).",
+                task, m.local_devices);
+    }
     AppendOne(&out, "psrt_worker_loss", "gauge", "Training loss of the last step computed.", task, m.last_loss);
     AppendFamily(&out, "psrt_worker_train_metric", "gauge",
                  "Each training metric of the last step computed, on its batch (accuracy, ...).");

@@ -37,6 +37,15 @@ struct WorkerMetrics {
   LatencyHistogram compute;
 
   absl::Mutex mu;
+  // What the running assignment makes this worker (RecordAssignment):
+  // "parameter_server" (pulls and pushes go to PS tasks), "collective" (a
+  // replica of a multi_worker_mirrored group: a push is the all-reduce),
+  // "hybrid" (a replica whose embedding tables are on PS tasks); its rank
+  // and the group's size (-1 and 0 outside a group); local device replicas.
+  std::string strategy ABSL_GUARDED_BY(mu);
+  int collective_rank ABSL_GUARDED_BY(mu) = -1;
+  int collective_size ABSL_GUARDED_BY(mu) = 0;
+  int local_devices ABSL_GUARDED_BY(mu) = 1;
   // The last computed step's metrics, by name (accuracy, ...), and loss.
   std::map<std::string, float> last_metrics ABSL_GUARDED_BY(mu);
   float last_loss ABSL_GUARDED_BY(mu) = 0;
@@ -48,9 +57,15 @@ std::unique_ptr<ParameterClient> MeterClient(std::unique_ptr<ParameterClient> cl
 // `runner` with every step's compute, loss and metrics recorded.
 std::unique_ptr<StepRunner> MeterRunner(std::unique_ptr<StepRunner> runner, std::shared_ptr<WorkerMetrics> metrics);
 
+// Records what `a` makes this worker (WorkerMetrics::strategy and the rest),
+// at each assignment it starts.
+void RecordAssignment(WorkerMetrics& m, const WorkerAssignment& a);
+
 // The /metrics text: the worker's step and state, loss, each training
 // metric of its last step, pulls and pushes (calls, failures, bytes,
-// latency), compute time and the process's resident memory. Every sample
+// latency; a collective replica's push is its all-reduce), its role (the
+// assignment's strategy, collective rank and size, local devices), compute
+// time and the process's resident memory. Every sample
 // carries `task`.
 std::string WorkerMetricsText(WorkerMetrics& m, const WorkerStatusResponse& status, const MetricLabels& task);
 

@@ -75,6 +75,16 @@ TEST(WorkerMetrics, CountsPullsPushesAndComputeAndForwardsTheRest) {
   WorkerStatusResponse status;
   status.set_state(WorkerStatusResponse::RUNNING);
   status.set_step(7);
+  EXPECT_EQ(WorkerMetricsText(*metrics, status, {{"task", "worker:1"}}).find("psrt_worker_role"), std::string::npos)
+      << "a role before any assignment";
+  WorkerAssignment a;  // rank 1 of a group of 2, with 2 local devices, an embedding table on ps:0
+  a.add_ps();
+  a.mutable_collective()->set_rank(1);
+  a.mutable_collective()->set_size(2);
+  a.set_local_devices(2);
+  a.mutable_placement()->add_variable()->add_shard()->set_ps_task(0);
+  a.mutable_placement()->add_variable()->add_shard()->set_ps_task(1);  // the replica's own store
+  RecordAssignment(*metrics, a);
   const std::string text = WorkerMetricsText(*metrics, status, {{"task", "worker:1"}});
   for (const char* line : {"psrt_worker_step{task=\"worker:1\"} 7\n",
                            "psrt_worker_state{task=\"worker:1\",state=\"RUNNING\"} 1\n",
@@ -83,9 +93,22 @@ TEST(WorkerMetrics, CountsPullsPushesAndComputeAndForwardsTheRest) {
                            "psrt_worker_requests_total{task=\"worker:1\",method=\"push\"} 2\n",
                            "psrt_worker_request_errors_total{task=\"worker:1\",method=\"pull_rows\"} 1\n",
                            "psrt_worker_request_seconds_count{task=\"worker:1\",method=\"pull\"} 1\n",
-                           "psrt_worker_compute_seconds_count{task=\"worker:1\"} 1\n"}) {
+                           "psrt_worker_compute_seconds_count{task=\"worker:1\"} 1\n",
+                           "psrt_worker_role{task=\"worker:1\",strategy=\"hybrid\"} 1\n",
+                           "psrt_worker_collective_rank{task=\"worker:1\"} 1\n",
+                           "psrt_worker_collective_size{task=\"worker:1\"} 2\n",
+                           "psrt_worker_local_devices{task=\"worker:1\"} 2\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   }
+  a.mutable_placement()->mutable_variable(0)->mutable_shard(0)->set_ps_task(1);
+  RecordAssignment(*metrics, a);
+  EXPECT_NE(WorkerMetricsText(*metrics, status, {{"task", "worker:1"}})
+                .find("psrt_worker_role{task=\"worker:1\",strategy=\"collective\"} 1\n"),
+            std::string::npos);
+  RecordAssignment(*metrics, WorkerAssignment());
+  const std::string ps = WorkerMetricsText(*metrics, status, {{"task", "worker:1"}});
+  EXPECT_NE(ps.find("psrt_worker_role{task=\"worker:1\",strategy=\"parameter_server\"} 1\n"), std::string::npos);
+  EXPECT_NE(ps.find("psrt_worker_collective_rank{task=\"worker:1\"} -1\n"), std::string::npos) << ps;
 }
 
 }  // namespace
