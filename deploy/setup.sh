@@ -6,13 +6,19 @@
 #   deploy/setup.sh               # build, test and run (tools, data, venvs)
 #   deploy/setup.sh --build_only  # only what `bazel build` needs (an image's
 #                                 # build stage: deploy/Dockerfile)
+#   deploy/setup.sh --torch       # also PyTorch in /opt/psrt/venv-torch, for
+#                                 # the comparisons against PyTorch
+#                                 # (tests/bench/onnx_torch_bench.py,
+#                                 # examples/onnx/make_models.py); about 3 GB
 set -euo pipefail
 
 build_only=0
+torch=0
 for arg in "$@"; do
   case "$arg" in
     --build_only) build_only=1 ;;
-    *) echo "setup: unknown argument '$arg' (--build_only, or none)" >&2; exit 2 ;;
+    --torch) torch=1 ;;
+    *) echo "setup: unknown argument '$arg' (--build_only, --torch, or none)" >&2; exit 2 ;;
   esac
 done
 
@@ -106,4 +112,10 @@ make_venv /opt/psrt/venv tensorboard==2.15.1 tfrecord==1.14.6 "numpy<2"
 # tf2onnx is what Keras 3's model.export(format="onnx") calls on the
 # TensorFlow backend (examples/onnx/make_keras_models.py).
 make_venv /opt/psrt/venv-tf "tensorflow-cpu==2.21.*" "onnxruntime==1.32.*" "onnx==1.23.*" "tf2onnx==1.17.*"
+# PyTorch, on request only (no test needs it; PyPI's wheel brings CUDA's
+# libraries, ~3 GB): the baseline of the comparisons against PyTorch and
+# the exporter of the example ONNX models.
+if [ "$torch" = 1 ]; then
+  make_venv /opt/psrt/venv-torch "torch==2.15.*" "onnx==1.23.*" "onnxscript" "numpy"
+fi
 echo "setup: done"

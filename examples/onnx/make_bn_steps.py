@@ -23,7 +23,7 @@ initializers are:
   "weight/<name>"       every parameter after the steps.
 
 Run with a Python that has torch and onnx (after make_models.py):
-  /tmp/torchvenv/bin/python examples/onnx/make_bn_steps.py
+  /opt/psrt/venv-torch/bin/python examples/onnx/make_bn_steps.py
 The file is checked in: the test reads it and needs no PyTorch.
 """
 import argparse

@@ -22,7 +22,7 @@ this script:
                           train mode: the batch's statistics).
 
 Run with a Python that has torch, onnx and onnxscript:
-  /tmp/torchvenv/bin/python examples/onnx/make_models.py
+  /opt/psrt/venv-torch/bin/python examples/onnx/make_models.py
 The files are checked in: psrt's tests (common/graph:onnx_torch_test) read
 them and need no PyTorch.
 """

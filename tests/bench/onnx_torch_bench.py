@@ -22,7 +22,7 @@ the curves smoothed over 10 steps. Dropout draws different masks in
 each, so models with dropout (mlp, cnn, vit) differ by that noise.
 
   bazel build //deploy:local_train
-  /tmp/torchvenv/bin/python tests/bench/onnx_torch_bench.py --models=vit --epochs=5 --threads=2
+  /opt/psrt/venv-torch/bin/python tests/bench/onnx_torch_bench.py --models=vit --epochs=5 --threads=2
 
 Needs torch and onnx (a virtual environment, not the product); the psrt
 side is the built binary.
