@@ -148,7 +148,11 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<JobSummary> summary = coordinator.Run();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  if (!summary.ok()) return ExitWithError(summary.status());
+  if (!summary.ok()) {
+    const int code = ExitWithError(summary.status());
+    // Not a crash to restart from: the job itself must change first.
+    return IsAssignmentRefused(summary.status()) ? kExitJobRefused : code;
+  }
   std::string path = UserPath(absl::GetFlag(FLAGS_summary));
   if (path.empty()) path = job->summary_path();
   if (!path.empty()) {

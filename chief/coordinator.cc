@@ -394,8 +394,10 @@ absl::Status Coordinator::RunCommand(const WatchCommand& c) {
       if (s.code() == absl::StatusCode::kInvalidArgument) {
         // The worker refuses the assignment itself: asking again, many
         // times a second, would not change its answer.
-        return absl::FailedPreconditionError(
+        absl::Status refused = absl::FailedPreconditionError(
             absl::StrCat(cluster_.workers[c.index].control->name(), " refuses its assignment: ", s.message()));
+        refused.SetPayload(kAssignmentRefusedPayload, absl::Cord(cluster_.workers[c.index].control->name()));
+        return refused;
       }
       if (!s.ok()) {
         cluster_.report(absl::StrCat("starting ", cluster_.workers[c.index].control->name(), ": ", s.message()));
@@ -726,5 +728,7 @@ std::string JobSummary::ToJson() const {
           : absl::StrCat(",\n  \"final_evaluation_error\": ", JsonString(final_evaluation_error)),
       "\n}\n");
 }
+
+bool IsAssignmentRefused(const absl::Status& s) { return s.GetPayload(kAssignmentRefusedPayload).has_value(); }
 
 }  // namespace psrt

@@ -73,6 +73,13 @@
 
 namespace psrt {
 
+// The payload (type URL) that marks Run()'s error as a worker refusing its
+// assignment: the job cannot run as written, and a restarted chief would be
+// refused the same way (the chief exits kExitJobRefused). Its value names
+// the worker.
+inline constexpr char kAssignmentRefusedPayload[] = "psrt/assignment-refused";
+bool IsAssignmentRefused(const absl::Status& s);
+
 class Coordinator {
  public:
   // Not owned: registry and channels outlive the coordinator.

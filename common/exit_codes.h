@@ -12,6 +12,11 @@ inline constexpr int kExitError = 2;
 // the final evaluation failed, so the run has no final metric. The job is
 // over: restarting the chief trains nothing more.
 inline constexpr int kExitNoFinalMetric = 3;
+// The chief: the job cannot run as written, by a worker's own word (it
+// refused its assignment: a field its limits refuse, such as more local
+// devices than its cores). A restarted chief would be refused the same way:
+// the job or the worker's flags must change first.
+inline constexpr int kExitJobRefused = 4;
 
 }  // namespace psrt
 

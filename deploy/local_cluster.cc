@@ -533,6 +533,13 @@ int Run(int argc, char** argv) {
           exit_code = kExitNoFinalMetric;
           break;
         }
+        if (WIFEXITED(*status) && WEXITSTATUS(*status) == kExitJobRefused) {
+          // A worker refused the job as written (the chief's error says
+          // why): a restarted chief would be refused the same way.
+          launcher.Say("the job cannot run as written (the chief's error above says why): not restarting it");
+          exit_code = kExitJobRefused;
+          break;
+        }
       } else if (clean) {
         c.finished = true;  // a worker the chief shut down at the end
         continue;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/plan/job_planner.h"
@@ -44,6 +45,33 @@ TEST(FinalMetricTest, AJobWhoseTestSplitDoesNotReadFailsBeforeTraining) {
       "error: input.test: the test split cannot be read, so the job would end with no final metric", absl::Seconds(1)));
   EXPECT_TRUE((*chief)->WaitForLine(tmp + "/missing-t10k-images-idx3-ubyte.gz", absl::Seconds(1)));
   EXPECT_FALSE((*chief)->WaitForLine("serving at", absl::ZeroDuration())) << "it started before refusing";
+}
+
+// A job a worker refuses (more device replicas than the worker has cores;
+// the chief's planner allows up to 64) ends the run at once with the
+// worker's reason: the chief exits 4 and the launcher does not restart it
+// (it used to restart the chief five times, each refused the same way).
+TEST(FinalMetricTest, AJobAWorkerRefusesEndsTheRunWithItsReasonAndNoRestart) {
+  if (std::thread::hardware_concurrency() >= 64) GTEST_SKIP() << "a worker here takes 64 devices";
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  auto job = LoadJob(RunfilePath("examples/fashion_mnist_mlp_devices.pbtxt"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->mutable_strategy()->mutable_mirrored()->set_devices(64);
+  job->clear_summary_path();
+  job->clear_log_dir();
+  const std::string job_path = testing::WriteJobFile(*job, tmp + "/devices64.pbtxt");
+  auto launcher = Daemon::Start("launcher", {RunfilePath("deploy/local_cluster"), "--job=" + job_path,
+                                             "--run_dir=" + tmp + "/refused"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = (*launcher)->Wait(absl::Minutes(3));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 4) << DescribeWaitStatus(*status);
+  EXPECT_FALSE((*launcher)
+                   ->WaitForMatch("error: worker:0 refuses its assignment: .*local_devices: 64 is not in \\[0, ",
+                                  absl::Seconds(1))
+                   .empty());
+  EXPECT_TRUE((*launcher)->WaitForLine("the job cannot run as written", absl::Seconds(1)));
+  EXPECT_FALSE((*launcher)->WaitForLine("restarting chief:0", absl::ZeroDuration())) << "the chief was restarted";
 }
 
 TEST(FinalMetricTest, ARunThatEndsWithoutItsFinalMetricExitsNonZero) {
