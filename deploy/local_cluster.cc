@@ -382,6 +382,9 @@ int Run(int argc, char** argv) {
     std::vector<std::string> flags;
     std::string name = absl::StrCat(certs, "/", t.job(), "-", t.index());
     if (tls) flags = {"--tls_ca=" + certs + "/ca.pem", "--tls_cert=" + name + ".pem", "--tls_key=" + name + ".key"};
+    // A demonstration on one machine: a mirrored job's ring goes in clear
+    // over loopback (said once below, as every worker logs it).
+    if (tls && t.job() == kWorkerJob) flags.push_back("--allow_plaintext_collective");
     if (role_tokens) flags.push_back(absl::StrCat("--auth_token_file=", certs, "/tokens/", t.job()));
     return flags;
   };
@@ -415,14 +418,10 @@ int Run(int argc, char** argv) {
     c.task = t;
     std::string base = "--cluster_spec=" + spec_path;
     std::string task = "--task=" + TaskName(t);
-    if (t.job() == kPsJob) {
-      c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir};
-      for (const std::string& f : absl::GetFlag(FLAGS_ps_flags)) c.argv.push_back(f);
-    }
+    if (t.job() == kPsJob) c.argv = {Binary(argv[0], "ps/server"), base, task, "--snapshot_dir=" + run_dir};
     if (t.job() == kWorkerJob) {
       // A mirrored worker's replica snapshots beside the PS's would.
       c.argv = {Binary(argv[0], "worker/main"), base, task, "--snapshot_dir=" + run_dir};
-      for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) c.argv.push_back(f);
     }
     if (t.job() == kChiefJob) {
       c.argv = {Binary(argv[0], "chief/main"), base, task, "--job=" + job,
@@ -430,6 +429,13 @@ int Run(int argc, char** argv) {
                 "--tensorboard_dir=" + run_dir + "/logs", absl::StrCat("--http_port=", *http_port)};
     }
     for (const std::string& f : security_flags(t)) c.argv.push_back(f);
+    // The user's extra flags last: they win over the launcher's own.
+    if (t.job() == kPsJob) {
+      for (const std::string& f : absl::GetFlag(FLAGS_ps_flags)) c.argv.push_back(f);
+    }
+    if (t.job() == kWorkerJob) {
+      for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) c.argv.push_back(f);
+    }
     children.push_back(std::move(c));
   }
   // Workers and PS --scale may start later: not started now.
@@ -440,13 +446,16 @@ int Run(int argc, char** argv) {
       const bool ps = job_name == kPsJob;
       c.argv = {Binary(argv[0], ps ? "ps/server" : "worker/main"), "--cluster_spec=" + joiner_spec_path,
                 "--task=" + TaskName(c.task), "--snapshot_dir=" + run_dir};
-      for (const std::string& f : absl::GetFlag(ps ? FLAGS_ps_flags : FLAGS_worker_flags)) c.argv.push_back(f);
       for (const std::string& f : security_flags(c.task)) c.argv.push_back(f);
+      for (const std::string& f : absl::GetFlag(ps ? FLAGS_ps_flags : FLAGS_worker_flags)) c.argv.push_back(f);
       c.finished = true;  // stopped until a --scale starts it
       children.push_back(std::move(c));
     }
   }
-  if (tls) launcher.Say("mutual TLS, certificates in " + certs);
+  if (tls) {
+    launcher.Say("mutual TLS, certificates in " + certs +
+                 " (a mirrored job's ring all-reduce is not encrypted: workers get --allow_plaintext_collective)");
+  }
   if (role_tokens) launcher.Say("per-role tokens in " + certs + "/tokens");
   launcher.Say(absl::StrCat("cluster ", spec_path, " (", spec->ToJson(), "), job ", job, ", logs ",
                             run_dir, "/cluster.log"));

@@ -104,6 +104,13 @@ absl::Status ValidateAssignment(const WorkerAssignment& a, const AssignmentLimit
   // PS that joined the running job beyond the worker's spec.
   limits.num_ps = static_cast<int>(PsAddresses(a, std::vector<std::string>(limits.num_ps, "spec")).size());
   if (a.has_collective()) {
+    // The worker's policy first: no field of the group matters if it is refused.
+    if (limits.refuse_plaintext_collective) {
+      return Bad("collective", "under TLS the ring all-reduce would carry every gradient unencrypted (its "
+                               "connections are authenticated, not encrypted) while the rest is encrypted: start "
+                               "the workers with --allow_plaintext_collective if that is meant, or use the "
+                               "parameter-server strategy (gRPC, encrypted)");
+    }
     RETURN_IF_ERROR(CheckCollective(a.collective(), limits));
     limits.mirrored = true;
   }

@@ -19,6 +19,11 @@ struct AssignmentLimits {
   int max_batch_size = 1 << 20;     // examples
   int max_shards = 1 << 16;         // workers sharing the data
   int max_local_devices = 64;       // device replicas of a mirrored strategy (the daemon: its cores)
+  // Refuse a collective group (the ring all-reduce): under TLS the ring's
+  // gradients would travel unencrypted (authenticated by the token's MAC
+  // only) while the rest is encrypted, unless the worker was told that is
+  // meant (--allow_plaintext_collective).
+  bool refuse_plaintext_collective = false;
   // Set by ValidateAssignment for an assignment with a collective group:
   // every variable is in the worker's own replica.
   bool mirrored = false;

@@ -46,6 +46,23 @@ TEST(AssignmentValidatorTest, TheChiefsAssignmentPasses) {
   EXPECT_TRUE(ValidateAssignment(Mlp(), TwoPs()).ok()) << ValidateAssignment(Mlp(), TwoPs());
 }
 
+// Under TLS a worker refuses the ring all-reduce (its gradients would go
+// unencrypted) unless --allow_plaintext_collective said that is meant.
+TEST(AssignmentValidatorTest, APlaintextRingUnderTlsIsRefusedUnlessAllowed) {
+  WorkerAssignment a = Mlp();
+  a.mutable_collective()->set_rank(0);
+  a.mutable_collective()->set_size(2);
+  AssignmentLimits refuse = TwoPs();
+  refuse.refuse_plaintext_collective = true;
+  absl::Status s = ValidateAssignment(a, refuse);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("assignment.collective: under TLS the ring all-reduce would carry "
+                                                  "every gradient unencrypted"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--allow_plaintext_collective"));
+  // The parameter-server strategy's assignment has no ring: taken.
+  EXPECT_TRUE(ValidateAssignment(Mlp(), refuse).ok());
+}
+
 TEST(AssignmentValidatorTest, EachBadFieldIsNamed) {
   WorkerAssignment a = Mlp();
   a.set_loss_node(APlaceholder(a));  // e.g. the label

@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, ps_transport, "tcp",
           "call each). For comparison; the answers are the same.");
 ABSL_FLAG(std::string, listen, "", "Address to listen on (default: this task's address in the spec).");
 ABSL_FLAG(int, threads, 0, "Kernel threads (0 = one per core).");
+ABSL_FLAG(bool, allow_plaintext_collective, false,
+          "Under TLS, take a mirrored job's ring all-reduce anyway: its gradients travel unencrypted "
+          "(authenticated by the token's MAC only). Without it such an assignment is refused, saying so.");
 ABSL_FLAG(int, collective_port, 0,
           "Mirrored strategies: the TCP port this worker's ring neighbour connects to "
           "(0 = any free port; it is reported to the chief when the worker registers).");
@@ -266,6 +269,11 @@ int Main(int argc, char** argv) {
   // CPU device replicas beyond the cores only cost memory (an executor
   // each): a Start may not ask for more.
   limits.max_local_devices = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  limits.refuse_plaintext_collective = rpc.security.tls() && !absl::GetFlag(FLAGS_allow_plaintext_collective);
+  if (rpc.security.tls() && absl::GetFlag(FLAGS_allow_plaintext_collective)) {
+    LOG(WARNING) << "--allow_plaintext_collective under TLS: a mirrored job's ring all-reduce sends gradients "
+                    "unencrypted (authenticated only)";
+  }
   service.set_assignment_limits(limits);
   service.set_authenticator(RequestAuthenticator(rpc.security));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(listen, rpc, {&service, &replica_service});
