@@ -46,6 +46,10 @@ constexpr size_t kVerdict = 4 + kMac;
 constexpr absl::Duration kPerConnection = absl::Seconds(5);
 constexpr int kMaxHandshakes = 128;
 constexpr int kMaxHandshakesPerSource = 16;
+// One TCP connect attempt has this long: a SYN the acceptor's kernel
+// dropped (its listen queue full) costs this, not Linux's 1 s retransmit.
+constexpr absl::Duration kConnectAttempt = absl::Milliseconds(250);
+constexpr absl::Duration kMaxBackoff = absl::Milliseconds(250);
 
 enum Verdict : uint32_t { kOk = 0, kOtherGroup = 1, kBadRank = 2, kBadToken = 3 };
 
@@ -266,14 +270,23 @@ absl::StatusOr<Fd> ConnectToNext(const HandshakeParams& params, const std::strin
   absl::Status last = absl::UnavailableError("no attempt made");
   absl::Duration backoff = absl::Milliseconds(10);
   while (absl::Now() < deadline) {
-    absl::StatusOr<Fd> fd = ConnectOnce(hp->first, hp->second, params.socket_buffer_bytes, deadline, cancel);
+    // Each attempt has its own short bound: the connect kConnectAttempt (a
+    // SYN dropped by a full listen queue is sent again on a fresh socket,
+    // not after the kernel's 1 s), the handshake kPerConnection (as long
+    // as the acceptor gives it).
+    const absl::Time attempt_start = absl::Now();
+    absl::StatusOr<Fd> fd = ConnectOnce(hp->first, hp->second, params.socket_buffer_bytes,
+                                        std::min(deadline, attempt_start + kConnectAttempt), cancel);
     absl::Status st = fd.status();
-    if (fd.ok()) st = ClientHandshake(fd->get(), params, who, deadline, cancel);
+    if (fd.ok()) {
+      st = ClientHandshake(fd->get(), params, who, std::min(deadline, absl::Now() + kPerConnection), cancel);
+    }
     if (st.ok()) return fd;
     if (IsFinal(st)) return st;
     last = st;
-    SleepUnlessCancelled(std::min(backoff, deadline - absl::Now()), cancel);
-    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    // Attempts start at most `backoff` apart; one that timed out waited enough.
+    SleepUnlessCancelled(std::min(attempt_start + backoff, deadline) - absl::Now(), cancel);
+    backoff = std::min(backoff * 2, kMaxBackoff);
   }
   return absl::DeadlineExceededError(absl::StrCat("rank ", params.rank, " could not connect to ", who,
                                                   " in time; last error: ", last.message()));

@@ -51,7 +51,9 @@ struct HandshakeParams {
 };
 
 // Connects to rank+1 at `hostport`, retrying with backoff until `deadline`
-// or `cancel`. Returns the authenticated, configured socket.
+// or `cancel`; each TCP connect attempt is bounded on its own (250 ms), so
+// a SYN dropped by a full listen queue costs one short attempt. Returns
+// the authenticated, configured socket.
 absl::StatusOr<Fd> ConnectToNext(const HandshakeParams& params, const std::string& hostport,
                                  absl::Time deadline, const std::atomic<bool>* cancel);
 

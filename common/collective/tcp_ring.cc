@@ -82,6 +82,12 @@ absl::StatusOr<std::unique_ptr<CollectiveListener>> CollectiveListener::Bind(con
   // Accepted sockets inherit the listener's buffer sizes (which sets the TCP window scale).
   absl::StatusOr<net::Listener> l = net::Listen(host, port, TcpRingOptions().socket_buffer_bytes);
   if (!l.ok()) return l.status();
+  // The longest listen queue the kernel allows (net.core.somaxconn): between
+  // two formations nobody accepts, and strangers holding connections must
+  // not fill the queue so that the neighbour's SYN is dropped.
+  if (::listen(l->fd.get(), SOMAXCONN) != 0) {
+    return absl::InternalError(absl::StrCat("listen: ", ErrnoText(errno)));
+  }
   return std::unique_ptr<CollectiveListener>(new CollectiveListener(std::move(l->fd), l->port));
 }
 
