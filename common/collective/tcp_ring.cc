@@ -82,12 +82,10 @@ absl::StatusOr<std::unique_ptr<CollectiveListener>> CollectiveListener::Bind(con
   // Accepted sockets inherit the listener's buffer sizes (which sets the TCP window scale).
   absl::StatusOr<net::Listener> l = net::Listen(host, port, TcpRingOptions().socket_buffer_bytes);
   if (!l.ok()) return l.status();
-  // The longest listen queue the kernel allows (net.core.somaxconn): between
-  // two formations nobody accepts, and strangers holding connections must
-  // not fill the queue so that the neighbour's SYN is dropped.
-  if (::listen(l->fd.get(), SOMAXCONN) != 0) {
-    return absl::InternalError(absl::StrCat("listen: ", ErrnoText(errno)));
-  }
+  // The listen queue stays net::Listen's 64, not SOMAXCONN: a deep queue
+  // puts the neighbour behind every stranger queued before it (each taken
+  // in turn by AcceptFromPrev); a short one may drop its SYN, which
+  // ConnectToNext's 250 ms attempts make cheap.
   return std::unique_ptr<CollectiveListener>(new CollectiveListener(std::move(l->fd), l->port));
 }
 
