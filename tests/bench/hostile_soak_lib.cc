@@ -800,12 +800,26 @@ class MirroredRun {
     return false;
   }
 
+  // How long the first TcpRingCollective::Create that `worker` logged from
+  // line `from` on took; -1 if none.
+  static double FormedSeconds(Daemon& worker, size_t from) {
+    const std::string line =
+        worker.WaitForMatch("collective group [0-9]+ formed: rank [0-9]+ of [0-9]+ in ", absl::Seconds(5), from);
+    std::smatch m;
+    absl::Duration d;
+    if (!std::regex_search(line, m, std::regex(" in ([0-9.a-z]+)")) || !absl::ParseDuration(m[1].str(), &d)) {
+      return -1;
+    }
+    return absl::ToDoubleSeconds(d);
+  }
+
   // SIGKILLs worker:1, starts it again at once (same collective port), and
   // times the recovery and the group's re-formation.
   void KillAndRestart() {
     int64_t step = -1;
     WaitForStep(0, absl::Seconds(5), &step);
     const size_t from = chief_->lines();
+    const size_t from0 = workers_[0]->lines();
     const absl::Time killed = absl::Now();
     workers_[1]->Kill(SIGKILL);
     (void)workers_[1]->Wait(absl::Seconds(30));
@@ -827,7 +841,9 @@ class MirroredRun {
     WaitForStep(0, absl::Seconds(5), &after);
     // Every step is an all-reduce: 20 more steps mean the ring is whole.
     const bool resumed = WaitForStep(after + 20, absl::Minutes(5));
+    const double formed[2] = {FormedSeconds(*workers_[0], from0), FormedSeconds(*workers_[1], 0)};
     absl::MutexLock lock(&mu_);
+    for (int w = 0; w < 2; ++w) result_.formed_seconds[w] = formed[w];
     result_.recovered_seconds = recovered;
     if (resumed) result_.resumed_seconds = absl::ToDoubleSeconds(absl::Now() - killed);
     if (!resumed) result_.error = "training did not resume after the kill";
@@ -893,6 +909,7 @@ std::string Describe(const RingRun& r) {
                   " wall_seconds=", r.wall_seconds, " failures_survived=", r.failures_survived, "\n");
   absl::StrAppend(&out, "FIGURE: ", who, " worker:1 killed at step ", r.killed_at_step,
                   " recovered_s=", r.recovered_seconds, " group_reformed_and_20_steps_s=", r.resumed_seconds,
+                  " ring_create_s worker:0=", r.formed_seconds[0], " worker:1=", r.formed_seconds[1],
                   " error=\"", r.error, "\"\n");
   if (r.attacked) {
     absl::StrAppend(&out, "FIGURE: ring_strangers opened=", r.stranger_opened, " open_peak=", r.stranger_open_peak,
