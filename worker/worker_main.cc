@@ -22,6 +22,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/transport/chief_client.h"
 #include "common/daemon.h"
 #include "common/env.h"
@@ -186,8 +188,11 @@ int Main(int argc, char** argv) {
       return std::unique_ptr<ParameterClient>(new MirroredClient(
           &replica,
           [listener, o]() -> absl::StatusOr<std::unique_ptr<Collective>> {
+            const absl::Time start = absl::Now();
             absl::StatusOr<std::unique_ptr<TcpRingCollective>> ring = TcpRingCollective::Create(listener, o);
             if (!ring.ok()) return ring.status();
+            LOG(INFO) << "collective group " << o.group_id << " formed: rank " << o.rank << " of " << o.size
+                      << " in " << absl::FormatDuration(absl::Now() - start);
             return std::unique_ptr<Collective>(std::move(*ring));
           },
           std::move(embeddings)));

@@ -34,10 +34,11 @@ using net::SplitHostPort;
 namespace {
 
 constexpr uint64_t kMagic = 0x474e495254525350ull;  // "PSRTRING" little-endian
-constexpr uint32_t kVersion = 1;
+// Version 1 sent the group id, size and rank before any token check.
+constexpr uint32_t kVersion = 2;
 constexpr size_t kNonce = 32, kMac = 32;
-constexpr size_t kServerHello = 8 + 4 + 4 + 4 + 8 + kNonce;
-constexpr size_t kClientHello = kServerHello + kMac;
+constexpr size_t kServerHello = 8 + 4 + kNonce;
+constexpr size_t kClientHello = 8 + 4 + 4 + 4 + 8 + kNonce + kMac;
 constexpr size_t kVerdict = 4 + kMac;
 // A connection's whole handshake has this long at most (it holds one of
 // the acceptor's kMaxHandshakes, not the acceptor), and one address holds
@@ -45,6 +46,10 @@ constexpr size_t kVerdict = 4 + kMac;
 constexpr absl::Duration kPerConnection = absl::Seconds(5);
 constexpr int kMaxHandshakes = 128;
 constexpr int kMaxHandshakesPerSource = 16;
+// One TCP connect attempt has this long: a SYN the acceptor's kernel
+// dropped (its listen queue full) costs this, not Linux's 1 s retransmit.
+constexpr absl::Duration kConnectAttempt = absl::Milliseconds(250);
+constexpr absl::Duration kMaxBackoff = absl::Milliseconds(250);
 
 enum Verdict : uint32_t { kOk = 0, kOtherGroup = 1, kBadRank = 2, kBadToken = 3 };
 
@@ -65,30 +70,53 @@ uint64_t Get64(const unsigned char* p) {
   return v;
 }
 
-// The fields both hellos share, in wire order.
-struct Hello {
+// The acceptor's hello: nothing about the group, only a nonce.
+struct ServerHello {
+  uint64_t magic = kMagic;
+  uint32_t version = kVersion;
+  unsigned char nonce[kNonce] = {};
+};
+
+// The connector's hello: who it says it is, and a MAC over both nonces.
+struct ClientHello {
   uint64_t magic = kMagic;
   uint32_t version = kVersion, size = 0, rank = 0;
   uint64_t group_id = 0;
   unsigned char nonce[kNonce] = {};
+  unsigned char mac[kMac] = {};
 };
 
-void PutHello(const Hello& h, unsigned char* p) {
+void PutServerHello(const ServerHello& h, unsigned char* p) {
+  Put64(p, h.magic);
+  Put32(p + 8, h.version);
+  std::memcpy(p + 12, h.nonce, kNonce);
+}
+ServerHello GetServerHello(const unsigned char* p) {
+  ServerHello h;
+  h.magic = Get64(p);
+  h.version = Get32(p + 8);
+  std::memcpy(h.nonce, p + 12, kNonce);
+  return h;
+}
+
+void PutClientHello(const ClientHello& h, unsigned char* p) {
   Put64(p, h.magic);
   Put32(p + 8, h.version);
   Put32(p + 12, h.size);
   Put32(p + 16, h.rank);
   Put64(p + 20, h.group_id);
   std::memcpy(p + 28, h.nonce, kNonce);
+  std::memcpy(p + 28 + kNonce, h.mac, kMac);
 }
-Hello GetHello(const unsigned char* p) {
-  Hello h;
+ClientHello GetClientHello(const unsigned char* p) {
+  ClientHello h;
   h.magic = Get64(p);
   h.version = Get32(p + 8);
   h.size = Get32(p + 12);
   h.rank = Get32(p + 16);
   h.group_id = Get64(p + 20);
   std::memcpy(h.nonce, p + 28, kNonce);
+  std::memcpy(h.mac, p + 28 + kNonce, kMac);
   return h;
 }
 
@@ -128,30 +156,21 @@ absl::Status ClientHandshake(int fd, const HandshakeParams& p, const std::string
   unsigned char in[kServerHello];
   absl::Status st = IoExact(fd, in, sizeof(in), false, deadline, cancel, who);
   if (!st.ok()) return st;
-  Hello server = GetHello(in);
+  const ServerHello server = GetServerHello(in);
   const uint32_t next = static_cast<uint32_t>((p.rank + 1) % p.size);
   if (server.magic != kMagic || server.version != kVersion) {
     return absl::UnavailableError(absl::StrCat(who, " is not a psrt collective listener (version ",
                                                kVersion, ")"));
   }
-  if (server.group_id != p.group_id) {
-    return absl::AbortedError(absl::StrCat(who, " is in group ", server.group_id, ", we are in ",
-                                           p.group_id));
-  }
-  if (server.size != static_cast<uint32_t>(p.size) || server.rank != next) {
-    return absl::FailedPreconditionError(absl::StrCat(who, " says it is rank ", server.rank, " of ",
-                                                      server.size, "; expected rank ", next, " of ",
-                                                      p.size));
-  }
-  Hello ours;
+  ClientHello ours;
   ours.size = p.size;
   ours.rank = p.rank;
   ours.group_id = p.group_id;
   if (!(st = Nonce(ours.nonce)).ok()) return st;
-  unsigned char out[kClientHello];
-  PutHello(ours, out);
-  st = Mac(p.token, "psrt-ring-c", server.nonce, ours.nonce, p.group_id, p.rank, next, out + kServerHello);
+  st = Mac(p.token, "psrt-ring-c", server.nonce, ours.nonce, p.group_id, p.rank, next, ours.mac);
   if (!st.ok()) return st;
+  unsigned char out[kClientHello];
+  PutClientHello(ours, out);
   if (!(st = IoExact(fd, out, sizeof(out), true, deadline, cancel, who)).ok()) return st;
   unsigned char verdict[kVerdict];
   if (!(st = IoExact(fd, verdict, sizeof(verdict), false, deadline, cancel, who)).ok()) return st;
@@ -161,9 +180,9 @@ absl::Status ClientHandshake(int fd, const HandshakeParams& p, const std::string
     case kBadToken:
       return absl::UnauthenticatedError(absl::StrCat(who, " refused our token"));
     case kOtherGroup:
-      return absl::AbortedError(absl::StrCat(who, " refused our group ", p.group_id));
+      return absl::AbortedError(absl::StrCat(who, " is in another group than ours (", p.group_id, ")"));
     default:
-      return absl::FailedPreconditionError(absl::StrCat(who, " refused our rank ", p.rank));
+      return absl::FailedPreconditionError(absl::StrCat(who, " refused our rank ", p.rank, " of ", p.size));
   }
   unsigned char expect[kMac];
   st = Mac(p.token, "psrt-ring-s", ours.nonce, server.nonce, p.group_id, next, p.rank, expect);
@@ -193,18 +212,15 @@ absl::Status ServerHandshake(int fd, const HandshakeParams& p, const std::string
                              absl::Time deadline, const std::atomic<bool>* cancel) {
   const uint32_t prev = static_cast<uint32_t>((p.rank + p.size - 1) % p.size);
   const std::string who = absl::StrCat("rank ", prev, " connecting from ", addr);
-  Hello ours;
-  ours.size = p.size;
-  ours.rank = p.rank;
-  ours.group_id = p.group_id;
+  ServerHello ours;
   absl::Status st = Nonce(ours.nonce);
   if (!st.ok()) return st;
   unsigned char out[kServerHello];
-  PutHello(ours, out);
+  PutServerHello(ours, out);
   if (!(st = IoExact(fd, out, sizeof(out), true, deadline, cancel, who)).ok()) return st;
   unsigned char in[kClientHello];
   if (!(st = IoExact(fd, in, sizeof(in), false, deadline, cancel, who)).ok()) return st;
-  Hello client = GetHello(in);
+  const ClientHello client = GetClientHello(in);
   unsigned char verdict[kVerdict] = {};
   auto refuse = [&](Verdict v, absl::Status why) {
     Put32(verdict, v);
@@ -214,20 +230,24 @@ absl::Status ServerHandshake(int fd, const HandshakeParams& p, const std::string
     return why;
   };
   if (client.magic != kMagic || client.version != kVersion) {
-    return absl::UnavailableError(absl::StrCat(addr, " is not a psrt collective peer"));
+    return absl::UnavailableError(absl::StrCat(addr, " is not a psrt collective peer (version ", kVersion, ")"));
   }
-  // The token first, over what the peer claims: a stranger learns nothing
-  // of the group, and a peer holding the token is told what is wrong.
+  // The token first, over what the peer claims: whatever group it names, a
+  // connector without the token hears only kBadToken (no oracle for the
+  // group id), and one holding it is told what is wrong.
   unsigned char expect[kMac];
   const uint32_t claimed_next = client.size == 0 ? 0 : (client.rank + 1) % client.size;
   st = Mac(p.token, "psrt-ring-c", ours.nonce, client.nonce, client.group_id, client.rank, claimed_next, expect);
   if (!st.ok()) return st;
-  if (CRYPTO_memcmp(expect, in + kServerHello, kMac) != 0) {
-    return refuse(kBadToken, absl::UnauthenticatedError(absl::StrCat(who, " presented a wrong token")));
-  }
+  const bool token_ok = CRYPTO_memcmp(expect, client.mac, kMac) == 0;
   if (client.group_id != p.group_id) {
-    return refuse(kOtherGroup, absl::AbortedError(absl::StrCat(addr, " is in group ", client.group_id,
-                                                               ", we are in ", p.group_id)));
+    // A stale peer (or a stranger guessing): skipped, never final here.
+    absl::Status stale =
+        absl::AbortedError(absl::StrCat(addr, " is in group ", client.group_id, ", we are in ", p.group_id));
+    return refuse(token_ok ? kOtherGroup : kBadToken, stale);
+  }
+  if (!token_ok) {
+    return refuse(kBadToken, absl::UnauthenticatedError(absl::StrCat(who, " presented a wrong token")));
   }
   if (client.size != static_cast<uint32_t>(p.size) || client.rank != prev) {
     return refuse(kBadRank, absl::FailedPreconditionError(
@@ -250,14 +270,23 @@ absl::StatusOr<Fd> ConnectToNext(const HandshakeParams& params, const std::strin
   absl::Status last = absl::UnavailableError("no attempt made");
   absl::Duration backoff = absl::Milliseconds(10);
   while (absl::Now() < deadline) {
-    absl::StatusOr<Fd> fd = ConnectOnce(hp->first, hp->second, params.socket_buffer_bytes, deadline, cancel);
+    // Each attempt has its own short bound: the connect kConnectAttempt (a
+    // SYN dropped by a full listen queue is sent again on a fresh socket,
+    // not after the kernel's 1 s), the handshake kPerConnection (as long
+    // as the acceptor gives it).
+    const absl::Time attempt_start = absl::Now();
+    absl::StatusOr<Fd> fd = ConnectOnce(hp->first, hp->second, params.socket_buffer_bytes,
+                                        std::min(deadline, attempt_start + kConnectAttempt), cancel);
     absl::Status st = fd.status();
-    if (fd.ok()) st = ClientHandshake(fd->get(), params, who, deadline, cancel);
+    if (fd.ok()) {
+      st = ClientHandshake(fd->get(), params, who, std::min(deadline, absl::Now() + kPerConnection), cancel);
+    }
     if (st.ok()) return fd;
     if (IsFinal(st)) return st;
     last = st;
-    SleepUnlessCancelled(std::min(backoff, deadline - absl::Now()), cancel);
-    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    // Attempts start at most `backoff` apart; one that timed out waited enough.
+    SleepUnlessCancelled(std::min(attempt_start + backoff, deadline) - absl::Now(), cancel);
+    backoff = std::min(backoff * 2, kMaxBackoff);
   }
   return absl::DeadlineExceededError(absl::StrCat("rank ", params.rank, " could not connect to ", who,
                                                   " in time; last error: ", last.message()));

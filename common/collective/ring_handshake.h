@@ -1,8 +1,8 @@
 // The TCP ring's connection handshake (private to this package).
 //
 // Acceptor (rank r+1)                     Connector (rank r)
-//   ServerHello: magic, version, size,  ->
-//     rank, group_id, nonce_s
+//   ServerHello: magic, version,        ->
+//     nonce_s
 //                                       <-  ClientHello: magic, version, size, rank,
 //                                             group_id, nonce_c, mac_c
 //   Verdict: code, mac_s                ->
@@ -10,9 +10,22 @@
 // mac_c = HMAC-SHA256(token, "psrt-ring-c" nonce_s nonce_c group_id r r+1),
 // mac_s = HMAC-SHA256(token, "psrt-ring-s" nonce_c nonce_s group_id r+1 r),
 // compared in constant time. Every message has a fixed size; all integers
-// are little-endian. Connections that fail for reasons a stale or slow peer
-// explains (other group_id, EOF, garbage) are closed and skipped until the
-// deadline; a wrong token is final (UNAUTHENTICATED naming the peer).
+// are little-endian (version 2).
+//
+// Anyone may connect to the acceptor's port, so it says nothing of the
+// group before the token is proven: a connector without the token learns
+// a nonce and that this is a psrt ring (magic, version), never the group
+// id, size or rank, and any refusal it hears is kBadToken. The connector
+// only talks to the address the chief gave it and proves the token first;
+// mac_s then proves the acceptor holds it too. The acceptor checks mac_c
+// over what the connector claims, then compares group_id, size and rank
+// with its own.
+//
+// Connections that fail for reasons a stale or slow peer explains (other
+// group_id, EOF, garbage) are closed and skipped until the deadline; a
+// wrong token from a peer of our group is final (UNAUTHENTICATED naming
+// the peer: at once for the connector, at the deadline for the acceptor,
+// which keeps waiting for the right one).
 #ifndef PSRT_COMMON_COLLECTIVE_RING_HANDSHAKE_H_
 #define PSRT_COMMON_COLLECTIVE_RING_HANDSHAKE_H_
 
@@ -38,7 +51,9 @@ struct HandshakeParams {
 };
 
 // Connects to rank+1 at `hostport`, retrying with backoff until `deadline`
-// or `cancel`. Returns the authenticated, configured socket.
+// or `cancel`; each TCP connect attempt is bounded on its own (250 ms), so
+// a SYN dropped by a full listen queue costs one short attempt. Returns
+// the authenticated, configured socket.
 absl::StatusOr<Fd> ConnectToNext(const HandshakeParams& params, const std::string& hostport,
                                  absl::Time deadline, const std::atomic<bool>* cancel);
 

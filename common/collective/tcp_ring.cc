@@ -82,6 +82,10 @@ absl::StatusOr<std::unique_ptr<CollectiveListener>> CollectiveListener::Bind(con
   // Accepted sockets inherit the listener's buffer sizes (which sets the TCP window scale).
   absl::StatusOr<net::Listener> l = net::Listen(host, port, TcpRingOptions().socket_buffer_bytes);
   if (!l.ok()) return l.status();
+  // The listen queue stays net::Listen's 64, not SOMAXCONN: a deep queue
+  // puts the neighbour behind every stranger queued before it (each taken
+  // in turn by AcceptFromPrev); a short one may drop its SYN, which
+  // ConnectToNext's 250 ms attempts make cheap.
   return std::unique_ptr<CollectiveListener>(new CollectiveListener(std::move(l->fd), l->port));
 }
 

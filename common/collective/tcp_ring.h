@@ -12,11 +12,13 @@
 // Forming the group: every rank first binds a CollectiveListener (so its
 // port can be reported to the chief), then calls Create with every rank's
 // address. Create retries the connect with backoff until
-// `connect_timeout` (peers start at different times). The handshake checks
-// magic, version, group size, ranks and group_id; a connection of another
-// group incarnation is closed and skipped. Both sides prove they hold
-// `token` (HMAC-SHA256 over the other side's nonce, group_id and ranks);
-// a wrong token fails Create with UNAUTHENTICATED naming the peer.
+// `connect_timeout` (peers start at different times; each connect attempt
+// is bounded on its own). The handshake checks magic, version, group size,
+// ranks and group_id; a connection of another group incarnation is closed
+// and skipped. Both sides prove they hold `token` (HMAC-SHA256 over both
+// nonces, group_id and ranks), the connector first: the listening side
+// tells a connection nothing of the group before that (ring_handshake.h).
+// A wrong token fails Create with UNAUTHENTICATED naming the peer.
 //
 // Threads: AllReduceSum/Broadcast from one thread at a time; Abort from
 // any thread while the object is alive (the destructor must not race a

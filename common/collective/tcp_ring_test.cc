@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -67,6 +69,46 @@ std::vector<std::unique_ptr<TcpRingCollective>> MustForm(Listeners& ls,
     if (r.ok()) ranks.push_back(std::move(*r));
   }
   return ranks;
+}
+
+// The acceptor's hello (version 2): magic, version, nonce.
+constexpr size_t kServerHelloBytes = 8 + 4 + 32;
+
+// A TCP connection from this process to 127.0.0.1:port; -1 (and a test
+// failure) if the connect fails.
+int ConnectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ADD_FAILURE() << "connect to port " << port << ": " << std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Everything `fd` receives until EOF, or until `deadline` (a test failure).
+std::string ReadUntilEof(int fd, absl::Time deadline) {
+  std::string got;
+  while (true) {
+    const int ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms) != 1) {
+      ADD_FAILURE() << "no end of stream before the deadline; got " << got.size() << " bytes";
+      return got;
+    }
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
+bool Contains(const std::string& haystack, const void* needle, size_t len) {
+  return haystack.find(std::string(static_cast<const char*>(needle), len)) != std::string::npos;
 }
 
 float Value(int rank, size_t i) { return std::sin(0.37f * i + rank) * (rank + 1) * 1000.0f + 1e-3f * i; }
@@ -208,6 +250,62 @@ TEST(TcpRingTest, AStrangerWithAWrongTokenCannotStopTheGroupForming) {
   EXPECT_EQ(a, std::vector<float>({11, 22}));
 }
 
+// Issue #28: the acceptor used to send the group id, size and its rank to
+// anyone who connected. Now a connector without the token reads a nonce,
+// the magic and the version, and nothing else before the acceptor ends it.
+TEST(TcpRingTest, AStrangerLearnsNothingOfTheGroup) {
+  Listeners ls = BindAll(3);
+  constexpr uint64_t kGroup = 0x1122334455667788ull;
+  auto tweak = [](TcpRingOptions& o) { o.group_id = kGroup; };
+  RingOrError rank1 = absl::UnknownError("not run");
+  std::thread t([&] {
+    TcpRingOptions o = Options(ls, 1);
+    tweak(o);
+    rank1 = TcpRingCollective::Create(ls.l[1].get(), o);
+  });
+  const int fd = ConnectLoopback(ls.l[1]->port());
+  ASSERT_GE(fd, 0);
+  // Say nothing: the acceptor sends its hello and, once we are done
+  // sending, ends the connection (EOF before any ClientHello).
+  char hello[kServerHelloBytes];
+  ASSERT_EQ(::recv(fd, hello, sizeof(hello), MSG_WAITALL), static_cast<ssize_t>(sizeof(hello)));
+  ::shutdown(fd, SHUT_WR);
+  std::string got(hello, sizeof(hello));
+  got += ReadUntilEof(fd, absl::Now() + absl::Seconds(20));
+  ::close(fd);
+  EXPECT_EQ(got.size(), kServerHelloBytes) << "the acceptor sent more than its hello";
+  EXPECT_EQ(got.substr(0, 8), "PSRTRING");
+  const unsigned char version[4] = {2, 0, 0, 0};
+  EXPECT_TRUE(Contains(got.substr(8, 4), version, 4));
+  unsigned char group[8], size[4] = {3, 0, 0, 0}, rank[4] = {1, 0, 0, 0};
+  for (int i = 0; i < 8; ++i) group[i] = static_cast<unsigned char>(kGroup >> (8 * i));
+  EXPECT_FALSE(Contains(got, group, sizeof(group))) << "the hello holds the group id";
+  // Past the magic and version, only the nonce (32 random bytes).
+  EXPECT_FALSE(Contains(got.substr(12), size, sizeof(size))) << "the hello holds the group size";
+  EXPECT_FALSE(Contains(got.substr(12), rank, sizeof(rank))) << "the hello holds the acceptor's rank";
+  // The group still forms and all-reduces.
+  std::vector<RingOrError> others;
+  for (int r = 0; r < 3; ++r) others.emplace_back(absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r : {0, 2}) {
+    threads.emplace_back([&, r] {
+      TcpRingOptions o = Options(ls, r);
+      tweak(o);
+      others[r] = TcpRingCollective::Create(ls.l[r].get(), o);
+    });
+  }
+  for (auto& th : threads) th.join();
+  t.join();
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  others[1] = std::move(rank1);
+  for (auto& r : others) ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::vector<float>> v = {{1}, {2}, {4}};
+  auto st = OnEachRank(3, [&](int r) { return (*others[r])->AllReduceSum(v[r].data(), 1); });
+  for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(v[0][0], 7);
+  EXPECT_EQ(v[2][0], 7);
+}
+
 TEST(TcpRingTest, OtherGroupIsSkippedAndTheRightOneForms) {
   Listeners ls = BindAll(2);
   RingOrError rank1 = absl::UnknownError("not run");
@@ -306,7 +404,7 @@ TEST(TcpRingTest, OneSourceCannotTakeEveryHandshake) {
     idle.push_back(fd);
     pollfd p{fd, POLLIN, 0};
     ASSERT_EQ(::poll(&p, 1, 5000), 1) << "connection " << i << " not taken";
-    char hello[60];
+    char hello[kServerHelloBytes];
     ASSERT_EQ(::recv(fd, hello, sizeof(hello), MSG_WAITALL), static_cast<ssize_t>(sizeof(hello)));
   }
   // All but the newest 16 were ended, each by a newcomer from its address.

@@ -129,6 +129,114 @@ std::string Frame(const tcpframe::Header& h, const grpc::ByteBuffer& payload) {
   return wire;
 }
 
+// Stranger connections (no credentials) held open at a daemon's ports:
+// what Run's and MirroredRun's attacks share. Each of up to `connections`
+// sockets (the descriptor limit, raised to its hard maximum, may cap them)
+// comes from one of `sources` loopback addresses, 127.0.<subnet + k/254>.
+// <2 + k%254>; the n-th one opened goes to targets[n % targets.size()],
+// trickles one byte of its target's bytes every 2 s (none: silent) and is
+// opened again when the daemon closes it or the connect fails.
+struct StrangerPlan {
+  struct Target {
+    int port = 0;
+    std::string bytes;  // trickled one byte every 2 s; empty: silent
+  };
+  // What the daemon saying anything means.
+  enum class OnWord {
+    // A refusal verdict the close follows: drop the socket at once.
+    kDrop,
+    // A hello the daemon sends first, then waits (the ring's acceptor):
+    // read it and keep the socket until end of stream.
+    kReadUntilEof,
+  };
+  std::vector<Target> targets;
+  int connections = 0;
+  int sources = 1;
+  int subnet = 1;
+  int open_per_tick = 200;  // at most ten times this a second: churn, not a CPU benchmark
+  OnWord on_word = OnWord::kDrop;
+};
+
+// What one tick of RunStrangers saw: counts since the last tick, and the
+// sockets open now.
+struct StrangerTick {
+  int64_t opened = 0, connect_failed = 0, closed_by_peer = 0, bytes_read = 0;
+  int open = 0;
+};
+
+// Adds a tick's counts to a SoakRun's or RingRun's stranger figures.
+template <typename Result>
+void AddStrangerTick(const StrangerTick& t, Result& r) {
+  r.stranger_opened += t.opened;
+  r.stranger_connect_failed += t.connect_failed;
+  r.stranger_closed_by_peer += t.closed_by_peer;
+  r.stranger_open_peak = std::max<int64_t>(r.stranger_open_peak, t.open);
+}
+
+// Runs `plan` until `stop` says so; `report` hears every tick (100 ms).
+void RunStrangers(const StrangerPlan& plan, const std::function<bool()>& stop,
+                  const std::function<void(const StrangerTick&)>& report) {
+  rlimit lim{};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  // Headroom for the daemons' pipes, gRPC and the other clients.
+  const int target = static_cast<int>(std::min<int64_t>(plan.connections, static_cast<int64_t>(lim.rlim_cur) - 512));
+  struct Conn {
+    int fd = -1;
+    const StrangerPlan::Target* to = nullptr;
+    size_t sent = 0;
+    absl::Time next_byte;
+  };
+  std::vector<Conn> conns(std::max(target, 0));
+  int64_t n = 0;
+  char sink[256];
+  while (!stop()) {
+    const absl::Time now = absl::Now();
+    int opened = 0;
+    StrangerTick tick;
+    for (Conn& c : conns) {
+      if (c.fd >= 0 && PeerSpoke(c.fd)) {
+        bool closed = true;
+        if (plan.on_word == StrangerPlan::OnWord::kReadUntilEof) {
+          const ssize_t got = ::recv(c.fd, sink, sizeof(sink), MSG_DONTWAIT);
+          if (got > 0) tick.bytes_read += got;
+          closed = got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        }
+        if (closed) {
+          ::close(c.fd);
+          c.fd = -1;
+          ++tick.closed_by_peer;
+        }
+      }
+      if (c.fd < 0 && opened < plan.open_per_tick) {
+        ++n;
+        const int64_t k = n % plan.sources;
+        const std::string source = absl::StrCat("127.0.", plan.subnet + k / 254, ".", 2 + k % 254);
+        c.to = &plan.targets[n % plan.targets.size()];
+        c.fd = ConnectFrom(source, c.to->port, /*blocking=*/false);
+        c.sent = 0;
+        c.next_byte = now + absl::Seconds(2);
+        ++opened;
+        ++(c.fd >= 0 ? tick.opened : tick.connect_failed);
+      }
+      if (c.fd >= 0 && now >= c.next_byte) {
+        const std::string& bytes = c.to->bytes;
+        if (c.sent < bytes.size() && ::send(c.fd, bytes.data() + c.sent, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
+          ++c.sent;
+        }
+        c.next_byte = now + absl::Seconds(2);
+      }
+      tick.open += c.fd >= 0 ? 1 : 0;
+    }
+    report(tick);
+    absl::SleepFor(absl::Milliseconds(100));  // the tick
+  }
+  for (Conn& c : conns) {
+    if (c.fd >= 0) ::close(c.fd);
+  }
+}
+
 // The cluster, its job and the clients around it.
 class Run {
  public:
@@ -367,66 +475,21 @@ class Run {
     }
   }
 
-  // Up to o_.connections sockets from o_.sources addresses, each trickling
-  // a byte every 2 s, reopened when a daemon closes it.
+  // Up to o_.connections sockets from o_.sources addresses, nine in ten to
+  // the PS's data port trickling a hello, one in ten to the chief's gRPC
+  // port trickling HTTP/2's preface; dropped as soon as a daemon speaks.
   void Strangers() {
-    rlimit lim{};
-    ::getrlimit(RLIMIT_NOFILE, &lim);
-    lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
-    // Headroom for the daemons' pipes, gRPC and the other clients.
-    const int target = static_cast<int>(std::min<int64_t>(o_.connections, static_cast<int64_t>(lim.rlim_cur) - 512));
+    StrangerPlan plan{/*targets=*/{}, o_.connections, o_.sources, /*subnet=*/1, /*open_per_tick=*/500,
+                      StrangerPlan::OnWord::kDrop};
     const std::string hello = tcpframe::EncodeHello(std::string(tcpframe::kTicketBytes, 'x'));
-    const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    struct Conn {
-      int fd = -1;
-      bool chief = false;
-      size_t sent = 0;
-      absl::Time next_byte;
-    };
-    std::vector<Conn> conns(std::max(target, 0));
-    int64_t n = 0;
-    const int kOpenPerTick = 500;  // at most 5,000 a second: churn, not a CPU benchmark
-    while (!stop_attack_ && !stop_) {
-      const absl::Time now = absl::Now();
-      int opened = 0, open = 0;
-      for (Conn& c : conns) {
-        if (c.fd >= 0 && PeerSpoke(c.fd)) {
-          ::close(c.fd);
-          c.fd = -1;
+    plan.targets.push_back({chief_port_, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"});
+    for (int i = 1; i < 10; ++i) plan.targets.push_back({data_port_, hello});
+    RunStrangers(
+        plan, [this] { return stop_attack_ || stop_; },
+        [this](const StrangerTick& t) {
           absl::MutexLock lock(&mu_);
-          ++result_.stranger_closed_by_peer;
-        }
-        if (c.fd < 0 && opened < kOpenPerTick) {
-          ++n;
-          c.chief = n % 10 == 0;
-          const std::string source =
-              absl::StrCat("127.0.", 1 + (n % o_.sources) / 254, ".", 2 + (n % o_.sources) % 254);
-          c.fd = ConnectFrom(source, c.chief ? chief_port_ : data_port_, /*blocking=*/false);
-          c.sent = 0;
-          c.next_byte = now + absl::Seconds(2);
-          ++opened;
-          absl::MutexLock lock(&mu_);
-          ++(c.fd >= 0 ? result_.stranger_opened : result_.stranger_connect_failed);
-        }
-        if (c.fd >= 0 && now >= c.next_byte) {
-          const std::string& bytes = c.chief ? preface : hello;
-          if (c.sent < bytes.size() && ::send(c.fd, bytes.data() + c.sent, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
-            ++c.sent;
-          }
-          c.next_byte = now + absl::Seconds(2);
-        }
-        open += c.fd >= 0 ? 1 : 0;
-      }
-      {
-        absl::MutexLock lock(&mu_);
-        result_.stranger_open_peak = std::max<int64_t>(result_.stranger_open_peak, open);
-      }
-      absl::SleepFor(absl::Milliseconds(100));  // the tick
-    }
-    for (Conn& c : conns) {
-      if (c.fd >= 0) ::close(c.fd);
-    }
+          AddStrangerTick(t, result_);
+        });
   }
 
   // Takes every ticket the PS will give the worker token, and more, never
@@ -737,12 +800,26 @@ class MirroredRun {
     return false;
   }
 
+  // How long the first TcpRingCollective::Create that `worker` logged from
+  // line `from` on took; -1 if none.
+  static double FormedSeconds(Daemon& worker, size_t from) {
+    const std::string line =
+        worker.WaitForMatch("collective group [0-9]+ formed: rank [0-9]+ of [0-9]+ in ", absl::Seconds(5), from);
+    std::smatch m;
+    absl::Duration d;
+    if (!std::regex_search(line, m, std::regex(" in ([0-9.a-z]+)")) || !absl::ParseDuration(m[1].str(), &d)) {
+      return -1;
+    }
+    return absl::ToDoubleSeconds(d);
+  }
+
   // SIGKILLs worker:1, starts it again at once (same collective port), and
   // times the recovery and the group's re-formation.
   void KillAndRestart() {
     int64_t step = -1;
     WaitForStep(0, absl::Seconds(5), &step);
     const size_t from = chief_->lines();
+    const size_t from0 = workers_[0]->lines();
     const absl::Time killed = absl::Now();
     workers_[1]->Kill(SIGKILL);
     (void)workers_[1]->Wait(absl::Seconds(30));
@@ -764,85 +841,37 @@ class MirroredRun {
     WaitForStep(0, absl::Seconds(5), &after);
     // Every step is an all-reduce: 20 more steps mean the ring is whole.
     const bool resumed = WaitForStep(after + 20, absl::Minutes(5));
+    const double formed[2] = {FormedSeconds(*workers_[0], from0), FormedSeconds(*workers_[1], 0)};
     absl::MutexLock lock(&mu_);
+    for (int w = 0; w < 2; ++w) result_.formed_seconds[w] = formed[w];
     result_.recovered_seconds = recovered;
     if (resumed) result_.resumed_seconds = absl::ToDoubleSeconds(absl::Now() - killed);
     if (!resumed) result_.error = "training did not resume after the kill";
   }
 
   // Up to o_.connections sockets to the two collective ports, half silent,
-  // half trickling a ClientHello, reopened when a worker closes them.
+  // half trickling a ClientHello, reopened when a worker closes them. A
+  // worker's acceptor sends its ServerHello first and then waits, so the
+  // hello is read and the socket kept until end of stream.
   void Strangers() {
-    rlimit lim{};
-    ::getrlimit(RLIMIT_NOFILE, &lim);
-    lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
-    const int target = static_cast<int>(std::min<int64_t>(o_.connections, static_cast<int64_t>(lim.rlim_cur) - 512));
-    // A ring ClientHello's start ("PSRTRING", version 1, size 2): never
+    // A ring ClientHello (version 2: magic, version, size, rank, group_id,
+    // nonce, MAC; 92 bytes) starting "PSRTRING", version 2, size 2: never
     // finished, and its MAC would be wrong.
     std::string hello = "PSRTRING";
-    hello += std::string("\x01\0\0\0\x02\0\0\0", 8);
+    hello += std::string("\x02\0\0\0\x02\0\0\0", 8);
     hello.resize(92, '\0');
-    struct Conn {
-      int fd = -1;
-      bool silent = false;
-      size_t sent = 0;
-      absl::Time next_byte;
-    };
-    std::vector<Conn> conns(std::max(target, 0));
-    int64_t n = 0;
-    const int kOpenPerTick = 200;  // at most 2,000 a second
-    char sink[256];
-    while (!stop_attack_) {
-      const absl::Time now = absl::Now();
-      int opened = 0, open = 0;
-      int64_t closed = 0, read = 0, opened_ok = 0, failed = 0;
-      for (Conn& c : conns) {
-        if (c.fd >= 0) {
-          pollfd p{c.fd, POLLIN, 0};
-          if (::poll(&p, 1, 0) == 1) {
-            const ssize_t got = ::recv(c.fd, sink, sizeof(sink), MSG_DONTWAIT);
-            if (got > 0) {
-              read += got;
-            } else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-              ::close(c.fd);
-              c.fd = -1;
-              ++closed;
-            }
-          }
-        }
-        if (c.fd < 0 && opened < kOpenPerTick) {
-          ++n;
-          const int64_t k = n % o_.sources;
-          const std::string source = absl::StrCat("127.0.", 2 + k / 254, ".", 2 + k % 254);
-          c.fd = ConnectFrom(source, ring_ports_[n % 2], /*blocking=*/false);
-          c.silent = (n / 2) % 2 == 0;
-          c.sent = 0;
-          c.next_byte = now + absl::Seconds(2);
-          ++opened;
-          ++(c.fd >= 0 ? opened_ok : failed);
-        }
-        if (c.fd >= 0 && !c.silent && now >= c.next_byte) {
-          if (c.sent < hello.size() && ::send(c.fd, hello.data() + c.sent, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
-            ++c.sent;
-          }
-          c.next_byte = now + absl::Seconds(2);
-        }
-        open += c.fd >= 0 ? 1 : 0;
-      }
-      {
-        absl::MutexLock lock(&mu_);
-        result_.stranger_opened += opened_ok;
-        result_.stranger_connect_failed += failed;
-        result_.stranger_closed_by_peer += closed;
-        result_.stranger_hello_bytes_read += read;
-        result_.stranger_open_peak = std::max<int64_t>(result_.stranger_open_peak, open);
-      }
-      absl::SleepFor(absl::Milliseconds(100));  // the tick
+    StrangerPlan plan{/*targets=*/{}, o_.connections, o_.sources, /*subnet=*/2, /*open_per_tick=*/200,
+                      StrangerPlan::OnWord::kReadUntilEof};
+    for (const std::string& bytes : {std::string(), hello}) {
+      for (int port : ring_ports_) plan.targets.push_back({port, bytes});
     }
-    for (Conn& c : conns) {
-      if (c.fd >= 0) ::close(c.fd);
-    }
+    RunStrangers(
+        plan, [this] { return stop_attack_.load(); },
+        [this](const StrangerTick& t) {
+          absl::MutexLock lock(&mu_);
+          AddStrangerTick(t, result_);
+          result_.stranger_hello_bytes_read += t.bytes_read;
+        });
   }
 
   const RingOptions o_;
@@ -880,6 +909,7 @@ std::string Describe(const RingRun& r) {
                   " wall_seconds=", r.wall_seconds, " failures_survived=", r.failures_survived, "\n");
   absl::StrAppend(&out, "FIGURE: ", who, " worker:1 killed at step ", r.killed_at_step,
                   " recovered_s=", r.recovered_seconds, " group_reformed_and_20_steps_s=", r.resumed_seconds,
+                  " ring_create_s worker:0=", r.formed_seconds[0], " worker:1=", r.formed_seconds[1],
                   " error=\"", r.error, "\"\n");
   if (r.attacked) {
     absl::StrAppend(&out, "FIGURE: ring_strangers opened=", r.stranger_opened, " open_peak=", r.stranger_open_peak,

@@ -115,6 +115,11 @@ struct RingRun {
   // step is an all-reduce).
   double recovered_seconds = -1;
   double resumed_seconds = -1;
+  // The group's re-formation itself: how long TcpRingCollective::Create
+  // took on each worker after the kill (their "collective group ...
+  // formed" lines). worker:1's starts once it is running again, beside
+  // worker:0 already waiting in its own.
+  double formed_seconds[2] = {-1, -1};
   // Strangers.
   int64_t stranger_opened = 0;
   int64_t stranger_open_peak = 0;
