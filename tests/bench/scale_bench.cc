@@ -206,16 +206,42 @@ LinkBytes ReadLinkBytes() {
   Die(absl::StrCat("no counters of ", net->interface, " in /proc/net/dev"));
 }
 
-// CPU seconds (user + system) a process has used, from /proc/PID/stat.
-double CpuSeconds(pid_t pid) {
+// What a process's time went to: CPU seconds (user + system, from
+// /proc/PID/stat, exited threads included) and seconds its threads waited
+// runnable for a CPU (the sum of /proc/PID/task/*/schedstat's second field,
+// living threads only): on a shared machine the wait is the other
+// processes' share of the cores.
+struct ProcTimes {
+  double cpu = 0, wait = 0;
+};
+ProcTimes ReadProcTimes(pid_t pid) {
+  ProcTimes t;
   std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t paren = stat.rfind(')');  // the command may hold spaces
-  if (paren == std::string::npos) return 0;
+  if (paren == std::string::npos || paren + 2 > stat.size()) return t;
   const std::vector<std::string> f = absl::StrSplit(stat.substr(paren + 2), ' ');
-  int64_t utime = 0, stime = 0;  // fields 14 and 15 of stat(5); f[0] is field 3
-  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) || !absl::SimpleAtoi(f[12], &stime)) return 0;
-  return static_cast<double>(utime + stime) / ::sysconf(_SC_CLK_TCK);
+  int64_t utime = 0, stime = 0;  // fields 14 and 15 of proc(5); f[0] is field 3
+  if (f.size() > 12 && absl::SimpleAtoi(f[11], &utime) && absl::SimpleAtoi(f[12], &stime)) {
+    t.cpu = static_cast<double>(utime + stime) / ::sysconf(_SC_CLK_TCK);
+  }
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream sched(task.path() / "schedstat");
+    int64_t run_ns = 0, wait_ns = 0;
+    if (sched >> run_ns >> wait_ns) t.wait += wait_ns / 1e9;
+  }
+  return t;
+}
+ProcTimes operator+(ProcTimes a, const ProcTimes& b) {
+  a.cpu += b.cpu;
+  a.wait += b.wait;
+  return a;
+}
+ProcTimes operator-(ProcTimes a, const ProcTimes& b) {
+  a.cpu -= b.cpu;
+  a.wait -= b.wait;
+  return a;
 }
 
 // "10gbit" for 10^10 bits/s, "1gbit", "500mbit".
@@ -604,16 +630,10 @@ std::string F(double v, int digits = 2) { return absl::StrFormat("%.*f", digits,
 
 // ---- Lightweight workers -------------------------------------------------
 
-// CPU seconds (user + system) this process has used.
-double OwnCpuSeconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 // --role=worker: pulls "w" and pushes a gradient of it, SYNC, warmup +
-// worker_steps times; prints "result SECONDS_PER_STEP CPU_SECONDS_PER_STEP"
-// of the timed steps.
+// worker_steps times; prints "result STEP CPU WAIT PULL PUSH": seconds per
+// timed step of the step, this process's CPU and wait for a CPU
+// (ProcTimes), and the pull and the push in it.
 int WorkerMain() {
   const std::vector<std::string> ps = absl::StrSplit(absl::GetFlag(FLAGS_ps_addresses), ',');
   const int64_t rows = absl::GetFlag(FLAGS_model_rows), cols = absl::GetFlag(FLAGS_model_cols);
@@ -640,12 +660,15 @@ int WorkerMain() {
   const TensorMap dense = {{"w", grad}};
   const int warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_worker_steps);
   absl::Time start;
-  double cpu = 0;
+  ProcTimes times;
+  absl::Duration pulls, pushes;
   for (int step = 0; step < warmup + steps; ++step) {
     if (step == warmup) {
       start = absl::Now();
-      cpu = OwnCpuSeconds();
+      times = ReadProcTimes(::getpid());
+      pulls = pushes = absl::ZeroDuration();
     }
+    const absl::Time pull_start = absl::Now();
     // As the worker runtime does, a call refused for want of a connection
     // (the PS or the machine too busy to finish a handshake) is tried again.
     absl::StatusOr<TensorMap> w = client.Pull({"w"}, step);
@@ -654,6 +677,8 @@ int WorkerMain() {
       w = client.Pull({"w"}, step);
     }
     Check(w.status(), absl::StrCat("worker ", worker, ": pull of step ", step));
+    const absl::Time push_start = absl::Now();
+    pulls += push_start - pull_start;
     RequestId id;
     id.set_worker(worker);
     id.set_worker_incarnation(1);
@@ -664,9 +689,12 @@ int WorkerMain() {
       pushed = client.Push(id, dense, {});
     }
     Check(pushed, absl::StrCat("worker ", worker, ": push of step ", step));
+    pushes += absl::Now() - push_start;
   }
-  std::printf("result %.9f %.9f\n", absl::ToDoubleSeconds(absl::Now() - start) / steps,
-              (OwnCpuSeconds() - cpu) / steps);
+  const double took = absl::ToDoubleSeconds(absl::Now() - start);
+  times = ReadProcTimes(::getpid()) - times;
+  std::printf("result %.9f %.9f %.9f %.9f %.9f\n", took / steps, times.cpu / steps, times.wait / steps,
+              absl::ToDoubleSeconds(pulls) / steps, absl::ToDoubleSeconds(pushes) / steps);
   std::fflush(stdout);
   return 0;
 }
@@ -681,10 +709,11 @@ std::string Self() {
 
 // One point of a SYNC curve, per step.
 struct StepResult {
-  double seconds = 0;     // the mean over the workers
-  double worker_cpu = 0;  // CPU seconds of one worker (the mean)
-  double ps_cpu = 0;      // CPU seconds of all PS together (warm-up steps counted in)
-  LinkBytes link;         // --netns: bytes over the link each way (warm-up steps counted in)
+  double seconds = 0;         // the mean over the workers
+  double pull = 0, push = 0;  // of which the pull and the push (the mean)
+  ProcTimes worker;           // of one worker (the mean)
+  ProcTimes ps;               // of all PS together (warm-up steps counted in)
+  LinkBytes link;             // --netns: bytes over the link each way (warm-up steps counted in)
 };
 
 // Starts `workers` worker processes against a fresh cluster of `ps` PS
@@ -694,10 +723,10 @@ absl::StatusOr<StepResult> SyncStep(int ps, int workers, int64_t rows, int64_t c
   const PlacementMap placement = DensePlacement(rows, cols, ps);
   cluster.Create(placement, "sgd", ConsistencyDef::SYNC, workers);
   const LinkBytes link_before = net->netns() ? ReadLinkBytes() : LinkBytes();
-  double ps_cpu_before = 0;
-  for (int i = 0; i < ps; ++i) ps_cpu_before += CpuSeconds(cluster.pid(i));
+  ProcTimes ps_before;
+  for (int i = 0; i < ps; ++i) ps_before = ps_before + ReadProcTimes(cluster.pid(i));
   absl::Mutex mu;
-  std::vector<double> results, cpus;
+  std::vector<std::vector<double>> results;  // each worker's "result" line
   std::vector<std::string> errors;
   std::vector<std::unique_ptr<Subprocess>> procs;
   const std::string self = Self();
@@ -714,10 +743,11 @@ absl::StatusOr<StepResult> SyncStep(int ps, int workers, int64_t rows, int64_t c
     so.on_line = [&, w](absl::string_view line) {
       absl::MutexLock lock(&mu);
       const std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
-      double t = 0, cpu = 0;
-      if (f.size() == 3 && f[0] == "result" && absl::SimpleAtod(f[1], &t) && absl::SimpleAtod(f[2], &cpu)) {
-        results.push_back(t);
-        cpus.push_back(cpu);
+      std::vector<double> v(f.size() - 1);
+      bool ok = f.size() == 6 && f[0] == "result";
+      for (size_t i = 1; ok && i < f.size(); ++i) ok = absl::SimpleAtod(f[i], &v[i - 1]);
+      if (ok) {
+        results.push_back(v);
       } else if (!line.empty()) {
         errors.push_back(absl::StrCat("worker ", w, ": ", line));
       }
@@ -740,8 +770,10 @@ absl::StatusOr<StepResult> SyncStep(int ps, int workers, int64_t rows, int64_t c
   procs.clear();  // readers joined: every line is in
   const double all_steps = absl::GetFlag(FLAGS_warmup) + steps;
   StepResult r;
-  for (int i = 0; i < ps; ++i) r.ps_cpu += CpuSeconds(cluster.pid(i));
-  r.ps_cpu = (r.ps_cpu - ps_cpu_before) / all_steps;
+  for (int i = 0; i < ps; ++i) r.ps = r.ps + ReadProcTimes(cluster.pid(i));
+  r.ps = r.ps - ps_before;
+  r.ps.cpu /= all_steps;
+  r.ps.wait /= all_steps;
   if (net->netns()) {
     const LinkBytes after = ReadLinkBytes();
     r.link.down = static_cast<int64_t>((after.down - link_before.down) / all_steps);
@@ -749,9 +781,12 @@ absl::StatusOr<StepResult> SyncStep(int ps, int workers, int64_t rows, int64_t c
   }
   absl::MutexLock lock(&mu);
   if (static_cast<int>(results.size()) != workers) return absl::InternalError("a worker printed no result");
-  for (int i = 0; i < workers; ++i) {
-    r.seconds += results[i] / workers;
-    r.worker_cpu += cpus[i] / workers;
+  for (const std::vector<double>& v : results) {
+    r.seconds += v[0] / workers;
+    r.worker.cpu += v[1] / workers;
+    r.worker.wait += v[2] / workers;
+    r.pull += v[3] / workers;
+    r.push += v[4] / workers;
   }
   return r;
 }
@@ -812,15 +847,19 @@ void NullCurve(const std::vector<int>& workers, const std::vector<int>& ps_count
 // pulls) then up (the pushes) at the tbf rate, in series as a SYNC step
 // moves them (see the file comment); `duplex` is the larger direction alone.
 void DenseCurve(const std::vector<int>& workers) {
-  std::vector<std::string> columns = {"model_MB", "ps",       "workers", "step_ms",
-                                      "MB_moved", "limit_ms", "ratio",   "vs_1_worker"};
+  std::vector<std::string> columns =
+      absl::StrSplit("model_MB,ps,workers,step_ms,MB_moved,limit_ms,ratio,vs_1_worker", ',');
   std::string limit_text = "limit = max(2 round trips, bytes at the loopback TCP rate)";
   if (net->netns()) {
-    columns = {"model_MB", "ps",    "workers",   "step_ms",      "MB_down",   "MB_up",     "wire_MB_down", "wire_MB_up",
-               "limit_ms", "ratio", "duplex_ms", "ratio_duplex", "ps_cpu_ms", "wk_cpu_ms", "vs_1_worker"};
-    limit_text = absl::StrCat("limit = (MB_down + MB_up) x 8 / ", RateName(net->bits_per_s),
-                              " (a SYNC step's pulls then pushes, in series); duplex = max(MB_down, MB_up) x 8 / "
-                              "rate; cpu = CPU ms per step of all PS / of one worker");
+    columns = absl::StrSplit(
+        "model_MB,ps,workers,step_ms,pull_ms,push_ms,MB_down,MB_up,wire_MB_down,wire_MB_up,limit_ms,ratio,duplex_ms,"
+        "tcp_ms,ratio_tcp,ps_cpu_ms,ps_wait_ms,wk_cpu_ms,wk_wait_ms,vs_1_worker",
+        ',');
+    limit_text = absl::StrCat(
+        "limit = (MB_down + MB_up) x 8 / ", RateName(net->bits_per_s),
+        " (a SYNC step's pulls then pushes, in series); duplex = max(MB_down, MB_up) x 8 / rate; tcp = the bytes "
+        "at the best rate a plain TCP stream reached across the same link in this run; cpu / wait = CPU ms per "
+        "step of all PS / of one worker, and ms their threads waited runnable for a core");
   }
   Curve c(CurveName("dense_step"),
           absl::StrCat("SYNC dense step (pull the whole model, push its gradient; SGD on the PS) against worker "
@@ -868,10 +907,26 @@ void DenseCurve(const std::vector<int>& workers) {
                  F(limit * 1e3, 1), F(t / limit), F(t / first)});
           continue;
         }
-        const double duplex = moved / 2 * 8 / net->bits_per_s;
-        c.Row({absl::StrCat(mb), absl::StrCat(ps), absl::StrCat(n), F(t * 1e3, 1), F(moved / 2e6, 0), F(moved / 2e6, 0),
-               F(step->link.down / 1e6, 1), F(step->link.up / 1e6, 1), F(limit * 1e3, 1), F(t / limit),
-               F(duplex * 1e3, 1), F(t / duplex), F(step->ps_cpu * 1e3, 0), F(step->worker_cpu * 1e3, 0),
+        const double duplex = moved / 2 * 8 / net->bits_per_s, tcp = moved / l.tcp_bytes_per_s;
+        c.Row({absl::StrCat(mb),
+               absl::StrCat(ps),
+               absl::StrCat(n),
+               F(t * 1e3, 1),
+               F(step->pull * 1e3, 1),
+               F(step->push * 1e3, 1),
+               F(moved / 2e6, 0),
+               F(moved / 2e6, 0),
+               F(step->link.down / 1e6, 1),
+               F(step->link.up / 1e6, 1),
+               F(limit * 1e3, 1),
+               F(t / limit),
+               F(duplex * 1e3, 1),
+               F(tcp * 1e3, 1),
+               F(t / tcp),
+               F(step->ps.cpu * 1e3, 0),
+               F(step->ps.wait * 1e3, 0),
+               F(step->worker.cpu * 1e3, 0),
+               F(step->worker.wait * 1e3, 0),
                F(t / first)});
       }
     }
