@@ -1,6 +1,7 @@
 #include "common/store/push_ledger.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/status_macros.h"
 #include "common/store/parallel_apply.h"
@@ -27,7 +28,16 @@ void PushLedger::GatherDense(int worker, const NamedTensors& grads) {
   for (const auto& [name, grad] : grads) {
     auto it = sync_dense_.find(name);
     if (it == sync_dense_.end()) {
-      sync_dense_[name] = grad.Copy();
+      auto spare = spare_dense_.find(name);
+      if (spare != spare_dense_.end() && spare->second.dtype() == grad.dtype() &&
+          spare->second.shape() == grad.shape()) {
+        Tensor sum = std::move(spare->second);
+        spare_dense_.erase(spare);
+        std::memcpy(sum.raw_data(), grad.raw_data(), grad.TotalBytes());
+        sync_dense_[name] = std::move(sum);
+      } else {
+        sync_dense_[name] = grad.Copy();
+      }
     } else {
       it->second.flat<float>() += grad.flat<float>();
     }
@@ -46,7 +56,7 @@ absl::Status PushLedger::ApplyMean(int num_workers,
   std::vector<Variable*> dense_vars;
   std::vector<const Tensor*> dense_grads;
   for (auto& [name, sum] : sync_dense_) {
-    sum.flat<float>() *= scale;
+    if (num_workers != 1) sum.flat<float>() *= scale;
     ASSIGN_OR_RETURN(Variable * v, find(name));
     dense_vars.push_back(v);
     dense_grads.push_back(&sum);
@@ -69,6 +79,10 @@ absl::Status PushLedger::ApplyMean(int num_workers,
     }
     RETURN_IF_ERROR(v->ApplyRows(ids, vals, pool));
   }
+  spare_dense_.clear();
+  for (auto& [name, sum] : sync_dense_) {
+    if (sum.buffer().use_count() == 1) spare_dense_[name] = std::move(sum);  // nothing else holds it
+  }
   sync_dense_.clear();
   sync_rows_.clear();
   sync_pushed_.clear();
@@ -78,6 +92,7 @@ absl::Status PushLedger::ApplyMean(int num_workers,
 void PushLedger::Clear() {
   sync_pushed_.clear();
   sync_dense_.clear();
+  spare_dense_.clear();
   sync_rows_.clear();
   pushes_.clear();
   rows_.clear();

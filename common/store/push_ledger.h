@@ -64,15 +64,17 @@ class PushLedger {
   bool Gathered(int worker) const { return sync_pushed_.count(worker) > 0; }
   int gathered_workers() const { return static_cast<int>(sync_pushed_.size()); }
   // `worker`'s whole step of dense gradients (float32, checked by the
-  // caller), added to the sums; the first of a variable is copied.
+  // caller), added to the sums; the first of a variable is copied, into the
+  // last step's sum buffer when there is one of its shape.
   void GatherDense(int worker, const NamedTensors& grads);
   // Rows of the step, kept until ApplyMean (the tensors shared, not copied).
   void GatherRows(const std::vector<SparseUpdate>& rows);
   // Applies the step gathered as the mean over `num_workers`: each dense
   // sum scaled in place and applied together, then each table's rows
   // joined, scaled and applied; `find` names the variables (the caller's
-  // lock held). Then the step is emptied. On error it returns at once,
-  // the step left as it is.
+  // lock held). Then the step is emptied (the sums' buffers kept for the
+  // next step, where nothing else holds them). On error it returns at
+  // once, the step left as it is.
   absl::Status ApplyMean(int num_workers, const std::function<absl::StatusOr<Variable*>(const std::string&)>& find,
                          WorkPool* pool);
 
@@ -93,6 +95,11 @@ class PushLedger {
   PushParts parts_;  // bucketed pushes' parts
   std::set<int> sync_pushed_;
   std::map<std::string, Tensor> sync_dense_;
+  // The last step's sums, filled again by the next: a fresh buffer of a
+  // large model's size costs the PS a page fault per 4 KiB every step
+  // (measured: issue #26, scale_bench --netns). Their memory is held
+  // between steps, as it is during each; Clear frees it.
+  std::map<std::string, Tensor> spare_dense_;
   std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> sync_rows_;
 };
 

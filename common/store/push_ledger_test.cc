@@ -67,6 +67,22 @@ TEST(PushLedgerTest, AppliesTheMeanOfTheGatheredStepThenEmptiesIt) {
   EXPECT_EQ(ledger.gathered_workers(), 0);
   EXPECT_FALSE(ledger.Gathered(1));
 
+  // The next steps fill the last step's sum again (kept between steps):
+  // each is still the mean of its own gradients, the pushed ones unchanged;
+  // one worker's gradient applied as it is.
+  NamedTensors g2 = {{"w", Tensor::FromVector<float>({1, 1}, TensorShape({2}))}};
+  NamedTensors g3 = {{"w", Tensor::FromVector<float>({3, 3}, TensorShape({2}))}};
+  ledger.GatherDense(0, g2);
+  ledger.GatherDense(1, g3);
+  ASSERT_TRUE(ledger.ApplyMean(2, find, pool.get()).ok());
+  EXPECT_EQ(g2[0].second.data<float>()[0], 1.0f);
+  now = *w->Read();
+  EXPECT_EQ(std::vector<float>(now.data<float>(), now.data<float>() + 2), (std::vector<float>{-4.0f, -7.0f}));
+  ledger.GatherDense(0, {{"w", Tensor::FromVector<float>({0.5f, 1}, TensorShape({2}))}});
+  ASSERT_TRUE(ledger.ApplyMean(1, find, pool.get()).ok());
+  now = *w->Read();
+  EXPECT_EQ(std::vector<float>(now.data<float>(), now.data<float>() + 2), (std::vector<float>{-4.5f, -8.0f}));
+
   // A variable gone: the error, and the step still gathered.
   ledger.GatherDense(0, {{"gone", Tensor::FromVector<float>({1}, TensorShape({1}))}});
   EXPECT_EQ(ledger.ApplyMean(1, find, pool.get()).code(), absl::StatusCode::kNotFound);

@@ -1,11 +1,14 @@
 #include "tests/bench/netns_pair.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -104,6 +107,23 @@ absl::StatusOr<std::unique_ptr<NetnsPair>> NetnsPair::Create() {
     absl::StatusOr<std::string> r = RunCommand(step);
     if (!r.ok()) return r.status();
   }
+  return pair;
+}
+
+absl::StatusOr<std::unique_ptr<NetnsPair>> NetnsPair::CreateRemovedOnSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, sig);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::StatusOr<std::unique_ptr<NetnsPair>> pair = Create();
+  if (!pair.ok()) return pair;
+  NetnsPair* p = pair->get();
+  std::thread([signals, p]() mutable {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    p->Remove();
+    std::_Exit(128 + sig);
+  }).detach();
   return pair;
 }
 

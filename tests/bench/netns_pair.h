@@ -28,11 +28,19 @@ class NetnsPair {
   // PERMISSION_DENIED (with `ip`'s words) when `ip netns add` fails: no
   // rights; another error naming the command that failed.
   static absl::StatusOr<std::unique_ptr<NetnsPair>> Create();
+  // As Create, and the pair is removed also when this process is sent
+  // SIGINT, SIGTERM or SIGHUP (it then exits with 128 + the signal), by a
+  // thread that waits for them. REQUIRES: no thread started yet (the
+  // signals are blocked here, and each thread started later inherits that).
+  static absl::StatusOr<std::unique_ptr<NetnsPair>> CreateRemovedOnSignals();
   ~NetnsPair();
 
   const std::string& server_ns() const { return server_ns_; }
   const std::string& client_ns() const { return client_ns_; }
   static const char* server_address() { return "169.254.77.1"; }
+  // The veth end inside client_ns() (its counters in that namespace's
+  // /proc/net/dev are the link's bytes each way).
+  const std::string& client_if() const { return client_if_; }
 
   // A tc tbf qdisc of `bits_per_second` on both veth ends (each direction
   // limited), replacing any before; burst 4 ms of traffic (at least 256

@@ -122,6 +122,11 @@ def chart(title, xlabel, ylabel, series, logx=False, logy=False, width=760, heig
     return "\n".join(out)
 
 
+def where(name):
+    """'loopback', or the link of a --netns curve ('netns, tbf 10gbit')."""
+    return "netns, tbf %s" % name.split("_netns_")[1] if "_netns_" in name else "loopback"
+
+
 def group(rows, keys):
     out = {}
     for r in rows:
@@ -140,27 +145,33 @@ def main(src, dst):
                 f.write(svg + "\n")
             written.append(path)
 
-    p = os.path.join(src, "null_step.csv")
-    if os.path.exists(p):
+    # The loopback curves, and with --netns one per link rate
+    # (null_step_netns_10gbit.csv, ...).
+    for name in ["null_step"] + sorted(n[:-4] for n in os.listdir(src) if n.startswith("null_step_netns_")):
+        p = os.path.join(src, name + ".csv")
+        if not os.path.exists(p):
+            continue
         rows, _ = read(p)
         series = []
         for i, ((ps,), g) in enumerate(sorted(group(rows, ["ps"]).items(), key=lambda kv: int(kv[0][0]))):
             series.append(("%s PS" % ps, [(int(r["workers"]), float(r["step_ms"])) for r in g], False, i))
             series.append(("%s PS limit" % ps, [(int(r["workers"]), float(r["limit_ms"])) for r in g], True, i))
         series.append(("TensorFlow 2016", [(1, 1.8), (100, 8.8)], True, 9))
-        save("null_step.svg", chart("SYNC null step against worker processes (loopback)", "worker processes",
-                                    "ms per step", series, logx=True, logy=True))
+        save(name + ".svg", chart("SYNC null step against worker processes (%s)" % where(name), "worker processes",
+                                  "ms per step", series, logx=True, logy=True))
 
-    p = os.path.join(src, "dense_step.csv")
-    if os.path.exists(p):
+    for name in ["dense_step"] + sorted(n[:-4] for n in os.listdir(src) if n.startswith("dense_step_netns_")):
+        p = os.path.join(src, name + ".csv")
+        if not os.path.exists(p):
+            continue
         rows, _ = read(p)
         series = []
         keyed = sorted(group(rows, ["model_MB", "ps"]).items(), key=lambda kv: (float(kv[0][0]), int(kv[0][1])))
         for i, ((mb, ps), g) in enumerate(keyed):
             series.append(("%s MB, %s PS" % (mb, ps), [(int(r["workers"]), float(r["step_ms"])) for r in g], False, i))
             series.append(("limit", [(int(r["workers"]), float(r["limit_ms"])) for r in g], True, i))
-        save("dense_step.svg", chart("SYNC dense step against worker processes (loopback)", "worker processes",
-                                     "ms per step", series, logx=True, logy=True))
+        save(name + ".svg", chart("SYNC dense step against worker processes (%s)" % where(name), "worker processes",
+                                  "ms per step", series, logx=True, logy=True))
 
     p = os.path.join(src, "sparse.csv")
     if os.path.exists(p):

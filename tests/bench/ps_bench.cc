@@ -484,14 +484,7 @@ int Netns() {
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   CHECK_GT(n, 0) << "cannot find this binary (/proc/self/exe)";
   self[n] = 0;
-  // Signals wait for a thread that removes the namespaces, not for a
-  // handler (blocked before any thread starts, so every thread has them
-  // blocked).
-  sigset_t signals;
-  sigemptyset(&signals);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, sig);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  absl::StatusOr<std::unique_ptr<NetnsPair>> pair = NetnsPair::Create();
+  absl::StatusOr<std::unique_ptr<NetnsPair>> pair = NetnsPair::CreateRemovedOnSignals();
   if (!pair.ok()) {
     std::printf("ps_bench --netns: skipped, cannot make network namespaces (run as root or with "
                 "CAP_NET_ADMIN and CAP_SYS_ADMIN): %s\n",
@@ -499,12 +492,6 @@ int Netns() {
     return pair.status().code() == absl::StatusCode::kPermissionDenied ? 0 : 1;
   }
   NetnsPair* p = pair->get();
-  std::thread([signals, p]() mutable {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    p->Remove();
-    std::_Exit(128 + sig);
-  }).detach();
 
   std::vector<std::string> pass;
   for (const std::string& f : {"seconds", "repeats", "sizes", "optimizer", "channel_args", "transport"}) {

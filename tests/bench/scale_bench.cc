@@ -3,6 +3,8 @@
 //
 //   bazel run -c opt //tests/bench:scale_bench -- [--quick] [--curves=null,dense,sparse,memory,hotkeys]
 //       [--out_dir=DIR]   (one CSV per curve; tests/bench/plot_scale.py draws them as SVG)
+//   bazel run -c opt //tests/bench:scale_bench -- --netns [--rates=10gbit,1gbit] [--curves=null,dense]
+//       (as root: the null and dense curves between two network namespaces)
 //
 // Everything is real: each point starts its own PS daemons (//ps:server,
 // TCP data plane, as the workers' default) on loopback, and each worker is a
@@ -31,6 +33,21 @@
 // at the loopback TCP rate; a sparse op's, one round trip plus its bytes at
 // that rate. On a machine of few cores, many worker processes measure the
 // cores more than the protocol: the limit counts exchanges for that reason.
+//
+// --netns runs the null and dense curves between two network namespaces
+// joined by a veth pair under tc tbf (netns_pair.h), once per --rates: the
+// PS daemons in one namespace, this binary's driver (--role=netns_driver)
+// and its worker processes in the other. There the limits are the link's:
+// a plain TCP exchange with an echo server across the link (--role=echo)
+// for the round trip, and for a dense step its bytes at the tbf rate. A
+// SYNC dense step moves its bytes one way after the other: the workers pull
+// the model (PS -> workers), then push its gradient (workers -> PS), and no
+// pull of step t+1 is answered before every push of step t is applied. So
+// the limit is (bytes down + bytes up) x 8 / rate, both directions counted
+// in series; the full-duplex floor (the larger direction alone, what an
+// overlap of pulls and pushes could reach) is printed beside it. The bytes
+// that really crossed are our veth end's counters (/proc/net/dev: with
+// TCP/IP headers), per step.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -58,6 +75,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -73,6 +92,7 @@
 #include "glog/logging.h"
 #include "httplib.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "tests/bench/netns_pair.h"
 #include "tests/bench/ps_bench_lib.h"
 #include "tests/harness/process_harness.h"
 
@@ -103,8 +123,21 @@ ABSL_FLAG(int, hot_ps, 4, "PS of the hot-key curve.");
 ABSL_FLAG(int, hot_steps, 100, "Steps (a pull of rows and a push of them) of the hot-key curve.");
 ABSL_FLAG(std::string, out_dir, "", "Write each curve's points here as CSV (empty: print only).");
 ABSL_FLAG(std::string, ps_binary, "ps/server", "The PS daemon (relative to the runfiles under bazel run).");
-// Internal: one lightweight worker.
-ABSL_FLAG(std::string, role, "", "Internal: 'worker' runs one lightweight worker.");
+ABSL_FLAG(bool, netns, false,
+          "Measure the null and dense curves between two network namespaces joined by a veth pair under tc tbf, "
+          "once per --rates: the PS daemons in one, the worker processes in the other. Needs the rights of `ip "
+          "netns add` (skipped with a message, exit 0, without them).");
+ABSL_FLAG(std::string, rates, "10gbit,1gbit", "With --netns: the link rates (tc tbf on both veth ends).");
+ABSL_FLAG(std::string, netns_workers, "1,2,4,8", "With --netns: worker process counts of the null and dense curves.");
+ABSL_FLAG(std::string, netns_ps, "1", "With --netns: PS counts of the null and dense curves.");
+// Internal: one lightweight worker; with --netns, the driver in the
+// workers' namespace and the echo server in the PS's.
+ABSL_FLAG(std::string, role, "",
+          "Internal: 'worker' runs one lightweight worker; 'netns_driver' the curves of one --netns rate; 'echo' "
+          "a plain TCP server (prints its port).");
+ABSL_FLAG(std::string, server_ns, "", "Internal (netns_driver): the PS daemons' network namespace.");
+ABSL_FLAG(int64_t, link_bits, 0, "Internal (netns_driver): the link's rate, bits/s.");
+ABSL_FLAG(std::string, link_if, "", "Internal (netns_driver): our end of the link.");
 ABSL_FLAG(std::string, ps_addresses, "", "Internal (worker): the PS, comma-separated.");
 ABSL_FLAG(int, worker_index, 0, "Internal (worker).");
 ABSL_FLAG(int64_t, model_rows, 0, "Internal (worker): rows of the model variable (split over the PS).");
@@ -140,6 +173,82 @@ std::vector<T> List(const std::string& flag, const std::string& text) {
     out.push_back(v);
   }
   return out;
+}
+
+// Where the PS daemons run: on loopback beside us (the default), or in
+// another network namespace across a rate-limited veth link (--netns).
+struct Link {
+  std::string server_ns;           // empty: loopback, this namespace
+  std::string host = "127.0.0.1";  // the PS daemons' and the echo server's address
+  int64_t bits_per_s = 0;
+  std::string interface;  // our end of the link
+  int echo_port = 0;      // the plain TCP server across the link
+  bool netns() const { return !server_ns.empty(); }
+};
+Link* net = new Link();  // set once by NetnsDriverMain before any curve
+
+// Bytes our end of the link has received (the PS's answers) and sent
+// (requests), from this namespace's /proc/net/dev.
+struct LinkBytes {
+  int64_t down = 0, up = 0;
+};
+LinkBytes ReadLinkBytes() {
+  std::ifstream in("/proc/net/dev");
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view v = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&v, net->interface + ":")) continue;
+    const std::vector<std::string> f = absl::StrSplit(v, ' ', absl::SkipEmpty());
+    LinkBytes b;
+    if (f.size() < 9 || !absl::SimpleAtoi(f[0], &b.down) || !absl::SimpleAtoi(f[8], &b.up)) break;
+    return b;
+  }
+  Die(absl::StrCat("no counters of ", net->interface, " in /proc/net/dev"));
+}
+
+// What a process's time went to: CPU seconds (user + system, from
+// /proc/PID/stat, exited threads included) and seconds its threads waited
+// runnable for a CPU (the sum of /proc/PID/task/*/schedstat's second field,
+// living threads only): on a shared machine the wait is the other
+// processes' share of the cores.
+struct ProcTimes {
+  double cpu = 0, wait = 0;
+};
+ProcTimes ReadProcTimes(pid_t pid) {
+  ProcTimes t;
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command may hold spaces
+  if (paren == std::string::npos || paren + 2 > stat.size()) return t;
+  const std::vector<std::string> f = absl::StrSplit(stat.substr(paren + 2), ' ');
+  int64_t utime = 0, stime = 0;  // fields 14 and 15 of proc(5); f[0] is field 3
+  if (f.size() > 12 && absl::SimpleAtoi(f[11], &utime) && absl::SimpleAtoi(f[12], &stime)) {
+    t.cpu = static_cast<double>(utime + stime) / ::sysconf(_SC_CLK_TCK);
+  }
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream sched(task.path() / "schedstat");
+    int64_t run_ns = 0, wait_ns = 0;
+    if (sched >> run_ns >> wait_ns) t.wait += wait_ns / 1e9;
+  }
+  return t;
+}
+ProcTimes operator+(ProcTimes a, const ProcTimes& b) {
+  a.cpu += b.cpu;
+  a.wait += b.wait;
+  return a;
+}
+ProcTimes operator-(ProcTimes a, const ProcTimes& b) {
+  a.cpu -= b.cpu;
+  a.wait -= b.wait;
+  return a;
+}
+
+// "10gbit" for 10^10 bits/s, "1gbit", "500mbit".
+std::string RateName(int64_t bits) {
+  if (bits % 1000000000 == 0) return absl::StrCat(bits / 1000000000, "gbit");
+  if (bits % 1000000 == 0) return absl::StrCat(bits / 1000000, "mbit");
+  return absl::StrCat(bits, "bit");
 }
 
 // ---- The model every worker and the PS agree on ------------------------
@@ -222,7 +331,7 @@ class Cluster {
   // `ps` daemons on free loopback ports, each with a /metrics page.
   Cluster(int ps, int workers) {
     absl::StatusOr<testing::TestCluster> c =
-        testing::MakeTestCluster(ps, std::max(1, workers), absl::StrCat("scale_bench_", ::getpid()));
+        testing::MakeTestCluster(ps, std::max(1, workers), absl::StrCat("scale_bench_", ::getpid()), net->host);
     Check(c.status(), "cluster spec");
     spec_ = *c;
     dir_ = absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp", "/scale_bench_",
@@ -237,6 +346,7 @@ class Cluster {
                                        "--max_request_mb=4096", "--max_pull_response_mb=4096",
                                        "--max_unread_answer_mb=65536", "--max_data_plane_mb=65536",
                                        absl::StrCat("--http_port=", *http)};
+      if (net->netns()) argv = bench::NetnsPair::In(net->server_ns, argv);
       absl::StatusOr<std::unique_ptr<testing::Daemon>> d = StartQuiet(absl::StrCat("ps:", i), argv);
       Check(d.status(), "starting ps");
       daemons_.push_back(*std::move(d));
@@ -351,15 +461,17 @@ struct Limits {
 // 8-byte exchanges per second on `clients` loopback connections to a
 // bench::TcpServer, each a blocking write then read on one thread (no
 // helper thread spinning beside it): the kernel's floor for a round trip.
-// A TCP connection to a bench::TcpServer on loopback that answers each
-// `up`-byte request with `down` bytes.
+// A TCP connection to a bench::TcpServer at net->host (loopback, or across
+// the link) that answers each `up`-byte request with `down` bytes.
 int Connect(int port, uint64_t up, uint64_t down) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) Die("loopback connect");
+  if (::inet_pton(AF_INET, net->host.c_str(), &a.sin_addr) != 1) Die(absl::StrCat("bad address ", net->host));
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    Die(absl::StrCat("connect to ", net->host, ":", port));
+  }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   const uint64_t sizes[2] = {up, down};
@@ -424,13 +536,13 @@ double Stream(int port, int clients, double seconds, size_t message) {
 
 // The limits, each the best of `repeats` short measurements (alternated).
 Limits MeasureLimits(double seconds, int repeats, bool memcpy) {
-  static bench::TcpServer* tcp = new bench::TcpServer("127.0.0.1");
+  static const int port = net->netns() ? net->echo_port : (new bench::TcpServer("127.0.0.1"))->port();
   Limits l;
   double one = 0, two = 0, rate = 0;
   for (int r = 0; r < repeats; ++r) {
-    one = std::max(one, PingPong(tcp->port(), 1, seconds));
-    two = std::max(two, PingPong(tcp->port(), 2, seconds));
-    rate = std::max(rate, Stream(tcp->port(), 2, seconds, 4 << 20));
+    one = std::max(one, PingPong(port, 1, seconds));
+    two = std::max(two, PingPong(port, 2, seconds));
+    rate = std::max(rate, Stream(port, 2, seconds, 4 << 20));
   }
   l.rtt_s = 1.0 / one;
   l.exchanges_per_s = two;
@@ -449,9 +561,11 @@ Limits MeasureLimits(double seconds, int repeats, bool memcpy) {
 }
 
 void PrintLimits(const Limits& l) {
-  std::printf("limits (loopback, measured now): TCP round trip %.1f us; %.0f exchanges/s (2 connections); "
-              "TCP %.0f MB/s (2 connections, 4 MiB writes); memcpy %.0f MB/s\n",
-              l.rtt_s * 1e6, l.exchanges_per_s, l.tcp_bytes_per_s / 1e6, l.memcpy_bytes_per_s / 1e6);
+  std::printf(
+      "limits (%s, measured now): TCP round trip %.1f us; %.0f exchanges/s (2 connections); "
+      "TCP %.0f MB/s (2 connections, 4 MiB writes); memcpy %.0f MB/s\n",
+      net->netns() ? absl::StrCat("across the link at ", RateName(net->bits_per_s)).c_str() : "loopback", l.rtt_s * 1e6,
+      l.exchanges_per_s, l.tcp_bytes_per_s / 1e6, l.memcpy_bytes_per_s / 1e6);
   std::fflush(stdout);
 }
 
@@ -517,7 +631,9 @@ std::string F(double v, int digits = 2) { return absl::StrFormat("%.*f", digits,
 // ---- Lightweight workers -------------------------------------------------
 
 // --role=worker: pulls "w" and pushes a gradient of it, SYNC, warmup +
-// worker_steps times; prints "result SECONDS_PER_STEP" of the timed steps.
+// worker_steps times; prints "result STEP CPU WAIT PULL PUSH": seconds per
+// timed step of the step, this process's CPU and wait for a CPU
+// (ProcTimes), and the pull and the push in it.
 int WorkerMain() {
   const std::vector<std::string> ps = absl::StrSplit(absl::GetFlag(FLAGS_ps_addresses), ',');
   const int64_t rows = absl::GetFlag(FLAGS_model_rows), cols = absl::GetFlag(FLAGS_model_cols);
@@ -544,8 +660,15 @@ int WorkerMain() {
   const TensorMap dense = {{"w", grad}};
   const int warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_worker_steps);
   absl::Time start;
+  ProcTimes times;
+  absl::Duration pulls, pushes;
   for (int step = 0; step < warmup + steps; ++step) {
-    if (step == warmup) start = absl::Now();
+    if (step == warmup) {
+      start = absl::Now();
+      times = ReadProcTimes(::getpid());
+      pulls = pushes = absl::ZeroDuration();
+    }
+    const absl::Time pull_start = absl::Now();
     // As the worker runtime does, a call refused for want of a connection
     // (the PS or the machine too busy to finish a handshake) is tried again.
     absl::StatusOr<TensorMap> w = client.Pull({"w"}, step);
@@ -554,6 +677,8 @@ int WorkerMain() {
       w = client.Pull({"w"}, step);
     }
     Check(w.status(), absl::StrCat("worker ", worker, ": pull of step ", step));
+    const absl::Time push_start = absl::Now();
+    pulls += push_start - pull_start;
     RequestId id;
     id.set_worker(worker);
     id.set_worker_incarnation(1);
@@ -564,8 +689,12 @@ int WorkerMain() {
       pushed = client.Push(id, dense, {});
     }
     Check(pushed, absl::StrCat("worker ", worker, ": push of step ", step));
+    pushes += absl::Now() - push_start;
   }
-  std::printf("result %.9f\n", absl::ToDoubleSeconds(absl::Now() - start) / steps);
+  const double took = absl::ToDoubleSeconds(absl::Now() - start);
+  times = ReadProcTimes(::getpid()) - times;
+  std::printf("result %.9f %.9f %.9f %.9f %.9f\n", took / steps, times.cpu / steps, times.wait / steps,
+              absl::ToDoubleSeconds(pulls) / steps, absl::ToDoubleSeconds(pushes) / steps);
   std::fflush(stdout);
   return 0;
 }
@@ -578,26 +707,46 @@ std::string Self() {
   return self;
 }
 
+// One point of a SYNC curve, per step.
+struct StepResult {
+  double seconds = 0;         // the mean over the workers
+  double pull = 0, push = 0;  // of which the pull and the push (the mean)
+  ProcTimes worker;           // of one worker (the mean)
+  ProcTimes ps;               // of all PS together (warm-up steps counted in)
+  LinkBytes link;             // --netns: bytes over the link each way (warm-up steps counted in)
+};
+
 // Starts `workers` worker processes against a fresh cluster of `ps` PS
-// holding w [rows, cols] (SYNC, SGD); the mean seconds per step over them.
-absl::StatusOr<double> SyncStep(int ps, int workers, int64_t rows, int64_t cols, int steps) {
+// holding w [rows, cols] (SYNC, SGD); what a step cost, per step.
+absl::StatusOr<StepResult> SyncStep(int ps, int workers, int64_t rows, int64_t cols, int steps) {
   Cluster cluster(ps, workers);
   const PlacementMap placement = DensePlacement(rows, cols, ps);
   cluster.Create(placement, "sgd", ConsistencyDef::SYNC, workers);
+  const LinkBytes link_before = net->netns() ? ReadLinkBytes() : LinkBytes();
+  ProcTimes ps_before;
+  for (int i = 0; i < ps; ++i) ps_before = ps_before + ReadProcTimes(cluster.pid(i));
   absl::Mutex mu;
-  std::vector<double> results;
+  std::vector<std::vector<double>> results;  // each worker's "result" line
   std::vector<std::string> errors;
   std::vector<std::unique_ptr<Subprocess>> procs;
   const std::string self = Self();
   for (int w = 0; w < workers; ++w) {
     SubprocessOptions so;
-    so.argv = {self, "--role=worker", "--ps_addresses=" + absl::StrJoin(cluster.addresses(), ","),
-               absl::StrCat("--worker_index=", w), absl::StrCat("--model_rows=", rows),
-               absl::StrCat("--model_cols=", cols), absl::StrCat("--worker_steps=", steps)};
+    so.argv = {self,
+               "--role=worker",
+               "--ps_addresses=" + absl::StrJoin(cluster.addresses(), ","),
+               absl::StrCat("--worker_index=", w),
+               absl::StrCat("--model_rows=", rows),
+               absl::StrCat("--model_cols=", cols),
+               absl::StrCat("--worker_steps=", steps),
+               absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup))};
     so.on_line = [&, w](absl::string_view line) {
       absl::MutexLock lock(&mu);
-      double v = 0;
-      if (absl::ConsumePrefix(&line, "result ") && absl::SimpleAtod(line, &v)) {
+      const std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+      std::vector<double> v(f.size() - 1);
+      bool ok = f.size() == 6 && f[0] == "result";
+      for (size_t i = 1; ok && i < f.size(); ++i) ok = absl::SimpleAtod(f[i], &v[i - 1]);
+      if (ok) {
         results.push_back(v);
       } else if (!line.empty()) {
         errors.push_back(absl::StrCat("worker ", w, ": ", line));
@@ -619,50 +768,104 @@ absl::StatusOr<double> SyncStep(int ps, int workers, int64_t rows, int64_t cols,
     }
   }
   procs.clear();  // readers joined: every line is in
+  const double all_steps = absl::GetFlag(FLAGS_warmup) + steps;
+  StepResult r;
+  for (int i = 0; i < ps; ++i) r.ps = r.ps + ReadProcTimes(cluster.pid(i));
+  r.ps = r.ps - ps_before;
+  r.ps.cpu /= all_steps;
+  r.ps.wait /= all_steps;
+  if (net->netns()) {
+    const LinkBytes after = ReadLinkBytes();
+    r.link.down = static_cast<int64_t>((after.down - link_before.down) / all_steps);
+    r.link.up = static_cast<int64_t>((after.up - link_before.up) / all_steps);
+  }
   absl::MutexLock lock(&mu);
   if (static_cast<int>(results.size()) != workers) return absl::InternalError("a worker printed no result");
-  double sum = 0;
-  for (double r : results) sum += r;
-  return sum / workers;
+  for (const std::vector<double>& v : results) {
+    r.seconds += v[0] / workers;
+    r.worker.cpu += v[1] / workers;
+    r.worker.wait += v[2] / workers;
+    r.pull += v[3] / workers;
+    r.push += v[4] / workers;
+  }
+  return r;
 }
 
 // ---- Curves --------------------------------------------------------------
 
+// A curve's name: with --netns, which link it crossed ("dense_step_netns_10gbit").
+std::string CurveName(const std::string& name) {
+  return net->netns() ? absl::StrCat(name, "_netns_", RateName(net->bits_per_s)) : name;
+}
+std::string Where() {
+  return net->netns()
+             ? absl::StrCat("PS and workers in two network namespaces, veth under tc tbf ", RateName(net->bits_per_s))
+             : "loopback";
+}
+
 void NullCurve(const std::vector<int>& workers, const std::vector<int>& ps_counts) {
-  Curve c("null_step",
-          "SYNC null step (4 bytes on each PS, pull then push) against worker processes and PS; limit = "
-          "max(2 round trips, 2 x workers x PS exchanges at the kernel's exchange rate)",
-          {"ps", "workers", "step_ms", "bytes", "limit_ms", "ratio", "vs_1_worker"});
+  std::vector<std::string> columns = {"ps", "workers", "step_ms", "bytes", "limit_ms", "ratio", "vs_1_worker"};
+  if (net->netns()) columns.insert(columns.end(), {"wire_B_down", "wire_B_up"});
+  Curve c(CurveName("null_step"),
+          absl::StrCat("SYNC null step (4 bytes on each PS, pull then push) against worker processes and PS (", Where(),
+                       "); limit = max(2 round trips, 2 x workers x PS exchanges at the kernel's "
+                       "exchange rate)"),
+          columns);
   const int steps = absl::GetFlag(FLAGS_steps);
   for (int ps : ps_counts) {
     double first = 0;
     for (int n : workers) {
       const Limits l = PointLimits();
-      const absl::StatusOr<double> step = SyncStep(ps, n, ps, 1, steps);
+      const absl::StatusOr<StepResult> step = SyncStep(ps, n, ps, 1, steps);
       if (!step.ok()) {
         c.Row({absl::StrCat(ps), absl::StrCat(n), "failed"});
         c.Note(std::string(step.status().message()).substr(0, 400));
         continue;
       }
-      const double t = *step;
+      const double t = step->seconds;
       if (first == 0) first = t;
       const double limit = std::max(2 * l.rtt_s, 2.0 * n * ps / l.exchanges_per_s);
       const int64_t bytes = 2LL * n * ps * 4;
-      c.Row({absl::StrCat(ps), absl::StrCat(n), F(t * 1e3, 3), absl::StrCat(bytes), F(limit * 1e3, 3),
-             F(t / limit), F(t / first)});
+      std::vector<std::string> row = {absl::StrCat(ps),  absl::StrCat(n), F(t * 1e3, 3), absl::StrCat(bytes),
+                                      F(limit * 1e3, 3), F(t / limit),    F(t / first)};
+      if (net->netns()) row.insert(row.end(), {absl::StrCat(step->link.down), absl::StrCat(step->link.up)});
+      c.Row(row);
     }
   }
   c.Note("TensorFlow (OSDI 2016, Fig. 7, synchronous null step): 1.8 ms at 1 worker, 8.8 ms at 100 (4.9x).");
   c.Note(absl::StrCat("This machine has ", std::thread::hardware_concurrency(),
                       " cores: past that many worker processes the step measures the cores' time-sharing "
                       "as much as the protocol."));
+  if (net->netns()) {
+    c.Note(
+        "wire_B_*: bytes per step through our veth end (TCP/IP and gRPC framing included; warm-up steps and "
+        "connection set-up averaged in).");
+  }
 }
 
+// With --netns, a dense point's limit is the link's: its bytes down (the
+// pulls) then up (the pushes) at the tbf rate, in series as a SYNC step
+// moves them (see the file comment); `duplex` is the larger direction alone.
 void DenseCurve(const std::vector<int>& workers) {
-  Curve c("dense_step",
-          "SYNC dense step (pull the whole model, push its gradient; SGD on the PS) against worker processes; "
-          "limit = max(2 round trips, bytes at the loopback TCP rate)",
-          {"model_MB", "ps", "workers", "step_ms", "MB_moved", "limit_ms", "ratio", "vs_1_worker"});
+  std::vector<std::string> columns =
+      absl::StrSplit("model_MB,ps,workers,step_ms,MB_moved,limit_ms,ratio,vs_1_worker", ',');
+  std::string limit_text = "limit = max(2 round trips, bytes at the loopback TCP rate)";
+  if (net->netns()) {
+    columns = absl::StrSplit(
+        "model_MB,ps,workers,step_ms,pull_ms,push_ms,MB_down,MB_up,wire_MB_down,wire_MB_up,limit_ms,ratio,duplex_ms,"
+        "tcp_ms,ratio_tcp,ps_cpu_ms,ps_wait_ms,wk_cpu_ms,wk_wait_ms,vs_1_worker",
+        ',');
+    limit_text = absl::StrCat(
+        "limit = (MB_down + MB_up) x 8 / ", RateName(net->bits_per_s),
+        " (a SYNC step's pulls then pushes, in series); duplex = max(MB_down, MB_up) x 8 / rate; tcp = the bytes "
+        "at the best rate a plain TCP stream reached across the same link in this run; cpu / wait = CPU ms per "
+        "step of all PS / of one worker, and ms their threads waited runnable for a core");
+  }
+  Curve c(CurveName("dense_step"),
+          absl::StrCat("SYNC dense step (pull the whole model, push its gradient; SGD on the PS) against worker "
+                       "processes (",
+                       Where(), "); ", limit_text),
+          columns);
   const int64_t budget = absl::GetFlag(FLAGS_worker_memory_mb) << 20;
   for (int64_t mb : List<int64_t>("dense_mb", absl::GetFlag(FLAGS_dense_mb))) {
     const int64_t cols = 256, rows = mb * 1000000 / (cols * 4);
@@ -675,21 +878,56 @@ void DenseCurve(const std::vector<int>& workers) {
                               " GB (--worker_memory_mb=", budget >> 20, ")"));
           continue;
         }
+        // The workers' model and gradient, and the PS's model, gradient sum
+        // and a request being read: past --keep_free_mb, skipped.
+        const double need = (2.0 * n + 3) * model;
+        if (AvailableBytes() - need < (absl::GetFlag(FLAGS_keep_free_mb) << 20)) {
+          c.Note(absl::StrCat(mb, " MB x ", n, " workers skipped: about ", F(need / 1e9, 1),
+                              " GB would leave less "
+                              "than --keep_free_mb=",
+                              absl::GetFlag(FLAGS_keep_free_mb), " MiB available"));
+          continue;
+        }
         const Limits l = PointLimits();
         const double moved = 2.0 * n * model;
-        const double limit = std::max(2 * l.rtt_s, moved / l.tcp_bytes_per_s);
+        const double limit =
+            net->netns() ? moved * 8 / net->bits_per_s : std::max(2 * l.rtt_s, moved / l.tcp_bytes_per_s);
         const int steps = std::clamp(static_cast<int>(absl::GetFlag(FLAGS_point_seconds) / (3 * limit)), 3,
                                      absl::GetFlag(FLAGS_steps));
-        const absl::StatusOr<double> step = SyncStep(ps, n, rows, cols, steps);
+        const absl::StatusOr<StepResult> step = SyncStep(ps, n, rows, cols, steps);
         if (!step.ok()) {
           c.Row({absl::StrCat(mb), absl::StrCat(ps), absl::StrCat(n), "failed"});
           c.Note(std::string(step.status().message()).substr(0, 400));
           continue;
         }
-        const double t = *step;
+        const double t = step->seconds;
         if (first == 0) first = t;
-        c.Row({absl::StrCat(mb), absl::StrCat(ps), absl::StrCat(n), F(t * 1e3, 1), F(moved / 1e6, 0),
-               F(limit * 1e3, 1), F(t / limit), F(t / first)});
+        if (!net->netns()) {
+          c.Row({absl::StrCat(mb), absl::StrCat(ps), absl::StrCat(n), F(t * 1e3, 1), F(moved / 1e6, 0),
+                 F(limit * 1e3, 1), F(t / limit), F(t / first)});
+          continue;
+        }
+        const double duplex = moved / 2 * 8 / net->bits_per_s, tcp = moved / l.tcp_bytes_per_s;
+        c.Row({absl::StrCat(mb),
+               absl::StrCat(ps),
+               absl::StrCat(n),
+               F(t * 1e3, 1),
+               F(step->pull * 1e3, 1),
+               F(step->push * 1e3, 1),
+               F(moved / 2e6, 0),
+               F(moved / 2e6, 0),
+               F(step->link.down / 1e6, 1),
+               F(step->link.up / 1e6, 1),
+               F(limit * 1e3, 1),
+               F(t / limit),
+               F(duplex * 1e3, 1),
+               F(tcp * 1e3, 1),
+               F(t / tcp),
+               F(step->ps.cpu * 1e3, 0),
+               F(step->ps.wait * 1e3, 0),
+               F(step->worker.cpu * 1e3, 0),
+               F(step->worker.wait * 1e3, 0),
+               F(t / first)});
       }
     }
   }
@@ -944,21 +1182,121 @@ int Main() {
   auto wanted = [&](const char* s) { return std::find(curves.begin(), curves.end(), s) != curves.end(); };
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
-  std::printf("scale_bench%s: %u cores, load average %.2f %.2f %.2f, %.1f GB available\n", quick ? " --quick" : "",
-              std::thread::hardware_concurrency(), load[0], load[1], load[2], AvailableBytes() / 1e9);
+  std::printf("scale_bench%s: %u cores, load average %.2f %.2f %.2f, %.1f GB available; %s\n", quick ? " --quick" : "",
+              std::thread::hardware_concurrency(), load[0], load[1], load[2], AvailableBytes() / 1e9, Where().c_str());
   best_limits = new Limits(MeasureLimits(absl::GetFlag(FLAGS_quick) ? 0.2 : 0.5, 3, /*memcpy=*/true));
   PrintLimits(*best_limits);
   const std::vector<int> workers = List<int>("workers", absl::GetFlag(FLAGS_workers));
   if (wanted("null")) NullCurve(workers, List<int>("ps_counts", absl::GetFlag(FLAGS_ps_counts)));
   if (wanted("dense")) DenseCurve(workers);
-  if (wanted("sparse")) SparseCurves();
-  if (wanted("memory")) MemoryCurve();
-  if (wanted("hotkeys")) HotKeyCurve();
+  for (const char* other : {"sparse", "memory", "hotkeys"}) {
+    if (net->netns() && wanted(other)) std::printf("\n(--netns: the %s curve is measured on loopback only)\n", other);
+  }
+  if (!net->netns() && wanted("sparse")) SparseCurves();
+  if (!net->netns() && wanted("memory")) MemoryCurve();
+  if (!net->netns() && wanted("hotkeys")) HotKeyCurve();
   std::printf("\nthe best limits of the run (each point's limit used the best up to it):\n");
   PrintLimits(*best_limits);
   getloadavg(load, 3);
   std::printf("scale_bench: done; load average %.2f %.2f %.2f\n", load[0], load[1], load[2]);
   return 0;
+}
+
+// --role=echo (in the PS's namespace): a plain TCP server for the limits
+// across the link; prints "port N" and serves until killed.
+int EchoMain() {
+  bench::TcpServer tcp("0.0.0.0");
+  std::printf("port %d\n", tcp.port());
+  std::fflush(stdout);
+  while (true) ::pause();
+}
+
+// --role=netns_driver (in the workers' namespace): the curves of one rate,
+// the PS daemons and the echo server in --server_ns.
+int NetnsDriverMain() {
+  net->server_ns = absl::GetFlag(FLAGS_server_ns);
+  net->host = bench::NetnsPair::server_address();
+  net->bits_per_s = absl::GetFlag(FLAGS_link_bits);
+  net->interface = absl::GetFlag(FLAGS_link_if);
+  if (net->server_ns.empty() || net->bits_per_s <= 0 || net->interface.empty()) {
+    Die("--role=netns_driver wants --server_ns, --link_bits and --link_if");
+  }
+  absl::Mutex mu;
+  int port = 0;
+  SubprocessOptions so;
+  so.argv = bench::NetnsPair::In(net->server_ns, {Self(), "--role=echo"});
+  so.on_line = [&](absl::string_view line) {
+    absl::MutexLock lock(&mu);
+    if (port == 0 && absl::ConsumePrefix(&line, "port ") && absl::SimpleAtoi(line, &port)) return;
+    std::fprintf(stderr, "[echo] %.*s\n", static_cast<int>(line.size()), line.data());
+  };
+  absl::StatusOr<std::unique_ptr<Subprocess>> echo = Subprocess::Start(so);
+  Check(echo.status(), "starting the echo server");
+  {
+    absl::MutexLock lock(&mu);
+    if (!mu.AwaitWithTimeout(absl::Condition(
+                                 +[](int* p) { return *p != 0; }, &port),
+                             absl::Seconds(60))) {
+      Die("the echo server across the link did not start");
+    }
+    net->echo_port = port;
+  }
+  const int rc = Main();
+  echo->reset();  // killed and reaped
+  return rc;
+}
+
+// --netns: makes the namespaces, then for each --rates runs a driver in the
+// workers' namespace (the PS daemons go in the other). Skips (exit 0) with
+// a message when namespaces cannot be made; removes them on every way out.
+int NetnsMain() {
+  std::vector<int64_t> rates;
+  for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_rates), ',', absl::SkipEmpty())) {
+    absl::StatusOr<int64_t> bits = bench::ParseRate(std::string(r));
+    Check(bits.status(), "--rates");
+    rates.push_back(*bits);
+  }
+  absl::StatusOr<std::unique_ptr<bench::NetnsPair>> pair = bench::NetnsPair::CreateRemovedOnSignals();
+  if (!pair.ok()) {
+    std::printf(
+        "scale_bench --netns: skipped, cannot make network namespaces (run as root or with CAP_NET_ADMIN "
+        "and CAP_SYS_ADMIN): %s\n",
+        std::string(pair.status().message()).c_str());
+    return pair.status().code() == absl::StatusCode::kPermissionDenied ? 0 : 1;
+  }
+  bench::NetnsPair* p = pair->get();
+  std::vector<std::string> pass = {"--workers=" + absl::GetFlag(FLAGS_netns_workers),
+                                   "--ps_counts=" + absl::GetFlag(FLAGS_netns_ps),
+                                   "--dense_ps_counts=" + absl::GetFlag(FLAGS_netns_ps),
+                                   "--ps_binary=" + std::filesystem::absolute(absl::GetFlag(FLAGS_ps_binary)).string()};
+  for (const char* f : {"quick", "curves", "dense_mb", "steps", "point_seconds", "worker_memory_mb", "keep_free_mb",
+                        "out_dir", "warmup"}) {
+    pass.push_back(absl::StrCat("--", f, "=", absl::FindCommandLineFlag(f)->CurrentValue()));
+  }
+  std::printf(
+      "scale_bench --netns: PS daemons in %s at %s, the driver and its workers in %s, a veth pair with tc "
+      "tbf on both ends\n",
+      p->server_ns().c_str(), bench::NetnsPair::server_address(), p->client_ns().c_str());
+  std::fflush(stdout);
+  for (int64_t bits : rates) {
+    Check(p->SetRate(bits), "tc tbf");
+    std::printf("\n-- rate %s\n", RateName(bits).c_str());
+    std::fflush(stdout);
+    std::vector<std::string> argv = {Self(), "--role=netns_driver", "--server_ns=" + p->server_ns(),
+                                     absl::StrCat("--link_bits=", bits), "--link_if=" + p->client_if()};
+    argv.insert(argv.end(), pass.begin(), pass.end());
+    SubprocessOptions o;
+    o.argv = bench::NetnsPair::In(p->client_ns(), argv);  // writes straight to our stdout
+    absl::StatusOr<std::unique_ptr<Subprocess>> driver = Subprocess::Start(o);
+    Check(driver.status(), "starting the driver");
+    absl::StatusOr<int> st = (*driver)->Wait();
+    if (!st.ok() || *st != 0) {
+      std::fprintf(stderr, "scale_bench --netns: the driver at %s failed (%s)\n", RateName(bits).c_str(),
+                   st.ok() ? DescribeWaitStatus(*st).c_str() : std::string(st.status().message()).c_str());
+      return 1;
+    }
+  }
+  return 0;  // `pair` removes the namespaces
 }
 
 }  // namespace
@@ -971,6 +1309,10 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 1;
   google::InitGoogleLogging(argv[0]);
-  if (absl::GetFlag(FLAGS_role) == "worker") return psrt::scale::WorkerMain();
+  const std::string role = absl::GetFlag(FLAGS_role);
+  if (role == "worker") return psrt::scale::WorkerMain();
+  if (role == "echo") return psrt::scale::EchoMain();
+  if (role == "netns_driver") return psrt::scale::NetnsDriverMain();
+  if (absl::GetFlag(FLAGS_netns)) return psrt::scale::NetnsMain();
   return psrt::scale::Main();
 }

@@ -25,7 +25,7 @@ std::string RunfilePath(const std::string& relative) {
   return absl::StrCat(srcdir, "/", ws ? ws : "psrt", "/", relative);
 }
 
-absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name) {
+absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name, const std::string& host) {
   TestCluster c;
   // A port is free only until it is used, so the kernel may hand the same
   // one out twice in a row: keep picking until each task has its own.
@@ -34,7 +34,7 @@ absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::stri
     for (int attempt = 0; attempt < 100; ++attempt) {
       absl::StatusOr<int> port = PickFreePort();
       if (!port.ok()) return port.status();
-      if (taken.insert(*port).second) return absl::StrCat("127.0.0.1:", *port);
+      if (taken.insert(*port).second) return absl::StrCat(host, ":", *port);
     }
     return absl::UnavailableError("no distinct free ports after 100 picks");
   };

@@ -22,15 +22,17 @@ namespace testing {
 // "ps/server" -> $TEST_SRCDIR/$TEST_WORKSPACE/ps/server.
 std::string RunfilePath(const std::string& relative);
 
-// A spec with one chief, `ps` PS and `workers` workers on free 127.0.0.1
-// ports, written to a temporary file; returns its path and the addresses.
+// A spec with one chief, `ps` PS and `workers` workers on free ports (free
+// here, in this network namespace) of `host`, written to a temporary file;
+// returns its path and the addresses.
 struct TestCluster {
   std::string spec_path;
   std::string chief;
   std::vector<std::string> ps;
   std::vector<std::string> workers;
 };
-absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name);
+absl::StatusOr<TestCluster> MakeTestCluster(int ps, int workers, const std::string& name,
+                                            const std::string& host = "127.0.0.1");
 
 // "PID: command line" of every process but this one whose command line
 // names `needle` (a run's cluster spec path: what of a job is left).
