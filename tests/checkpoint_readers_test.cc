@@ -1,6 +1,6 @@
 // The checkpoint readers as users run them, on real files a hostile or
 // corrupt checkpoint could hold (issue #28): `checkpoints --verify` and
-// `--variable`, and `export`. Each file here once crashed its reader or
+// `--variable`, `export`, the evaluator and a chief warm-starting from one. Each file here once crashed its reader or
 // was read from outside the checkpoint directory; each is now an error
 // naming what was wrong and where, with an exit status, never a signal.
 // (The PS's restore of such a file is in ps_server_test; the store's own
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,34 @@ TEST_F(CheckpointReadersTest, TheEvaluatorTakesTheRecordedJobAndSkipsAPieceLarge
                    ->WaitForMatch("evaluator: done: 0 checkpoint\\(s\\) evaluated, 0 skipped \\(behind\\), 1 failed",
                                   absl::Seconds(10))
                    .empty());
+}
+
+// A job warm-started from that checkpoint: the chief reads the source as
+// the export does, refuses the piece against its own variable before
+// allocating it, and stops naming the source (exit 2) before it waits for
+// any task; nothing is trained from a partial load.
+TEST_F(CheckpointReadersTest, AWarmStartFromAPieceLargerThanItsVariableIsRefused) {
+  WriteStoreNamingAGibibytePiece();
+  Commit("ps-0", /*record_job=*/true);
+  TrainingJob job = job_;
+  job.set_name("warm");
+  job.mutable_warm_start()->set_ckpt_to_initialize_from(dir_);
+  job.clear_summary_path();
+  job.clear_log_dir();
+  const std::string job_path = root_ + "/warm.pbtxt";
+  {
+    std::ofstream out(job_path);
+    out << job.DebugString();
+  }
+  auto cluster = testing::MakeTestCluster(1, 1, "warm");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::unique_ptr<Daemon> chief;
+  const int rc = Run({RunfilePath("chief/main"), "--cluster_spec=" + cluster->spec_path, "--job=" + job_path,
+                      "--checkpoint_dir=" + root_ + "/warm_checkpoints"},
+                     &chief);
+  EXPECT_EQ(rc, 2);
+  EXPECT_FALSE(chief->WaitForMatch("error: warm_start: .*" + MoreRowsThanTheVariable(), absl::Seconds(10)).empty());
+  EXPECT_FALSE(chief->WaitForLine("waiting for", absl::ZeroDuration())) << "it waited for tasks first";
 }
 
 }  // namespace
