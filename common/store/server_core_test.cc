@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/store/push_part_id.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -69,6 +70,22 @@ absl::StatusOr<std::vector<float>> PullW(ParameterServerCore* ps, int worker, in
   return w;
 }
 
+// Pull one row of table `name` synchronously.
+absl::StatusOr<std::vector<float>> PullRow(ParameterServerCore* ps, const std::string& name, int64_t id) {
+  absl::Notification done;
+  absl::Status status;
+  std::vector<float> row;
+  ps->PullRows({{name, Tensor::FromVector<int64_t>({id}, TensorShape({1}))}}, -1, 0, absl::InfiniteFuture(),
+               [&](absl::Status s, NamedTensors t, int64_t) {
+                 status = s;
+                 if (s.ok()) row.assign(t[0].second.data<float>(), t[0].second.data<float>() + 2);
+                 done.Notify();
+               });
+  done.WaitForNotification();
+  if (!status.ok()) return status;
+  return row;
+}
+
 ServerCoreOptions Options() {
   ServerCoreOptions o;
   o.incarnation = 42;
@@ -122,6 +139,119 @@ TEST(ServerCoreTest, AsyncTakesEachBatchOfAStreamOnce) {
   ASSERT_TRUE(ps.CreateVariables(fresh).ok());
   EXPECT_TRUE(ps.Status().stream_next_batch().empty());
   EXPECT_FALSE(ps.Push(WithData(IdAt(0, 0, 3), 3, 7), Grad(1, 2))->duplicate());
+}
+
+// Rows of a batch travel with its dense gradients (Push carries both; the
+// service applies the rows through PushRows first): a new incarnation
+// pushing again a batch this PS took applies none of its rows either.
+TEST(ServerCoreTest, AsyncTakesEachBatchsRowsOnce) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("ASYNC", 1, 1)).ok());
+  Tensor ids = Tensor::FromVector<int64_t>({3}, TensorShape({1}));
+  std::vector<SparseUpdate> rows = {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}};
+  const RequestId first = WithData(IdAt(0, 0, 1), 0, 5);
+  ASSERT_FALSE(ps.PushRows(first, rows)->duplicate());
+  ASSERT_FALSE(ps.Push(first, Grad(1, 1))->duplicate());
+  RequestId again = first;
+  again.set_worker_incarnation(2);
+  EXPECT_TRUE(ps.PushRows(again, rows)->duplicate());
+  EXPECT_TRUE(ps.Push(again, Grad(1, 1))->duplicate());
+  EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));  // lr 1, applied once
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
+  EXPECT_EQ(ps.Status().global_step(), 1);
+}
+
+// Job "w", "v" (dense) and "emb" (a table) under ASYNC at generation 1.
+CreateVariablesRequest CreateTwoDense() {
+  CreateVariablesRequest req = CreateAt("ASYNC", 1, 1);
+  VariableDef* v = req.add_variable();
+  *v = req.variable(0);
+  v->set_name("v");
+  return req;
+}
+
+NamedTensors GradOf(const std::string& name, float a, float b) {
+  return {{name, Tensor::FromVector<float>({a, b}, TensorShape({2}))}};
+}
+
+// Part `bucket` of a step of batch 5 of stream 0, from incarnation `inc`.
+RequestId BatchPart(uint64_t inc, int bucket, bool last) {
+  RequestId id = WithData(PartId(0, inc, 0, bucket, last), 0, 5);
+  id.set_generation(1);
+  return id;
+}
+
+// A worker killed between the buckets of its step leaves part of its batch
+// applied: the PS says so (no checkpoint is taken while it does), and a new
+// incarnation pushing the batch again, cut into other buckets, applies only
+// the variables and rows no push of it applied; the step counts once.
+TEST(ServerCoreTest, AsyncTakesABatchCutByADeathBetweenBucketsOnce) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateTwoDense()).ok());
+  ASSERT_FALSE(ps.Push(BatchPart(1, 1, false), GradOf("w", 1, 1))->duplicate());
+  // Incarnation 1 dies here, its part of batch 5 applied.
+  PsStatusResponse st = ps.Status();
+  EXPECT_TRUE(st.stream_next_batch().empty());
+  ASSERT_EQ(st.stream_part_batch().size(), 1u);
+  EXPECT_EQ(st.stream_part_batch().at(0), 5);
+  EXPECT_EQ(st.global_step(), 0);
+  // Incarnation 2 pushes "v" first, then "w" with the rows as its last part.
+  ASSERT_FALSE(ps.Push(BatchPart(2, 1, false), GradOf("v", 1, 1))->duplicate());
+  Tensor ids = Tensor::FromVector<int64_t>({3}, TensorShape({1}));
+  std::vector<SparseUpdate> rows = {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}};
+  ASSERT_FALSE(ps.PushRows(BatchPart(2, 2, true), rows)->duplicate());
+  ASSERT_FALSE(ps.Push(BatchPart(2, 2, true), GradOf("w", 1, 1))->duplicate());
+  st = ps.Status();
+  EXPECT_EQ(st.stream_next_batch().at(0), 6);
+  EXPECT_TRUE(st.stream_part_batch().empty());
+  EXPECT_EQ(st.global_step(), 1);
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));  // once, not twice
+  EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));
+  // A third incarnation's whole push of the batch is a duplicate.
+  RequestId whole = BatchPart(3, 0, false);
+  EXPECT_TRUE(ps.PushRows(whole, rows)->duplicate());
+  EXPECT_TRUE(ps.Push(whole, GradOf("v", 1, 1))->duplicate());
+  EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));
+  EXPECT_EQ(ps.Status().global_step(), 1);
+}
+
+// The dead incarnation's parts may hold rows (its last part, taken up to
+// the dense gradients); the next pushes the batch whole, unbucketed: only
+// what is missing is applied. A restore forgets a batch in progress.
+TEST(ServerCoreTest, AsyncTakesTheRestOfABatchFromAWholePush) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateTwoDense()).ok());
+  Tensor ids = Tensor::FromVector<int64_t>({3}, TensorShape({1}));
+  std::vector<SparseUpdate> rows = {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}};
+  ASSERT_FALSE(ps.Push(BatchPart(1, 1, false), GradOf("v", 1, 1))->duplicate());
+  ASSERT_FALSE(ps.PushRows(BatchPart(1, 2, true), rows)->duplicate());
+  // Dies before its last part's dense gradients are taken.
+  EXPECT_EQ(ps.Status().stream_part_batch().at(0), 5);
+  RequestId whole = BatchPart(2, 0, false);
+  ASSERT_FALSE(ps.PushRows(whole, rows)->duplicate());
+  NamedTensors both = GradOf("w", 1, 1);
+  both.push_back(GradOf("v", 1, 1)[0]);
+  ASSERT_FALSE(ps.Push(whole, both)->duplicate());
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
+  EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));
+  absl::Notification pulled;
+  ps.Pull({"v"}, -1, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors t, int64_t) {
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(t[0].second.data<float>()[0], -1.0f);
+    pulled.Notify();
+  });
+  pulled.WaitForNotification();
+  EXPECT_EQ(ps.Status().stream_next_batch().at(0), 6);
+  EXPECT_TRUE(ps.Status().stream_part_batch().empty());
+  // A fresh start forgets a batch in progress as it forgets whole ones.
+  RequestId next = WithData(PartId(0, 2, 1, 1, false), 0, 6);
+  next.set_generation(1);
+  ASSERT_FALSE(ps.Push(next, GradOf("w", 1, 1))->duplicate());
+  EXPECT_EQ(ps.Status().stream_part_batch().at(0), 6);
+  CreateVariablesRequest fresh = CreateTwoDense();
+  fresh.set_reinitialize(true);
+  ASSERT_TRUE(ps.CreateVariables(fresh).ok());
+  EXPECT_TRUE(ps.Status().stream_part_batch().empty());
 }
 
 // A replica's reads see whole steps: under SGD with rate 1 and a gradient
