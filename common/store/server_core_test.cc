@@ -1,6 +1,7 @@
 #include "common/store/server_core.h"
 
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -54,36 +55,35 @@ NamedTensors Grad(float a, float b) {
   return {{"w", Tensor::FromVector<float>({a, b}, TensorShape({2}))}};
 }
 
-// Pull "w" synchronously (the callback may run on another thread).
-absl::StatusOr<std::vector<float>> PullW(ParameterServerCore* ps, int worker, int64_t step,
-                                         absl::Duration wait = absl::Seconds(10)) {
+// The first two floats of the first tensor a pull answers, synchronously
+// (`issue` starts the pull; its callback may run on another thread).
+absl::StatusOr<std::vector<float>> Await(const std::function<void(ParameterServerCore::PullDone)>& issue) {
   absl::Notification done;
   absl::Status status;
-  std::vector<float> w;
-  ps->Pull({"w"}, worker, step, absl::Now() + wait, [&](absl::Status s, NamedTensors t, int64_t) {
+  std::vector<float> out;
+  issue([&](absl::Status s, NamedTensors t, int64_t) {
     status = s;
-    if (s.ok()) w.assign(t[0].second.data<float>(), t[0].second.data<float>() + 2);
+    if (s.ok()) out.assign(t[0].second.data<float>(), t[0].second.data<float>() + 2);
     done.Notify();
   });
   done.WaitForNotification();
   if (!status.ok()) return status;
-  return w;
+  return out;
+}
+
+// Pull dense variable `name` (default "w") synchronously.
+absl::StatusOr<std::vector<float>> PullW(ParameterServerCore* ps, int worker, int64_t step,
+                                         absl::Duration wait = absl::Seconds(10), const std::string& name = "w") {
+  return Await(
+      [&](ParameterServerCore::PullDone done) { ps->Pull({name}, worker, step, absl::Now() + wait, std::move(done)); });
 }
 
 // Pull one row of table `name` synchronously.
 absl::StatusOr<std::vector<float>> PullRow(ParameterServerCore* ps, const std::string& name, int64_t id) {
-  absl::Notification done;
-  absl::Status status;
-  std::vector<float> row;
-  ps->PullRows({{name, Tensor::FromVector<int64_t>({id}, TensorShape({1}))}}, -1, 0, absl::InfiniteFuture(),
-               [&](absl::Status s, NamedTensors t, int64_t) {
-                 status = s;
-                 if (s.ok()) row.assign(t[0].second.data<float>(), t[0].second.data<float>() + 2);
-                 done.Notify();
-               });
-  done.WaitForNotification();
-  if (!status.ok()) return status;
-  return row;
+  return Await([&](ParameterServerCore::PullDone done) {
+    ps->PullRows({{name, Tensor::FromVector<int64_t>({id}, TensorShape({1}))}}, -1, 0, absl::InfiniteFuture(),
+                 std::move(done));
+  });
 }
 
 ServerCoreOptions Options() {
@@ -234,13 +234,7 @@ TEST(ServerCoreTest, AsyncTakesTheRestOfABatchFromAWholePush) {
   ASSERT_FALSE(ps.Push(whole, both)->duplicate());
   EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
   EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));
-  absl::Notification pulled;
-  ps.Pull({"v"}, -1, 0, absl::InfiniteFuture(), [&](absl::Status s, NamedTensors t, int64_t) {
-    ASSERT_TRUE(s.ok());
-    EXPECT_EQ(t[0].second.data<float>()[0], -1.0f);
-    pulled.Notify();
-  });
-  pulled.WaitForNotification();
+  EXPECT_EQ(*PullW(&ps, 0, 0, absl::Seconds(10), "v"), (std::vector<float>{-1, -1}));
   EXPECT_EQ(ps.Status().stream_next_batch().at(0), 6);
   EXPECT_TRUE(ps.Status().stream_part_batch().empty());
   // A fresh start forgets a batch in progress as it forgets whole ones.
