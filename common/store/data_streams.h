@@ -94,6 +94,15 @@ class DataStreams {
     return out;
   }
 
+  // Every batch of each stream below `next` applied whole, nothing in
+  // progress (a rebuilt copy's record, RestoreRequest.stream_next_batch).
+  // REQUIRES: each stream in [0, kMaxStreams), each batch >= 0.
+  template <typename Map>
+  void Reset(const Map& next) {
+    Clear();
+    for (const auto& [stream, batch] : next) next_[stream] = batch;
+  }
+
   // Forgets everything (a restore or a fresh start: the batches since will
   // be pushed again).
   void Clear() {

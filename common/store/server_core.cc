@@ -627,7 +627,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     absl::MutexLock sync(gate_.mu());
     chain_ = DeltaChain();  // the restored state is no snapshot's base
     ledger_.Clear();
-    streams_.Clear();  // the checkpoint's stream positions go on from here
+    streams_.Reset(req.stream_next_batch());  // none for a checkpoint: its stream positions go on from here
     // Counters of another layout mean nothing here: start them at the step.
     gate_.RestoreAllAtLocked(req.step(), snaps.empty() ? 0 : snaps[0].global_step);
     resp.set_step(req.step());
@@ -640,6 +640,12 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
 }
 
 absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreRequest& req) {
+  for (const auto& [stream, batch] : req.stream_next_batch()) {
+    if (stream < 0 || stream >= DataStreams::kMaxStreams || batch < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("restore: stream ", stream, " applied up to batch ", batch, ": out of range"));
+    }
+  }
   if (req.source_size() > 0) return RestoreFromSources(req);
   RETURN_IF_ERROR(CheckCheckpointName(req.checkpoint()));
   {
@@ -688,7 +694,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     chain_ = DeltaChain();  // the restored state is no snapshot's base
     absl::MutexLock s(gate_.mu());
     ledger_.Clear();
-    streams_.Clear();  // the checkpoint's stream positions go on from here
+    streams_.Reset(req.stream_next_batch());  // none for a checkpoint: its stream positions go on from here
     gate_.RestoreLocked(snap.step, snap.global_step, snap.sync_step, std::move(snap.worker_next_step));
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));

@@ -520,6 +520,41 @@ TEST(ServerCoreTest, MalformedActiveWorkersChangeNothing) {
   EXPECT_TRUE(ps.Push(IdAt(0, 0, 1), Grad(1, 1)).ok());
 }
 
+// A backup rebuilt from its serving copy's snapshot (chief/rebuild.cc)
+// takes that copy's record of data streams with it
+// (RestoreRequest.stream_next_batch): promoted later, it still answers a
+// batch applied before the rebuild as a duplicate. A checkpoint's restore
+// names none, and forgets the record.
+TEST(ServerCoreTest, ARebuiltCopyTakesItsSourcesRecordOfStreams) {
+  const std::string dir = "core_rebuild";
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("ASYNC", 1, 1)).ok());
+  ASSERT_FALSE(ps.Push(WithData(IdAt(0, 0, 1), 3, 7), Grad(1, 1))->duplicate());
+  SnapshotRequest snap;
+  snap.set_step(1);
+  snap.set_checkpoint(dir);
+  snap.set_wait_durable(true);
+  ASSERT_TRUE(ps.Snapshot(snap).ok());
+  RestoreRequest rebuild;
+  rebuild.set_step(1);
+  rebuild.set_checkpoint(dir);
+  rebuild.set_generation(1);
+  *rebuild.mutable_stream_next_batch() = ps.Status().stream_next_batch();
+  RestoreRequest bad = rebuild;
+  (*bad.mutable_stream_next_batch())[1 << 16] = 1;
+  EXPECT_EQ(ps.Restore(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ps.Restore(rebuild).ok());
+  EXPECT_EQ(ps.Status().stream_next_batch().at(3), 8);
+  RequestId again = WithData(IdAt(0, 0, 1), 3, 7);
+  again.set_worker_incarnation(2);
+  EXPECT_TRUE(ps.Push(again, Grad(1, 1))->duplicate());
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
+  RestoreRequest checkpoint = rebuild;
+  checkpoint.clear_stream_next_batch();
+  ASSERT_TRUE(ps.Restore(checkpoint).ok());
+  EXPECT_TRUE(ps.Status().stream_next_batch().empty());
+}
+
 TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
   const std::string dir = "core_snap";
   ParameterServerCore ps(Options());
