@@ -92,9 +92,11 @@ absl::StatusOr<SnapshotResponse> PsAdmin::Snapshot(SnapshotRequest req, const st
 }
 
 absl::StatusOr<RestoreResponse> PsAdmin::Restore(int64_t step, const std::string& dir, int64_t generation,
-                                                 const std::vector<std::string>& sources) {
+                                                 const std::vector<std::string>& sources,
+                                                 const google::protobuf::Map<int32_t, int64_t>* stream_next) {
   RestoreRequest req;
   for (const std::string& s : sources) req.add_source(s);
+  if (stream_next != nullptr) *req.mutable_stream_next_batch() = *stream_next;
   req.set_step(step);
   req.set_generation(generation);
   req.set_checkpoint(CheckpointName(dir));

@@ -67,8 +67,10 @@ class PsAdmin {
   // Restores step and moves the PS to `generation` with it; `dir` as above.
   // `sources`: the checkpoint's stores to assemble from when it was taken
   // with another layout (RestoreRequest.source); empty = the PS's own.
+  // `stream_next`: a rebuilt copy's record (RestoreRequest.stream_next_batch).
   absl::StatusOr<RestoreResponse> Restore(int64_t step, const std::string& dir, int64_t generation = 0,
-                                          const std::vector<std::string>& sources = {});
+                                          const std::vector<std::string>& sources = {},
+                                          const google::protobuf::Map<int32_t, int64_t>* stream_next = nullptr);
   absl::StatusOr<PsStatusResponse> Status(absl::Duration timeout = absl::Seconds(5));
   // Copies variables' state out, loads it in, forgets variables
   // (MoveVariablesRequest): a PS joining or leaving a running job.

@@ -160,6 +160,13 @@ absl::Status FailoverRunner::Rebuild(int ps) {
       copies.emplace_back([&, i] {
         const int s = stores[i];
         absl::Time t = ChiefNow();
+        // The serving copy's record of data streams goes with its state
+        // (RestoreRequest.stream_next_batch): the state is still.
+        absl::StatusOr<PsStatusResponse> record = cluster_.CopyAdmin(old_primary[s], s)->Status();
+        if (!record.ok()) {
+          done[i] = record.status();
+          return;
+        }
         absl::StatusOr<SnapshotResponse> snap =
             cluster_.CopyAdmin(old_primary[s], s)->Snapshot(step, dir, /*wait_durable=*/true, /*keep=*/1);
         snapshot_took[i] = ChiefNow() - t;
@@ -169,7 +176,9 @@ absl::Status FailoverRunner::Rebuild(int ps) {
         }
         sizes[i] = snap->bytes();
         t = ChiefNow();
-        done[i] = cluster_.CopyAdmin(ps, s)->Restore(step, dir, cluster_.generation, {snap->path()}).status();
+        done[i] = cluster_.CopyAdmin(ps, s)
+                      ->Restore(step, dir, cluster_.generation, {snap->path()}, &record->stream_next_batch())
+                      .status();
         restore_took[i] = ChiefNow() - t;
       });
     }

@@ -49,6 +49,13 @@ struct SimPs {
   // or fresh start (-1: none). A push of a batch below it is answered
   // "duplicate" and not applied (PsStatusResponse.stream_next_batch).
   std::vector<int64_t> stream_next;
+  // ASYNC: a step's push to a PS comes in two parts (buckets). Model state,
+  // copied by a checkpoint: whether the first part of batch applied[s] of
+  // stream s is applied and its last is not (the pusher died between them).
+  std::vector<bool> half;
+  // The PS's record of that (PsStatusResponse.stream_part_batch; -1: none
+  // since the last restore): a push of the batch again skips the part.
+  std::vector<int64_t> part_batch;
   std::vector<bool> active;  // SYNC waits for these workers
   // SYNC: the step being aggregated, and who pushed it.
   int64_t sync_step = 0;
@@ -78,6 +85,7 @@ struct SimCheckpoint {
   int64_t step = 0;
   std::vector<int64_t> worker_step;
   Applied applied;
+  std::vector<bool> half;  // SimPs::half
   std::vector<int64_t> worker_next;
   std::map<int, std::vector<StreamPos>> streams;  // CheckpointManifest.stream
   // SYNC: the PS's step in the copy (a restored PS goes on from it, and
@@ -95,6 +103,8 @@ class Simulation {
       p.applied.assign(o.num_workers, 0);
       p.worker_next.assign(o.num_workers, 0);
       p.stream_next.assign(o.num_workers, -1);
+      p.half.assign(o.num_workers, false);
+      p.part_batch.assign(o.num_workers, -1);
       p.active.assign(o.num_workers, true);
     }
     workers_.resize(o.num_workers);
@@ -195,22 +205,26 @@ class Simulation {
       (kill ? w.alive : w.answering) = false;
       w.back_at = now_ + lasts;
       w.restarts = kill;
-      if (kill && !o_.sync && o_.num_ps > 1 && w.state == WorkerStatusResponse::RUNNING && w.step < w.end &&
+      // Between two buckets of its push to a PS: that PS applied part of
+      // the step.
+      const bool cut = rng_.Below(2) == 0;
+      if (kill && !o_.sync && (o_.num_ps > 1 || cut) && w.state == WorkerStatusResponse::RUNNING && w.step < w.end &&
           rng_.Below(2) == 0) {
         // Killed in the middle of its step's pushes: some PS applied it,
         // the others never will.
-        const int reached = 1 + rng_.Below(o_.num_ps - 1);
+        const int reached = cut ? 1 + rng_.Below(o_.num_ps) : 1 + rng_.Below(o_.num_ps - 1);
         bool all_up = true;
         for (int p = 0; p < reached; ++p) {
           const SimPs& ps = ps_[p];
           all_up = all_up && ps.alive && ps.answering && ps.created && ps.generation == w.generation;
         }
         if (all_up) {
-          Log(absl::StrCat("worker:", i, " step ", w.step, " pushed to ", reached, " of ", o_.num_ps,
-                           " PS before it died"));
+          Log(absl::StrCat("worker:", i, " step ", w.step, " pushed to ", reached, " of ", o_.num_ps, " PS",
+                           cut ? " (only the first bucket to the last)" : "", " before it died"));
           ++result_.partial_steps;
+          if (cut) ++result_.bucket_cuts;
           for (int p = 0; p < reached; ++p) {
-            if (!PushTo(i, p)) return;
+            if (!PushTo(i, p, /*first_bucket_only=*/cut && p == reached - 1)) return;
           }
         }
       }
@@ -230,6 +244,8 @@ class Simulation {
         ps.applied.assign(o_.num_workers, 0);
         ps.worker_next.assign(o_.num_workers, 0);
         ps.stream_next.assign(o_.num_workers, -1);
+        ps.half.assign(o_.num_workers, false);
+        ps.part_batch.assign(o_.num_workers, -1);
         ps.active.assign(o_.num_workers, true);
         Log(absl::StrCat("ps:", p, " back (new incarnation, empty)"));
       } else {
@@ -292,8 +308,11 @@ class Simulation {
   // duplicate (acknowledged, not applied); any other is applied, and must
   // be its stream's next batch there. The duplicate must complete a step
   // some PS missed: a batch every PS applied pushed again means the chief
-  // started a worker too early. False: a violation.
-  bool PushTo(int i, int p) {
+  // started a worker too early. The push comes in two buckets: a first one
+  // the PS took of this batch since its last restore is skipped; one the
+  // model holds that the PS does not remember is applied twice. False: a
+  // violation.
+  bool PushTo(int i, int p, bool first_bucket_only = false) {
     const SimWorker& w = workers_[i];
     SimPs& ps = ps_[p];
     const StreamPos batch = StreamAt(w.streams, w.stream_base, w.step);
@@ -319,6 +338,19 @@ class Simulation {
                              " to ps:", p, ", skipping batches ", next, "..", batch.batch - 1));
       return false;
     }
+    if (ps.part_batch[batch.index] == batch.batch) {
+      ++result_.skipped_buckets;
+    } else if (ps.half[batch.index]) {
+      Violation(absl::StrCat("worker:", i, " step ", w.step, " pushed the first bucket of batch ", batch.batch,
+                             " of stream ", batch.index, " to ps:", p, ", which had applied it"));
+      return false;
+    } else {
+      ps.half[batch.index] = true;
+      ps.part_batch[batch.index] = batch.batch;
+    }
+    if (first_bucket_only) return true;
+    ps.half[batch.index] = false;
+    ps.part_batch[batch.index] = -1;
     ++next;
     ps.stream_next[batch.index] = next;
     ps.worker_next[i] = std::max(ps.worker_next[i], w.step + 1);
@@ -470,6 +502,8 @@ class Simulation {
     }
     if (reinitialize) ps.applied.assign(o_.num_workers, 0);
     if (reinitialize) ps.stream_next.assign(o_.num_workers, -1);
+    if (reinitialize) ps.half.assign(o_.num_workers, false);
+    if (reinitialize) ps.part_batch.assign(o_.num_workers, -1);
     if (new_generation || reinitialize) {
       // A new generation drops what was pushed of the step in progress
       // (ParameterServerCore::CreateVariables); the step stays.
@@ -503,6 +537,8 @@ class Simulation {
     for (int p = 0; p < o_.num_ps; ++p) {
       Configure(p, false);
       ps_[p].applied = c.applied;
+      ps_[p].half = c.half;
+      ps_[p].part_batch.assign(o_.num_workers, -1);
       ps_[p].worker_next = c.worker_next;
       ps_[p].sync_step = c.sync_step;
       ps_[p].stream_next.assign(o_.num_workers, -1);  // a restore forgets what was pushed since
@@ -616,11 +652,21 @@ class Simulation {
     c.step = step;
     for (const WorkerRecord& r : chief_.workers) c.worker_step.push_back(o_.sync && !r.removed ? step : r.step);
     if (ok) {
+      for (int p = 0; p < o_.num_ps; ++p) {
+        for (int k = 0; k < o_.num_workers; ++k) {
+          if (ps_[p].half[k]) {
+            Violation(absl::StrCat("a checkpoint copies part of a batch of stream ", k, " on ps:", p));
+          }
+        }
+      }
       c.applied = ps_[0].applied;
+      c.half = ps_[0].half;
       c.worker_next = ps_[0].worker_next;
       c.sync_step = ps_[0].sync_step;
       for (int p = 1; p < o_.num_ps; ++p) {
-        if (ps_[p].applied != c.applied) Violation(absl::StrCat("ps:", p, " and ps:0 hold different states"));
+        if (ps_[p].applied != c.applied || ps_[p].half != c.half) {
+          Violation(absl::StrCat("ps:", p, " and ps:0 hold different states"));
+        }
       }
     }
     for (int i = 0; i < o_.num_workers; ++i) {
@@ -788,6 +834,7 @@ class Simulation {
         if (!o_.sync) {
           for (int k = 0; k < o_.num_workers; ++k) {
             if (ps_[p].stream_next[k] >= 0) (*probe.answer.mutable_stream_next_batch())[k] = ps_[p].stream_next[k];
+            if (ps_[p].part_batch[k] >= 0) (*probe.answer.mutable_stream_part_batch())[k] = ps_[p].part_batch[k];
           }
         }
       }

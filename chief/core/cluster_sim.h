@@ -28,6 +28,13 @@
 //   taken only where it is missing (duplicate_pushes). A batch applied
 //   twice on a PS, or pushed again when every PS had applied it, is a
 //   violation.
+// - A step's push to a PS comes in two buckets, and a worker may die
+//   between them (bucket_cuts). The PS remembers the batch in progress
+//   (PsStatusResponse.stream_part_batch) and skips the bucket it took when
+//   the batch is pushed again (skipped_buckets); a checkpoint waits while
+//   any PS holds part of a batch. A bucket applied twice is a violation,
+//   and so is a checkpoint copying a batch in part. Which variables a
+//   bucket holds is not modelled (the PS records them by name).
 // - Not modelled yet: replication and failover, collective groups, PS
 //   joining and leaving, data streams beyond "a removed worker's data goes
 //   to the others", disks and files.
@@ -68,6 +75,8 @@ struct SimResult {
   int chief_restarts = 0;
   int64_t checkpoints = 0;
   int64_t partial_steps = 0;      // ASYNC workers killed between two PS's pushes of a step
+  int64_t bucket_cuts = 0;        // of those, killed between two buckets of a push to one PS
+  int64_t skipped_buckets = 0;    // buckets a PS had applied of a batch, pushed again and skipped
   int64_t duplicate_pushes = 0;   // pushes a PS answered "duplicate" (see the header comment)
   int64_t rolled_back_steps = 0;  // as the chief counted them
 };

@@ -27,7 +27,7 @@ TEST(ClusterSimTest, EveryInvariantHoldsOnEverySeed) {
   const char* only = std::getenv("PSRT_SIM_SEED");
   const uint64_t first = only != nullptr ? std::strtoull(only, nullptr, 10) : 1;
   const int n = only != nullptr ? 1 : Seeds(10000);
-  int64_t faults = 0, recoveries = 0, changes = 0, restarts = 0, partial = 0, duplicates = 0;
+  int64_t faults = 0, recoveries = 0, changes = 0, restarts = 0, partial = 0, duplicates = 0, cuts = 0, skipped = 0;
   int failed = 0;
   for (uint64_t seed = first; seed < first + n; ++seed) {
     const SimOptions o = SimOptionsForSeed(seed);
@@ -38,14 +38,18 @@ TEST(ClusterSimTest, EveryInvariantHoldsOnEverySeed) {
     restarts += r.chief_restarts;
     partial += r.partial_steps;
     duplicates += r.duplicate_pushes;
+    cuts += r.bucket_cuts;
+    skipped += r.skipped_buckets;
     if (!r.violations.empty() && ++failed <= 3) ADD_FAILURE() << Describe(o, r);
   }
   EXPECT_EQ(failed, 0) << failed << " of " << n << " seeds broke an invariant";
   std::printf(
       "%d seeds: %lld faults, %lld recoveries, %lld membership changes, %lld chief restarts, "
-      "%lld steps pushed to only some PS when their worker was killed, %lld pushes answered as duplicates\n",
+      "%lld steps pushed to only some PS when their worker was killed (%lld of them cut between two buckets), "
+      "%lld pushes answered as duplicates, %lld buckets a PS had skipped when pushed again\n",
       n, static_cast<long long>(faults), static_cast<long long>(recoveries), static_cast<long long>(changes),
-      static_cast<long long>(restarts), static_cast<long long>(partial), static_cast<long long>(duplicates));
+      static_cast<long long>(restarts), static_cast<long long>(partial), static_cast<long long>(cuts),
+      static_cast<long long>(duplicates), static_cast<long long>(skipped));
 }
 
 // A seed replays exactly: the same history, event for event.

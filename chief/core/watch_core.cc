@@ -262,6 +262,10 @@ bool StoresAgreeOnStreams(const std::vector<std::optional<PsProbe>>& probes, std
   int first_index = -1;
   for (int p = 0; p < static_cast<int>(probes.size()); ++p) {
     if (!probes[p].has_value() || !probes[p]->error.ok()) continue;
+    for (const auto& [stream, batch] : probes[p]->answer.stream_part_batch()) {
+      *why = absl::StrCat("store ", p, " applied part of batch ", batch, " of stream ", stream);
+      return false;
+    }
     if (first == nullptr) {
       first = &*probes[p];
       first_index = p;

@@ -233,7 +233,9 @@ std::optional<std::map<int, int64_t>> StreamFloors(const std::vector<std::option
 // ASYNC: whether the answering stores applied the same batches of every
 // stream. A checkpoint waits until they do: stores that differ hold a step
 // a worker pushed to some and not others, and restored, the step's push
-// again would be taken twice where it was. `why` says where they differ.
+// again would be taken twice where it was. Nor while a store holds part
+// of a batch (PsStatusResponse.stream_part_batch: its step's push came in
+// parts and its pusher died between them). `why` says where they differ.
 bool StoresAgreeOnStreams(const std::vector<std::optional<PsProbe>>& probes, std::string* why);
 
 // The first step of `w`, from `from` (at most `end`), whose batch is not

@@ -35,6 +35,23 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
   return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
+// INVALID_ARGUMENT when a push's data position (RequestId.data_*) is
+// malformed.
+absl::Status CheckDataPosition(const RequestId& id) {
+  if (!id.has_data()) return absl::OkStatus();
+  if (id.data_stream() < 0 || id.data_batch() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push of stream ", id.data_stream(), " batch ", id.data_batch(), ": negative"));
+  }
+  // Each stream named is remembered (DataStreams) until a restore: a
+  // caller inventing streams must not grow it without bound.
+  if (id.data_stream() >= DataStreams::kMaxStreams) {
+    return absl::InvalidArgumentError(absl::StrCat("push of stream ", id.data_stream(), ": a job has at most ",
+                                                   DataStreams::kMaxStreams, " data streams"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ParameterServerCore::ParameterServerCore(ServerCoreOptions options)
@@ -115,7 +132,7 @@ absl::StatusOr<CreateVariablesResponse> ParameterServerCore::CreateVariables(
     absl::MutexLock s(gate_.mu());
     if (req.reinitialize()) {
       ResetStepsLocked(0);
-      stream_next_.clear();
+      streams_.Clear();
     }
     // A SYNC step half gathered under the old generation is dropped: the
     // chief starts every worker of the new one (a resized group) at this
@@ -274,16 +291,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
     RETURN_IF_ERROR(CheckGenerationLocked(id.generation(), "push"));
     // Validate everything first: a refused push changes nothing.
     RETURN_IF_ERROR(PushParts::Check(id));
-    if (id.has_data() && (id.data_stream() < 0 || id.data_batch() < 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("push of stream ", id.data_stream(), " batch ", id.data_batch(), ": negative"));
-    }
-    // Each stream named is remembered (stream_next_) until a restore: a
-    // caller inventing streams must not grow it without bound.
-    if (id.has_data() && id.data_stream() >= kMaxDataStreams) {
-      return absl::InvalidArgumentError(absl::StrCat("push of stream ", id.data_stream(), ": a job has at most ",
-                                                     kMaxDataStreams, " data streams"));
-    }
+    RETURN_IF_ERROR(CheckDataPosition(id));
     std::vector<Variable*> vars;
     for (const auto& [name, grad] : gradients) {
       ASSIGN_OR_RETURN(Variable * v, Find(name));
@@ -300,6 +308,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
       ++pushes_;
     }
     bool apply_now = false;
+    std::vector<bool> skip(gradients.size(), false);  // applied already, by a push of the same batch
     {
       absl::MutexLock s(gate_.mu());
       resp.set_global_step(gate_.global_step());
@@ -335,24 +344,27 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
         }
         resp.set_global_step(gate_.global_step());
       } else {
-        if (id.has_data()) {
-          // Its batch was applied here already (pushed by a worker that
-          // died before it reached every PS): a duplicate, whoever sends it.
-          auto it = stream_next_.find(id.data_stream());
-          if (it != stream_next_.end() && id.data_batch() < it->second) {
-            resp.set_duplicate(true);
-            return resp;
-          }
+        // Its batch was applied here already (pushed by a worker that
+        // died before it reached every PS): a duplicate, whoever sends it.
+        if (id.has_data() && streams_.Done(id.data_stream(), id.data_batch())) {
+          resp.set_duplicate(true);
+          return resp;
         }
         // Recorded before applying, so a concurrent retry of the same id is
         // answered as a duplicate rather than applied twice. A bucket is
         // applied at once; the step counts when its last part is in.
         ASSIGN_OR_RETURN(const bool whole, ledger_.TakePart(id));
+        // Of a batch in progress here (a worker died between its parts, or
+        // its rows came first), only the variables no push of it applied
+        // yet. (A whole step of a batch not in progress takes all.)
+        if (id.has_data() && (!whole || streams_.InProgress(id.data_stream(), id.data_batch()))) {
+          std::vector<std::string> names;
+          for (const auto& [name, grad] : gradients) names.push_back(name);
+          const std::set<std::string> fresh = streams_.Take(id.data_stream(), id.data_batch(), names);
+          for (size_t i = 0; i < gradients.size(); ++i) skip[i] = !fresh.count(gradients[i].first);
+        }
+        if (id.has_data() && whole) streams_.Complete(id.data_stream(), id.data_batch());
         if (whole) {
-          if (id.has_data()) {
-            int64_t& next = stream_next_[id.data_stream()];
-            next = std::max(next, id.data_batch() + 1);
-          }
           RecordLocked(id);
           resp.set_global_step(gate_.AdvanceGlobalStepLocked());
           wake = gate_.mode() == ConsistencyDef::BOUNDED_STALENESS;
@@ -361,9 +373,14 @@ absl::StatusOr<PushResponse> ParameterServerCore::Push(const RequestId& id,
       }
     }
     if (apply_now) {
+      std::vector<Variable*> apply;
       std::vector<const Tensor*> grads;
-      for (const auto& [name, grad] : gradients) grads.push_back(&grad);
-      RETURN_IF_ERROR(ApplyDenseAll(apply_pool_.get(), vars, grads));
+      for (size_t i = 0; i < gradients.size(); ++i) {
+        if (skip[i]) continue;
+        apply.push_back(vars[i]);
+        grads.push_back(&gradients[i].second);
+      }
+      RETURN_IF_ERROR(ApplyDenseAll(apply_pool_.get(), apply, grads));
     }
   }
   if (wake) gate_.WakeWaiters();
@@ -382,6 +399,7 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
   absl::ReaderMutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckGenerationLocked(id.generation(), "push"));
   RETURN_IF_ERROR(PushParts::Check(id));
+  RETURN_IF_ERROR(CheckDataPosition(id));
   if (id.bucket() > 0 && !id.last_bucket() && !rows.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("rows came in bucket ", id.bucket(),
                                                    " of a step; they travel only in its last bucket"));
@@ -416,6 +434,12 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
     ledger_.GatherRows(rows);
     return resp;
   }
+  // Rows of a batch applied here already (by any worker or incarnation)
+  // are a duplicate, as that batch's dense gradients are (see Push).
+  if (id.has_data() && streams_.Done(id.data_stream(), id.data_batch())) {
+    resp.set_duplicate(true);
+    return resp;
+  }
   // A retried PushRows (same id) is acknowledged and changes nothing; its
   // ids are recorded apart from Push's, which the same step also sends.
   if (ledger_.RowsSeen(id)) {
@@ -423,6 +447,24 @@ absl::StatusOr<PushResponse> ParameterServerCore::PushRows(const RequestId& id,
     return resp;
   }
   ledger_.RecordRows(id);
+  if (id.has_data()) {
+    // Of a batch in progress here, only the tables whose rows no push of
+    // it applied yet (the batch is whole with its Push's last part).
+    std::vector<std::string> names;
+    for (const SparseUpdate& u : rows) names.push_back(u.variable);
+    const std::set<std::string> fresh = streams_.Take(id.data_stream(), id.data_batch(), names);
+    if (fresh.size() < std::set<std::string>(names.begin(), names.end()).size()) {
+      std::vector<Variable*> some_vars;
+      std::vector<SparseUpdate> some_rows;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (!fresh.count(rows[i].variable)) continue;
+        some_vars.push_back(vars[i]);
+        some_rows.push_back(rows[i]);
+      }
+      RETURN_IF_ERROR(ApplyRowsAll(apply_pool_.get(), some_vars, some_rows));
+      return resp;
+    }
+  }
   // Row ids of a hash table are checked by the table itself, so apply
   // under the table's lock; fixed-table ranges were checked above by
   // ApplyRows' own validation before any change.
@@ -585,7 +627,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
     absl::MutexLock sync(gate_.mu());
     chain_ = DeltaChain();  // the restored state is no snapshot's base
     ledger_.Clear();
-    stream_next_.clear();  // the checkpoint's stream positions go on from here
+    streams_.Reset(req.stream_next_batch());  // none for a checkpoint: its stream positions go on from here
     // Counters of another layout mean nothing here: start them at the step.
     gate_.RestoreAllAtLocked(req.step(), snaps.empty() ? 0 : snaps[0].global_step);
     resp.set_step(req.step());
@@ -598,6 +640,12 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::RestoreFromSources(const Re
 }
 
 absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreRequest& req) {
+  for (const auto& [stream, batch] : req.stream_next_batch()) {
+    if (stream < 0 || stream >= DataStreams::kMaxStreams || batch < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("restore: stream ", stream, " applied up to batch ", batch, ": out of range"));
+    }
+  }
   if (req.source_size() > 0) return RestoreFromSources(req);
   RETURN_IF_ERROR(CheckCheckpointName(req.checkpoint()));
   {
@@ -646,7 +694,7 @@ absl::StatusOr<RestoreResponse> ParameterServerCore::Restore(const RestoreReques
     chain_ = DeltaChain();  // the restored state is no snapshot's base
     absl::MutexLock s(gate_.mu());
     ledger_.Clear();
-    stream_next_.clear();  // the checkpoint's stream positions go on from here
+    streams_.Reset(req.stream_next_batch());  // none for a checkpoint: its stream positions go on from here
     gate_.RestoreLocked(snap.step, snap.global_step, snap.sync_step, std::move(snap.worker_next_step));
     resp.set_step(req.step());
     resp.set_variables(static_cast<int64_t>(snap.variables.size()));
@@ -695,7 +743,8 @@ PsStatusResponse ParameterServerCore::Status() {
     absl::MutexLock lock(gate_.mu());
     r.set_global_step(gate_.global_step());
     if (gate_.mode() == ConsistencyDef::SYNC) r.set_sync_step(gate_.sync_step());
-    for (const auto& [stream, next] : stream_next_) (*r.mutable_stream_next_batch())[stream] = next;
+    for (const auto& [stream, next] : streams_.next()) (*r.mutable_stream_next_batch())[stream] = next;
+    for (const auto& [stream, batch] : streams_.InProgress()) (*r.mutable_stream_part_batch())[stream] = batch;
   }
   {
     absl::MutexLock lock(&stats_mu_);

@@ -62,6 +62,7 @@
 #include "common/optimizer.h"
 #include "common/transport/ps_types.h"
 #include "common/snapshot/snapshot_store.h"
+#include "common/store/data_streams.h"
 #include "common/store/push_ledger.h"
 #include "common/store/snapshot_writer.h"
 #include "common/store/step_gate.h"
@@ -216,13 +217,12 @@ class ParameterServerCore {
   // Pushes taken: the dedup record, bucket parts, the SYNC step gathered
   // (push_ledger.h).
   PushLedger ledger_ ABSL_GUARDED_BY(gate_.mu());
-  // ASYNC: each data stream's next batch applied here since the last
-  // restore or fresh start (RequestId.data_*, PsStatusResponse.
-  // stream_next_batch). Kept across a new generation: a batch a leaver
-  // pushed here and not to another PS is pushed again by the stream's
-  // next holder, and is a duplicate here.
-  std::map<int32_t, int64_t> stream_next_ ABSL_GUARDED_BY(gate_.mu());
-  static constexpr int32_t kMaxDataStreams = 1 << 16;  // streams a push may name: [0, this)
+  // ASYNC: what each data stream had applied here since the last restore
+  // or fresh start, whole batches and parts of one (RequestId.data_*,
+  // data_streams.h). Kept across a new generation: a batch a leaver
+  // pushed here and not to another PS, or only in part, is pushed again by
+  // the stream's next holder, and only what is missing is applied.
+  DataStreams streams_ ABSL_GUARDED_BY(gate_.mu());
 
   // Counters for Status.
   absl::Mutex stats_mu_;

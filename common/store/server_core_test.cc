@@ -1,11 +1,13 @@
 #include "common/store/server_core.h"
 
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/store/push_part_id.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -53,20 +55,35 @@ NamedTensors Grad(float a, float b) {
   return {{"w", Tensor::FromVector<float>({a, b}, TensorShape({2}))}};
 }
 
-// Pull "w" synchronously (the callback may run on another thread).
-absl::StatusOr<std::vector<float>> PullW(ParameterServerCore* ps, int worker, int64_t step,
-                                         absl::Duration wait = absl::Seconds(10)) {
+// The first two floats of the first tensor a pull answers, synchronously
+// (`issue` starts the pull; its callback may run on another thread).
+absl::StatusOr<std::vector<float>> Await(const std::function<void(ParameterServerCore::PullDone)>& issue) {
   absl::Notification done;
   absl::Status status;
-  std::vector<float> w;
-  ps->Pull({"w"}, worker, step, absl::Now() + wait, [&](absl::Status s, NamedTensors t, int64_t) {
+  std::vector<float> out;
+  issue([&](absl::Status s, NamedTensors t, int64_t) {
     status = s;
-    if (s.ok()) w.assign(t[0].second.data<float>(), t[0].second.data<float>() + 2);
+    if (s.ok()) out.assign(t[0].second.data<float>(), t[0].second.data<float>() + 2);
     done.Notify();
   });
   done.WaitForNotification();
   if (!status.ok()) return status;
-  return w;
+  return out;
+}
+
+// Pull dense variable `name` (default "w") synchronously.
+absl::StatusOr<std::vector<float>> PullW(ParameterServerCore* ps, int worker, int64_t step,
+                                         absl::Duration wait = absl::Seconds(10), const std::string& name = "w") {
+  return Await(
+      [&](ParameterServerCore::PullDone done) { ps->Pull({name}, worker, step, absl::Now() + wait, std::move(done)); });
+}
+
+// Pull one row of table `name` synchronously.
+absl::StatusOr<std::vector<float>> PullRow(ParameterServerCore* ps, const std::string& name, int64_t id) {
+  return Await([&](ParameterServerCore::PullDone done) {
+    ps->PullRows({{name, Tensor::FromVector<int64_t>({id}, TensorShape({1}))}}, -1, 0, absl::InfiniteFuture(),
+                 std::move(done));
+  });
 }
 
 ServerCoreOptions Options() {
@@ -122,6 +139,113 @@ TEST(ServerCoreTest, AsyncTakesEachBatchOfAStreamOnce) {
   ASSERT_TRUE(ps.CreateVariables(fresh).ok());
   EXPECT_TRUE(ps.Status().stream_next_batch().empty());
   EXPECT_FALSE(ps.Push(WithData(IdAt(0, 0, 3), 3, 7), Grad(1, 2))->duplicate());
+}
+
+// Rows of a batch travel with its dense gradients (Push carries both; the
+// service applies the rows through PushRows first): a new incarnation
+// pushing again a batch this PS took applies none of its rows either.
+TEST(ServerCoreTest, AsyncTakesEachBatchsRowsOnce) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("ASYNC", 1, 1)).ok());
+  Tensor ids = Tensor::FromVector<int64_t>({3}, TensorShape({1}));
+  std::vector<SparseUpdate> rows = {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}};
+  const RequestId first = WithData(IdAt(0, 0, 1), 0, 5);
+  ASSERT_FALSE(ps.PushRows(first, rows)->duplicate());
+  ASSERT_FALSE(ps.Push(first, Grad(1, 1))->duplicate());
+  RequestId again = first;
+  again.set_worker_incarnation(2);
+  EXPECT_TRUE(ps.PushRows(again, rows)->duplicate());
+  EXPECT_TRUE(ps.Push(again, Grad(1, 1))->duplicate());
+  EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));  // lr 1, applied once
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
+  EXPECT_EQ(ps.Status().global_step(), 1);
+}
+
+// Job "w", "v" (dense) and "emb" (a table) under ASYNC at generation 1.
+CreateVariablesRequest CreateTwoDense() {
+  CreateVariablesRequest req = CreateAt("ASYNC", 1, 1);
+  VariableDef* v = req.add_variable();
+  *v = req.variable(0);
+  v->set_name("v");
+  return req;
+}
+
+NamedTensors GradOf(const std::string& name, float a, float b) {
+  return {{name, Tensor::FromVector<float>({a, b}, TensorShape({2}))}};
+}
+
+// Part `bucket` of a step of batch 5 of stream 0, from incarnation `inc`.
+RequestId BatchPart(uint64_t inc, int bucket, bool last) {
+  RequestId id = WithData(PartId(0, inc, 0, bucket, last), 0, 5);
+  id.set_generation(1);
+  return id;
+}
+
+// A worker killed between the buckets of its step leaves part of its batch
+// applied: the PS says so (no checkpoint is taken while it does), and a new
+// incarnation pushing the batch again, cut into other buckets, applies only
+// the variables and rows no push of it applied; the step counts once.
+TEST(ServerCoreTest, AsyncTakesABatchCutByADeathBetweenBucketsOnce) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateTwoDense()).ok());
+  ASSERT_FALSE(ps.Push(BatchPart(1, 1, false), GradOf("w", 1, 1))->duplicate());
+  // Incarnation 1 dies here, its part of batch 5 applied.
+  PsStatusResponse st = ps.Status();
+  EXPECT_TRUE(st.stream_next_batch().empty());
+  ASSERT_EQ(st.stream_part_batch().size(), 1u);
+  EXPECT_EQ(st.stream_part_batch().at(0), 5);
+  EXPECT_EQ(st.global_step(), 0);
+  // Incarnation 2 pushes "v" first, then "w" with the rows as its last part.
+  ASSERT_FALSE(ps.Push(BatchPart(2, 1, false), GradOf("v", 1, 1))->duplicate());
+  Tensor ids = Tensor::FromVector<int64_t>({3}, TensorShape({1}));
+  std::vector<SparseUpdate> rows = {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}};
+  ASSERT_FALSE(ps.PushRows(BatchPart(2, 2, true), rows)->duplicate());
+  ASSERT_FALSE(ps.Push(BatchPart(2, 2, true), GradOf("w", 1, 1))->duplicate());
+  st = ps.Status();
+  EXPECT_EQ(st.stream_next_batch().at(0), 6);
+  EXPECT_TRUE(st.stream_part_batch().empty());
+  EXPECT_EQ(st.global_step(), 1);
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));  // once, not twice
+  EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));
+  // A third incarnation's whole push of the batch is a duplicate.
+  RequestId whole = BatchPart(3, 0, false);
+  EXPECT_TRUE(ps.PushRows(whole, rows)->duplicate());
+  EXPECT_TRUE(ps.Push(whole, GradOf("v", 1, 1))->duplicate());
+  EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));
+  EXPECT_EQ(ps.Status().global_step(), 1);
+}
+
+// The dead incarnation's parts may hold rows (its last part, taken up to
+// the dense gradients); the next pushes the batch whole, unbucketed: only
+// what is missing is applied. A restore forgets a batch in progress.
+TEST(ServerCoreTest, AsyncTakesTheRestOfABatchFromAWholePush) {
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateTwoDense()).ok());
+  Tensor ids = Tensor::FromVector<int64_t>({3}, TensorShape({1}));
+  std::vector<SparseUpdate> rows = {{"emb", ids, Tensor::FromVector<float>({1, 2}, TensorShape({1, 2}))}};
+  ASSERT_FALSE(ps.Push(BatchPart(1, 1, false), GradOf("v", 1, 1))->duplicate());
+  ASSERT_FALSE(ps.PushRows(BatchPart(1, 2, true), rows)->duplicate());
+  // Dies before its last part's dense gradients are taken.
+  EXPECT_EQ(ps.Status().stream_part_batch().at(0), 5);
+  RequestId whole = BatchPart(2, 0, false);
+  ASSERT_FALSE(ps.PushRows(whole, rows)->duplicate());
+  NamedTensors both = GradOf("w", 1, 1);
+  both.push_back(GradOf("v", 1, 1)[0]);
+  ASSERT_FALSE(ps.Push(whole, both)->duplicate());
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
+  EXPECT_EQ(*PullRow(&ps, "emb", 3), (std::vector<float>{-1, -2}));
+  EXPECT_EQ(*PullW(&ps, 0, 0, absl::Seconds(10), "v"), (std::vector<float>{-1, -1}));
+  EXPECT_EQ(ps.Status().stream_next_batch().at(0), 6);
+  EXPECT_TRUE(ps.Status().stream_part_batch().empty());
+  // A fresh start forgets a batch in progress as it forgets whole ones.
+  RequestId next = WithData(PartId(0, 2, 1, 1, false), 0, 6);
+  next.set_generation(1);
+  ASSERT_FALSE(ps.Push(next, GradOf("w", 1, 1))->duplicate());
+  EXPECT_EQ(ps.Status().stream_part_batch().at(0), 6);
+  CreateVariablesRequest fresh = CreateTwoDense();
+  fresh.set_reinitialize(true);
+  ASSERT_TRUE(ps.CreateVariables(fresh).ok());
+  EXPECT_TRUE(ps.Status().stream_part_batch().empty());
 }
 
 // A replica's reads see whole steps: under SGD with rate 1 and a gradient
@@ -394,6 +518,41 @@ TEST(ServerCoreTest, MalformedActiveWorkersChangeNothing) {
   }
   // Nothing moved: generation 1's pushes are still the ones accepted.
   EXPECT_TRUE(ps.Push(IdAt(0, 0, 1), Grad(1, 1)).ok());
+}
+
+// A backup rebuilt from its serving copy's snapshot (chief/rebuild.cc)
+// takes that copy's record of data streams with it
+// (RestoreRequest.stream_next_batch): promoted later, it still answers a
+// batch applied before the rebuild as a duplicate. A checkpoint's restore
+// names none, and forgets the record.
+TEST(ServerCoreTest, ARebuiltCopyTakesItsSourcesRecordOfStreams) {
+  const std::string dir = "core_rebuild";
+  ParameterServerCore ps(Options());
+  ASSERT_TRUE(ps.CreateVariables(CreateAt("ASYNC", 1, 1)).ok());
+  ASSERT_FALSE(ps.Push(WithData(IdAt(0, 0, 1), 3, 7), Grad(1, 1))->duplicate());
+  SnapshotRequest snap;
+  snap.set_step(1);
+  snap.set_checkpoint(dir);
+  snap.set_wait_durable(true);
+  ASSERT_TRUE(ps.Snapshot(snap).ok());
+  RestoreRequest rebuild;
+  rebuild.set_step(1);
+  rebuild.set_checkpoint(dir);
+  rebuild.set_generation(1);
+  *rebuild.mutable_stream_next_batch() = ps.Status().stream_next_batch();
+  RestoreRequest bad = rebuild;
+  (*bad.mutable_stream_next_batch())[1 << 16] = 1;
+  EXPECT_EQ(ps.Restore(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ps.Restore(rebuild).ok());
+  EXPECT_EQ(ps.Status().stream_next_batch().at(3), 8);
+  RequestId again = WithData(IdAt(0, 0, 1), 3, 7);
+  again.set_worker_incarnation(2);
+  EXPECT_TRUE(ps.Push(again, Grad(1, 1))->duplicate());
+  EXPECT_EQ(*PullW(&ps, 0, 0), (std::vector<float>{-1, -1}));
+  RestoreRequest checkpoint = rebuild;
+  checkpoint.clear_stream_next_batch();
+  ASSERT_TRUE(ps.Restore(checkpoint).ok());
+  EXPECT_TRUE(ps.Status().stream_next_batch().empty());
 }
 
 TEST(ServerCoreTest, SnapshotAndRestoreAreAllOrNothing) {
