@@ -201,6 +201,7 @@ int Main(int argc, char** argv) {
   if (!rpc_flags.ok()) return ExitWithError(rpc_flags.status());
   RpcOptions rpc = *rpc_flags;
   rpc.max_message_bytes = static_cast<int>(std::min<int64_t>(o.max_request_bytes + (1 << 20), INT32_MAX));
+  rpc.max_receive_message_bytes = rpc.max_message_bytes;  // --max_request_mb, not --max_receive_message_mb
   service.set_authenticator(RequestAuthenticator(rpc.security));
   service.set_max_inflight_requests(absl::GetFlag(FLAGS_max_inflight_requests));
   service.set_max_inflight_per_caller(absl::GetFlag(FLAGS_max_inflight_per_caller));
