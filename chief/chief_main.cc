@@ -27,6 +27,7 @@
 #include "common/env.h"
 #include "common/io/event_writer.h"
 #include "common/metrics/metrics_http.h"
+#include "common/rpc/channel_cache.h"
 #include "common/rpc/serve.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -105,7 +106,16 @@ int Main(int argc, char** argv) {
     };
   }
   const int threads = absl::GetFlag(FLAGS_threads);
-  Planner planner = PlanJob;
+  // A job whose worker would refuse its Start (or its replica's variables)
+  // as too large stops here, saying so, instead of retrying the Start.
+  const int64_t max_worker_message = ServerReceiveLimit(rpc);
+  Planner planner = [max_worker_message](const TrainingJob& job, int num_ps) -> absl::StatusOr<JobPlan> {
+    absl::StatusOr<JobPlan> plan = PlanJob(job, num_ps);
+    if (!plan.ok()) return plan.status();
+    absl::Status fits = CheckWorkerMessageSizes(job, *plan, num_ps, max_worker_message);
+    if (!fits.ok()) return fits;
+    return plan;
+  };
   Evaluator evaluator;
   if (job->input().test().files_size() > 0) {
     evaluator = [job = *job, threads](const std::map<std::string, Tensor>& vars,

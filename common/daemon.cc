@@ -39,8 +39,15 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "(UNAUTHENTICATED otherwise). For clusters without a PKI; combine with TLS off loopback.");
 ABSL_FLAG(int32_t, max_concurrent_streams, 256,
           "Most concurrent calls one client connection may have open (0 = gRPC's default).");
-ABSL_FLAG(int64_t, max_server_memory_mb, 0,
-          "Memory gRPC may use for calls in flight, in MiB (0 = unlimited).");
+ABSL_FLAG(int64_t, max_server_memory_mb, -1,
+          "Memory gRPC may use for calls in flight on this process's port, in MiB; above it calls are refused "
+          "(RESOURCE_EXHAUSTED) instead of growing the process (-1 = four times the largest message accepted, at "
+          "least 256; 0 = unlimited).");
+ABSL_FLAG(int64_t, max_receive_message_mb, 64,
+          "Largest message the chief or a worker accepts on its gRPC port, in MiB (RESOURCE_EXHAUSTED above): "
+          "gRPC receives a message whole before the token is checked. A worker's largest are its Start (the job's "
+          "compute graph) and, under mirrored strategies, its replica's initial values (an imported model's "
+          "weights). A PS takes --max_request_mb instead.");
 
 namespace psrt {
 
@@ -100,10 +107,17 @@ absl::StatusOr<RpcOptions> RpcOptionsFromFlags() {
   rpc.security = *std::move(security);
   int32_t streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   int64_t memory_mb = absl::GetFlag(FLAGS_max_server_memory_mb);
+  int64_t receive_mb = absl::GetFlag(FLAGS_max_receive_message_mb);
   if (streams < 0) return absl::InvalidArgumentError("--max_concurrent_streams must be >= 0");
-  if (memory_mb < 0) return absl::InvalidArgumentError("--max_server_memory_mb must be >= 0");
+  if (memory_mb < -1 || memory_mb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_server_memory_mb=", memory_mb, ": want -1 to 1073741824"));
+  }
+  if (receive_mb < 1 || receive_mb > 2047) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_receive_message_mb=", receive_mb, ": want 1 to 2047"));
+  }
   rpc.max_concurrent_streams = streams;
-  rpc.max_server_memory_bytes = memory_mb << 20;
+  rpc.max_server_memory_bytes = memory_mb < 0 ? -1 : memory_mb << 20;
+  rpc.max_receive_message_bytes = static_cast<int>(receive_mb << 20);
   return rpc;
 }
 

@@ -45,7 +45,8 @@ absl::StatusOr<TaskConfig> TaskConfigFromFlags();
 
 // RpcOptions from the transport flags every daemon shares: --tls_ca,
 // --tls_cert, --tls_key, --tls_server_name, --auth_token_file,
-// --max_concurrent_streams, --max_server_memory_mb. Errors name the flag.
+// --max_concurrent_streams, --max_server_memory_mb, --max_receive_message_mb.
+// Errors name the flag.
 absl::StatusOr<RpcOptions> RpcOptionsFromFlags();
 
 // Logs `s` as the reason the process stops; returns kExitError (2,

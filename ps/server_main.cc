@@ -51,6 +51,9 @@ ABSL_FLAG(int64_t, max_inflight_per_caller, 1024,
           "connection; never the worker id a request names) may have in flight at once, answers not "
           "yet written included; more are refused with RESOURCE_EXHAUSTED while other callers are "
           "still served.");
+ABSL_FLAG(int64_t, exchange_write_timeout_s, 30,
+          "An Exchange stream (the gRPC data path) that stopped being read because its caller left 64 answers "
+          "unread is ended once no answer is written for this many seconds (0 = never).");
 ABSL_FLAG(int64_t, max_pull_response_mb, 1024,
           "Largest answer one Pull or PullRows may make, in MiB; a bigger one is refused with "
           "RESOURCE_EXHAUSTED before anything is copied.");
@@ -201,9 +204,15 @@ int Main(int argc, char** argv) {
   if (!rpc_flags.ok()) return ExitWithError(rpc_flags.status());
   RpcOptions rpc = *rpc_flags;
   rpc.max_message_bytes = static_cast<int>(std::min<int64_t>(o.max_request_bytes + (1 << 20), INT32_MAX));
+  rpc.max_receive_message_bytes = rpc.max_message_bytes;  // --max_request_mb, not --max_receive_message_mb
   service.set_authenticator(RequestAuthenticator(rpc.security));
   service.set_max_inflight_requests(absl::GetFlag(FLAGS_max_inflight_requests));
   service.set_max_inflight_per_caller(absl::GetFlag(FLAGS_max_inflight_per_caller));
+  if (absl::GetFlag(FLAGS_exchange_write_timeout_s) < 0) {
+    return ExitWithError(absl::InvalidArgumentError(absl::StrCat(
+        "--exchange_write_timeout_s=", absl::GetFlag(FLAGS_exchange_write_timeout_s), ": want 0 (never) or more")));
+  }
+  service.set_exchange_write_timeout(absl::Seconds(absl::GetFlag(FLAGS_exchange_write_timeout_s)));
   if (absl::GetFlag(FLAGS_max_unread_answer_mb) < 1) {
     return ExitWithError(absl::InvalidArgumentError(
         absl::StrCat("--max_unread_answer_mb=", absl::GetFlag(FLAGS_max_unread_answer_mb), ": want 1 or more")));

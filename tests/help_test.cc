@@ -20,7 +20,8 @@ struct Binary {
 };
 
 const std::vector<std::string> kDaemonFlags = {"cluster_spec", "task", "job_name", "tls_ca", "tls_cert",
-                                               "tls_key", "auth_token_file", "max_concurrent_streams"};
+                                               "tls_key", "auth_token_file", "max_concurrent_streams",
+                                               "max_receive_message_mb"};
 const std::vector<std::string> kJobFlags = {"max_job_file_mb", "max_model_layers", "max_graph_nodes"};
 
 std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std::string>& b) {

@@ -18,8 +18,7 @@ namespace {
 
 class CsvSource : public ExampleSource {
  public:
-  CsvSource(const InputDef& input, const DataSource& split)
-      : input_(input), lines_({split.files().begin(), split.files().end()}) {}
+  CsvSource(const InputDef& input, const DataSource& split) : input_(input), lines_(InputLines(input, split)) {}
 
   absl::Status Reset() override {
     RETURN_IF_ERROR(lines_.Reset());

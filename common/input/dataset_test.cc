@@ -656,15 +656,10 @@ int64_t PeakRssKb() {
   return ru.ru_maxrss;
 }
 
-// A gzip TFRecord file whose one record says it is 4 GiB and whose stream
-// holds `zeros` bytes of it (zeros: a few hundred KB compressed), deflated
-// a MiB at a time so that writing it costs no memory.
-std::string WriteHugeGzipRecord(const std::string& path, int64_t zeros) {
-  char header[12];
-  const uint64_t length = uint64_t{1} << 32;
-  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
-  const uint32_t crc = crc32c::Mask(crc32c::Value(header, 8));
-  for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+// A gzip file of `head` and then `zeros` zero bytes (a few hundred KB
+// compressed per 512 MiB), deflated a MiB at a time so that writing it
+// costs no memory.
+std::string WriteGzipOfZeros(const std::string& path, const std::string& head, int64_t zeros) {
   std::ofstream out(path, std::ios::binary);
   z_stream zs{};
   EXPECT_EQ(deflateInit2(&zs, 1, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
@@ -679,11 +674,36 @@ std::string WriteHugeGzipRecord(const std::string& path, int64_t zeros) {
       out.write(buf.data(), static_cast<std::streamsize>(buf.size() - zs.avail_out));
     } while (zs.avail_out == 0);
   };
-  pump(header, sizeof(header), Z_NO_FLUSH);
+  pump(head.data(), head.size(), Z_NO_FLUSH);
   for (int64_t done = 0; done < zeros; done += static_cast<int64_t>(in.size())) pump(in.data(), in.size(), Z_NO_FLUSH);
   pump(nullptr, 0, Z_FINISH);
   deflateEnd(&zs);
   return path;
+}
+
+// A gzip TFRecord file whose one record says it is 4 GiB and whose stream
+// holds `zeros` bytes of it.
+std::string WriteHugeGzipRecord(const std::string& path, int64_t zeros) {
+  char header[12];
+  const uint64_t length = uint64_t{1} << 32;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  const uint32_t crc = crc32c::Mask(crc32c::Value(header, 8));
+  for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  return WriteGzipOfZeros(path, std::string(header, sizeof(header)), zeros);
+}
+
+// Reading `o` fails with `code`, its message holding `message`, and this
+// process's peak memory grows by less than `max_growth_kb` (else `what` was
+// read whole).
+void ExpectRefusedUnread(const DatasetOptions& o, absl::StatusCode code, const std::string& message,
+                         int64_t max_growth_kb, const std::string& what) {
+  const int64_t before_kb = PeakRssKb();
+  absl::Status s = FirstError(o);
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(message));
+  const int64_t after_kb = PeakRssKb();
+  std::cout << "peak RSS before reading " << before_kb << " KiB, after " << after_kb << " KiB\n";
+  EXPECT_LT(after_kb - before_kb, max_growth_kb) << what << " was read whole";
 }
 
 // One gzip record that inflates to 4 GiB (a 4 MB file) took a worker to
@@ -692,17 +712,55 @@ std::string WriteHugeGzipRecord(const std::string& path, int64_t zeros) {
 // a byte of it is inflated, naming the bound and how to raise it.
 TEST(DatasetTest, AGzipRecordLargerThanTheBoundIsRefusedBeforeItIsInflated) {
   const std::string path = WriteHugeGzipRecord(::testing::TempDir() + "/huge.gzip.tfrecord", int64_t{512} << 20);
-  const int64_t before_kb = PeakRssKb();
-  auto d = Dataset::Create(TfRecordOptions(path));
-  Batch b;
-  absl::Status s = d.ok() ? (*d)->Next(&b).status() : d.status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("huge.gzip.tfrecord: record 0 at inflated byte 0: a record of 4294967296 bytes, more than "
-                        "the bound of 67108864 (input { max_record_mb: 64 } in the job): not read"));
-  const int64_t after_kb = PeakRssKb();
-  std::cout << "peak RSS before reading " << before_kb << " KiB, after " << after_kb << " KiB\n";
-  EXPECT_LT(after_kb - before_kb, 64 * 1024) << "the record was inflated";
+  ExpectRefusedUnread(TfRecordOptions(path), absl::StatusCode::kDataLoss,
+                      "huge.gzip.tfrecord: record 0 at inflated byte 0: a record of 4294967296 bytes, more than the "
+                      "bound of 67108864 (input { max_record_mb: 64 } in the job): not read",
+                      64 * 1024, "the record");
+}
+
+// A gzip IDX file whose header gives one 28x28 image (784 bytes) and whose
+// stream inflates to 512 MiB (a 500 KB file) was inflated whole, then
+// copied. Now it is read against its header's size and refused a byte past
+// it, naming the file and the size.
+TEST(DatasetTest, AGzipIdxFileInflatingPastItsHeaderIsRefusedUnread) {
+  const std::string head("\0\0\x08\x03\0\0\0\x01\0\0\0\x1c\0\0\0\x1c", 16);
+  const std::string images =
+      WriteGzipOfZeros(::testing::TempDir() + "/bomb-images-idx3-ubyte.gz", head, int64_t{512} << 20);
+  const std::string labels = WriteFile("bomb-labels-idx1-ubyte", std::string("\0\0\x08\x01\0\0\0\x01\x05", 9));
+  DatasetOptions o;
+  o.input.set_format(InputDef::IDX);
+  o.input.set_batch_size(1);
+  o.input.set_num_classes(10);
+  ASSERT_TRUE(FillDefaultFeatures(&o.input).ok());
+  o.split.add_files(images);
+  o.split.set_labels_file(labels);
+  ExpectRefusedUnread(o, absl::StatusCode::kDataLoss,
+                      "bomb-images-idx3-ubyte.gz: IDX data is more than the 784 bytes its header gives (1 x 28 x 28): "
+                      "refused unread past them",
+                      16 * 1024, "the file");
+}
+
+// std::getline read a CSV or libsvm line whole, however long: a file of one
+// 100 MiB line took 100 MiB (and more as it grew). Now a line is refused
+// once it passes input.max_record_mb, naming file, line and bound.
+TEST(DatasetTest, ALineLongerThanTheBoundIsRefusedNamingFileLineAndBound) {
+  const std::string path = ::testing::TempDir() + "/long_line.svm";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "1 1:0.5\n2 ";
+    const std::string chunk(1 << 20, '7');
+    for (int i = 0; i < 100; ++i) out << chunk;
+    out << ":1\n";
+  }
+  DatasetOptions o;
+  o.input.set_format(InputDef::LIBSVM);
+  o.input.set_batch_size(1);
+  o.input.set_max_record_mb(8);
+  o.split.add_files(path);
+  ExpectRefusedUnread(o, absl::StatusCode::kResourceExhausted,
+                      "long_line.svm:2: a line longer than the bound of 8388608 bytes (input { max_record_mb: 8 } in "
+                      "the job): not read",
+                      48 * 1024, "the line");
 }
 
 }  // namespace record_bound

@@ -1,12 +1,16 @@
 // IDX (the MNIST format, plain or gzip): an images file of unsigned bytes
 // [n, rows, cols] and a labels file [n]. Both are read whole once (60k
 // Fashion-MNIST images are 47 MB) and kept as bytes; floats are made per
-// example.
+// example. A file is inflated a chunk at a time against the size its header
+// gives, so a gzip bomb is refused after at most that many bytes, never
+// held whole.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/input/source.h"
 
@@ -18,26 +22,59 @@ struct IdxFile {
   std::string data;  // unsigned bytes, row-major
 };
 
-absl::StatusOr<std::string> ReadMaybeGzip(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::string out;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, n);
-  int err = 0;
-  const char* msg = gzerror(f, &err);
-  bool failed = n < 0 || (err != Z_OK && err != Z_STREAM_END);
-  std::string why = failed ? msg : "";
-  gzclose(f);
-  if (failed) return absl::DataLossError(absl::StrCat(path, ": corrupt gzip stream: ", why));
-  return out;
-}
+// A plain or gzip file read a chunk at a time (gzopen reads plain files too).
+class MaybeGzip {
+ public:
+  explicit MaybeGzip(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "rb")) {}
+  ~MaybeGzip() {
+    if (f_ != nullptr) gzclose(f_);
+  }
+  MaybeGzip(const MaybeGzip&) = delete;
+  MaybeGzip& operator=(const MaybeGzip&) = delete;
+
+  absl::Status Open() const {
+    return f_ == nullptr ? absl::NotFoundError(absl::StrCat("cannot open ", path_)) : absl::OkStatus();
+  }
+  // Appends up to `n` more bytes to *out; how many (0 at the end).
+  absl::StatusOr<size_t> Read(size_t n, std::string* out) {
+    const size_t had = out->size();
+    out->resize(had + n);
+    const int got = gzread(f_, out->data() + had, static_cast<unsigned>(n));
+    int err = 0;
+    const char* msg = gzerror(f_, &err);
+    if (got < 0 || (err != Z_OK && err != Z_STREAM_END)) {
+      out->resize(had);
+      return absl::DataLossError(absl::StrCat(path_, ": corrupt gzip stream: ", msg));
+    }
+    out->resize(had + got);
+    return static_cast<size_t>(got);
+  }
+  // Reads until *out holds `n` bytes or the file ends. *out grows as the
+  // bytes come, to `n` at most.
+  absl::Status ReadUpTo(size_t n, std::string* out) {
+    while (out->size() < n) {
+      const size_t chunk = std::min<size_t>(n - out->size(), 1 << 16);
+      if (out->capacity() < out->size() + chunk) {
+        out->reserve(std::min(n, std::max(2 * out->capacity(), out->size() + chunk)));
+      }
+      ASSIGN_OR_RETURN(size_t got, Read(chunk, out));
+      if (got == 0) break;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string path_;
+  gzFile f_;
+};
 
 absl::StatusOr<IdxFile> ReadIdx(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadMaybeGzip(path));
-  auto u8 = [&](size_t i) { return static_cast<uint8_t>(bytes[i]); };
-  if (bytes.size() < 4 || u8(0) != 0 || u8(1) != 0) {
+  MaybeGzip in(path);
+  RETURN_IF_ERROR(in.Open());
+  std::string header;
+  RETURN_IF_ERROR(in.ReadUpTo(4, &header));
+  auto u8 = [&](size_t i) { return static_cast<uint8_t>(header[i]); };
+  if (header.size() < 4 || u8(0) != 0 || u8(1) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not an IDX file (bad magic)"));
   }
   if (u8(2) != 0x08) {
@@ -45,7 +82,8 @@ absl::StatusOr<IdxFile> ReadIdx(const std::string& path) {
         absl::StrCat(path, ": IDX element type 0x", absl::Hex(u8(2)), " is not unsigned byte"));
   }
   int ndims = u8(3);
-  if (ndims < 1 || bytes.size() < 4 + 4 * static_cast<size_t>(ndims)) {
+  if (ndims >= 1) RETURN_IF_ERROR(in.ReadUpTo(4 + 4 * static_cast<size_t>(ndims), &header));
+  if (ndims < 1 || header.size() < 4 + 4 * static_cast<size_t>(ndims)) {
     return absl::DataLossError(absl::StrCat(path, ": truncated IDX header"));
   }
   IdxFile f;
@@ -60,12 +98,17 @@ absl::StatusOr<IdxFile> ReadIdx(const std::string& path) {
       return absl::DataLossError(absl::StrCat(path, ": IDX header's dims overflow"));
     }
   }
-  size_t header = 4 + 4 * ndims;
-  if (bytes.size() - header != static_cast<size_t>(count)) {
-    return absl::DataLossError(absl::StrCat(path, ": IDX data is ", bytes.size() - header,
-                                            " bytes, its header says ", count, " (truncated?)"));
+  // The data as it comes (a header's count alone allocates nothing), and
+  // one byte past it at most: a file longer than its header says is refused.
+  RETURN_IF_ERROR(in.ReadUpTo(static_cast<size_t>(count) + 1, &f.data));
+  if (f.data.size() > static_cast<uint64_t>(count)) {
+    return absl::DataLossError(absl::StrCat(path, ": IDX data is more than the ", count, " bytes its header gives (",
+                                            absl::StrJoin(f.dims, " x "), "): refused unread past them"));
   }
-  f.data = bytes.substr(header);
+  if (f.data.size() != static_cast<uint64_t>(count)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": IDX data is ", f.data.size(), " bytes, its header says ", count, " (truncated?)"));
+  }
   return f;
 }
 

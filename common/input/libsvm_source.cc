@@ -12,8 +12,7 @@ namespace {
 
 class LibsvmSource : public ExampleSource {
  public:
-  explicit LibsvmSource(const DataSource& split)
-      : lines_({split.files().begin(), split.files().end()}) {}
+  LibsvmSource(const InputDef& input, const DataSource& split) : lines_(InputLines(input, split)) {}
 
   absl::Status Reset() override { return lines_.Reset(); }
 
@@ -60,7 +59,7 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenLibsvmSource(const InputDef& 
   if (input.feature_size() != 1 || input.feature(0).kind() != FeatureDef::SPARSE) {
     return absl::InvalidArgumentError("libsvm input gives exactly one SPARSE feature");
   }
-  auto source = std::make_unique<LibsvmSource>(split);
+  auto source = std::make_unique<LibsvmSource>(input, split);
   RETURN_IF_ERROR(source->Reset());
   return std::unique_ptr<ExampleSource>(std::move(source));
 }

@@ -107,6 +107,14 @@ absl::Status CheckInput(const InputDef& input) {
   return absl::OkStatus();
 }
 
+int MaxRecordMb(const InputDef& input) { return input.max_record_mb() > 0 ? input.max_record_mb() : 64; }
+
+LineReader InputLines(const InputDef& input, const DataSource& split) {
+  const int mb = MaxRecordMb(input);
+  return LineReader({split.files().begin(), split.files().end()}, static_cast<uint64_t>(mb) << 20,
+                    absl::StrCat("input { max_record_mb: ", mb, " } in the job"));
+}
+
 Compression TfRecordCompression(const InputDef& input) {
   if (input.compression().empty()) return Compression::kAuto;
   absl::StatusOr<Compression> c = ParseCompression(input.compression());

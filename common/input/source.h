@@ -18,9 +18,10 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "proto/job.pb.h"
 #include "common/input/example.h"
+#include "common/input/text_source.h"
 #include "common/io/input_stream.h"
+#include "proto/job.pb.h"
 
 namespace psrt {
 
@@ -61,6 +62,12 @@ absl::Status CheckInput(const InputDef& input);
 // The compression RecordReader is told for a TFRecord input ("" is AUTO).
 // REQUIRES: CheckInput(input) is OK.
 Compression TfRecordCompression(const InputDef& input);
+
+// The longest TFRecord record, or CSV or libsvm line, the job reads:
+// input.max_record_mb, 64 MiB when unset.
+int MaxRecordMb(const InputDef& input);
+// The lines of a CSV or libsvm split, each bounded by MaxRecordMb.
+LineReader InputLines(const InputDef& input, const DataSource& split);
 
 // Examples in a split (opens and skips through it).
 absl::StatusOr<int64_t> CountExamples(const InputDef& input, const DataSource& split);

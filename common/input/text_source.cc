@@ -1,6 +1,7 @@
 #include "common/input/text_source.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace psrt {
 
@@ -27,7 +28,9 @@ absl::StatusOr<bool> LineReader::Next(std::string* line) {
       open_ = true;
       line_ = 0;
     }
-    while (std::getline(in_, *line)) {
+    while (true) {
+      ASSIGN_OR_RETURN(bool read, ReadLine(line));
+      if (!read) break;
       ++line_;
       if (!line->empty() && line->back() == '\r') line->pop_back();
       if (!line->empty()) return true;
@@ -37,6 +40,23 @@ absl::StatusOr<bool> LineReader::Next(std::string* line) {
     ++file_index_;
   }
   return false;
+}
+
+absl::StatusOr<bool> LineReader::ReadLine(std::string* line) {
+  line->clear();
+  std::streambuf* buf = in_.rdbuf();
+  bool any = false;
+  for (int c = buf->sbumpc(); c != std::char_traits<char>::eof(); c = buf->sbumpc()) {
+    any = true;
+    if (c == '\n') return true;
+    if (line->size() >= max_line_bytes_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(files_[file_index_], ":", line_ + 1, ": a line longer than the bound of ", max_line_bytes_,
+                       " bytes", bound_name_.empty() ? "" : absl::StrCat(" (", bound_name_, ")"), ": not read"));
+    }
+    line->push_back(static_cast<char>(c));
+  }
+  return any;
 }
 
 std::string LineReader::Where() const {

@@ -16,10 +16,6 @@
 namespace psrt {
 namespace {
 
-// A record longer than this is refused unless the job says more
-// (input.max_record_mb): one example is kilobytes.
-constexpr int kDefaultMaxRecordMb = 64;
-
 class TfRecordSource : public ExampleSource {
  public:
   TfRecordSource(const InputDef& input, const DataSource& split)
@@ -27,7 +23,7 @@ class TfRecordSource : public ExampleSource {
         files_(split.files().begin(), split.files().end()),
         compression_(TfRecordCompression(input)) {
     reader_options_.compression = compression_;
-    const int mb = input.max_record_mb() > 0 ? input.max_record_mb() : kDefaultMaxRecordMb;
+    const int mb = MaxRecordMb(input);  // one example is kilobytes
     reader_options_.max_record_bytes = static_cast<uint64_t>(mb) << 20;
     reader_options_.bound_name = absl::StrCat("input { max_record_mb: ", mb, " } in the job");
     label_key_ = input.label_key().empty() ? "label" : input.label_key();

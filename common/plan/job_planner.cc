@@ -303,6 +303,23 @@ WorkerAssignment AssignmentOf(const TrainingJob& job, const JobPlan& plan) {
   return a;
 }
 
+absl::Status CheckWorkerMessageSizes(const TrainingJob& job, const JobPlan& plan, int num_ps, int64_t max_message_bytes,
+                                     int64_t slack) {
+  auto check = [&](const char* what, int64_t bytes) -> absl::Status {
+    if (bytes + slack <= max_message_bytes) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a worker's ", what, " for this job is ", bytes, " bytes, more than the ", max_message_bytes,
+        " bytes a worker receives in one message (--max_receive_message_mb, on the chief and every worker)"));
+  };
+  RETURN_IF_ERROR(
+      check("Start (the compute graph and placement)", static_cast<int64_t>(AssignmentOf(job, plan).ByteSizeLong())));
+  int64_t replica_bytes = 0;  // only mirrored strategies place variables on store num_ps
+  for (const VariableDef& v : VariablesOnStore(plan.placement, num_ps)) {
+    replica_bytes += static_cast<int64_t>(v.ByteSizeLong());
+  }
+  return check("CreateVariables (its replica's variables and initial values)", replica_bytes);
+}
+
 namespace {
 
 // One batch: with every table whole, as the variables hold them; with a

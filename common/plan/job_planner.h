@@ -63,6 +63,16 @@ absl::StatusOr<JobPlan> PlanJob(const TrainingJob& job, int num_ps);
 // the caller sets shard, steps and generation.
 WorkerAssignment AssignmentOf(const TrainingJob& job, const JobPlan& plan);
 
+// What a worker of the plan must receive in one message fits in
+// `max_message_bytes` (its --max_receive_message_mb): the Start carrying
+// AssignmentOf (with `slack` bytes for what the chief adds per worker), and
+// under a mirrored strategy the CreateVariables of its replica (the initial
+// values of an imported model's weights). RESOURCE_EXHAUSTED naming the
+// message, its size and the flag otherwise, so that a job whose worker would
+// refuse it stops before it starts.
+absl::Status CheckWorkerMessageSizes(const TrainingJob& job, const JobPlan& plan, int num_ps, int64_t max_message_bytes,
+                                     int64_t slack = int64_t{1} << 20);
+
 // Evaluates on the job's test split (eval.max_examples, or all of it),
 // averaging the loss and metrics over examples.
 Evaluator MakeEvaluator(const TrainingJob& job, const JobPlan& plan, int threads = 0);

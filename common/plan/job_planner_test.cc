@@ -288,6 +288,23 @@ TEST(JobPlannerTest, AJobPastItsBoundsIsRefusedNamingTheFlag) {
               HasSubstr("job.pbtxt: model.graph has 3 nodes, more than the bound of 2 (--max_graph_nodes)"));
 }
 
+// A job whose worker would refuse its Start as larger than it receives
+// (--max_receive_message_mb) is refused before it starts, saying so.
+TEST(JobPlannerTest, AStartLargerThanAWorkerReceivesIsRefusedNamingTheFlag) {
+  absl::StatusOr<TrainingJob> job = LoadJob("examples/fashion_mnist_mlp.pbtxt");
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<JobPlan> plan = PlanJob(*job, 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int64_t start = static_cast<int64_t>(AssignmentOf(*job, *plan).ByteSizeLong());
+  EXPECT_TRUE(CheckWorkerMessageSizes(*job, *plan, 1, start + 100, 100).ok());
+  absl::Status s = CheckWorkerMessageSizes(*job, *plan, 1, start + 99, 100);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat("a worker's Start (the compute graph and placement) for this job is ", start,
+                                     " bytes, more than the ", start + 99,
+                                     " bytes a worker receives in one message (--max_receive_message_mb")));
+}
+
 // The stricter parse still takes every job users copy (their schedules and
 // inputs included).
 // A test split that cannot be read is found before training, not at the

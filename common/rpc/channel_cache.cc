@@ -1,5 +1,7 @@
 #include "common/rpc/channel_cache.h"
 
+#include <algorithm>
+
 #include "grpcpp/create_channel.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/credentials.h"
@@ -72,8 +74,17 @@ grpc::ChannelArguments ClientChannelArguments(const RpcOptions& options) {
   return args;
 }
 
+int ServerReceiveLimit(const RpcOptions& options) {
+  return options.max_receive_message_bytes > 0 ? options.max_receive_message_bytes : options.max_message_bytes;
+}
+
+int64_t ServerMemoryQuota(const RpcOptions& options) {
+  if (options.max_server_memory_bytes >= 0) return options.max_server_memory_bytes;
+  return std::max<int64_t>(int64_t{256} << 20, int64_t{4} * ServerReceiveLimit(options));
+}
+
 void ConfigureServerBuilder(const RpcOptions& options, grpc::ServerBuilder* builder) {
-  builder->SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder->SetMaxReceiveMessageSize(ServerReceiveLimit(options));
   builder->SetMaxSendMessageSize(options.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default: a second daemon on the same port
   // would then start and share its connections with the first (a second
@@ -86,9 +97,13 @@ void ConfigureServerBuilder(const RpcOptions& options, grpc::ServerBuilder* buil
   if (options.max_concurrent_streams > 0) {
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
   }
-  if (options.max_server_memory_bytes > 0) {
+  if (options.handshake_timeout > absl::ZeroDuration()) {
+    builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                                static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
+  }
+  if (const int64_t quota_bytes = ServerMemoryQuota(options); quota_bytes > 0) {
     grpc::ResourceQuota quota("psrt-server");
-    quota.Resize(static_cast<size_t>(options.max_server_memory_bytes));
+    quota.Resize(static_cast<size_t>(quota_bytes));
     builder->SetResourceQuota(quota);
   }
 }

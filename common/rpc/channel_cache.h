@@ -36,14 +36,29 @@ struct RpcOptions {
   TransportSecurity security;
   // Server side: most concurrent calls per client connection (0 = gRPC's
   // default), and the memory gRPC may hold for calls in flight (0 = no
-  // quota); above it new calls wait or are refused instead of growing.
+  // quota, < 0 = ServerMemoryQuota's default); above it new calls wait or
+  // are refused instead of growing.
   int max_concurrent_streams = 0;
   int64_t max_server_memory_bytes = 0;
+  // Server side: the largest message a server accepts (0 = max_message_bytes).
+  // gRPC receives a message whole before any handler (the token check
+  // included) sees it, so this bounds what a stranger can make it buffer.
+  int max_receive_message_bytes = 0;
+  // Server side: a connection that has not finished its TLS and HTTP/2
+  // handshake by then is closed (0 = gRPC's default, 120 s).
+  absl::Duration handshake_timeout = absl::Seconds(10);
 };
 
 grpc::ChannelArguments ClientChannelArguments(const RpcOptions& options);
-// Applies the message limits to a server being built.
+// Applies the message, memory and handshake limits to a server being built.
 void ConfigureServerBuilder(const RpcOptions& options, grpc::ServerBuilder* builder);
+// The largest message a server made with `options` accepts.
+int ServerReceiveLimit(const RpcOptions& options);
+// The memory quota of a server made with `options`, in bytes (0 = none):
+// max_server_memory_bytes, or where that is < 0, four times the largest
+// message it accepts and at least 256 MiB, so that a few calls at the limit
+// fit while a crowd of them is refused.
+int64_t ServerMemoryQuota(const RpcOptions& options);
 
 // A new channel to `address` with the options' credentials (see Get).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const RpcOptions& options);

@@ -1,12 +1,17 @@
 #include "common/store/ps_exchange.h"
 
+#include <atomic>
 #include <deque>
+#include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/rpc/status_util.h"
 #include "common/store/ps_service.h"
 #include "common/transport/ps_frame.h"
+#include "glog/logging.h"
+#include "grpcpp/alarm.h"
 
 namespace psrt {
 namespace {
@@ -20,10 +25,19 @@ constexpr absl::Duration kMaxWait = absl::Seconds(60);
 // goes on once the queue is down to half.
 constexpr size_t kMaxUnwrittenAnswers = 64;
 
+std::atomic<int64_t> live_streams{0};  // LiveExchangeStreams
+
+// Owned by itself (self_) until OnDone, and by its write deadline's alarm
+// while that is set, so that a late alarm never touches a deleted reactor.
 class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  ExchangeReactor(PsServiceImpl* service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {
-    StartRead(&in_);
+  static ExchangeReactor* Create(PsServiceImpl* service, grpc::CallbackServerContext* ctx,
+                                 absl::Duration write_timeout) {
+    live_streams.fetch_add(1);
+    auto* r = new ExchangeReactor(service, ctx, write_timeout);
+    r->self_.reset(r);
+    r->StartRead(&r->in_);
+    return r;
   }
 
   void OnReadDone(bool ok) override {
@@ -45,7 +59,10 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
       absl::MutexLock lock(&mu_);
       ++serving_;
       read = !read_paused_ && !ReadFullLocked();
-      if (!read) read_paused_ = true;  // OnWriteDone reads on
+      if (!read) {
+        read_paused_ = true;  // OnWriteDone reads on
+        if (!alarm_set_) SetWriteDeadlineLocked(self_);
+      }
     }
     if (read) StartRead(&in_);  // the next frame may be served while this one is
     const absl::Duration wait = std::min(absl::Milliseconds(h->timeout_ms), kMaxWait);
@@ -60,6 +77,7 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     Update([this, ok]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       out_.pop_front();
       writing_ = false;
+      ++written_;
       if (!ok) {
         broken_ = true;  // the client is gone: later answers are dropped
         out_.clear();
@@ -71,7 +89,16 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
   // served, a parked pull among them, do not count) and resumes at half.
   bool ReadFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return out_.size() >= kMaxUnwrittenAnswers; }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    live_streams.fetch_sub(1);
+    std::shared_ptr<ExchangeReactor> last = std::move(self_);  // deletes this unless the alarm holds it
+    grpc::Alarm* alarm = nullptr;
+    {
+      absl::MutexLock lock(&mu_);  // finished: the alarm is set anew no more
+      if (alarm_set_) alarm = alarm_.get();
+    }
+    if (alarm != nullptr) alarm->Cancel();  // its callback soon lets go of this
+  }
 
  private:
   // What to start once the lock is released.
@@ -81,6 +108,45 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     bool finish = false;
     grpc::Status status;
   };
+
+  ExchangeReactor(PsServiceImpl* service, grpc::CallbackServerContext* ctx, absl::Duration write_timeout)
+      : service_(service), ctx_(ctx), write_timeout_(write_timeout) {}
+
+  // While reads are paused: once write_timeout_ passes with no answer
+  // written, the stream is cancelled (a caller that reads nothing would
+  // otherwise hold it, its frames and their slots for good).
+  void SetWriteDeadlineLocked(std::shared_ptr<ExchangeReactor> keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (write_timeout_ <= absl::ZeroDuration() || keep == nullptr) return;
+    alarm_set_ = true;
+    written_at_alarm_ = written_;
+    alarm_ = std::make_unique<grpc::Alarm>();
+    alarm_->Set(absl::ToChronoTime(absl::Now() + write_timeout_), [keep = std::move(keep)](bool ok) mutable {
+      std::shared_ptr<ExchangeReactor> r = std::move(keep);  // the alarm holds the reactor no more
+      r->OnWriteDeadline(r, ok);
+    });
+  }
+
+  void OnWriteDeadline(const std::shared_ptr<ExchangeReactor>& keep, bool ok) {
+    size_t unwritten = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      alarm_set_ = false;
+      if (!ok || finished_ || broken_ || !read_paused_) return;                // a later pause sets it anew
+      if (written_ != written_at_alarm_) return SetWriteDeadlineLocked(keep);  // progress: watch on
+      unwritten = out_.size();
+      broken_ = true;      // answers from now on are dropped
+      cancelling_ = true;  // no Finish (which frees ctx_) until TryCancel is done
+      final_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat("no answer written for ", absl::FormatDuration(write_timeout_), " with ",
+                                         unwritten, " waiting: the caller reads none (--exchange_write_timeout_s)"));
+    }
+    LOG(WARNING) << "Exchange stream from " << ctx_->peer() << ": no answer written for "
+                 << absl::FormatDuration(write_timeout_) << " with " << unwritten
+                 << " waiting (the caller reads none): ended (--exchange_write_timeout_s)";
+    // The caller sees CANCELLED: the status could only follow the answers it does not read.
+    ctx_->TryCancel();
+    Update([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { cancelling_ = false; });
+  }
 
   // `hold` (the call's slots) stays with the frame until it is written.
   void Answer(uint64_t id, const grpc::Status& s, const grpc::ByteBuffer& resp, std::shared_ptr<void> hold) {
@@ -117,7 +183,7 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     if (!writing_ && !out_.empty()) {
       writing_ = true;
       n.write = &out_.front().frame;  // deque elements keep their address while others are added
-    } else if (!reading_ && serving_ == 0 && !writing_ && out_.empty()) {
+    } else if (!reading_ && serving_ == 0 && !writing_ && out_.empty() && !cancelling_) {
       finished_ = true;
       n.finish = true;
       n.status = final_;
@@ -133,6 +199,8 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
 
   PsServiceImpl* const service_;
   grpc::CallbackServerContext* const ctx_;
+  const absl::Duration write_timeout_;
+  std::shared_ptr<ExchangeReactor> self_;  // set by Create, released by OnDone
   grpc::ByteBuffer in_;
   absl::Mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = true;       // a read is or will be pending (false once they end)
@@ -141,6 +209,12 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelling_ ABSL_GUARDED_BY(mu_) = false;
+  // The write deadline: answers written in all, and when it was set.
+  int64_t written_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t written_at_alarm_ ABSL_GUARDED_BY(mu_) = 0;
+  bool alarm_set_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<grpc::Alarm> alarm_ ABSL_GUARDED_BY(mu_);
   // An answer to write, and what it holds until written.
   struct Out {
     grpc::ByteBuffer frame;
@@ -152,9 +226,12 @@ class ExchangeReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
 
 }  // namespace
 
+int64_t LiveExchangeStreams() { return live_streams.load(); }
+
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewExchangeReactor(PsServiceImpl* service,
-                                                                                grpc::CallbackServerContext* ctx) {
-  return new ExchangeReactor(service, ctx);
+                                                                                grpc::CallbackServerContext* ctx,
+                                                                                absl::Duration write_timeout) {
+  return ExchangeReactor::Create(service, ctx, write_timeout);
 }
 
 }  // namespace psrt

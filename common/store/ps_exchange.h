@@ -16,10 +16,16 @@
 // of them are (frames being served, a parked pull among them, do not
 // count). Its writes then stall under HTTP/2 flow control, instead of the
 // PS making and keeping an answer, if only a refusal, for every frame it
-// sends (issue #28: 44 MB to 981 MB in 30 s of one such flood).
+// sends (issue #28: 44 MB to 981 MB in 30 s of one such flood). Paused so,
+// a stream that has no answer written for `write_timeout` is cancelled (its
+// frames, answers and their slots let go; the PS logs why, the caller sees
+// CANCELLED, since a status could only follow the answers it does not read).
 #ifndef PSRT_COMMON_STORE_PS_EXCHANGE_H_
 #define PSRT_COMMON_STORE_PS_EXCHANGE_H_
 
+#include <cstdint>
+
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -27,8 +33,14 @@ namespace psrt {
 
 class PsServiceImpl;
 
+// `write_timeout` <= 0: a paused stream waits for its caller for ever.
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewExchangeReactor(PsServiceImpl* service,
-                                                                                grpc::CallbackServerContext* ctx);
+                                                                                grpc::CallbackServerContext* ctx,
+                                                                                absl::Duration write_timeout);
+
+// Exchange streams of this process not yet done (their reactors' OnDone
+// not run), over every service.
+int64_t LiveExchangeStreams();
 
 }  // namespace psrt
 

@@ -3,7 +3,8 @@
 // reads an answer stops being read once kMaxUnwrittenAnswers answers wait
 // (its own writes stall under HTTP/2 flow control) instead of making the PS
 // make and keep an answer for every frame; another stream is served all
-// along, and cancelling the flood ends its stream.
+// along, and once no answer has been written for the write timeout the PS
+// ends the flood's stream itself (before, it held it for good).
 #include "common/store/ps_exchange.h"
 
 #include <atomic>
@@ -95,6 +96,7 @@ TEST(PsExchangeTest, AStreamWhoseAnswersAreNotReadIsNoLongerReadAndOthersAreServ
                                                             &req));
   ASSERT_TRUE(core.CreateVariables(req).ok());
   PsServiceImpl service(&core);
+  service.set_exchange_write_timeout(absl::Seconds(3));
   auto metrics = std::make_shared<PsMetrics>();
   service.set_metrics(metrics);
   int port = 0;
@@ -158,8 +160,12 @@ TEST(PsExchangeTest, AStreamWhoseAnswersAreNotReadIsNoLongerReadAndOthersAreServ
   call->Finish(&status, reinterpret_cast<void*>(4));
   ASSERT_TRUE(cq.Next(&tag, &ok));
 
-  // Cancelled, the flood's stream ends (its reactor finishes: the server
-  // shuts down without waiting for it).
+  // The other stream ended; no answer written for 3 s, the PS ends the
+  // flood's stream itself (its reactor finishes; before, it waited for
+  // its caller for good). The caller is sent CANCELLED.
+  EXPECT_TRUE(AwaitValue(
+      LiveExchangeStreams, [](int64_t n) { return n == 0; }, kDeadline))
+      << LiveExchangeStreams() << " streams still held";
   flood->Cancel();
   EXPECT_TRUE(flood->AwaitDone(kDeadline));
   server->Shutdown(absl::ToChronoTime(absl::Now() + kDeadline));

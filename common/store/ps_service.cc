@@ -378,7 +378,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushRows(grpc::CallbackServerContext* c
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PsServiceImpl::Exchange(grpc::CallbackServerContext* ctx) {
-  return NewExchangeReactor(this, ctx);
+  return NewExchangeReactor(this, ctx, exchange_write_timeout_);
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::OpenDataPlane(grpc::CallbackServerContext* ctx,

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 #include "common/rpc/security.h"
 #include "common/transport/ps_frame.h"
@@ -85,6 +86,10 @@ class PsServiceImpl final : public PsServiceBase {
   // --max_inflight_per_caller while the others are still served: one
   // flooding worker cannot take every slot of --max_inflight_requests.
   void set_max_inflight_per_caller(int64_t n) { max_per_caller_ = n; }
+  // An Exchange stream that stopped reading for its caller's unread answers
+  // is cancelled once none is written for this long (ps_exchange.h;
+  // --exchange_write_timeout_s). <= 0: never.
+  void set_exchange_write_timeout(absl::Duration d) { exchange_write_timeout_ = d; }
   // Bytes of pull answers one caller may have made and not yet read (held
   // until written to it); a pull whose answer would pass it is answered
   // RESOURCE_EXHAUSTED naming --max_unread_answer_mb instead. A caller with
@@ -173,6 +178,7 @@ class PsServiceImpl final : public PsServiceBase {
   std::shared_ptr<PsMetrics> metrics_;  // may be null
   int64_t max_inflight_ = 4096;
   int64_t max_per_caller_ = 1024;
+  absl::Duration exchange_write_timeout_ = absl::Seconds(30);
   int64_t max_unread_answer_bytes_ = int64_t{1} << 30;
   int64_t max_unread_answer_total_bytes_ = int64_t{2} << 30;
   // Shared with parked pulls' callbacks, which may outlive this object.

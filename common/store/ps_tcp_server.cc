@@ -6,10 +6,12 @@
 #include <netinet/tcp.h>
 #include <openssl/rand.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +43,9 @@ struct PsTcpServer::Connection {
 };
 
 namespace {
+
+// Accepts without a descriptor less than this apart are one episode (logged once).
+constexpr absl::Duration kStarvedEpisode = absl::Seconds(1);
 
 // The longest a pull may wait for its step (as the gRPC methods' cap).
 constexpr absl::Duration kMaxPullWait = absl::Seconds(60);
@@ -93,7 +98,22 @@ void WriteVerdict(int fd, const grpc::Status& s, const std::string& peer) {
 
 }  // namespace
 
+int DataPlaneConnectionCap(int configured, uint64_t soft_limit) {
+  const uint64_t reserve = std::max<uint64_t>(128, soft_limit / 4);
+  const uint64_t left = soft_limit > reserve ? soft_limit - reserve : 0;
+  return static_cast<int>(std::min<uint64_t>(configured, std::max<uint64_t>(8, left)));
+}
+
 absl::StatusOr<std::unique_ptr<PsTcpServer>> PsTcpServer::Start(PsServiceImpl* service, PsTcpServerOptions options) {
+  rlimit fds{};
+  if (::getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur != RLIM_INFINITY) {
+    const int cap = DataPlaneConnectionCap(options.max_connections, fds.rlim_cur);
+    if (cap < options.max_connections) {
+      LOG(INFO) << "TCP data plane: at most " << cap << " connections (not " << options.max_connections
+                << "): the descriptor limit is " << fds.rlim_cur << ", and gRPC needs its share";
+      options.max_connections = cap;
+    }
+  }
   absl::StatusOr<net::Listener> l = net::Listen(options.host, options.port, 0);
   if (!l.ok()) {
     return absl::Status(l.status().code(), absl::StrCat("TCP data plane: ", l.status().message()));
@@ -199,14 +219,47 @@ bool PsTcpServer::EvictOldestUnauthenticatedLocked() {
   return true;
 }
 
+void PsTcpServer::OnOutOfDescriptors(int error, absl::Time* last_starved) {
+  ++out_of_descriptors_;
+  bool shed = false;
+  int open = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    shed = EvictOldestUnauthenticatedLocked();
+    open = static_cast<int>(open_.size());
+  }
+  const absl::Time now = absl::Now();
+  if (now - *last_starved > kStarvedEpisode) {
+    LOG(WARNING) << "TCP data plane: out of file descriptors (" << std::strerror(error) << ") with " << open
+                 << " connections open: ending the oldest still without its hello for each newcomer, or with "
+                    "none, not accepting for 100 ms at a time";
+  }
+  *last_starved = now;
+  // The shed connection's descriptor closes once the poller has seen it end.
+  absl::SleepFor(shed ? absl::Milliseconds(10) : absl::Milliseconds(100));
+}
+
 void PsTcpServer::AcceptLoop() {
+  // The last accept without a descriptor: an episode is logged when it
+  // begins and once accepts have gone through for kStarvedEpisode.
+  absl::Time last_starved = absl::InfinitePast();
   while (!stop_.load()) {
     pollfd p{listener_.get(), POLLIN, 0};
     if (::poll(&p, 1, 100) <= 0) continue;
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     net::Fd fd(::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC));
-    if (!fd.valid()) continue;  // EAGAIN (another accept took it), ECONNABORTED, EMFILE: go on
+    if (!fd.valid()) {
+      // EMFILE leaves the connection queued and the listener readable: shed
+      // or wait, never spin. EAGAIN (another accept took it), ECONNABORTED: go on.
+      if (errno == EMFILE || errno == ENFILE) OnOutOfDescriptors(errno, &last_starved);
+      continue;
+    }
+    if (last_starved != absl::InfinitePast() && absl::Now() - last_starved > kStarvedEpisode) {
+      last_starved = absl::InfinitePast();
+      LOG(INFO) << "TCP data plane: accepting again (" << out_of_descriptors_.load()
+                << " accepts without a descriptor so far)";
+    }
     int one = 1;
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_shared<Connection>();

@@ -70,6 +70,7 @@ struct PsTcpServerOptions {
   int port = 0;      // 0 = any free port
   // Connections served at once, admitted or not; a newcomer past it ends
   // the oldest one still awaiting its hello, or is refused when there is none.
+  // Start lowers it to what the descriptor limit leaves (DataPlaneConnectionCap).
   int max_connections = 1024;
   // Connections one source address may hold that have not sent a valid
   // hello yet; more are refused. 0: no limit.
@@ -107,6 +108,13 @@ struct PsTcpServerOptions {
   size_t pool_idle_bytes_after_close = size_t{64} << 20;
 };
 
+// The most data-plane connections a process whose descriptor soft limit is
+// `soft_limit` may hold: `configured`, or fewer so that a quarter of the
+// limit (at least 128) stays for gRPC, RocksDB and the rest of the process;
+// never lowered below 8. Past the limit gRPC 1.51 stops accepting for good, so the
+// data plane must never be what exhausts it.
+int DataPlaneConnectionCap(int configured, uint64_t soft_limit);
+
 class PsTcpServer {
  public:
   // Listens and starts accepting. `service` is not owned and outlives this
@@ -135,6 +143,10 @@ class PsTcpServer {
   // ones, and unauthenticated ones evicted for a newcomer, since Start.
   int64_t refused_per_source() const { return per_source_.refused(); }
   int64_t evicted() const;
+  // Accepts that failed for want of a descriptor (EMFILE, ENFILE) since
+  // Start. Each sheds the oldest connection awaiting its hello, or with
+  // none, leaves the listener alone for 100 ms rather than spin on it.
+  int64_t out_of_descriptors() const { return out_of_descriptors_.load(); }
   // Bytes of large requests charged to max_buffered_bytes now.
   uint64_t buffered_bytes() const { return budget_->held(); }
   // Stops accepting, ends every connection and waits for their threads.
@@ -146,6 +158,10 @@ class PsTcpServer {
  private:
   PsTcpServer(PsServiceImpl* service, PsTcpServerOptions options, net::Fd listener, int port);
   void AcceptLoop();
+  // After accept failed with `error` (EMFILE or ENFILE): sheds the oldest
+  // connection awaiting its hello, or waits a while; logs when an episode
+  // begins (*last_starved: the previous failure's time, set to now).
+  void OnOutOfDescriptors(int error, absl::Time* last_starved);
   // On the poller's thread: admits connection `id` (its serving thread
   // starts) or refuses it (a verdict, and it is closed).
   void OnHello(uint64_t id, absl::StatusOr<std::string> hello);
@@ -166,6 +182,7 @@ class PsTcpServer {
   std::shared_ptr<tcpframe::ByteBudget> budget_;
   net::SourceLimit per_source_;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> out_of_descriptors_{0};
   std::thread acceptor_;
   std::unique_ptr<HelloPoller> poller_;  // set by Start, before acceptor_
 

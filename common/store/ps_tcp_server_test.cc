@@ -8,7 +8,10 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -614,15 +617,16 @@ TEST_F(PsTcpServerTest, ShutdownEndsConnectionsWithParkedPulls) {
   EXPECT_EQ(Read(&reader).status().code(), absl::StatusCode::kUnavailable);
 }
 
-// Threads of this process (the server runs in it) now.
-int Threads() {
-  DIR* d = ::opendir("/proc/self/task");
+// Entries of a /proc directory of this process (the server runs in it) now.
+int ProcEntries(const char* dir) {
+  DIR* d = ::opendir(dir);
   if (d == nullptr) return -1;
   int n = 0;
   while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.' ? 1 : 0;
   ::closedir(d);
   return n;
 }
+int Threads() { return ProcEntries("/proc/self/task"); }
 
 // Issue #28: nothing a caller has not authenticated holds a thread. 1,024
 // connections that trickled their hellos held 1,024 thread stacks (~40 MB
@@ -790,6 +794,81 @@ TEST_F(PsTcpServerTest, AnswersACallerDoesNotReadAreBoundedAndItIsDisconnected) 
   absl::StatusOr<Answer> a = Read(&reader);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_TRUE(a->status.ok()) << a->status.error_message();
+}
+
+// Issue #28: with the process out of descriptors, accept4 fails (EMFILE)
+// and leaves the connection queued, so the listener stays readable: the
+// loop spun on it. Now it sheds the oldest connection still awaiting its
+// hello (or, with none, leaves the listener alone a while), the process
+// stays nearly idle, and once descriptors are back a worker is admitted.
+TEST_F(PsTcpServerTest, OutOfDescriptorsTheAcceptorShedsInsteadOfSpinning) {
+  PsTcpServerOptions o;
+  o.max_unauthenticated_per_source = 0;
+  StartServer(o);
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int open_fds = ProcEntries("/proc/self/fd");
+  ASSERT_GT(open_fds, 0);
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(open_fds + 24);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  // The strangers: a child process's 200 connections (its descriptors are
+  // its own), held until the pipe closes.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setrlimit(RLIMIT_NOFILE, &saved);
+    ::close(go[1]);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    for (int i = 0; i < 200; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) ::_exit(1);
+    }
+    char byte;
+    (void)::read(go[0], &byte, 1);
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  bool starved = false;
+  for (absl::Time end = absl::Now() + kDeadline; !starved && absl::Now() < end; absl::SleepFor(absl::Milliseconds(5))) {
+    starved = server_->out_of_descriptors() > 0;
+  }
+  EXPECT_TRUE(starved) << "no accept ran out of descriptors";
+  // One second out of descriptors, strangers still queued: this process's
+  // CPU (a spinning acceptor alone takes a core).
+  auto cpu_seconds = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return absl::ToDoubleSeconds(absl::DurationFromTimeval(u.ru_utime) + absl::DurationFromTimeval(u.ru_stime));
+  };
+  const double cpu_before = cpu_seconds();
+  const absl::Time begin = absl::Now();
+  absl::SleepFor(absl::Seconds(1));  // the window over which CPU is measured
+  const double cpu = (cpu_seconds() - cpu_before) / absl::ToDoubleSeconds(absl::Now() - begin);
+  std::cout << "out of descriptors: " << server_->out_of_descriptors() << " accepts failed, " << server_->evicted()
+            << " shed, CPU " << cpu * 100 << "% of a core\n";
+  EXPECT_LT(cpu, 0.5);
+  EXPECT_GT(server_->evicted(), 0);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ::close(go[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the strangers could not connect";
+  net::Fd worker = Admitted(Role(Role::kWorker, "w"));
+  EXPECT_TRUE(worker.valid());
+}
+
+TEST(DataPlaneConnectionCapTest, KeepsAQuarterOfTheDescriptorLimitAndAtLeast128ForTheRest) {
+  EXPECT_EQ(DataPlaneConnectionCap(1024, 1024), 768);
+  EXPECT_EQ(DataPlaneConnectionCap(1024, 256), 128);
+  EXPECT_EQ(DataPlaneConnectionCap(1024, 1 << 20), 1024);
+  EXPECT_EQ(DataPlaneConnectionCap(1024, 100), 8);
+  EXPECT_EQ(DataPlaneConnectionCap(2, 1 << 20), 2);
 }
 
 }  // namespace

@@ -160,14 +160,23 @@ bool Daemon::WaitForLine(const std::string& text, absl::Duration timeout, size_t
   return mu_.AwaitWithTimeout(absl::Condition(&found), timeout);
 }
 
-int64_t RssKb(pid_t pid) {
+namespace {
+
+// The value of a "Name:   N kB" line of /proc/<pid>/status; -1 if none.
+int64_t StatusKb(pid_t pid, const std::string& name) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+    if (line.rfind(name, 0) == 0) return std::atoll(line.c_str() + name.size());
   }
   return -1;
 }
+
+}  // namespace
+
+int64_t RssKb(pid_t pid) { return StatusKb(pid, "VmRSS:"); }
+
+int64_t PeakRssKb(pid_t pid) { return StatusKb(pid, "VmHWM:"); }
 
 }  // namespace testing
 }  // namespace psrt

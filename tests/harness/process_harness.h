@@ -75,6 +75,9 @@ class Daemon {
 // The resident memory of process `pid` now (VmRSS), in KiB; -1 when it is
 // gone.
 int64_t RssKb(pid_t pid);
+// The most resident memory process `pid` has had (VmHWM), in KiB; -1 when
+// it is gone.
+int64_t PeakRssKb(pid_t pid);
 
 }  // namespace testing
 }  // namespace psrt
