@@ -125,6 +125,11 @@ class SecurityTest : public ::testing::Test {
     }
     if (mode == "roles") return {"--auth_token_file=" + certs_ + "/tokens/" + cert.substr(0, cert.find('-'))};
     if (mode == "tasks") return {"--auth_token_file=" + certs_ + "/tokens/" + (cert == "chief" ? "chief-0" : cert)};
+    if (mode == "tls+tasks") {
+      std::vector<std::string> flags = SecurityFlags("tls", cert);
+      flags.push_back(SecurityFlags("tasks", cert)[0]);
+      return flags;
+    }
     return {"--auth_token_file=" + certs_ + "/token"};
   }
 
@@ -183,16 +188,21 @@ class SecurityTest : public ::testing::Test {
   std::unique_ptr<Daemon> chief_, ps_, worker_;
 };
 
-RpcOptions Tls(const std::string& dir, const std::string& ca_dir, const std::string& cert = "client") {
-  SecurityPaths p;
-  p.tls_ca = ca_dir + "/ca.pem";
-  p.tls_cert = dir + "/" + cert + ".pem";
-  p.tls_key = dir + "/" + cert + ".key";
+// Client options with the secrets `p` names (a test failure if they do not load).
+RpcOptions Loaded(const SecurityPaths& p) {
   RpcOptions o;
   absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(p);
   EXPECT_TRUE(security.ok()) << security.status();
   if (security.ok()) o.security = *security;
   return o;
+}
+
+RpcOptions Tls(const std::string& dir, const std::string& ca_dir, const std::string& cert = "client") {
+  SecurityPaths p;
+  p.tls_ca = ca_dir + "/ca.pem";
+  p.tls_cert = dir + "/" + cert + ".pem";
+  p.tls_key = dir + "/" + cert + ".key";
+  return Loaded(p);
 }
 
 TEST_F(SecurityTest, MutualTlsServesTheClusterAndRefusesClientsWithoutItsCertificates) {
@@ -274,11 +284,7 @@ TEST_F(SecurityTest, SharedTokenRefusesEveryMethodWithoutTheToken) {
 RpcOptions RoleToken(const std::string& certs, const std::string& role) {
   SecurityPaths p;
   p.token_file = certs + "/tokens/" + role;
-  RpcOptions o;
-  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(p);
-  EXPECT_TRUE(security.ok()) << security.status();
-  if (security.ok()) o.security = *security;
-  return o;
+  return Loaded(p);
 }
 
 // The method of roles.h a "/psrt.Service/Method" path names.
@@ -466,6 +472,31 @@ TEST_F(SecurityTest, PerTaskTokensLetAWorkerSpeakOnlyForItself) {
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(worker0().incarnation(), before.incarnation());
   ExpectTrainingThrough(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")));
+}
+
+// Mutual TLS and per-task tokens at once: the certificate and the token
+// must name the same task. Worker 1's certificate with worker 0's token
+// speaks for nobody; worker 0's certificate with its own token is heard.
+TEST_F(SecurityTest, UnderTlsAPerTaskTokenMustNameTheCertificatesTask) {
+  StartCluster("tls+tasks");
+  auto both = [&](const std::string& cert, const std::string& token) {
+    SecurityPaths p;
+    p.tls_ca = certs_ + "/ca.pem";
+    p.tls_cert = certs_ + "/" + cert + ".pem";
+    p.tls_key = certs_ + "/" + cert + ".key";
+    p.token_file = certs_ + "/tokens/" + token;
+    return Loaded(p);
+  };
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, both("client", "observer")));
+  HeartbeatRequest beat;
+  *beat.mutable_task() = *ParseTaskId("worker:0");
+  beat.set_incarnation(1);  // not worker 0's: a heard beat is told to re-register, nothing changes
+  grpc::Status s = CallProto(MakeChannel(cluster_.chief, both("worker-1", "worker-0")), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("certificate worker-1 with the worker-0 token (role no role)"));
+  s = CallProto(MakeChannel(cluster_.chief, both("worker-0", "worker-0")), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, both("client", "observer")));
 }
 
 // The local address the TCP socket listening on `port` is bound to, as
