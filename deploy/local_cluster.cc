@@ -82,8 +82,9 @@ ABSL_FLAG(bool, tls, false,
           "Run every daemon with mutual TLS: make a CA and per-task certificates under "
           "RUN_DIR/certs (deploy/make_certs.sh) and pass them.");
 ABSL_FLAG(bool, role_tokens, false,
-          "Run every daemon with per-role tokens (RUN_DIR/certs/tokens/ROLE, deploy/make_certs.sh): "
-          "each role's calls are limited to what that role may do. With --tls too, both are checked.");
+          "Run every daemon with per-role tokens, each task holding its own (RUN_DIR/certs/tokens/JOB-N, "
+          "deploy/make_certs.sh): each role's calls are limited to what that role may do, and a task's token "
+          "speaks for that task only. With --tls too, both are checked.");
 ABSL_FLAG(bool, evaluator, false,
           "Also start an evaluator task (//worker:evaluator): it evaluates each committed checkpoint on the "
           "test split and writes TensorBoard scalars to RUN_DIR/logs/evaluator and Prometheus /metrics.");
@@ -329,6 +330,7 @@ int Run(int argc, char** argv) {
   // for those tasks only (as a TFJob or StatefulSet scaled up writes the
   // new pod's TF_CONFIG); the chief keeps the spec it started with.
   std::string joiner_spec_path;
+  std::vector<TaskId> cert_tasks = spec->AllTasks();  // and the joiners': certificates and tokens
   if (most[std::string(kWorkerJob)] > spec->NumTasks(kWorkerJob) || most[std::string(kPsJob)] > spec->NumTasks(kPsJob)) {
     ClusterDef def = spec->def();
     for (ClusterJob& j : *def.mutable_job()) {
@@ -348,6 +350,7 @@ int Run(int argc, char** argv) {
       return 2;
     }
     joiner_spec_path = run_dir + "/cluster-scaled.json";
+    cert_tasks = joined->AllTasks();
     std::ofstream(joiner_spec_path) << joined->ToJson() << "\n";
   }
 
@@ -363,7 +366,7 @@ int Run(int argc, char** argv) {
   RpcOptions rpc;
   if (tls || role_tokens) {
     std::string command = absl::StrCat("'", Binary(argv[0], "deploy/make_certs.sh"), "' '", certs, "' launcher");
-    for (const TaskId& t : spec->AllTasks()) command += absl::StrCat(" ", t.job(), "-", t.index());
+    for (const TaskId& t : cert_tasks) command += absl::StrCat(" ", t.job(), "-", t.index());
     if (std::system(absl::StrCat(command, " > '", run_dir, "/make_certs.log' 2>&1").c_str()) != 0) {
       std::cerr << "error: making certificates failed, see " << run_dir << "/make_certs.log\n";
       return 2;
@@ -385,7 +388,13 @@ int Run(int argc, char** argv) {
     // A demonstration on one machine: a mirrored job's ring goes in clear
     // over loopback (said once below, as every worker logs it).
     if (tls && t.job() == kWorkerJob) flags.push_back("--allow_plaintext_collective");
-    if (role_tokens) flags.push_back(absl::StrCat("--auth_token_file=", certs, "/tokens/", t.job()));
+    // Each task's own token (make_certs.sh writes tokens/JOB-N for the
+    // chief, PS and workers); the role's file for any other.
+    if (role_tokens) {
+      std::string token_file = absl::StrCat(certs, "/tokens/", t.job(), "-", t.index());
+      if (access(token_file.c_str(), R_OK) != 0) token_file = absl::StrCat(certs, "/tokens/", t.job());
+      flags.push_back("--auth_token_file=" + token_file);
+    }
     return flags;
   };
   std::vector<Child> children;
@@ -456,7 +465,7 @@ int Run(int argc, char** argv) {
     launcher.Say("mutual TLS, certificates in " + certs +
                  " (a mirrored job's ring all-reduce is not encrypted: workers get --allow_plaintext_collective)");
   }
-  if (role_tokens) launcher.Say("per-role tokens in " + certs + "/tokens");
+  if (role_tokens) launcher.Say("per-role tokens in " + certs + "/tokens, each task with its own (tokens/JOB-N)");
   launcher.Say(absl::StrCat("cluster ", spec_path, " (", spec->ToJson(), "), job ", job, ", logs ",
                             run_dir, "/cluster.log"));
   // PS and workers first, the chief last: it waits for them anyway.

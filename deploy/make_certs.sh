@@ -12,14 +12,19 @@
 # --tls_key of that task; its CN, TASK, is its identity: chief, ps-N,
 # worker-N, anything else an observer), OUT_DIR/tokens/ROLE for ROLE in
 # chief, ps, worker, observer (--auth_token_file of the tasks of that role:
-# its own token and the SHA-256 of every role's) and OUT_DIR/token (the
-# legacy shared token: every role to whoever holds it). Without SANs a
-# task's certificate names DNS:TASK, DNS:localhost and IP:127.0.0.1. An
-# existing CA and existing tokens in OUT_DIR are reused.
+# its own token and the SHA-256 of every role's), OUT_DIR/tokens/TASK for
+# each task chief (written as chief-0), chief-N, ps-N, worker-N (per-task
+# tokens: that task's own token and the SHA-256 of every task's token and
+# the observer role's, so a token proves one task; every task of a cluster
+# takes its own) and OUT_DIR/token (the legacy shared token: every role to
+# whoever holds it). Without SANs a task's certificate names DNS:TASK,
+# DNS:localhost and IP:127.0.0.1. An existing CA and existing tokens in
+# OUT_DIR are reused; per-task files already there are rewritten to accept
+# the new tasks too.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 out=$1
@@ -82,4 +87,35 @@ for role in $roles; do
   } > "$out/tokens/$role"
 done
 echo "make_certs: role tokens $out/tokens/{chief,ps,worker,observer}"
+
+# Per-task tokens: tokens/TASK holds that task's token and accepts every
+# task's token as that task (and the observer role's), never a role's, so
+# a worker's token cannot speak for another worker. Tasks made earlier
+# (their files are here) stay accepted.
+digest() { printf '%s' "$1" | openssl dgst -sha256 -r | cut -d' ' -f1; }
+task_re='^(chief|ps|worker)-(0|[1-9][0-9]*)$'
+declare -A task_tokens=()
+for f in "$out"/tokens/*; do
+  t=${f##*/}
+  if [[ $t =~ $task_re ]] && [ -s "$f" ]; then task_tokens[$t]=$(head -n 1 "$f"); fi
+done
+for spec in "$@"; do
+  t=${spec%%=*}
+  if [ "$t" = chief ]; then t=chief-0; fi
+  if [[ $t =~ $task_re ]] && [ -z "${task_tokens[$t]:-}" ]; then task_tokens[$t]=$(openssl rand -hex 32); fi
+done
+if [ ${#task_tokens[@]} -gt 0 ]; then
+  accepted=$(
+    for t in $(printf '%s\n' "${!task_tokens[@]}" | sort -V); do echo "$t sha256:$(digest "${task_tokens[$t]}")"; done
+    echo "observer sha256:$(digest "${tokens[observer]}")"
+  )
+  for t in "${!task_tokens[@]}"; do
+    {
+      echo "${task_tokens[$t]}"
+      echo "# psrt per-task tokens: $t's token above; the tasks (and observers) it accepts below"
+      echo "$accepted"
+    } > "$out/tokens/$t"
+  done
+  echo "make_certs: per-task tokens $out/tokens/{$(printf '%s\n' "${!task_tokens[@]}" | sort -V | paste -sd,)}"
+fi
 chmod 644 "$out/ca.pem" "$out"/*.pem

@@ -124,6 +124,12 @@ class SecurityTest : public ::testing::Test {
               "--tls_key=" + certs_ + "/" + cert + ".key"};
     }
     if (mode == "roles") return {"--auth_token_file=" + certs_ + "/tokens/" + cert.substr(0, cert.find('-'))};
+    if (mode == "tasks") return {"--auth_token_file=" + certs_ + "/tokens/" + (cert == "chief" ? "chief-0" : cert)};
+    if (mode == "tls+tasks") {
+      std::vector<std::string> flags = SecurityFlags("tls", cert);
+      flags.push_back(SecurityFlags("tasks", cert)[0]);
+      return flags;
+    }
     return {"--auth_token_file=" + certs_ + "/token"};
   }
 
@@ -182,16 +188,21 @@ class SecurityTest : public ::testing::Test {
   std::unique_ptr<Daemon> chief_, ps_, worker_;
 };
 
-RpcOptions Tls(const std::string& dir, const std::string& ca_dir, const std::string& cert = "client") {
-  SecurityPaths p;
-  p.tls_ca = ca_dir + "/ca.pem";
-  p.tls_cert = dir + "/" + cert + ".pem";
-  p.tls_key = dir + "/" + cert + ".key";
+// Client options with the secrets `p` names (a test failure if they do not load).
+RpcOptions Loaded(const SecurityPaths& p) {
   RpcOptions o;
   absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(p);
   EXPECT_TRUE(security.ok()) << security.status();
   if (security.ok()) o.security = *security;
   return o;
+}
+
+RpcOptions Tls(const std::string& dir, const std::string& ca_dir, const std::string& cert = "client") {
+  SecurityPaths p;
+  p.tls_ca = ca_dir + "/ca.pem";
+  p.tls_cert = dir + "/" + cert + ".pem";
+  p.tls_key = dir + "/" + cert + ".key";
+  return Loaded(p);
 }
 
 TEST_F(SecurityTest, MutualTlsServesTheClusterAndRefusesClientsWithoutItsCertificates) {
@@ -273,11 +284,7 @@ TEST_F(SecurityTest, SharedTokenRefusesEveryMethodWithoutTheToken) {
 RpcOptions RoleToken(const std::string& certs, const std::string& role) {
   SecurityPaths p;
   p.token_file = certs + "/tokens/" + role;
-  RpcOptions o;
-  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(p);
-  EXPECT_TRUE(security.ok()) << security.status();
-  if (security.ok()) o.security = *security;
-  return o;
+  return Loaded(p);
 }
 
 // The method of roles.h a "/psrt.Service/Method" path names.
@@ -406,6 +413,90 @@ TEST_F(SecurityTest, PerRoleTokensLimitEachRoleAndAWorkerTokenCannotActForAPs) {
   ASSERT_TRUE(JobStatus(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")), &job).ok());
   for (const TaskInfo& t : job.task()) EXPECT_EQ(t.incarnation(), 0u);
   ExpectTrainingThrough(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")));
+}
+
+// Per-task tokens (tokens/TASK of make_certs.sh): a worker's token speaks
+// for that worker only, as its certificate does under TLS. Worker 1's token
+// can neither register nor heartbeat (nor leave) as worker 0, and the
+// chief's record of worker 0 stays as it was; worker 0's own token is heard.
+TEST_F(SecurityTest, PerTaskTokensLetAWorkerSpeakOnlyForItself) {
+  StartCluster("tasks");
+  ASSERT_TRUE(chief_->WaitForLine("(per-role tokens over plain text)", absl::Seconds(30)));
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")));
+  // worker:0 as the chief's token sees it (with its incarnation).
+  auto worker0 = [&] {
+    JobStatusResponse job;
+    grpc::Status s = JobStatus(MakeChannel(cluster_.chief, RoleToken(certs_, "chief-0")), &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    for (const TaskInfo& t : job.task()) {
+      if (TaskName(t.task()) == "worker:0") return t;
+    }
+    ADD_FAILURE() << "JobStatus names no worker:0";
+    return TaskInfo();
+  };
+  const TaskInfo before = worker0();
+  ASSERT_NE(before.incarnation(), 0u);
+
+  const RpcOptions worker1 = RoleToken(certs_, "worker-1");
+  RegisterRequest reg;
+  *reg.mutable_task()->mutable_task() = *ParseTaskId("worker:0");
+  reg.mutable_task()->set_address(before.address());
+  reg.mutable_task()->set_incarnation(before.incarnation() + 1);
+  reg.mutable_task()->set_collective_address("127.0.0.1:1");
+  grpc::Status s = CallProto(MakeChannel(cluster_.chief, worker1), "/psrt.Chief/Register", reg);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("the worker-1 token (role worker) may not register for worker:0"));
+  HeartbeatRequest beat;
+  *beat.mutable_task() = *ParseTaskId("worker:0");
+  beat.set_incarnation(before.incarnation());
+  s = CallProto(MakeChannel(cluster_.chief, worker1), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("the worker-1 token (role worker) may not heartbeat for worker:0"));
+  beat.set_leaving(true);  // nor make it leave the job
+  s = CallProto(MakeChannel(cluster_.chief, worker1), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  // The role's shared token is no key to a cluster of per-task tokens.
+  beat.set_leaving(false);
+  s = CallProto(MakeChannel(cluster_.chief, RoleToken(certs_, "worker")), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+
+  const TaskInfo after = worker0();
+  EXPECT_EQ(after.incarnation(), before.incarnation());
+  EXPECT_EQ(after.collective_address(), before.collective_address());
+  EXPECT_EQ(after.address(), before.address());
+
+  // Worker 0's own token is heard as worker 0 (a stale incarnation: told to
+  // re-register, which changes nothing).
+  beat.set_incarnation(before.incarnation() + 1);
+  s = CallProto(MakeChannel(cluster_.chief, RoleToken(certs_, "worker-0")), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(worker0().incarnation(), before.incarnation());
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, RoleToken(certs_, "observer")));
+}
+
+// Mutual TLS and per-task tokens at once: the certificate and the token
+// must name the same task. Worker 1's certificate with worker 0's token
+// speaks for nobody; worker 0's certificate with its own token is heard.
+TEST_F(SecurityTest, UnderTlsAPerTaskTokenMustNameTheCertificatesTask) {
+  StartCluster("tls+tasks");
+  auto both = [&](const std::string& cert, const std::string& token) {
+    SecurityPaths p;
+    p.tls_ca = certs_ + "/ca.pem";
+    p.tls_cert = certs_ + "/" + cert + ".pem";
+    p.tls_key = certs_ + "/" + cert + ".key";
+    p.token_file = certs_ + "/tokens/" + token;
+    return Loaded(p);
+  };
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, both("client", "observer")));
+  HeartbeatRequest beat;
+  *beat.mutable_task() = *ParseTaskId("worker:0");
+  beat.set_incarnation(1);  // not worker 0's: a heard beat is told to re-register, nothing changes
+  grpc::Status s = CallProto(MakeChannel(cluster_.chief, both("worker-1", "worker-0")), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("certificate worker-1 with the worker-0 token (role no role)"));
+  s = CallProto(MakeChannel(cluster_.chief, both("worker-0", "worker-0")), "/psrt.Chief/Heartbeat", beat);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  ExpectTrainingThrough(MakeChannel(cluster_.chief, both("client", "observer")));
 }
 
 // The local address the TCP socket listening on `port` is bound to, as

@@ -46,7 +46,7 @@ uint8_t AllowedRoles(Rpc rpc);
 // Who made a call, as far as the transport can tell.
 struct Caller {
   uint8_t roles = kEveryRole;  // a mask of Role values
-  int index = -1;              // task index from the certificate; -1: any of the role
+  int index = -1;              // task index (certificate or per-task token); -1: any of the role
   std::string name;            // for messages: "certificate worker-0", "worker token"
 
   bool Has(Role r) const { return (roles & static_cast<uint8_t>(r)) != 0; }

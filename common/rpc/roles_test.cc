@@ -76,20 +76,76 @@ TEST(RolesTest, TokenFilesWithRoleDigestsAreParsedAndCheckedLineByLine) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->role_tokens());
   ASSERT_EQ(s->role_digests.size(), 2u);
-  EXPECT_EQ(s->role_digests[0].first, Role::kWorker);
-  EXPECT_EQ(s->role_digests[0].second, Sha256(worker_token));
+  EXPECT_EQ(s->role_digests[0].role, Role::kWorker);
+  EXPECT_EQ(s->role_digests[0].index, -1);
+  EXPECT_EQ(s->role_digests[0].digest, Sha256(worker_token));
   EXPECT_EQ(s->Describe(), "per-role tokens over plain text");
 
   for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
            {"admin sha256:" + digest, "line 2: unknown role 'admin'"},
            {"worker " + digest, "line 2: expected `ROLE sha256:HEX`"},
            {"worker sha256:abc", "line 2: the digest must be 64 hex"},
-           {"worker sha256:" + std::string(64, 'g'), "line 2: the digest must be 64 hex"}}) {
+           {"worker sha256:" + std::string(64, 'g'), "line 2: the digest must be 64 hex"},
+           {"worker-01 sha256:" + digest, "line 2: bad task 'worker-01'"},
+           {"worker-x sha256:" + digest, "line 2: bad task 'worker-x'"},
+           {"worker--1 sha256:" + digest, "line 2: bad task 'worker--1'"},
+           {"observer-1 sha256:" + digest, "line 2: bad task 'observer-1'"},
+           {"evaluator-0 sha256:" + digest, "line 2: unknown role 'evaluator-0'"},
+           {"worker-1 sha256:" + digest + "\nps-0 sha256:" + digest, "line 3: the same digest as line 2"},
+           {"worker sha256:" + digest + "\nworker-0 sha256:" + digest, "line 3: the same digest as line 2"}}) {
     p.token_file = WriteFile("bad", worker_token + "\n" + bad + "\n");
     absl::Status st = LoadTransportSecurity(p).status();
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(std::string(st.message()).find(message), std::string::npos) << st;
   }
+}
+
+// A task's line gives its role and index; a role's line the whole role. The
+// holder of worker-1's token may act for worker 1 only.
+TEST(RolesTest, PerTaskTokensGiveTheirTaskAndRoleTokensTheWholeRole) {
+  const std::string w0 = "worker-zero-token-0123456789", w1 = "worker-one-token-0123456789",
+                    chief = "the-chief-token-0123456789", worker = "any-worker-token-0123456789",
+                    observer = "observer-token-0123456789";
+  auto line = [](const std::string& name, const std::string& token) {
+    return absl::StrCat(name, " sha256:", absl::BytesToHexString(Sha256(token)), "\n");
+  };
+  SecurityPaths p;
+  p.token_file = WriteFile("tasks", absl::StrCat(w1, "\n", line("worker-0", w0), line("worker-1", w1),
+                                                 line("chief-0", chief), line("ps-12", "ps-twelve-token-0123456"),
+                                                 line("worker", worker), line("observer", observer)));
+  absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(p);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->role_digests.size(), 6u);
+  EXPECT_EQ(s->role_digests[3].role, Role::kPs);
+  EXPECT_EQ(s->role_digests[3].index, 12);
+
+  std::optional<Caller> c = CallerForToken(s->role_digests, w1);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->roles, static_cast<uint8_t>(Role::kWorker));
+  EXPECT_EQ(c->index, 1);
+  EXPECT_EQ(c->name, "the worker-1 token");
+  EXPECT_TRUE(c->MayActFor("worker", 1));
+  EXPECT_FALSE(c->MayActFor("worker", 0));
+  EXPECT_FALSE(c->MayActFor("ps", 1));
+
+  c = CallerForToken(s->role_digests, chief);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->roles, static_cast<uint8_t>(Role::kChief));
+  EXPECT_EQ(c->index, 0);
+
+  c = CallerForToken(s->role_digests, worker);  // a role token: any worker, as before
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->index, -1);
+  EXPECT_EQ(c->name, "the worker token");
+  EXPECT_TRUE(c->MayActFor("worker", 0) && c->MayActFor("worker", 7));
+
+  c = CallerForToken(s->role_digests, observer);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->roles, static_cast<uint8_t>(Role::kObserver));
+  EXPECT_FALSE(c->MayActFor("worker", 0));
+
+  EXPECT_FALSE(CallerForToken(s->role_digests, "not-a-token-0123456789").has_value());
+  EXPECT_FALSE(CallerForToken(s->role_digests, "").has_value());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -54,23 +55,42 @@ absl::StatusOr<std::string> CheckToken(absl::string_view line, absl::string_view
   return token;
 }
 
-// "ROLE sha256:HEX" -> (role, 32 raw bytes).
-absl::StatusOr<std::pair<Role, std::string>> ParseRoleLine(absl::string_view line) {
+// The identity a token line names: a role ("worker", index -1) or a task
+// ("worker-3", "ps-1", "chief-0"), spelled as certificates name tasks.
+absl::StatusOr<std::pair<Role, int>> ParseTokenIdentity(absl::string_view name) {
+  if (std::optional<Role> role = RoleFromName(name); role.has_value()) return std::make_pair(*role, -1);
+  Caller task = CallerFromCertificateName(name);
+  if (task.index >= 0 && !task.Has(Role::kObserver)) {
+    for (Role r : {Role::kChief, Role::kPs, Role::kWorker}) {
+      if (task.Has(r)) return std::make_pair(r, task.index);
+    }
+  }
+  for (Role r : {Role::kChief, Role::kPs, Role::kWorker, Role::kObserver}) {
+    if (absl::StartsWith(name, absl::StrCat(RoleName(r), "-"))) {
+      return absl::InvalidArgumentError(absl::StrCat("bad task '", absl::CHexEscape(name),
+                                                     "': a task is JOB-N (chief, ps or worker; N a decimal index ",
+                                                     "without leading zeros)"));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown role '", absl::CHexEscape(name),
+                                                 "' (chief, ps, worker or observer, or a task such as worker-3)"));
+}
+
+// "ROLE sha256:HEX" or "TASK sha256:HEX" -> whom it names and 32 raw bytes.
+absl::StatusOr<TokenDigest> ParseDigestLine(absl::string_view line) {
   std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
   constexpr absl::string_view kPrefix = "sha256:";
   if (f.size() != 2 || f[1].substr(0, kPrefix.size()) != kPrefix) {
-    return absl::InvalidArgumentError("expected `ROLE sha256:HEX` (ROLE one of chief, ps, worker, observer)");
-  }
-  std::optional<Role> role = RoleFromName(f[0]);
-  if (!role.has_value()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown role '", absl::CHexEscape(f[0]), "' (chief, ps, worker or observer)"));
+        "expected `ROLE sha256:HEX` (ROLE one of chief, ps, worker, observer) or `TASK sha256:HEX` (e.g. worker-3)");
   }
+  absl::StatusOr<std::pair<Role, int>> who = ParseTokenIdentity(f[0]);
+  if (!who.ok()) return who.status();
   absl::string_view hex = f[1].substr(kPrefix.size());
   if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdefABCDEF") != absl::string_view::npos) {
     return absl::InvalidArgumentError("the digest must be 64 hex digits (sha256 of the role's token)");
   }
-  return std::make_pair(*role, absl::HexStringToBytes(hex));
+  return TokenDigest{who->first, who->second, absl::HexStringToBytes(hex)};
 }
 
 }  // namespace
@@ -137,15 +157,20 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityPaths& p) 
     auto token = CheckToken(lines[0], "auth_token_file", p.token_file);
     if (!token.ok()) return token.status();
     s.token = *std::move(token);
+    absl::flat_hash_map<std::string, size_t> line_of;  // digest -> its line
     for (size_t i = 1; i < lines.size(); ++i) {
       absl::string_view line = absl::StripAsciiWhitespace(lines[i]);
       if (line.empty() || line[0] == '#') continue;
-      auto role = ParseRoleLine(line);
-      if (!role.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("--auth_token_file=", p.token_file, " line ", i + 1,
-                                                       ": ", role.status().message()));
+      auto digest = ParseDigestLine(line);
+      if (digest.ok() && !line_of.emplace(digest->digest, i + 1).second) {
+        digest = absl::InvalidArgumentError(
+            absl::StrCat("the same digest as line ", line_of[digest->digest], ": a token gives one identity"));
       }
-      s.role_digests.push_back(*std::move(role));
+      if (!digest.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--auth_token_file=", p.token_file, " line ", i + 1, ": ", digest.status().message()));
+      }
+      s.role_digests.push_back(*std::move(digest));
     }
   }
   return s;
@@ -169,6 +194,22 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const TransportSec
 }
 
 std::string BearerValue(const std::string& token) { return "Bearer " + token; }
+
+std::optional<Caller> CallerForToken(const std::vector<TokenDigest>& accepted, absl::string_view token) {
+  if (token.empty()) return std::nullopt;
+  std::string digest = Sha256(token);
+  Caller c;
+  c.roles = 0;
+  for (const TokenDigest& d : accepted) {  // each digest is there once (LoadTransportSecurity)
+    if (!SecretsEqual(digest, d.digest)) continue;
+    c.roles = static_cast<uint8_t>(d.role);
+    c.index = d.index;
+  }
+  if (c.roles == 0) return std::nullopt;
+  c.name = c.index < 0 ? absl::StrCat("the ", c.RolesText(), " token")
+                       : absl::StrCat("the ", c.RolesText(), "-", c.index, " token");
+  return c;
+}
 
 RequestAuthenticator::RequestAuthenticator(const TransportSecurity& s) {
   if (!s.tls() && !s.token_auth()) return;
@@ -200,16 +241,11 @@ grpc::Status RequestAuthenticator::Identify(const grpc::ServerContextBase& ctx, 
       caller->name = "the shared token";
     } else {
       constexpr absl::string_view kBearer = "Bearer ";
-      std::string digest =
-          Sha256(presented.substr(0, kBearer.size()) == kBearer ? presented.substr(kBearer.size()) : "");
-      caller->roles = 0;
-      for (const auto& [role, expected] : config_->role_digests) {
-        if (SecretsEqual(digest, expected)) caller->roles |= static_cast<uint8_t>(role);
-      }
-      if (caller->roles == 0) {
-        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong authorization token");
-      }
-      caller->name = absl::StrCat("the ", caller->RolesText(), " token");
+      std::optional<Caller> c =
+          CallerForToken(config_->role_digests,
+                         presented.substr(0, kBearer.size()) == kBearer ? presented.substr(kBearer.size()) : "");
+      if (!c.has_value()) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong authorization token");
+      *caller = *std::move(c);
     }
   }
   if (config_->tls) {
@@ -220,6 +256,7 @@ grpc::Status RequestAuthenticator::Identify(const grpc::ServerContextBase& ctx, 
                              : CallerFromCertificateName(absl::string_view(cn[0].data(), cn[0].size()));
     if (cn.empty()) cert.name = "a certificate without a common name";
     cert.roles &= caller->roles;  // with a token too: the roles both give
+    if (caller->index >= 0 && cert.index != caller->index) cert.roles = 0;  // and the same task
     if (!caller->EveryRole()) cert.name = absl::StrCat(cert.name, " with ", caller->name);
     *caller = std::move(cert);
   }

@@ -23,9 +23,17 @@
 //   worker sha256:a1c4...
 //   observer sha256:09be...
 //
-// `deploy/make_certs.sh` writes such files (OUT/tokens/ROLE). A file of one
-// line is the legacy shared token: every holder has every role (no role
-// checks are possible; the daemon logs a warning).
+// A line may name a task instead of a role: `worker-3 sha256:...` (also
+// `ps-1`, `chief-0`) gives that role and that index, so its holder may act
+// for worker 3 only (Caller::MayActFor) and the PS's per-caller limits key
+// on the task. A role line (`worker sha256:...`) gives the whole role
+// (index -1). Each digest may appear once.
+//
+// `deploy/make_certs.sh` writes such files: OUT/tokens/ROLE (role lines)
+// and, for each task it is given, OUT/tokens/TASK (that task's own token,
+// every task's line and the observer role's). A file of one line is the
+// legacy shared token: every holder has every role (no role checks are
+// possible; the daemon logs a warning).
 //
 //   ASSIGN_OR_RETURN(TransportSecurity sec, LoadTransportSecurity(paths));
 //   RpcOptions rpc; rpc.security = sec;     // channels and servers use it
@@ -33,6 +41,7 @@
 #define PSRT_COMMON_RPC_SECURITY_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,14 +64,22 @@ struct SecurityPaths {
   std::string token_file;       // first line: the shared token
 };
 
+// An accepted token: the SHA-256 (32 raw bytes) of the token and whom it
+// identifies, a whole role (index -1) or one task of it.
+struct TokenDigest {
+  Role role = Role::kObserver;
+  int index = -1;
+  std::string digest;
+};
+
 // The secrets themselves.
 struct TransportSecurity {
   std::string ca_pem, cert_pem, key_pem;
   std::string server_name_override;
   std::string token;
-  // Per-role tokens: the SHA-256 (32 raw bytes) of each accepted token and
-  // the role it gives. Empty with a token: the legacy shared token.
-  std::vector<std::pair<Role, std::string>> role_digests;
+  // Per-role (or per-task) tokens: each accepted token's digest and the
+  // identity it gives. Empty with a token: the legacy shared token.
+  std::vector<TokenDigest> role_digests;
 
   bool tls() const { return !ca_pem.empty(); }
   bool token_auth() const { return !token.empty(); }
@@ -72,8 +89,8 @@ struct TransportSecurity {
 };
 
 // Reads and checks the files: all three TLS paths or none, PEM contents,
-// a token of at least 16 characters, well-formed role lines. Errors name the
-// flag, the file and the line.
+// a token of at least 16 characters, well-formed role and task lines, no
+// digest twice. Errors name the flag, the file and the line.
 absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityPaths& paths);
 
 // The first line of a token file, checked as --auth_token_file's is;
@@ -108,10 +125,15 @@ class RequestAuthenticator {
   struct Config {
     bool tls = false;
     std::string shared;  // "Bearer TOKEN" of the legacy shared token
-    std::vector<std::pair<Role, std::string>> role_digests;
+    std::vector<TokenDigest> role_digests;
   };
   std::shared_ptr<const Config> config_;  // null = no check
 };
+
+// Whom `token` identifies among the accepted digests: its role and, for a
+// task's token, its index ("the worker-3 token"); nullopt when none matches
+// (or the token is empty).
+std::optional<Caller> CallerForToken(const std::vector<TokenDigest>& accepted, absl::string_view token);
 
 // Whether two secrets are equal, in time that depends on their length only.
 bool SecretsEqual(absl::string_view a, absl::string_view b);

@@ -79,7 +79,10 @@ void TokenFile(const std::string& text) {
   if (!s.ok()) return;
   Check(s->token.size() >= 16 && Printable(s->token) && s->token.find(' ') == std::string::npos,
         "a loaded token is 16+ printable characters");
-  for (const auto& [role, digest] : s->role_digests) Check(digest.size() == 32, "a role digest is 32 bytes");
+  for (const psrt::TokenDigest& d : s->role_digests) {
+    Check(d.digest.size() == 32, "a role digest is 32 bytes");
+    Check(d.index >= -1 && (d.index == -1 || d.role != psrt::Role::kObserver), "an observer token names no task");
+  }
 }
 
 }  // namespace
