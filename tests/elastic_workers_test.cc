@@ -39,26 +39,6 @@ namespace {
 
 constexpr int kSteps = 1400;
 
-// Each stream's batches (stream -> the batch numbers trained) trained once,
-// from 0 without a gap; returns how many there were in all.
-template <typename Stream>
-int64_t ExpectEachBatchOnce(const std::map<Stream, std::multiset<int64_t>>& trained) {
-  int64_t total = 0;
-  for (const auto& [stream, batches] : trained) {
-    const int64_t n = static_cast<int64_t>(batches.size());
-    total += n;
-    int doubled = 0, missing = 0;
-    for (int64_t b = 0; b < n; ++b) {
-      doubled += batches.count(b) > 1;
-      missing += batches.count(b) == 0;
-    }
-    EXPECT_EQ(doubled, 0) << "stream " << stream << ": batches trained twice";
-    EXPECT_EQ(missing, 0) << "stream " << stream << ": batches skipped (read " << n << ", last "
-                          << *batches.rbegin() << ")";
-  }
-  return total;
-}
-
 class ElasticWorkersTest : public TrainingClusterTest {
  protected:
   // Three workers at most, the chief's spec naming two (worker:2 is the
@@ -200,13 +180,7 @@ TEST_F(ElasticWorkersTest, BoundedStalenessJoinAndLeaveReadEveryBatchOnce) {
 // been trained once, from 0 without a gap (ASYNC, where the changes fall on
 // step boundaries).
 void ExpectEveryBatchOnce(const std::vector<std::string>& logs, int64_t min_batches) {
-  std::map<int64_t, std::multiset<int64_t>> trained;
-  for (const std::string& path : logs) {
-    std::ifstream f(path);
-    int64_t generation, step, stream, batch, ms;
-    while (f >> generation >> step >> stream >> batch >> ms) trained[stream].insert(batch);
-  }
-  EXPECT_GE(ExpectEachBatchOnce(trained), min_batches);
+  EXPECT_GE(ExpectEachBatchOnce(ReadDataLogs(logs)), min_batches);
 }
 
 // What an eviction does to the only worker: SIGTERM (it leaves, telling the

@@ -52,25 +52,9 @@ TEST_F(WorkerKillExactlyOnceTest, AKilledAsyncWorkerPushesNoBatchTwice) {
   const std::string summary = Summary();
   EXPECT_GE(Field(summary, "steps"), kSteps) << summary;
 
-  std::map<int64_t, std::multiset<int64_t>> trained;
-  for (const std::string& name : {"0a", "0b", "1"}) {
-    std::ifstream f(log(name));
-    int64_t generation, step, stream, batch, ms;
-    while (f >> generation >> step >> stream >> batch >> ms) trained[stream].insert(batch);
-  }
+  const std::map<int64_t, std::multiset<int64_t>> trained = ReadDataLogs({log("0a"), log("0b"), log("1")});
   EXPECT_EQ(trained.size(), 2u);
-  int64_t total = 0;
-  for (const auto& [stream, batches] : trained) {
-    const int64_t n = static_cast<int64_t>(batches.size());
-    total += n;
-    int doubled = 0, missing = 0;
-    for (int64_t b = 0; b < n; ++b) {
-      doubled += batches.count(b) > 1;
-      missing += batches.count(b) == 0;
-    }
-    EXPECT_EQ(doubled, 0) << "stream " << stream << ": batches pushed twice";
-    EXPECT_EQ(missing, 0) << "stream " << stream << ": batches skipped";
-  }
+  const int64_t total = ExpectEachBatchOnce(trained);
   EXPECT_GE(total, 2 * kSteps);
   std::cerr << "FIGURE: " << total << " batches over " << trained.size() << " streams, each once" << std::endl;
 }

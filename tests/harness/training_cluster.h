@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -180,6 +182,40 @@ class TrainingClusterTest : public ::testing::Test {
   testing::TestCluster cluster_;
   TrainingJob job_;
 };
+
+// Each stream's batches (stream -> the batch numbers trained, from the
+// workers' --data_log files) trained once, from 0 without a gap: a failure
+// names the stream and what was doubled or skipped. Returns how many
+// batches there were in all.
+template <typename Stream>
+int64_t ExpectEachBatchOnce(const std::map<Stream, std::multiset<int64_t>>& trained) {
+  int64_t total = 0;
+  for (const auto& [stream, batches] : trained) {
+    const int64_t n = static_cast<int64_t>(batches.size());
+    total += n;
+    int doubled = 0, missing = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      doubled += batches.count(b) > 1;
+      missing += batches.count(b) == 0;
+    }
+    EXPECT_EQ(doubled, 0) << "stream " << stream << ": batches trained twice";
+    EXPECT_EQ(missing, 0) << "stream " << stream << ": batches skipped (read " << n << ", last "
+                          << *batches.rbegin() << ")";
+  }
+  return total;
+}
+
+// The batches of each stream in the workers' --data_log files `paths`
+// (lines "generation step stream batch ms"), every line counted.
+inline std::map<int64_t, std::multiset<int64_t>> ReadDataLogs(const std::vector<std::string>& paths) {
+  std::map<int64_t, std::multiset<int64_t>> trained;
+  for (const std::string& path : paths) {
+    std::ifstream f(path);
+    int64_t generation, step, stream, batch, ms;
+    while (f >> generation >> step >> stream >> batch >> ms) trained[stream].insert(batch);
+  }
+  return trained;
+}
 
 }  // namespace testing
 }  // namespace psrt
